@@ -1,0 +1,168 @@
+"""The target's configuration (SPEC section 1): `[tool.traingate]` or `traingate.toml`.
+
+Loading never imports target code: the entrypoint's module and function are resolved by
+reading files, because the target's code may only run in child processes.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pipeline.schema import Severity
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class EntrypointConfig(BaseModel):
+    model_config = _STRICT
+    call: str = Field(description="module:function, target root on sys.path")
+    setup: str | None = Field(default=None, description="module:function returning a dict of kwargs")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="merged over setup's dict")
+    amp_flag: str | None = Field(default=None, description="keyword switching mixed precision on/off")
+    seed: int = 0
+
+    @field_validator("call", "setup")
+    @classmethod
+    def _module_colon_function(cls, value: str | None) -> str | None:
+        if value is not None:
+            module, sep, func = value.partition(":")
+            if not sep or not module or not func or not all(p.isidentifier() for p in module.split(".")) or not func.isidentifier():
+                raise ValueError(f"expected 'module:function', got {value!r}")
+        return value
+
+
+class PolicyConfig(BaseModel):
+    model_config = _STRICT
+    amp_speedup_min: float = 1.5
+    amp_memory_reduction_min: float = 0.40
+    amp_accuracy_tolerance: float = 0.01
+    block_on: list[Severity] = Field(default_factory=lambda: [Severity.CRITICAL, Severity.HIGH])
+
+
+class PerformanceConfig(BaseModel):
+    """`[tool.traingate.performance]`: how long the profiled runs are."""
+
+    model_config = _STRICT
+    warmup_steps: int = Field(default=3, ge=0)
+    min_steps: int = Field(default=8, ge=1, description="fewer profiled steps than this: not measured")
+    timing_runs: int = Field(default=1, ge=1, description="uninstrumented runs per AMP setting")
+
+
+class ConcurrencyConfig(BaseModel):
+    """`[tool.traingate.concurrency]`."""
+
+    model_config = _STRICT
+    determinism_runs: int = Field(default=2, ge=2)
+    dataloader_start_methods: list[str] = Field(default_factory=lambda: ["fork", "spawn"])
+
+
+class TargetConfig(BaseModel):
+    model_config = _STRICT
+    task: str | None = None
+    tests: list[str] = Field(default_factory=lambda: ["tests"])
+    timeout_s: float = Field(default=600, gt=0)
+    entrypoint: EntrypointConfig | None = None
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
+    concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+
+
+class ConfigError(Exception):
+    """Invalid configuration: names the file and the key."""
+
+    def __init__(self, file: str, key: str, message: str) -> None:
+        super().__init__(f"{file}: {key}: {message}" if key else f"{file}: {message}")
+        self.file = file
+        self.key = key
+        self.message = message
+
+
+def load_config(root: Path) -> tuple[TargetConfig, str | None]:
+    """Return the configuration and the file it came from (None when the target has none)."""
+    source, raw, prefix = _read_raw(root)
+    if source is None:
+        return TargetConfig(), None
+    try:
+        config = TargetConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join([prefix, *(str(p) for p in err["loc"])])
+        raise ConfigError(source, key, err["msg"]) from None
+    if config.entrypoint is not None:
+        _check_callable(root, source, f"{prefix}.entrypoint.call", config.entrypoint.call)
+        if config.entrypoint.setup:
+            _check_callable(root, source, f"{prefix}.entrypoint.setup", config.entrypoint.setup)
+    return config, source
+
+
+def _read_raw(root: Path) -> tuple[str | None, dict[str, Any], str]:
+    if not root.is_dir():
+        raise ConfigError(str(root), "", "target is not a directory")
+    for name, prefix in (("traingate.toml", ""), ("pyproject.toml", "tool.traingate")):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(name, "", f"not valid TOML: {exc}") from None
+        if prefix:
+            section = data.get("tool", {}).get("traingate")
+            if section is None:
+                continue
+            if not isinstance(section, dict):
+                raise ConfigError(name, prefix, "must be a table")
+            return name, section, prefix
+        return name, data, "traingate"
+    return None, {}, ""
+
+
+def _check_callable(root: Path, source: str, key: str, spec: str) -> None:
+    """Resolve module:function by reading the target's files, without importing them."""
+    module, _, func = spec.partition(":")
+    parts = module.split(".")
+    base = root.joinpath(*parts)
+    candidates = [base.with_suffix(".py"), base / "__init__.py"]
+    file = next((c for c in candidates if c.is_file()), None)
+    if file is None:
+        raise ConfigError(source, key, f"cannot import {module!r}: no {parts[-1]}.py or package under the target root")
+    try:
+        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except SyntaxError as exc:
+        # Importing would fail; the smoke call reports the crash with its location.
+        del exc
+        return
+    if func not in _top_level_names(tree) and not _has_dynamic_names(tree):
+        rel = file.relative_to(root).as_posix()
+        raise ConfigError(source, key, f"{rel} defines no {func!r}")
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def _has_dynamic_names(tree: ast.Module) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+            return True
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+            return True
+    return False

@@ -1,0 +1,254 @@
+"""The typed report: SPEC section 3 field names, SPEC section 4 categories.
+
+Findings are frozen and complete at birth; `Finding.create` computes the fingerprint and the
+blocking flag so that no stage can hand back a finding that breaks the evidence rules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = "1.0"
+
+
+class Category(str, Enum):
+    """SPEC section 4: the only values `Finding.category` may take."""
+
+    TEST_FAILURE = "test-failure"
+    COLLECTION_ERROR = "collection-error"
+    NO_TESTS = "no-tests"
+    SKIPPED_TESTS = "skipped-tests"
+    ENTRYPOINT_CRASH = "entrypoint-crash"
+    ENTRYPOINT_UNTESTED = "entrypoint-untested"
+    DEPRECATED_API = "deprecated-api"
+    MEMORY_LEAK = "memory-leak"
+    HOST_SYNC = "host-sync"
+    AMP_SPEEDUP = "amp-speedup"
+    AMP_MEMORY = "amp-memory"
+    AMP_ACCURACY = "amp-accuracy"
+    AMP_INACTIVE = "amp-inactive"
+    INPUT_STALL = "input-stall"
+    PERF_REGRESSION = "perf-regression"
+    GRADSCALER_PROTOCOL = "gradscaler-protocol"
+    NONBLOCKING_RACE = "nonblocking-race"
+    NONDETERMINISM = "nondeterminism"
+    DATALOADER_HAZARD = "dataloader-hazard"
+    STREAM_RACE = "stream-race"
+    HANG = "hang"
+    STAGE_ERROR = "stage-error"
+    CONFIG_ERROR = "config-error"
+
+
+class Severity(str, Enum):
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 for critical, 4 for info: sorts the worst first."""
+        return list(Severity).index(self)
+
+
+class EvidenceKind(str, Enum):
+    MEASURED = "measured"
+    OBSERVED = "observed"
+    STATIC = "static"
+
+
+class StageStatus(str, Enum):
+    PASSED = "passed"
+    BLOCKED = "blocked"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+
+class Decision(str, Enum):
+    PASS = "PASS"
+    BLOCK = "BLOCK"
+
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Location(BaseModel):
+    model_config = _FROZEN
+    path: str = Field(description="Path relative to the target root")
+    line: int | None = Field(default=None, description="1-based line number")
+    function: str | None = Field(default=None, description="Enclosing function, if known")
+
+
+class Evidence(BaseModel):
+    """What supports a finding. `data` holds the numbers, call sites or sequences."""
+
+    model_config = _FROZEN
+    kind: EvidenceKind
+    summary: str = Field(default="", description="One line a reader can check")
+    traceback: str | None = Field(default=None, description="Traceback or thread stacks")
+    data: dict[str, Any] = Field(default_factory=dict, description="Numbers, call sites, sequences")
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str = Field(description="Fingerprint, stable across versions for the same defect")
+    stage: str
+    category: Category
+    severity: Severity
+    title: str
+    location: Location | None
+    problem: str
+    impact: str
+    fix: str
+    evidence: Evidence
+    blocking: bool
+
+    @model_validator(mode="after")
+    def _evidence_rules(self) -> "Finding":
+        # SPEC 5.1: static evidence is at most medium and never blocks.
+        if self.evidence.kind is EvidenceKind.STATIC:
+            if self.severity.rank < Severity.MEDIUM.rank:
+                raise ValueError("a finding with static evidence is at most medium")
+            if self.blocking:
+                raise ValueError("a finding with static evidence never blocks")
+        return self
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        stage: str,
+        category: Category,
+        severity: Severity,
+        title: str,
+        location: Location | None,
+        problem: str,
+        impact: str,
+        fix: str,
+        evidence: Evidence,
+        block_on: frozenset[Severity] | set[Severity] | list[Severity],
+        key: str = "",
+        never_blocks: bool = False,
+    ) -> "Finding":
+        """Build a complete finding.
+
+        `key` distinguishes defects of one category at one place (a test id, the text of the
+        offending line); it must not contain line numbers, so the id survives unrelated edits.
+        """
+        if evidence.kind is EvidenceKind.STATIC and severity.rank < Severity.MEDIUM.rank:
+            severity = Severity.MEDIUM
+        blocking = (
+            not never_blocks
+            and evidence.kind is not EvidenceKind.STATIC
+            and severity in set(block_on)
+        )
+        return cls(
+            id=fingerprint(stage, category, location, key),
+            stage=stage,
+            category=category,
+            severity=severity,
+            title=title,
+            location=location,
+            problem=problem,
+            impact=impact,
+            fix=fix,
+            evidence=evidence,
+            blocking=blocking,
+        )
+
+    def sort_key(self) -> tuple[int, str, str, int]:
+        loc = self.location
+        return (self.severity.rank, self.category.value, loc.path if loc else "", (loc.line or 0) if loc else 0)
+
+
+def fingerprint(stage: str, category: Category, location: Location | None, key: str) -> str:
+    """Hash of what identifies a defect, without line numbers (they move with unrelated edits)."""
+    parts = [stage, category.value]
+    if location is not None:
+        parts += [location.path, location.function or ""]
+    parts.append(" ".join(key.split()))
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+class Metric(BaseModel):
+    model_config = _FROZEN
+    name: str
+    value: float | int | str | None
+    unit: str = ""
+    threshold: float | int | None = None
+    passed: bool | None = Field(default=None, description="null when no threshold applies here")
+    note: str = ""
+
+
+class StageOutcome(BaseModel):
+    """What a stage agent hands back to the parent; the parent derives status and score."""
+
+    model_config = ConfigDict(extra="forbid")
+    summary: str
+    skipped_reason: str | None = None
+    metrics: list[Metric] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    details: dict[str, Any] = Field(
+        default_factory=dict, description="Stage-specific observations its report renders"
+    )
+
+
+class StageReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    status: StageStatus
+    score: int | None = Field(description="0-100; null for a skipped stage")
+    duration_s: float
+    summary: str
+    skipped_reason: str | None = None
+    metrics: list[Metric] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class TargetInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    commit: str | None = None
+
+
+class Environment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    python: str
+    torch: str | None
+    device: str
+    device_name: str
+    platform: str = ""
+
+
+class BaselineComparison(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str
+    version: str | None = None
+    new_findings: list[str] = Field(default_factory=list, description="ids not in the baseline")
+    fixed_findings: list[str] = Field(default_factory=list, description="baseline ids now gone")
+    metric_deltas: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class PipelineReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    schema_version: str = SCHEMA_VERSION
+    tool_version: str
+    task: str
+    version: str
+    target: TargetInfo
+    environment: Environment
+    started_at: str
+    duration_s: float
+    decision: Decision
+    score: int = Field(ge=0, le=100)
+    stages: list[StageReport]
+    baseline: BaselineComparison | None = None
+
+    def findings(self) -> list[Finding]:
+        return sorted((f for s in self.stages for f in s.findings), key=Finding.sort_key)

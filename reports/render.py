@@ -1,0 +1,76 @@
+"""Markdown and terminal renderers. Templates receive only the report (and one stage of it)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateNotFound
+
+from pipeline.schema import Finding, PipelineReport, StageReport
+
+SEVERITY_MARK = {"critical": "🛑", "high": "🔴", "medium": "🟠", "low": "🟡", "info": "ℹ️"}
+STATUS_MARK = {"passed": "✅ passed", "blocked": "⛔ blocked", "skipped": "⏭️ skipped", "error": "💥 error"}
+
+
+@lru_cache(maxsize=1)
+def _env() -> Environment:
+    env = Environment(
+        loader=PackageLoader("reports", "templates"),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters.update(
+        location=format_location,
+        num=format_number,
+        cell=table_cell,
+        tojson_pretty=lambda v: json.dumps(v, indent=2, default=str),
+        severity_mark=lambda s: SEVERITY_MARK.get(str(getattr(s, "value", s)), ""),
+        status_mark=lambda s: STATUS_MARK.get(str(getattr(s, "value", s)), str(s)),
+    )
+    return env
+
+
+def format_location(finding_or_loc: Any) -> str:
+    loc = getattr(finding_or_loc, "location", finding_or_loc)
+    if loc is None:
+        return "—"
+    text = loc.path + (f":{loc.line}" if loc.line else "")
+    return f"`{text}`" + (f" in `{loc.function}`" if loc.function else "")
+
+
+def format_number(value: Any, digits: int = 3) -> str:
+    if isinstance(value, bool) or value is None:
+        return "—" if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 10 ** -digits):
+            return f"{value:.{digits}g}"
+        return f"{value:,.{digits}f}".rstrip("0").rstrip(".") if "." in f"{value:.{digits}f}" else f"{value}"
+    return str(value)
+
+
+def table_cell(value: Any) -> str:
+    """Text safe inside a markdown table cell."""
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_report_md(report: PipelineReport) -> str:
+    return _env().get_template("report.md.j2").render(report=report, findings=report.findings())
+
+
+def render_stage_md(report: PipelineReport, stage: StageReport) -> str:
+    try:
+        template = _env().get_template(f"{stage.name}.md.j2")
+    except TemplateNotFound:
+        template = _env().get_template("stage.md.j2")
+    return template.render(report=report, stage=stage, findings=sorted(stage.findings, key=Finding.sort_key))
+
+
+def render_summary(report: PipelineReport) -> str:
+    return _env().get_template("summary.txt.j2").render(report=report, findings=report.findings())

@@ -1,0 +1,38 @@
+"""Which frames belong to the target: locations point at the target's code (SPEC 5.4)."""
+
+from __future__ import annotations
+
+import linecache
+import os
+from pathlib import Path
+from typing import Iterable
+
+_FOREIGN_PARTS = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox"}
+
+
+def is_target_file(filename: str, root: Path) -> bool:
+    if not filename or filename.startswith("<"):
+        return False
+    try:
+        rel = Path(os.path.abspath(filename)).relative_to(root)
+    except ValueError:
+        return False
+    return not (_FOREIGN_PARTS & set(rel.parts))
+
+
+def relative(filename: str, root: Path) -> str:
+    return Path(os.path.abspath(filename)).relative_to(root).as_posix()
+
+
+def innermost_target(frames: Iterable[tuple[str, int, str]], root: Path, innermost_first: bool) -> dict[str, object] | None:
+    """{path (relative), line, function, code} of the innermost frame in the target's code."""
+    ordered = list(frames) if innermost_first else list(frames)[::-1]
+    for filename, line, function in ordered:
+        if is_target_file(filename, root):
+            return {
+                "path": relative(filename, root),
+                "line": line,
+                "function": function,
+                "code": linecache.getline(os.path.abspath(filename), line).strip(),
+            }
+    return None
