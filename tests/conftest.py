@@ -1,0 +1,60 @@
+"""Shared fixtures: run traingate on a fixture target and read what it wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TARGETS = Path(__file__).resolve().parent / "targets"
+
+
+@dataclass
+class GateRun:
+    returncode: int
+    report: dict[str, Any]
+    out: Path
+    stdout: str
+    stderr: str
+
+    def findings(self, category: str | None = None, stage: str | None = None) -> list[dict[str, Any]]:
+        return [
+            f
+            for s in self.report["stages"]
+            for f in s["findings"]
+            if (category is None or f["category"] == category) and (stage is None or f["stage"] == stage)
+        ]
+
+    def categories(self, stage: str | None = None) -> set[str]:
+        return {f["category"] for f in self.findings(stage=stage)}
+
+    def stage(self, name: str) -> dict[str, Any]:
+        return next(s for s in self.report["stages"] if s["name"] == name)
+
+
+def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateRun:
+    """Run `traingate run` exactly as a CI job would, in a subprocess."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "run", str(target), "--out", str(out), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+    )
+    report_path = out / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    return GateRun(done.returncode, report, out, done.stdout, done.stderr)
+
+
+@pytest.fixture
+def gate(tmp_path: Path):
+    """gate("case_name", "--stages", "execution") runs traingate on tests/targets/case_name."""
+
+    def _run(case: str | Path, *args: str, timeout: float = 600) -> GateRun:
+        target = case if isinstance(case, Path) else TARGETS / case
+        return run_gate(target, tmp_path / "out", *args, timeout=timeout)
+
+    return _run
