@@ -61,6 +61,8 @@ class RunRequest:
     baseline: dict[str, Any] | None = None
     baseline_path: str | None = None
     observers: list[Observer] = field(default_factory=list)
+    # `module:function` building the stage registry inside each agent process.
+    registry_factory: str = "stages.registry:build_registry"
 
 
 def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, Stage]) -> PipelineReport:
@@ -121,6 +123,7 @@ def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig
         "scratch": str(scratch),
         "margin_s": margin,
         "baseline": request.baseline,
+        "registry": request.registry_factory,
         "out": str(out),
     }
     req_path = scratch / "agent-request.json"

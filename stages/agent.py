@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pipeline.config import TargetConfig
 from stages.base import StageContext
-from stages.registry import build_registry
 from stages.runtime import guard
+from stages.runtime.entrypoint import resolve
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     request = json.loads(Path(sys.argv[1]).read_text())
     out = Path(request["out"])
     try:
-        stage = build_registry()[request["stage"]]
+        stage = resolve(request.get("registry", "stages.registry:build_registry"))()[request["stage"]]
         ctx = StageContext(
             stage=request["stage"],
             root=Path(request["root"]),

@@ -1,0 +1,80 @@
+"""Configuration: SPEC section 1, and clear errors naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError, load_config
+
+
+def _target(tmp_path: Path, pyproject: str = "", traingate: str | None = None) -> Path:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "train.py").write_text("import torch\n\ndef fit(n=1):\n    return n\n\ndef tiny():\n    return {}\n")
+    if pyproject:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    if traingate is not None:
+        (tmp_path / "traingate.toml").write_text(traingate)
+    return tmp_path
+
+
+def test_no_configuration_gives_defaults(tmp_path: Path) -> None:
+    config, source = load_config(_target(tmp_path))
+    assert source is None and config.tests == ["tests"] and config.entrypoint is None
+    assert config.policy.amp_speedup_min == 1.5 and [s.value for s in config.policy.block_on] == ["critical", "high"]
+
+
+def test_full_spec_example_loads(tmp_path: Path) -> None:
+    root = _target(tmp_path, """
+[tool.traingate]
+task = "T035"
+tests = ["tests", "-k", "amp"]
+timeout_s = 600
+[tool.traingate.entrypoint]
+call = "pkg.train:fit"
+setup = "pkg.train:tiny"
+kwargs = { n_epochs = 2, batch_size = 4 }
+amp_flag = "use_amp"
+seed = 0
+[tool.traingate.policy]
+amp_speedup_min = 1.5
+amp_memory_reduction_min = 0.40
+amp_accuracy_tolerance = 0.01
+block_on = ["critical", "high"]
+""")
+    config, source = load_config(root)
+    assert source == "pyproject.toml"
+    assert config.task == "T035" and config.entrypoint and config.entrypoint.kwargs == {"n_epochs": 2, "batch_size": 4}
+
+
+def test_traingate_toml_wins(tmp_path: Path) -> None:
+    root = _target(tmp_path, '[tool.traingate]\ntask = "A"\n', 'task = "B"\n')
+    config, source = load_config(root)
+    assert (config.task, source) == ("B", "traingate.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ('[tool.traingate]\ntimeuot_s = 5\n', "tool.traingate.timeuot_s", "Extra inputs"),
+        ('[tool.traingate]\ntimeout_s = "soon"\n', "tool.traingate.timeout_s", "number"),
+        ('[tool.traingate.policy]\nblock_on = ["severe"]\n', "tool.traingate.policy.block_on.0", "critical"),
+        ('[tool.traingate.entrypoint]\ncall = "pkg.train.fit"\n', "tool.traingate.entrypoint.call", "module:function"),
+        ('[tool.traingate.entrypoint]\ncall = "pkg.missing:fit"\n', "tool.traingate.entrypoint.call", "cannot import"),
+        ('[tool.traingate.entrypoint]\ncall = "pkg.train:nope"\n', "tool.traingate.entrypoint.call", "defines no 'nope'"),
+    ],
+)
+def test_bad_configuration_names_file_and_key(tmp_path: Path, text: str, key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_target(tmp_path, text))
+    assert info.value.file == "pyproject.toml"
+    assert info.value.key == key
+    assert words in info.value.message
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_target(tmp_path, traingate="task = \n"))
+    assert info.value.file == "traingate.toml"

@@ -1,0 +1,96 @@
+"""The report's contract: categories, evidence rules, fingerprints, scoring."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from pipeline.policy import BLOCK_SCORE_CAP, decide, stage_score, stage_status
+from pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
+from stages.base import Stage
+from stages.registry import STAGE_NAMES, build_registry
+
+SPEC_CATEGORIES = {
+    "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
+    "performance": {"memory-leak", "host-sync", "amp-speedup", "amp-memory", "amp-accuracy", "amp-inactive", "input-stall", "perf-regression"},
+    "concurrency": {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"},
+    "any": {"hang", "stage-error", "config-error"},
+}
+
+
+def _finding(kind: EvidenceKind = EvidenceKind.OBSERVED, severity: Severity = Severity.HIGH, line: int = 10, **kw: object) -> Finding:
+    return Finding.create(
+        stage="execution", category=Category.TEST_FAILURE, severity=severity, title="t",
+        location=Location(path="tests/test_a.py", line=line, function="test_a"), problem="p", impact="i", fix="f",
+        evidence=Evidence(kind=kind), block_on={Severity.CRITICAL, Severity.HIGH}, key="tests/test_a.py::test_a", **kw,
+    )
+
+
+def test_categories_are_exactly_the_spec_list() -> None:
+    assert {c.value for c in Category} == set().union(*SPEC_CATEGORIES.values())
+
+
+def test_each_stage_conforms_and_owns_its_spec_categories() -> None:
+    registry = build_registry()
+    assert tuple(registry) == STAGE_NAMES
+    for name, stage in registry.items():
+        assert isinstance(stage.name, str) and stage.name == name
+        assert callable(stage.run)
+        assert {c.value for c in stage.categories} <= SPEC_CATEGORIES[name] | SPEC_CATEGORIES["any"]
+    seen: set[Category] = set()
+    for stage in registry.values():
+        own = set(stage.categories) - {Category(c) for c in SPEC_CATEGORIES["any"]}
+        assert not own & seen, "a category belongs to one stage"
+        seen |= own
+    _: list[Stage] = list(registry.values())
+
+
+def test_static_evidence_is_capped_at_medium_and_never_blocks() -> None:
+    f = _finding(kind=EvidenceKind.STATIC, severity=Severity.CRITICAL)
+    assert f.severity is Severity.MEDIUM and not f.blocking
+    with pytest.raises(ValidationError):
+        Finding(**{**f.model_dump(), "blocking": True})
+    with pytest.raises(ValidationError):
+        Finding(**{**f.model_dump(), "severity": "high"})
+
+
+def test_blocking_follows_the_policy() -> None:
+    assert _finding(severity=Severity.HIGH).blocking
+    assert not _finding(severity=Severity.MEDIUM).blocking
+    assert not _finding(severity=Severity.CRITICAL, never_blocks=True).blocking
+
+
+def test_findings_are_frozen() -> None:
+    f = _finding()
+    with pytest.raises(ValidationError):
+        f.severity = Severity.LOW  # type: ignore[misc]
+
+
+def test_fingerprint_survives_moved_lines_but_not_another_defect() -> None:
+    assert _finding(line=10).id == _finding(line=42).id
+    other = Finding.create(
+        stage="execution", category=Category.TEST_FAILURE, severity=Severity.HIGH, title="t",
+        location=Location(path="tests/test_a.py", line=10, function="test_a"), problem="p", impact="i", fix="f",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED), block_on={Severity.HIGH}, key="tests/test_a.py::test_b",
+    )
+    assert other.id != _finding().id
+
+
+def _stage(findings: list[Finding], skipped: str | None = None) -> StageReport:
+    status = stage_status(findings, skipped)
+    return StageReport(name="s", status=status, score=stage_score(status, findings), duration_s=0, summary="", skipped_reason=skipped, findings=findings)
+
+
+def test_scoring_rule() -> None:
+    assert _stage([]).score == 100
+    assert _stage([_finding(severity=Severity.MEDIUM), _finding(severity=Severity.LOW)]).score == 87
+    blocked = _stage([_finding(severity=Severity.HIGH)])
+    assert blocked.status is StageStatus.BLOCKED and blocked.score == 75
+    decision, score = decide([_stage([]), blocked])
+    assert decision.value == "BLOCK" and score == min(75, BLOCK_SCORE_CAP)
+    assert decide([_stage([]), _stage([], skipped="no entrypoint")]) == (decide([_stage([])])[0], 100)
+
+
+def test_nothing_ran_is_not_a_pass() -> None:
+    decision, score = decide([_stage([], skipped="no entrypoint")])
+    assert decision.value == "BLOCK" and score == 0
