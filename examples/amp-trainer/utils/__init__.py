@@ -1,0 +1,1 @@
+"""Training utilities for the AMP trainer (task T035: mixed-precision training)."""
