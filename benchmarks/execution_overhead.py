@@ -1,0 +1,132 @@
+"""What the execution stage costs over running the same things by hand.
+
+    .venv/bin/python benchmarks/execution_overhead.py [TARGET] [--repeat N]
+
+Times, on TARGET (default examples/amp-trainer):
+- the stage: `traingate run TARGET --stages execution --out <tmp>` (wall, CLI start-up included);
+- by hand: `python -m pytest <tests>` plus one plain `python -c` that imports the entrypoint
+  and calls it with the configured kwargs (once per AMP setting the stage calls), run one
+  after the other;
+- the test run alone through traingate's launcher, with and without coverage of the
+  entrypoint's file, to show what coverage adds.
+Prints medians over N repeats and the ratio stage / by hand (goal: at most 1.5x). Asserts
+nothing. The hand-run pytest gets `--rootdir`, `--confcutdir` and `-p no:cacheprovider` so
+it runs the same tests as the stage does and leaves the target as clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline.config import TargetConfig, load_config  # noqa: E402
+from stages.execution_coverage import entrypoint_source  # noqa: E402
+from stages.execution_suite import find_pytest_config  # noqa: E402
+
+
+def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - started
+    if done.returncode not in (0, 1):
+        print(f"  (exit status {done.returncode}: {' '.join(argv[:4])} ...: {done.stderr.strip()[-300:]})")
+    return elapsed
+
+
+def hand_env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def pytest_by_hand(root: Path, config: TargetConfig) -> list[str]:
+    return [sys.executable, "-m", "pytest", *config.tests, f"--rootdir={root}", f"--confcutdir={root}", "-p", "no:cacheprovider", "-q"]
+
+
+def entrypoint_by_hand(config: TargetConfig, amp: bool | None) -> list[str]:
+    ep = config.entrypoint
+    assert ep is not None
+    module, _, func = ep.call.partition(":")
+    kwargs = dict(ep.kwargs)
+    if ep.amp_flag and amp is not None:
+        kwargs[ep.amp_flag] = amp
+    lines = ["import sys, importlib, json", "sys.path.insert(0, '.')", "kwargs = {}"]
+    if ep.setup:
+        smod, _, sfunc = ep.setup.partition(":")
+        lines.append(f"kwargs.update(getattr(importlib.import_module({smod!r}), {sfunc!r})())")
+    lines += [f"kwargs.update(json.loads({json.dumps(kwargs)!r}))", f"getattr(importlib.import_module({module!r}), {func!r})(**kwargs)"]
+    return [sys.executable, "-c", "\n".join(lines)]
+
+
+def launcher(root: Path, config: TargetConfig, scratch: Path, include: list[str]) -> list[str]:
+    config_file = find_pytest_config(root, config.tests)
+    if config_file is None:
+        config_file = scratch / "empty-pytest.ini"
+        config_file.write_text("[pytest]\n")
+    request = {
+        "root": str(root),
+        "args": [*config.tests, f"--rootdir={root}", "-c", str(config_file), f"--confcutdir={root}", "-p", "no:cacheprovider", "-q"],
+        "events": str(scratch / "events.jsonl"),
+        "coverage": {"data_file": str(scratch / "cov.data"), "include": include} if include else None,
+    }
+    path = scratch / ("with-coverage.json" if include else "without-coverage.json")
+    path.write_text(json.dumps(request))
+    return [sys.executable, "-m", "stages.runtime.pytest_launcher", str(path)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", nargs="?", default=str(REPO / "examples" / "amp-trainer"))
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    root = Path(args.target).resolve()
+    config, _ = load_config(root)
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    amp_settings: list[bool | None] = [None]
+    if config.entrypoint and config.entrypoint.amp_flag:
+        amp_settings = [False, True] if device == "cuda" else [False]
+
+    runs: dict[str, list[float]] = {"stage": [], "pytest": [], "entrypoint": [], "launcher": [], "launcher+coverage": []}
+    source = entrypoint_source(root, config.entrypoint.call) if config.entrypoint else None
+    include = [str(source.file)] if source else []
+    tool_env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        for i in range(args.repeat):
+            out = scratch / f"out-{i}"
+            runs["stage"].append(timed([sys.executable, "-m", "pipeline.cli", "run", str(root), "--stages", "execution", "--out", str(out)], REPO, tool_env))
+            runs["pytest"].append(timed(pytest_by_hand(root, config), root, hand_env()))
+            if config.entrypoint:
+                runs["entrypoint"].append(sum(timed(entrypoint_by_hand(config, amp), root, hand_env()) for amp in amp_settings))
+            runs["launcher"].append(timed(launcher(root, config, scratch, []), root, tool_env))
+            if include:
+                runs["launcher+coverage"].append(timed(launcher(root, config, scratch, include), root, tool_env))
+        report = json.loads((scratch / "out-0" / "report.json").read_text()) if (scratch / "out-0" / "report.json").is_file() else {}
+
+    med = {k: statistics.median(v) if v else 0.0 for k, v in runs.items()}
+    by_hand = med["pytest"] + med["entrypoint"]
+    print(f"target: {root}  device: {device}  repeats: {args.repeat}  (medians, wall seconds)")
+    if report:
+        print(f"  stage decision on this target: {report.get('decision')} — {report['stages'][0]['summary']}")
+    print(f"  execution stage (traingate run --stages execution): {med['stage']:.2f} s")
+    print(f"  by hand: python -m pytest {' '.join(config.tests)}: {med['pytest']:.2f} s + entrypoint call(s) x{len(amp_settings) if config.entrypoint else 0}: {med['entrypoint']:.2f} s = {by_hand:.2f} s")
+    print(f"  ratio stage / by hand: {med['stage'] / by_hand:.2f}x (goal <= 1.5x)")
+    if include:
+        print(f"  pytest through traingate's launcher: {med['launcher']:.2f} s without coverage, {med['launcher+coverage']:.2f} s with coverage of {source.rel if source else '?'}"
+              f" ({med['launcher+coverage'] / med['launcher']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,2 @@
+def test_trivial():
+    assert "runner".upper() == "RUNNER"

@@ -1,0 +1,2 @@
+def test_would_fail():
+    assert False

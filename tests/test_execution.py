@@ -1,0 +1,226 @@
+"""The execution stage end to end: `traingate run <fixture> --stages execution`.
+
+Each fixture target under tests/targets/exec_*/ plants known defects (or none, for the
+clean control). The gate runs once per target, whichever xdist worker asks first; the other
+workers read the cached result.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from typing import Callable
+
+import pytest
+
+from tests.conftest import TARGETS, GateRun, run_gate
+
+pytestmark = pytest.mark.slow
+
+HANG_BUDGET_S = 10  # timeout_s of exec_hang
+
+
+@pytest.fixture(scope="session")
+def exec_gate(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Callable[[str], tuple[GateRun, float]]:
+    """gate run of tests/targets/<case> with only the execution stage, and its wall time."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if worker_id != "master" else base
+
+    def run(case: str) -> tuple[GateRun, float]:
+        out = shared / f"exec-gate-{case}"
+        done = shared / f"exec-gate-{case}.json"
+        with open(shared / f"exec-gate-{case}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.is_file():
+                started = time.monotonic()
+                gate = run_gate(TARGETS / case, out, "--stages", "execution", timeout=300)
+                wall = time.monotonic() - started
+                done.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr, "wall": wall}))
+        saved = json.loads(done.read_text())
+        report_path = out / "report.json"
+        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        return GateRun(saved["returncode"], report, out, saved["stdout"], saved["stderr"]), saved["wall"]
+
+    return run
+
+
+def line_of(case: str, path: str, marker: str) -> int:
+    """1-based line of the first line of a fixture file holding `marker`."""
+    lines = (TARGETS / case / path).read_text().splitlines()
+    return next(i for i, text in enumerate(lines, start=1) if marker in text)
+
+
+def only(gate: GateRun, category: str) -> dict:
+    found = gate.findings(category)
+    assert len(found) == 1, f"expected one {category}, got {found}"
+    return found[0]
+
+
+def loc(finding: dict) -> tuple[str, int | None]:
+    return finding["location"]["path"], finding["location"]["line"]
+
+
+# -- a hanging suite (first: the longest run starts while the other worker takes the rest)
+
+
+def test_hanging_suite_is_a_hang_within_the_budget(exec_gate):
+    gate, wall = exec_gate("exec_hang")
+    assert gate.returncode == 1
+    hang = only(gate, "hang")
+    assert loc(hang) == ("tests/test_wait.py", line_of("exec_hang", "tests/test_wait.py", "planted: nothing ever sets it"))
+    assert "test_waits_forever" in hang["title"] and hang["blocking"] is True
+    assert "test_waits_forever" in hang["evidence"]["traceback"]
+    assert gate.report["duration_s"] <= HANG_BUDGET_S + 3
+    assert wall <= HANG_BUDGET_S + 10  # the CLI's own start-up (torch import) on top
+    assert "test-failure" not in gate.categories()  # the running test is the hang, not a failure
+
+
+# -- the clean control ---------------------------------------------------------------------
+
+
+def test_clean_control_passes(exec_gate):
+    gate, _ = exec_gate("exec_clean")
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert gate.report["decision"] == "PASS"
+    stage = gate.stage("execution")
+    assert stage["status"] == "passed"
+    assert not [f for f in stage["findings"] if f["blocking"]]
+    assert gate.categories() == set()
+
+
+def test_clean_control_reports_tests_smoke_call_and_coverage(exec_gate):
+    gate, _ = exec_gate("exec_clean")
+    stage = gate.stage("execution")
+    metrics = {m["name"]: m["value"] for m in stage["metrics"]}
+    assert metrics["tests_collected"] == 2 and metrics["tests_passed"] == 2 and metrics["tests_failed"] == 0
+    assert metrics["entrypoint_body_statements_executed"] >= 1
+    details = stage["details"]
+    assert details["pytest"]["exit_status"] == 0
+    assert details["pytest"]["config_file"] == "pyproject.toml"  # the target's own pytest configuration
+    runs = details["smoke"]["runs"]
+    assert [(r["label"], r["amp"], r["ok"]) for r in runs] == [("amp-off", False, True)]
+    assert "trained 3 steps" in runs[0]["stdout_head"]
+    assert any("AMP-on smoke call (use_amp=True) was not run" in n for n in details["smoke"]["notes"])
+
+
+def test_clean_control_leaves_the_target_untouched(exec_gate):
+    exec_gate("exec_clean")
+    leftovers = [p for p in (TARGETS / "exec_clean").rglob("*") if p.name in ("__pycache__", ".pytest_cache", ".coverage") or p.suffix == ".xml"]
+    assert leftovers == []
+
+
+def test_markdown_shows_results_skips_smoke_call_then_findings(exec_gate):
+    gate, _ = exec_gate("exec_defects")
+    md = (gate.out / "execution.md").read_text()
+    order = [md.index(h) for h in ("## Test results", "### Skipped tests (4)", "## Smoke call of the entrypoint", "## Findings")]
+    assert order == sorted(order)
+    assert "| CUDA not available | 3:" in md
+    assert "raised KeyError: 'train_data'" in md
+
+
+# -- planted defects: failing test, skips, crash in a helper, untested entrypoint, deprecations
+
+
+def test_failing_test_is_located_at_its_assert(exec_gate):
+    gate, _ = exec_gate("exec_defects")
+    assert gate.returncode == 1 and gate.report["decision"] == "BLOCK"
+    failure = only(gate, "test-failure")
+    assert loc(failure) == ("tests/test_model.py", line_of("exec_defects", "tests/test_model.py", "planted: fails"))
+    assert failure["severity"] == "high" and failure["blocking"] is True
+    assert "test_shape_is_transposed" in failure["title"]
+
+
+def test_xfailed_test_is_not_a_failure(exec_gate):
+    gate, _ = exec_gate("exec_defects")
+    outcomes = {t["nodeid"].split("::")[-1]: t["outcome"] for t in gate.stage("execution")["details"]["pytest"]["tests"]}
+    assert outcomes["test_known_issue"] == "xfailed"
+    assert outcomes["test_addition_passes"] == "passed"
+
+
+def test_skip_reasons_are_grouped(exec_gate):
+    gate, _ = exec_gate("exec_defects")
+    skips = {f["title"]: f for f in gate.findings("skipped-tests")}
+    assert set(skips) == {"3 test(s) skipped: CUDA not available", "1 test(s) skipped: needs the full dataset"}
+    assert all(f["severity"] == "low" and not f["blocking"] and f["evidence"]["kind"] == "observed" for f in skips.values())
+    assert len(skips["3 test(s) skipped: CUDA not available"]["evidence"]["data"]["tests"]) == 3
+
+
+def test_entrypoint_keyerror_is_located_in_the_helper(exec_gate):
+    gate, _ = exec_gate("exec_defects")
+    crash = only(gate, "entrypoint-crash")
+    assert loc(crash) == ("train_loop.py", line_of("exec_defects", "train_loop.py", "planted: KeyError"))
+    assert crash["location"]["function"] == "_summarise"
+    assert crash["severity"] == "critical" and crash["blocking"] is True
+    assert "KeyError: 'train_data'" in crash["evidence"]["traceback"]
+
+
+def test_untested_entrypoint_is_reported_not_blocking(exec_gate):
+    gate, _ = exec_gate("exec_defects")
+    untested = only(gate, "entrypoint-untested")
+    assert loc(untested) == ("train_loop.py", line_of("exec_defects", "train_loop.py", "def fit("))
+    assert untested["severity"] == "medium" and untested["blocking"] is False
+    assert untested["evidence"]["kind"] == "observed"
+
+
+def test_deprecated_amp_apis_in_a_test_and_in_the_entrypoint(exec_gate):
+    gate, _ = exec_gate("exec_defects")
+    found = {loc(f): f for f in gate.findings("deprecated-api")}
+    in_test = ("tests/test_model.py", line_of("exec_defects", "tests/test_model.py", "torch.cuda.amp.autocast"))
+    in_entrypoint = ("train_loop.py", line_of("exec_defects", "train_loop.py", "planted: deprecated API"))
+    assert set(found) == {in_test, in_entrypoint}
+    assert all(f["severity"] == "low" and f["blocking"] is False and f["evidence"]["kind"] == "observed" for f in found.values())
+    assert "torch.amp.autocast('cuda'" in found[in_test]["evidence"]["data"]["message"]
+    assert found[in_entrypoint]["evidence"]["data"]["sources"] == ["smoke"]
+
+
+# -- collection error and death by signal ----------------------------------------------------
+
+
+def test_import_error_is_located_in_the_imported_module(exec_gate):
+    gate, _ = exec_gate("exec_collect")
+    assert gate.returncode == 1
+    err = only(gate, "collection-error")
+    assert loc(err) == ("data_utils.py", line_of("exec_collect", "data_utils.py", "planted: ModuleNotFoundError"))
+    assert err["blocking"] is True and err["severity"] in ("critical", "high")
+    assert "tests/test_data.py" in err["title"]
+    assert gate.stage("execution")["details"]["pytest"]["exit_status"] == 2
+    assert "no-tests" not in gate.categories()  # the collection error already explains it
+
+
+def test_sigkill_in_the_entrypoint_is_located_at_the_kill(exec_gate):
+    gate, _ = exec_gate("exec_collect")
+    crash = only(gate, "entrypoint-crash")
+    assert loc(crash) == ("runner.py", line_of("exec_collect", "runner.py", "planted: death by signal"))
+    assert crash["evidence"]["data"]["signal"] == "SIGKILL"
+    assert crash["blocking"] is True
+
+
+# -- nothing ran -------------------------------------------------------------------------------
+
+
+def test_suite_without_tests_blocks(exec_gate):
+    gate, _ = exec_gate("exec_empty")
+    assert gate.returncode == 1
+    no_tests = only(gate, "no-tests")
+    assert no_tests["blocking"] is True
+    details = gate.stage("execution")["details"]
+    assert details["pytest"]["exit_status"] == 5
+    assert details["smoke"]["configured"] is False and "no entrypoint" in details["smoke"]["notes"][0]
+
+
+def test_pytest_exiting_zero_having_run_nothing_fails_closed(exec_gate):
+    gate, _ = exec_gate("exec_exit_zero")
+    assert gate.stage("execution")["details"]["pytest"]["exit_status"] == 0
+    assert gate.returncode == 1 and gate.report["decision"] == "BLOCK"
+    no_tests = only(gate, "no-tests")
+    assert no_tests["blocking"] is True and "status 0" in no_tests["problem"]
+
+
+def test_pytest_exit_zero_from_a_hook_fails_closed_at_the_exit(exec_gate):
+    gate, _ = exec_gate("exec_hook_exit")
+    assert gate.stage("execution")["details"]["pytest"]["exit_status"] == 0
+    assert gate.returncode == 1
+    no_tests = only(gate, "no-tests")
+    assert loc(no_tests) == ("tests/conftest.py", line_of("exec_hook_exit", "tests/conftest.py", "planted: exits 0"))
+    assert no_tests["blocking"] is True and "nothing to run today" in no_tests["problem"]
