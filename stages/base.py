@@ -7,6 +7,7 @@ what they measured, and returns a `StageOutcome` of complete findings and metric
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import time
@@ -92,15 +93,27 @@ class StageContext:
         env.setdefault("PYTHONHASHSEED", "0")
         if self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        # traingate's own packages importable from the target's working directory.
-        here = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+        if not _installed():
+            # Running from a source tree: make traingate's packages importable from the
+            # target's folder, after the target's own paths so its packages win.
+            here = str(Path(__file__).resolve().parent.parent)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), here) if p)
         env.update(extra)
         return env
 
     def next_name(self, label: str) -> str:
         self._counter += 1
         return f"{self.stage}-{self._counter:02d}-{label}"
+
+
+def _installed() -> bool:
+    """Whether traingate is installed (its packages then import without PYTHONPATH, and
+    the source tree's own `tests` package stays out of the target's way)."""
+    try:
+        importlib.metadata.distribution("traingate")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

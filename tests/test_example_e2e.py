@@ -1,0 +1,55 @@
+"""The bundled example end to end: v7 blocks on the KeyError the reviewers had to guess at."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_gate
+
+EXAMPLE = REPO / "examples" / "amp-trainer"
+TRAINER = "utils/tier3_training_utilities.py"
+
+
+def _line(root: Path, path: str, text: str) -> int:
+    lines = (root / path).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, start=1) if text in line)
+
+
+@pytest.mark.slow
+def test_v7_blocks_on_the_entrypoint_crash_at_its_line(tmp_path: Path) -> None:
+    run = run_gate(EXAMPLE, tmp_path / "out", "--task", "T035", "--version", "v7")
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = run.report
+    assert (report["task"], report["version"], report["decision"]) == ("T035", "v7", "BLOCK")
+    [crash] = run.findings("entrypoint-crash")
+    assert crash["severity"] == "critical" and crash["blocking"]
+    assert crash["location"]["path"] == TRAINER
+    assert crash["location"]["line"] == _line(EXAMPLE, TRAINER, "len(env['train_data'])")
+    assert crash["location"]["function"] == "test_fine_tuning"
+    assert "KeyError" in crash["evidence"]["traceback"]
+    [untested] = run.findings("entrypoint-untested")
+    assert untested["location"]["path"] == TRAINER
+    # The suite itself is green: the crash is only found by running the entrypoint.
+    assert not run.findings("test-failure")
+    # Profiling a function that crashes on its first lines measures nothing: said, not passed.
+    for name in ("performance", "concurrency"):
+        assert run.stage(name)["status"] == "skipped"
+        assert "crashed" in run.stage(name)["skipped_reason"]
+    for name in ("report.md", "execution.md", "performance.md", "concurrency.md"):
+        assert (run.out / name).is_file()
+    assert "KeyError" in (run.out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_fixed_v7_passes_the_execution_stage(tmp_path: Path) -> None:
+    fixed = tmp_path / "v7-fixed"
+    subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), "v7-fixed", str(fixed)], check=True, capture_output=True)
+    run = run_gate(fixed, tmp_path / "out", "--stages", "execution", "--version", "v7-fixed")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.report["decision"] == "PASS"
+    assert not run.findings("entrypoint-crash") and not run.findings("entrypoint-untested")
+    assert [f for f in run.findings() if f["blocking"]] == []
