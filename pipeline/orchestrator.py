@@ -80,7 +80,14 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
         reports.append(report)
         for obs in request.observers:
             obs.stage_finished(report)
-    decision, score = decide(reports)
+    return assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
+
+
+def assemble(
+    request: RunRequest, stages: list[StageReport], started_at: str, duration_s: float, baseline: BaselineComparison | None
+) -> PipelineReport:
+    """The whole report; decision and score come from the stage reports alone."""
+    decision, score = decide(stages)
     return PipelineReport(
         tool_version=__version__,
         task=request.task,
@@ -88,11 +95,11 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
         target=TargetInfo(path=str(request.root), commit=git_commit(request.root)),
         environment=environment(request.device),
         started_at=started_at,
-        duration_s=round(time.monotonic() - started, 3),
+        duration_s=round(duration_s, 3),
         decision=decision,
         score=score,
-        stages=reports,
-        baseline=compare_baseline(request, reports),
+        stages=stages,
+        baseline=baseline,
     )
 
 
@@ -276,17 +283,5 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
         key=f"{file}:{key}",
     )
     stage = StageReport(name="configuration", status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
-    return PipelineReport(
-        tool_version=__version__,
-        task=request.task,
-        version=request.version,
-        target=TargetInfo(path=str(request.root), commit=git_commit(request.root)),
-        environment=environment(request.device),
-        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        duration_s=0.0,
-        decision=decide([stage])[0],
-        score=0,
-        stages=[stage],
-        baseline=None,
-    )
+    return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)
 
