@@ -1,0 +1,175 @@
+"""The concurrency stage end to end: one gate run per fixture target, every assertion on it.
+
+Each test is one `traingate run --stages concurrency` (pytest-xdist spreads them); expected
+lines come from `# marker:` comments in the fixture sources, never from hard-coded numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TARGETS, GateRun, run_gate
+
+pytestmark = pytest.mark.slow
+
+
+def marker_line(case: str, marker: str, file: str = "train.py") -> int:
+    lines = (TARGETS / case / file).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, start=1) if f"# marker: {marker}" in line)
+
+
+def gate(case: str, tmp_path: Path) -> GateRun:
+    return run_gate(TARGETS / case, tmp_path / "out", "--stages", "concurrency", timeout=300)
+
+
+def located(finding: dict[str, Any]) -> tuple[str, int]:
+    return finding["location"]["path"], finding["location"]["line"]
+
+
+def assert_observed_blocking(finding: dict[str, Any], severity: str = "high") -> None:
+    assert finding["severity"] == severity
+    assert finding["blocking"] is True
+    assert finding["evidence"]["kind"] in ("observed", "measured")
+
+
+def test_clip_before_unscale_is_reported_at_the_clip_call(tmp_path: Path) -> None:
+    run = gate("conc_clip", tmp_path)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    stage = run.stage("concurrency")
+    assert stage["status"] == "blocked"
+    [finding] = run.findings()
+    assert finding["category"] == "gradscaler-protocol"
+    assert located(finding) == ("train.py", marker_line("conc_clip", "clip-before-unscale"))
+    assert_observed_blocking(finding)
+    data = finding["evidence"]["data"]
+    assert data["rule"] == "clip-before-unscale" and data["iterations"] == 4 and data["scaler_enabled"] is True
+    sequence = data["observed_sequence"]
+    clip = next(i for i, s in enumerate(sequence) if "clip_grad_norm_" in s)
+    unscale = next(i for i, s in enumerate(sequence) if "unscale_" in s)
+    assert clip < unscale
+    assert stage["details"]["checks"]["determinism"]["verdict"].startswith("identical")
+    assert "One observed iteration" in (run.out / "concurrency.md").read_text()
+
+
+def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(tmp_path: Path) -> None:
+    run = gate("conc_scaler_misuse", tmp_path)
+    assert run.returncode == 1
+    findings = run.findings("gradscaler-protocol")
+    by_rule = {f["evidence"]["data"]["rule"]: f for f in findings}
+    assert set(by_rule) == {"step-bypasses-scaler", "missing-update", "unscale-twice"}
+    assert len(findings) == 3  # one per rule and site, not one per iteration
+    for rule, marker in (("step-bypasses-scaler", "step-bypasses-scaler"), ("missing-update", "missing-update"), ("unscale-twice", "unscale-twice")):
+        finding = by_rule[rule]
+        assert located(finding) == ("train.py", marker_line("conc_scaler_misuse", marker)), rule
+        assert_observed_blocking(finding)
+        assert finding["evidence"]["data"]["scaler_enabled"] is False  # disabled off CUDA, still wrong
+        assert "disabled" in finding["problem"]
+    assert by_rule["missing-update"]["evidence"]["data"]["iterations"] == 3
+    assert run.categories() == {"gradscaler-protocol"}
+
+
+def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(tmp_path: Path) -> None:
+    run = gate("conc_unseeded", tmp_path)
+    assert run.returncode == 1
+    [finding] = run.findings("nondeterminism")
+    assert located(finding) == ("train.py", marker_line("conc_unseeded", "entropy-seed"))
+    assert_observed_blocking(finding)
+    data = finding["evidence"]["data"]
+    assert data["kind"] == "unseeded-random"
+    assert data["hash_seeds"][0] == data["hash_seeds"][1]  # the divergence reported is under one hash seed
+    assert data["first_divergent_step"] == 1 and data["values"][0] != data["values"][1]
+    runs = run.stage("concurrency")["details"]["runs"]
+    assert [r["hash_seed"] for r in runs] == ["0", "1", "0"]
+    # The CPU cannot race a copy: the non_blocking read is reported from the source only.
+    [static] = run.findings("nonblocking-race")
+    assert located(static) == ("train.py", marker_line("conc_unseeded", "nonblocking-read"))
+    assert static["evidence"]["kind"] == "static" and static["severity"] == "medium" and static["blocking"] is False
+
+
+def test_set_of_strings_diverges_only_across_hash_seeds(tmp_path: Path) -> None:
+    run = gate("conc_hashorder", tmp_path)
+    assert run.returncode == 1
+    [finding] = run.findings("nondeterminism")
+    assert located(finding) == ("train.py", marker_line("conc_hashorder", "set-iteration"))
+    assert_observed_blocking(finding)
+    data = finding["evidence"]["data"]
+    assert data["kind"] == "hash-order" and data["hash_seeds"] == ["0", "1"]
+    assert data["reproduced_by"].endswith("(PYTHONHASHSEED=0)")
+    assert finding["evidence"]["kind"] == "measured"
+    curves = run.stage("concurrency")["details"]["checks"]["determinism"]["curves"]
+    assert curves[0]["same"] is False
+    assert run.categories() == {"nondeterminism"}
+
+
+def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(tmp_path: Path) -> None:
+    run = gate("conc_lambda_dataset", tmp_path)
+    assert run.returncode == 1
+    [finding] = run.findings("dataloader-hazard")
+    assert located(finding) == ("train.py", marker_line("conc_lambda_dataset", "loader"))
+    assert_observed_blocking(finding)
+    data = finding["evidence"]["data"]
+    assert data["start_method"] == "spawn" and data["used"] == "fork" and data["batches_under_used"] > 0
+    assert data["batch"]["ok"] is False and "pickle" in data["batch"]["error"].lower()
+    culprit = data["pickle"]["culprit"]
+    assert culprit["attribute"] == "dataset.transform"
+    assert culprit["defined_at"]["line"] == marker_line("conc_lambda_dataset", "lambda")
+    assert run.categories() == {"dataloader-hazard"}
+
+
+def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(tmp_path: Path) -> None:
+    started = time.monotonic()
+    run = gate("conc_hang", tmp_path)
+    elapsed = time.monotonic() - started
+    assert run.returncode == 1
+    [finding] = run.findings("hang")
+    assert located(finding) == ("train.py", marker_line("conc_hang", "waits-forever"))
+    assert finding["severity"] == "critical" and finding["blocking"] is True
+    assert "train.py" in finding["evidence"]["traceback"]
+    assert finding["evidence"]["data"]["processes"]
+    assert elapsed < 20 + 10  # timeout_s = 20, plus the CLI's own start-up
+    assert run.stage("concurrency")["duration_s"] <= 20 + 1
+
+
+def test_documented_amp_loop_with_overflow_guard_is_clean(tmp_path: Path) -> None:
+    run = gate("conc_clean_amp", tmp_path)
+    assert run.returncode == 0 and run.report["decision"] == "PASS"
+    assert run.findings() == []
+    checks = run.stage("concurrency")["details"]["checks"]
+    assert checks["gradscaler"]["scalers"][0]["enabled"] is True
+    assert checks["gradscaler"]["guarded_skips"] == 1 and "legal" in checks["gradscaler"]["guard_note"]
+    assert checks["determinism"]["verdict"].startswith("identical")
+    assert checks["nonblocking"]["static_matches"] == []  # host-to-device non_blocking is fine
+    assert checks["streams"]["ran"] is False and "cpu" in checks["streams"]["note"]
+
+
+def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(tmp_path: Path) -> None:
+    run = gate("conc_seeded_loader", tmp_path)
+    assert run.returncode == 0 and run.findings() == []
+    loaders = run.stage("concurrency")["details"]["checks"]["dataloader"]
+    [loader] = loaders["loaders"]
+    assert loader["settings"]["num_workers"] == 2 and loader["batches"] == 3
+    [spawn] = loaders["start_method_checks"]
+    assert spawn["method"] == "spawn" and spawn["ok"] is True
+
+
+def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(tmp_path: Path) -> None:
+    run = gate("conc_persistent", tmp_path)
+    assert run.returncode == 0 and run.report["decision"] == "PASS"
+    [finding] = run.findings("dataloader-hazard")
+    assert located(finding) == ("train.py", marker_line("conc_persistent", "recreated"))
+    assert finding["severity"] == "medium" and finding["blocking"] is False
+    assert finding["evidence"]["data"]["constructions"] == 3
+    # [tool.traingate.concurrency] dataloader_start_methods = ["fork"]: no spawn check
+    assert run.stage("concurrency")["details"]["checks"]["dataloader"]["start_method_checks"] == []
+
+
+def test_no_entrypoint_skips_the_stage_with_its_reason(tmp_path: Path) -> None:
+    run = gate("conc_no_entrypoint", tmp_path)
+    stage = run.stage("concurrency")
+    assert stage["status"] == "skipped" and stage["findings"] == []
+    assert "entrypoint" in stage["skipped_reason"]
+    assert run.returncode == 1  # nothing ran at all: the gate fails closed
