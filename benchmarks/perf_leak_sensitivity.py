@@ -1,0 +1,156 @@
+"""How small a leak the performance stage detects, and whether clean loops stay clean.
+
+    .venv/bin/python benchmarks/perf_leak_sensitivity.py [--steps 50] [--no-clean]
+
+1. Sensitivity: a synthetic training loop is written to a temporary folder with a leak of
+   N bytes per step (a list that keeps one new float32 tensor of N/4 elements per step,
+   next to ordinary per-step temporaries), profiled over 50 steps by the instrumented run
+   (the same probe and the same verdict code the stage uses), and N is bisected between
+   4 bytes and 64 KiB for the smallest leak reported. A second series keeps losses with
+   their graphs (`losses.append(loss)`) to show what the classic leak measures per step.
+2. False positives: the whole stage runs on the clean fixtures and the example's v6 and
+   v7-fixed, and the memory-leak findings are counted (goal: 0).
+Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline.config import TargetConfig  # noqa: E402
+from stages.base import StageContext  # noqa: E402
+from stages.perf_memory import analyse  # noqa: E402
+
+FULL = "stages.runtime.perf_probe:full"
+WARMUP, MIN_STEPS = 3, 8
+CLEAN = ["perf_clean_plain", "perf_clean_amp", "perf_bounded_cache", "perf_sync", "perf_stall"]
+
+LOOP = '''
+import torch
+from torch import nn
+
+
+def train(steps: int = 50, leak_elements: int = 0) -> float:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    kept = []
+    for step in range(steps):
+        x, y = torch.randn(16, 32), torch.randn(16, 1)
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if leak_elements:
+            kept.append(torch.zeros(leak_elements))
+    return float(loss)
+
+
+def train_losses(steps: int = 50) -> float:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        loss = nn.functional.mse_loss(model(torch.randn(16, 32)), torch.randn(16, 1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss)
+    return float(losses[-1])
+'''
+
+
+def profile(target: Path, call: str, kwargs: dict[str, Any], scratch: Path) -> dict[str, Any]:
+    out = scratch / "result.json"
+    request = {
+        "target_root": str(target), "call": call, "setup": None, "kwargs": kwargs, "amp_flag": None, "amp": None, "seed": 0,
+        "device": "cpu", "instruments": [FULL], "instrument_options": {"warmup_steps": WARMUP}, "deterministic": False, "out": str(out),
+    }
+    (scratch / "request.json").write_text(json.dumps(request))
+    env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-m", "stages.runtime.entrypoint", str(scratch / "request.json")], cwd=target, env=env, check=True, capture_output=True)
+    return json.loads(out.read_text())["instruments"][FULL]
+
+
+def verdict(memory: dict[str, Any], scratch: Path) -> tuple[bool, dict[str, Any]]:
+    ctx = StageContext(stage="performance", root=scratch, config=TargetConfig(), device="cpu", deadline=time.time() + 60, scratch=scratch)
+    details, findings = analyse(ctx, memory, WARMUP, MIN_STEPS, "cpu")
+    return any(f.category.value == "memory-leak" for f in findings), details["verdict"]
+
+
+def detected(target: Path, elements: int, steps: int, scratch: Path) -> tuple[bool, dict[str, Any]]:
+    data = profile(target, "loop:train", {"steps": steps, "leak_elements": elements}, scratch)
+    return verdict(data["memory"], scratch)
+
+
+def sensitivity(steps: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "target"
+        target.mkdir()
+        (target / "loop.py").write_text(LOOP)
+        scratch = Path(tmp)
+        clean, clean_verdict = detected(target, 0, steps, scratch)
+        print(f"no leak: reported={clean} ({clean_verdict['reason']})")
+        low, high = 1, 16384  # float32 elements: 4 bytes .. 64 KiB per step
+        hit, _ = detected(target, high, steps, scratch)
+        if not hit:
+            print(f"a {high * 4} bytes/step leak is not detected within {steps} steps")
+            return
+        while high - low > 1:
+            middle = (low + high) // 2
+            hit, found = detected(target, middle, steps, scratch)
+            print(f"  leak {middle * 4:>6} bytes/step: {'detected' if hit else 'missed  '} (measured slope {found['slope_bytes_per_step']:.0f} bytes/step; {found['reason']})")
+            if hit:
+                high = middle
+            else:
+                low = middle
+        print(f"smallest leak detected within {steps} steps: {high * 4} bytes/step (missed at {low * 4} bytes/step)")
+        data = profile(target, "loop:train_losses", {"steps": steps}, scratch)
+        hit, found = verdict(data["memory"], scratch)
+        print(f"losses.append(loss) with their graphs: measured {found['slope_bytes_per_step']:.0f} bytes/step, detected={hit}")
+
+
+def false_positives() -> None:
+    targets = [REPO / "tests" / "targets" / name for name in CLEAN]
+    with tempfile.TemporaryDirectory() as tmp:
+        for version in ("v6", "v7-fixed"):
+            dest = Path(tmp) / version
+            subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), version, str(dest)], check=True, capture_output=True)
+            targets.append(dest)
+        total = 0
+        for target in targets:
+            out = Path(tmp) / f"out-{target.name}"
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            subprocess.run([sys.executable, "-m", "pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
+            report = json.loads((out / "report.json").read_text())
+            leaks = [f for s in report["stages"] for f in s["findings"] if f["category"] == "memory-leak"]
+            total += len(leaks)
+            verdict_ = report["stages"][0]["details"].get("memory", {}).get("verdict", {})
+            print(f"  {target.name:<20} memory-leak findings: {len(leaks)}  (slope {verdict_.get('slope_bytes_per_step', float('nan')):.1f} bytes/step, r2 {verdict_.get('r2', float('nan')):.2f})")
+        print(f"false positives over {len(targets)} clean loops: {total}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--no-clean", action="store_true", help="skip the false-positive runs")
+    args = parser.parse_args()
+    sensitivity(args.steps)
+    if not args.no_clean:
+        false_positives()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Does the memory held between training steps grow with the number of steps?
+
+The series is the memory held at each step boundary after warm-up (exact live tensor bytes
+on a CPU, `torch.cuda.memory_allocated` on CUDA). A loop leaks when all of these hold:
+
+- the Theil-Sen slope (median of all pairwise slopes; one outlier step cannot move it) is at
+  least `MIN_SLOPE_BYTES` per step: smaller growth is a few scalars, nothing that matters;
+- the growth over the window (slope x steps) is at least three times the noise, the robust
+  spread (1.4826 x MAD) of the residuals around that line;
+- it is steady: the series cut in three consecutive segments has both its low and its high
+  (10th and 90th percentiles) rising from each segment to the next. Memory that plateaus (optimizer state made
+  at the first step, a cache that fills up and stays full), a bounded sawtooth (a list
+  cleared every epoch), and a one-off jump all fail this: their later segments do not sit
+  above the earlier ones at both ends.
+
+Least-squares slope and r^2, the fraction of step-to-step increases and the Mann-Kendall z
+are reported with the verdict; r^2 also grades the severity (how steady the growth is).
+Pure Python on purpose: the stage process has no reason to import numpy or torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from statistics import median
+from typing import Any
+
+MIN_SLOPE_BYTES = 64.0
+NOISE_FACTOR = 3.0
+SEGMENTS = 3
+
+
+@dataclass(frozen=True)
+class LeakVerdict:
+    leak: bool
+    reason: str
+    steps: int
+    slope_bytes_per_step: float  # Theil-Sen
+    ls_slope_bytes_per_step: float
+    r2: float
+    increasing_fraction: float
+    mann_kendall_z: float
+    total_growth_bytes: float  # last minus first value of the window
+    start_bytes: float
+    noise_bytes: float
+    segments: list[tuple[float, float]]  # (10th, 90th percentile) of each segment
+
+    def record(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["segments"] = [list(s) for s in self.segments]
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in data.items()}
+
+
+def theil_sen(values: list[float]) -> tuple[float, float]:
+    """Slope and intercept; the slope is the median of pairwise slopes (subsampled above
+    400 points to keep it O(n^2) small)."""
+    n = len(values)
+    idx = list(range(n))
+    if n > 400:
+        stride = math.ceil(n / 400)
+        idx = idx[::stride]
+    slopes = [(values[j] - values[i]) / (j - i) for a, i in enumerate(idx) for j in idx[a + 1 :]]
+    slope = median(slopes) if slopes else 0.0
+    intercept = median(v - slope * i for i, v in enumerate(values))
+    return slope, intercept
+
+
+def least_squares(values: list[float]) -> tuple[float, float]:
+    """Slope and r^2 of the ordinary least-squares line."""
+    n = len(values)
+    if n < 2:
+        return 0.0, 0.0
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    sxx = sum((i - mean_x) ** 2 for i in range(n))
+    sxy = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
+    syy = sum((v - mean_y) ** 2 for v in values)
+    slope = sxy / sxx
+    r2 = (sxy * sxy) / (sxx * syy) if syy > 0 else 0.0
+    return slope, r2
+
+
+def mann_kendall_z(values: list[float]) -> float:
+    """Standardised Mann-Kendall trend statistic, with the correction for ties."""
+    n = len(values)
+    if n < 3:
+        return 0.0
+    s = sum((values[j] > values[i]) - (values[j] < values[i]) for i in range(n) for j in range(i + 1, n))
+    ties: dict[float, int] = {}
+    for v in values:
+        ties[v] = ties.get(v, 0) + 1
+    var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties.values())) / 18
+    if var <= 0 or s == 0:
+        return 0.0
+    return (s - 1) / math.sqrt(var) if s > 0 else (s + 1) / math.sqrt(var)
+
+
+def segments(values: list[float], count: int = SEGMENTS) -> list[tuple[float, float]]:
+    """(low, high) of each consecutive segment: its 10th and 90th percentiles (nearest rank),
+    so that one transient spike does not stand for the whole segment."""
+    n = len(values)
+    bounds = [round(k * n / count) for k in range(count + 1)]
+    return [(_rank(values[a:b], 0.1), _rank(values[a:b], 0.9)) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _rank(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[round(q * (len(ordered) - 1))]
+
+
+def decide(series: list[float], min_steps: int) -> LeakVerdict:
+    """The leak verdict for the memory held at each profiled step boundary."""
+    values = [float(v) for v in series]
+    n = len(values)
+    if n < max(min_steps, SEGMENTS * 2):
+        return _verdict(False, f"only {n} profiled steps after warm-up; at least {max(min_steps, SEGMENTS * 2)} are needed to decide", values)
+    slope, intercept = theil_sen(values)
+    residuals = [v - (intercept + slope * i) for i, v in enumerate(values)]
+    noise = 1.4826 * median(abs(r - median(residuals)) for r in residuals)
+    parts = segments(values)
+    seg_len = n / len(parts)
+    rise_floor = max(MIN_SLOPE_BYTES, 0.25 * slope * seg_len)
+    rising = all(b[0] - a[0] >= rise_floor and b[1] - a[1] >= rise_floor for a, b in zip(parts, parts[1:]))
+    if slope < MIN_SLOPE_BYTES:
+        reason = f"no growth: {slope:.0f} bytes/step, under the {MIN_SLOPE_BYTES:.0f} bytes/step floor"
+        return _verdict(False, reason, values, slope, noise, parts)
+    if slope * (n - 1) < NOISE_FACTOR * noise:
+        reason = f"growth of {slope * (n - 1):.0f} bytes is within {NOISE_FACTOR:.0f}x the noise ({noise:.0f} bytes)"
+        return _verdict(False, reason, values, slope, noise, parts)
+    if not rising:
+        reason = "not steady: the segments' lows and highs do not both rise (a plateau, a bounded cycle or a one-off jump)"
+        return _verdict(False, reason, values, slope, noise, parts)
+    return _verdict(True, f"grows {slope:.0f} bytes/step, steadily, over {n} steps", values, slope, noise, parts)
+
+
+def _verdict(leak: bool, reason: str, values: list[float], slope: float | None = None, noise: float = 0.0, parts: list[tuple[float, float]] | None = None) -> LeakVerdict:
+    n = len(values)
+    if slope is None:
+        slope = theil_sen(values)[0] if n >= 2 else 0.0
+    ls_slope, r2 = least_squares(values)
+    diffs = [b - a for a, b in zip(values, values[1:])]
+    return LeakVerdict(
+        leak=leak,
+        reason=reason,
+        steps=n,
+        slope_bytes_per_step=slope,
+        ls_slope_bytes_per_step=ls_slope,
+        r2=r2,
+        increasing_fraction=(sum(d > 0 for d in diffs) / len(diffs)) if diffs else 0.0,
+        mann_kendall_z=mann_kendall_z(values),
+        total_growth_bytes=(values[-1] - values[0]) if values else 0.0,
+        start_bytes=values[0] if values else 0.0,
+        noise_bytes=noise,
+        segments=parts if parts is not None else (segments(values) if n >= SEGMENTS else []),
+    )

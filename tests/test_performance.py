@@ -1,0 +1,214 @@
+"""The performance stage end to end on fixture targets: one gate run per target, every
+assertion about that run in one test (so parallel workers never run a target twice)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, TARGETS, GateRun, run_gate
+
+pytestmark = pytest.mark.slow
+
+
+def perf_gate(target: Path, out: Path, *args: str) -> GateRun:
+    # Two test workers share two cores: one intra-op thread per run keeps timings sane.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        return run_gate(target, out, "--stages", "performance", *args, timeout=400)
+
+
+def marker_line(path: Path, marker: str) -> int:
+    lines = path.read_text().splitlines()
+    [number] = [i for i, line in enumerate(lines, start=1) if f"marker: {marker}" in line]
+    return number
+
+
+def only(run: GateRun, category: str) -> dict[str, Any]:
+    found = run.findings(category)
+    assert len(found) == 1, [f["title"] for f in run.findings()]
+    return found[0]
+
+
+def metric(run: GateRun, prefix: str) -> dict[str, Any]:
+    return next(m for m in run.stage("performance")["metrics"] if m["name"].startswith(prefix))
+
+
+def test_losses_kept_with_their_graph_leak_at_the_append(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_leak_graph", tmp_path / "out")
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    leak = only(run, "memory-leak")
+    assert leak["location"]["path"] == "train.py"
+    assert leak["location"]["line"] == marker_line(TARGETS / "perf_leak_graph" / "train.py", "leak-append")
+    assert leak["severity"] == "high" and leak["blocking"]
+    data = leak["evidence"]["data"]
+    assert leak["evidence"]["kind"] == "measured" and data["leak"] and data["slope_bytes_per_step"] >= 64 and data["r2"] > 0.9
+    assert data["held_by"]["kind"] == "local" and data["held_by"]["name"] == "losses" and data["held_by"]["graph"]
+    # The `.item()` calls after the loop are not per-step syncs.
+    assert run.findings("host-sync") == []
+    assert run.categories() == {"memory-leak"}
+
+
+def test_an_unbounded_cache_on_a_trainer_leaks_where_it_is_filled(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_leak_cache", tmp_path / "out")
+    assert run.returncode == 1
+    leak = only(run, "memory-leak")
+    assert leak["location"] == {
+        "path": "trainer.py",
+        "line": marker_line(TARGETS / "perf_leak_cache" / "trainer.py", "leak-cache"),
+        "function": "training_step",
+    }
+    assert leak["severity"] == "high" and leak["blocking"]
+    held = leak["evidence"]["data"]["held_by"]
+    assert held["description"] == "`self.feature_cache` (dict) of `Trainer`"
+    assert leak["evidence"]["data"]["slope_bytes_per_step"] == pytest.approx(128 * 64 * 4, rel=0.1)
+    md = (run.out / "performance.md").read_text()
+    assert "xychart-beta" in md and "Held by `self.feature_cache` (dict) of `Trainer`" in md
+
+
+def test_per_step_reads_are_host_syncs_at_each_line(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_sync", tmp_path / "out")
+    source = TARGETS / "perf_sync" / "loop.py"
+    assert run.returncode == 0 and run.report["decision"] == "PASS"
+    found = {f["location"]["line"]: f for f in run.findings("host-sync")}
+    expected = {marker_line(source, m): s for m, s in (("sync-item", "low"), ("sync-tolist", "low"), ("sync-cpu", "low"), ("sync-bool", "medium"))}
+    assert {line: f["severity"] for line, f in found.items()} == expected
+    assert marker_line(source, "sync-after") not in found
+    for f in found.values():
+        assert f["location"]["path"] == "loop.py" and not f["blocking"]
+        assert f["evidence"]["kind"] == "measured" and f["evidence"]["data"]["device"] == "cpu"
+    assert found[marker_line(source, "sync-item")]["evidence"]["data"]["per_step"] == pytest.approx(1.0)
+    assert found[marker_line(source, "sync-bool")]["evidence"]["data"]["per_step"] == pytest.approx(3.0)
+    assert run.categories() == {"host-sync"}
+
+
+def test_autocast_around_nothing_is_amp_inactive(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_amp_inactive", tmp_path / "out")
+    assert run.returncode == 1
+    inactive = only(run, "amp-inactive")
+    assert inactive["location"]["line"] == marker_line(TARGETS / "perf_amp_inactive" / "train.py", "amp-empty")
+    assert inactive["severity"] == "high" and inactive["blocking"]
+    # 30 steps x (2 addmm forward + 3 mm backward: the first layer's input needs no gradient).
+    assert inactive["evidence"]["data"]["matmul_dtypes_in_steps"] == {"float32": 150}
+    speed = metric(run, "AMP speedup")
+    assert speed["passed"] is None and speed["threshold"] == 1.5 and "not applicable on cpu" in speed["note"]
+    assert isinstance(speed["value"], float)
+    assert not run.categories() & {"amp-speedup", "amp-memory"}
+
+
+def test_a_loss_that_loses_precision_in_bf16_is_amp_accuracy(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_amp_accuracy", tmp_path / "out")
+    assert run.returncode == 1
+    accuracy = only(run, "amp-accuracy")
+    assert accuracy["location"]["line"] == marker_line(TARGETS / "perf_amp_accuracy" / "train.py", "amp-autocast")
+    assert accuracy["severity"] == "high" and accuracy["blocking"]
+    assert accuracy["evidence"]["data"]["relative_drift"] > 0.01
+    drift = metric(run, "AMP final loss drift")
+    assert drift["passed"] is False and drift["value"] > drift["threshold"]
+    assert "amp-inactive" not in run.categories()
+
+
+def test_a_sleeping_dataset_is_an_input_stall(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_stall", tmp_path / "out")
+    assert run.returncode == 1
+    stall = only(run, "input-stall")
+    assert stall["location"] == {"path": "train.py", "line": marker_line(TARGETS / "perf_stall" / "train.py", "slow-getitem"), "function": "__getitem__"}
+    assert stall["severity"] == "high" and stall["blocking"]
+    data = stall["evidence"]["data"]
+    assert data["median_wait_share"] > 0.8 and data["loader"]["num_workers"] == 0 and data["loader"]["batch_size"] == 4
+    assert data["loader"]["created_at"][0] == "train.py"
+
+
+def test_correct_amp_loop_passes_with_measured_numbers(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_clean_amp", tmp_path / "out")
+    assert run.returncode == 0 and run.report["decision"] == "PASS", [f["title"] for f in run.findings()]
+    assert run.findings() == []
+    stage = run.stage("performance")
+    assert stage["status"] == "passed"
+    reduced = metric(run, "AMP reduced-precision")
+    assert reduced["value"] > 0
+    memory = metric(run, "AMP peak memory reduction")
+    assert memory["value"] is None and memory["passed"] is None and "not measured on cpu" in memory["note"]
+    syncs = stage["details"]["syncs"]
+    # GradScaler.step's inf check syncs every step, inside torch: counted, not reported.
+    assert syncs["library_per_step"] == pytest.approx(1.0)
+    assert any(r["made_by"] == "library" and "GradScaler" in " ".join(r["kinds"]) for r in syncs["rows"])
+    md = (run.out / "performance.md").read_text()
+    assert "| | fp32 | AMP |" in md and "not applicable on cpu" in md and "## Not measured, and why" in md
+
+
+def test_plain_closure_loop_passes_and_every_step_is_found(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_clean_plain", tmp_path / "out")
+    assert run.returncode == 0 and run.findings() == []
+    stage = run.stage("performance")
+    assert metric(run, "training steps observed")["value"] == 40
+    phases = {p["phase"]: p for p in stage["details"]["breakdown"]["phases"]}
+    # forward and backward run inside optimizer.step(closure): charged to themselves.
+    assert phases["forward"]["mean_ms"] > 0 and phases["backward"]["mean_ms"] > 0
+    assert not stage["details"]["memory"]["verdict"]["leak"]
+
+
+def test_bounded_cache_is_no_leak_and_a_slower_baseline_is_a_regression(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps({
+        "version": "v0",
+        "environment": {"device": "cpu"},
+        "stages": [{"name": "performance", "metrics": [
+            {"name": "step time, median (default)", "value": 0.001, "unit": "ms"},
+            {"name": "step time, IQR (default)", "value": 0.0, "unit": "ms"},
+            {"name": "peak live tensor memory (instrumented run)", "value": 1000, "unit": "bytes"},
+        ]}],
+    }))
+    run = perf_gate(TARGETS / "perf_bounded_cache", tmp_path / "out", "--baseline", str(baseline))
+    assert run.returncode == 1
+    assert "memory-leak" not in run.categories()
+    verdict = run.stage("performance")["details"]["memory"]["verdict"]
+    assert not verdict["leak"] and verdict["steps"] == 37
+    regressions = {f["evidence"]["data"]["metric"]: f for f in run.findings("perf-regression")}
+    assert set(regressions) == {"step time, median (default)", "peak live tensor memory (instrumented run)"}
+    assert all(f["severity"] == "high" and f["blocking"] and f["location"] is None for f in regressions.values())
+    assert run.categories() == {"perf-regression"}
+
+
+def test_an_entrypoint_without_optimizer_steps_fails_closed(tmp_path: Path) -> None:
+    run = perf_gate(TARGETS / "perf_no_steps", tmp_path / "out")
+    assert run.returncode == 1
+    error = only(run, "stage-error")
+    assert error["blocking"] and "nothing was profiled" in error["title"]
+    assert run.stage("performance")["status"] == "error"
+
+
+def test_no_entrypoint_skips_the_stage_with_a_reason(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "pyproject.toml").write_text('[tool.traingate]\ntask = "no-entrypoint"\n')
+    run = perf_gate(target, tmp_path / "out")
+    stage = run.stage("performance")
+    assert stage["status"] == "skipped" and "entrypoint" in stage["skipped_reason"]
+    assert run.findings() == []
+
+
+def test_example_v6_batching_holds_nothing_and_its_item_syncs_are_counted(tmp_path: Path) -> None:
+    materialize = REPO / "examples" / "materialize.py"
+    if not materialize.is_file():
+        pytest.skip("the example target is not in this checkout")
+    target = tmp_path / "v6"
+    subprocess.run([sys.executable, str(materialize), "v6", str(target)], check=True, capture_output=True)
+    run = perf_gate(target, tmp_path / "out")
+    assert "memory-leak" not in run.categories()
+    memory = run.stage("performance")["details"]["memory"]
+    assert not memory["verdict"]["leak"] and memory["verdict"]["steps"] >= 8
+    assert memory["chart"]["kib"] and "xychart-beta" in (run.out / "performance.md").read_text()
+    source = target / "utils" / "tier3_training_utilities.py"
+    lines = source.read_text().splitlines()
+    stacking = [i for i, line in enumerate(lines, start=1) if "torch.stack([train_data[idx] for idx in batch_indices])" in line]
+    item_lines = {i for i, line in enumerate(lines, start=1) if ".item())" in line and "history.append" in line}
+    assert stacking and len(item_lines) == 2
+    syncs = {f["location"]["line"] for f in run.findings("host-sync") if f["location"]["path"] == "utils/tier3_training_utilities.py"}
+    assert item_lines <= syncs
+    assert not syncs & set(stacking)
