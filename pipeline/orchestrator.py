@@ -110,7 +110,8 @@ def _skip_reason(name: str, done: list[StageReport]) -> str | None:
     for report in done:
         for f in report.findings:
             if f.category is Category.ENTRYPOINT_CRASH and f.blocking:
-                return f"the entrypoint crashed in the execution stage ({f.title}); nothing to {'profile' if name == 'performance' else 'observe'}"
+                where = f" at {f.location.path}:{f.location.line}" if f.location else ""
+                return f"the entrypoint crashed in the execution stage{where}; nothing to {'profile' if name == 'performance' else 'observe'}"
     return None
 
 
