@@ -104,14 +104,18 @@ def assemble(
 
 
 def _skip_reason(name: str, done: list[StageReport]) -> str | None:
-    """Profiling a training function that crashes on its first lines measures nothing."""
+    """Profiling a training function that crashes or hangs in its smoke call measures nothing,
+    and running it again would only spend the budget a second time."""
     if name == "execution":
         return None
+    purpose = "profile" if name == "performance" else "observe"
     for report in done:
         for f in report.findings:
+            where = f" at {f.location.path}:{f.location.line}" if f.location else ""
             if f.category is Category.ENTRYPOINT_CRASH and f.blocking:
-                where = f" at {f.location.path}:{f.location.line}" if f.location else ""
-                return f"the entrypoint crashed in the execution stage{where}; nothing to {'profile' if name == 'performance' else 'observe'}"
+                return f"the entrypoint crashed in the execution stage{where}; nothing to {purpose}"
+            if f.category is Category.HANG and f.stage == "execution" and "smoke call" in f.title:
+                return f"the entrypoint's smoke call did not finish in the execution stage{where}; nothing to {purpose}"
     return None
 
 

@@ -53,3 +53,18 @@ def test_fixed_v7_passes_the_execution_stage(tmp_path: Path) -> None:
     assert run.report["decision"] == "PASS"
     assert not run.findings("entrypoint-crash") and not run.findings("entrypoint-untested")
     assert [f for f in run.findings() if f["blocking"]] == []
+
+
+@pytest.mark.slow
+def test_a_hanging_entrypoint_is_reported_once_within_the_budget(tmp_path: Path) -> None:
+    target = REPO / "tests" / "targets" / "pipeline_entrypoint_hang"
+    run = run_gate(target, tmp_path / "out")
+    assert run.returncode == 1
+    [hang] = run.findings("hang")
+    assert hang["stage"] == "execution" and hang["blocking"]
+    assert hang["location"] == {"path": "train.py", "line": _line(target, "train.py", "marker: waits forever"), "function": "main"}
+    assert "most recent call first" in hang["evidence"]["traceback"]
+    # The later stages would only hang again: they say why they did not run.
+    for name in ("performance", "concurrency"):
+        assert run.stage(name)["status"] == "skipped"
+    assert run.report["duration_s"] <= 10 + 2
