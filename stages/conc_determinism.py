@@ -21,7 +21,7 @@ from stages.base import EntrypointRun, StageContext
 
 CATEGORY = Category.NONDETERMINISM
 # Returned values that legitimately differ between two identical runs.
-VOLATILE_KEY = re.compile(r"(time|duration|elapsed|sec|_s$|_ms$|speed|throughput|per_s|fps|mem|rss|bytes|date|stamp|pid|path|dir|host)", re.I)
+VOLATILE_KEY = re.compile(r"(time|duration|elapsed|latency|wall|clock|sec|_s$|_ms$|_us$|speed|throughput|per_s|fps|rate|util|mem|rss|bytes|date|stamp|pid|path|dir|host|uuid)", re.I)
 _DETERMINISTIC_OP = re.compile(r"^(.+?) does not have a deterministic implementation", re.M)
 
 
