@@ -73,18 +73,17 @@ def crash_finding(ctx: StageContext, run: EntrypointRun, what: str, source: Entr
     """
     exc = run.exception
     no_trace = ""
+    failure = run.failure() or "ended before reporting"
     if exc is not None:
         frame = exc.get("target_frame")
         location = location_of(frame) or _syntax_error_site(exc, source)
         code = (frame or {}).get("code", "")
-        failure = f"raised {exc['type']}: {exc['message'][:300]}"
         traceback = exc.get("traceback")
         phase = (run.result or {}).get("phase", "call")
     else:
         frames = crash_frames(run.child.stacks)
         location = innermost_target_frame(frames, ctx.root)
         code = _line_text(ctx, location)
-        failure = f"died by {run.child.signal_name}" if run.child.signal_name else f"exited with status {run.child.returncode} before reporting"
         traceback = run.child.stacks[-20000:] if frames else None
         phase = "call"
     if location is None and source is not None:

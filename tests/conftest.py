@@ -38,6 +38,14 @@ class GateRun:
         return next(s for s in self.report["stages"] if s["name"] == name)
 
 
+def line_of(path: Path, text: str) -> int:
+    """1-based number of the one line of `path` that holds `text` (expected lines are found,
+    never hard-coded, so fixtures can change without silently moving what a test checks)."""
+    lines = path.read_text().splitlines()
+    [number] = [i for i, line in enumerate(lines, start=1) if text in line]
+    return number
+
+
 def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateRun:
     """Run `traingate run` exactly as a CI job would, in a subprocess."""
     done = subprocess.run(

@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, run_gate
+from tests.conftest import TARGETS, GateRun, line_of, run_gate
 
 pytestmark = pytest.mark.slow
 
 
 def marker_line(case: str, marker: str, file: str = "train.py") -> int:
-    lines = (TARGETS / case / file).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, start=1) if f"# marker: {marker}" in line)
+    return line_of(TARGETS / case / file, f"# marker: {marker}")
 
 
 def gate(case: str, tmp_path: Path) -> GateRun:

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_gate
+from tests.conftest import REPO, line_of, run_gate
 
 EXAMPLE = REPO / "examples" / "amp-trainer"
 TRAINER = "utils/tier3_training_utilities.py"
 
 
 def _line(root: Path, path: str, text: str) -> int:
-    lines = (root / path).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, start=1) if text in line)
+    return line_of(root / path, text)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from typing import Callable
 import pytest
 
 from tests.conftest import TARGETS, GateRun, run_gate
+from tests.conftest import line_of as conftest_line_of
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +48,7 @@ def exec_gate(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Calla
 
 def line_of(case: str, path: str, marker: str) -> int:
     """1-based line of the first line of a fixture file holding `marker`."""
-    lines = (TARGETS / case / path).read_text().splitlines()
-    return next(i for i, text in enumerate(lines, start=1) if marker in text)
+    return conftest_line_of(TARGETS / case / path, marker)
 
 
 def only(gate: GateRun, category: str) -> dict:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from pipeline.isolation import crash_frames, main_thread_frames, run_child
-from tests.conftest import REPO
+from tests.conftest import REPO, line_of
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
@@ -19,8 +19,7 @@ def _script(tmp_path: Path, body: str) -> list[str]:
 
 
 def _line(argv: list[str], text: str) -> int:
-    lines = Path(argv[-1]).read_text().splitlines()
-    return next(i for i, line in enumerate(lines, start=1) if text in line)
+    return line_of(Path(argv[-1]), text)
 
 
 def _env() -> dict[str, str]:

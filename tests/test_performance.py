@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, TARGETS, GateRun, run_gate
+from tests.conftest import REPO, TARGETS, GateRun, line_of, run_gate
 
 pytestmark = pytest.mark.slow
 
@@ -24,9 +24,7 @@ def perf_gate(target: Path, out: Path, *args: str) -> GateRun:
 
 
 def marker_line(path: Path, marker: str) -> int:
-    lines = path.read_text().splitlines()
-    [number] = [i for i, line in enumerate(lines, start=1) if f"marker: {marker}" in line]
-    return number
+    return line_of(path, f"marker: {marker}")
 
 
 def only(run: GateRun, category: str) -> dict[str, Any]:

@@ -1,8 +1,7 @@
 """Call sites in the target's code, interned, for instruments that record many events.
 
 The concurrency instruments record one event per GradScaler, optimizer or DataLoader call;
-walking the stack with path arithmetic on each would cost more than the call it observes,
-so the "is this file the target's?" answer is cached per filename.
+sites are interned so each is resolved once (`is_target_file` caches the path test).
 """
 
 from __future__ import annotations
@@ -24,13 +23,9 @@ class SiteTable:
         self.root = root
         self.sites: list[dict[str, Any]] = []
         self._index: dict[tuple[str, int, str], int] = {}
-        self._is_target: dict[str, bool] = {}
 
     def is_target(self, filename: str) -> bool:
-        known = self._is_target.get(filename)
-        if known is None:
-            known = self._is_target[filename] = is_target_file(filename, self.root)
-        return known
+        return is_target_file(filename, self.root)
 
     def intern(self, filename: str, line: int, function: str) -> int:
         key = (filename, line, function)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import linecache
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
 _FOREIGN_PARTS = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox"}
 
 
+@lru_cache(maxsize=8192)
 def is_target_file(filename: str, root: Path) -> bool:
+    """Cached: instruments ask on hot paths (every sync, storage or scaler call)."""
     if not filename or filename.startswith("<"):
         return False
     try:

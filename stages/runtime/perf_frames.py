@@ -43,7 +43,6 @@ class FrameIndex:
         self.root = root
         self._target: dict[CodeType, bool] = {}
         self._transparent: dict[CodeType, bool] = {}
-        self._paths: dict[str, bool] = {}
         self._plumbing = _torch_plumbing_files()
 
     def is_target(self, code: CodeType) -> bool:
@@ -53,10 +52,7 @@ class FrameIndex:
         return known
 
     def is_target_path(self, path: str) -> bool:
-        known = self._paths.get(path)
-        if known is None:
-            known = self._paths[path] = is_target_file(path, self.root)
-        return known
+        return is_target_file(path, self.root)
 
     def is_transparent(self, code: CodeType) -> bool:
         known = self._transparent.get(code)
