@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import load_config  # noqa: E402
+from traingate.pipeline.config import load_config  # noqa: E402
 
 GOAL = 1.3
 
@@ -64,7 +64,7 @@ def bare_run(target: Path, hash_seed: str) -> float:
 def stage_run(target: Path, out: Path) -> tuple[float, float, list[dict[str, object]]]:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "run", str(target), "--stages", "concurrency", "--out", str(out)],
+        [sys.executable, "-m", "traingate.pipeline.cli", "run", str(target), "--stages", "concurrency", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True,
     )
     wall = time.perf_counter() - started

@@ -29,9 +29,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import TargetConfig, load_config  # noqa: E402
-from stages.execution_coverage import entrypoint_source  # noqa: E402
-from stages.execution_suite import find_pytest_config  # noqa: E402
+from traingate.pipeline.config import TargetConfig, load_config  # noqa: E402
+from traingate.stages.execution.coverage import entrypoint_source  # noqa: E402
+from traingate.stages.execution.suite import find_pytest_config  # noqa: E402
 
 
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -81,7 +81,7 @@ def launcher(root: Path, config: TargetConfig, scratch: Path, include: list[str]
     }
     path = scratch / ("with-coverage.json" if include else "without-coverage.json")
     path.write_text(json.dumps(request))
-    return [sys.executable, "-m", "stages.runtime.pytest_launcher", str(path)]
+    return [sys.executable, "-m", "traingate.stages.harness.pytest_launcher", str(path)]
 
 
 def main() -> None:
@@ -101,12 +101,12 @@ def main() -> None:
     runs: dict[str, list[float]] = {"stage": [], "pytest": [], "entrypoint": [], "launcher": [], "launcher+coverage": []}
     source = entrypoint_source(root, config.entrypoint.call) if config.entrypoint else None
     include = [str(source.file)] if source else []
-    tool_env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONDONTWRITEBYTECODE="1")
+    tool_env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         for i in range(args.repeat):
             out = scratch / f"out-{i}"
-            runs["stage"].append(timed([sys.executable, "-m", "pipeline.cli", "run", str(root), "--stages", "execution", "--out", str(out)], REPO, tool_env))
+            runs["stage"].append(timed([sys.executable, "-m", "traingate.pipeline.cli", "run", str(root), "--stages", "execution", "--out", str(out)], REPO, tool_env))
             runs["pytest"].append(timed(pytest_by_hand(root, config), root, hand_env()))
             if config.entrypoint:
                 runs["entrypoint"].append(sum(timed(entrypoint_by_hand(config, amp), root, hand_env()) for amp in amp_settings))

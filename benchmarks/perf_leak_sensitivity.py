@@ -28,11 +28,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import TargetConfig  # noqa: E402
-from stages.base import StageContext  # noqa: E402
-from stages.perf_memory import analyse  # noqa: E402
+from traingate.pipeline.config import TargetConfig  # noqa: E402
+from traingate.stages.base import StageContext  # noqa: E402
+from traingate.stages.performance.memory import analyse  # noqa: E402
 
-FULL = "stages.runtime.perf_probe:full"
+FULL = "traingate.stages.performance.probe.instrument:full"
 WARMUP, MIN_STEPS = 3, 8
 CLEAN = ["perf_clean_plain", "perf_clean_amp", "perf_bounded_cache", "perf_sync", "perf_stall"]
 
@@ -79,8 +79,8 @@ def profile(target: Path, call: str, kwargs: dict[str, Any], scratch: Path) -> d
         "device": "cpu", "instruments": [FULL], "instrument_options": {"warmup_steps": WARMUP}, "deterministic": False, "out": str(out),
     }
     (scratch / "request.json").write_text(json.dumps(request))
-    env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-m", "stages.runtime.entrypoint", str(scratch / "request.json")], cwd=target, env=env, check=True, capture_output=True)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-m", "traingate.stages.harness.entrypoint", str(scratch / "request.json")], cwd=target, env=env, check=True, capture_output=True)
     return json.loads(out.read_text())["instruments"][FULL]
 
 
@@ -133,7 +133,7 @@ def false_positives() -> None:
         for target in targets:
             out = Path(tmp) / f"out-{target.name}"
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            subprocess.run([sys.executable, "-m", "pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
+            subprocess.run([sys.executable, "-m", "traingate.pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
             report = json.loads((out / "report.json").read_text())
             leaks = [f for s in report["stages"] for f in s["findings"] if f["category"] == "memory-leak"]
             total += len(leaks)

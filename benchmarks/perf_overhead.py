@@ -33,10 +33,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import load_config  # noqa: E402
+from traingate.pipeline.config import load_config  # noqa: E402
 
-LIGHT = "stages.runtime.perf_probe:light"
-FULL = "stages.runtime.perf_probe:full"
+LIGHT = "traingate.stages.performance.probe.instrument:light"
+FULL = "traingate.stages.performance.probe.instrument:full"
 GC_WALK = "benchmarks.perf_overhead:GcWalkProbe"
 THREADS = ["1"]
 
@@ -45,8 +45,8 @@ class GcWalkProbe:
     """The step clock plus, at every step boundary, a walk of all objects for tensors."""
 
     def install(self, ctx: Any) -> None:
-        from stages.runtime.perf_clock import StepClock
-        from stages.runtime.perf_frames import FrameIndex
+        from traingate.stages.performance.probe.clock import StepClock
+        from traingate.stages.performance.probe.frame_index import FrameIndex
 
         self.walks: list[tuple[float, int]] = []
         self.clock = StepClock(FrameIndex(ctx.root), read_loss=lambda t: float(t))
@@ -86,9 +86,9 @@ def harness_run(target: Path, instruments: list[str], amp: bool | None, scratch:
     }
     req = scratch / f"{name}.request.json"
     req.write_text(json.dumps(request))
-    env = dict(os.environ, PYTHONPATH=str(REPO), CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=THREADS[0])
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=THREADS[0])
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "stages.runtime.entrypoint", str(req)], cwd=target, env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "traingate.stages.harness.entrypoint", str(req)], cwd=target, env=env, check=True, capture_output=True)
     wall = time.perf_counter() - started
     return wall, json.loads(out.read_text())
 
@@ -147,7 +147,7 @@ def main() -> None:
 def stage_wall(target: Path, out: Path) -> float:
     started = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=THREADS[0])
-    subprocess.run([sys.executable, "-m", "pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
+    subprocess.run([sys.executable, "-m", "traingate.pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
     return time.perf_counter() - started
 
 

@@ -1,3 +1,1 @@
-"""traingate: a staged verification pipeline and CI merge gate for PyTorch training code."""
-
-__version__ = "0.1.0"
+"""The gate's own process: schema, configuration, policy, isolation, orchestration, CLI."""

@@ -9,12 +9,12 @@ import sys
 from enum import IntEnum
 from pathlib import Path
 
-from pipeline import __version__
-from pipeline.config import ConfigError, load_config
-from pipeline.orchestrator import RunRequest, config_error_report, run_pipeline
-from pipeline.schema import PipelineReport, StageReport
-from reports import render_report_md, render_stage_md, render_summary
-from stages.registry import STAGE_NAMES, build_registry
+from traingate import __version__
+from traingate.pipeline.config import ConfigError, load_config
+from traingate.pipeline.orchestrator import RunRequest, config_error_report, run_pipeline
+from traingate.pipeline.schema import PipelineReport, StageReport
+from traingate.reports import render_report_md, render_stage_md, render_summary
+from traingate.pipeline.registry import build_registry, stage_names
 
 
 class ExitCode(IntEnum):
@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--version", dest="task_version", metavar="V", help="version label (default: the target's git commit, else 'local')")
     run.add_argument(
         "--stages",
-        default=",".join(STAGE_NAMES),
-        help=f"comma-separated stages to run, in this order: {','.join(STAGE_NAMES)} (default: all)",
+        default=None,
+        help=f"comma-separated stages to run, in this order: {','.join(stage_names())} (default: all)",
     )
     run.add_argument("--out", type=Path, help="output folder (default: traingate-reports/<task>/<version>)")
     run.add_argument("--baseline", type=Path, metavar="REPORT_JSON", help="an earlier report.json to compare findings and metrics with")
@@ -66,11 +66,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     root = Path(args.target).resolve()
-    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
-    unknown = [s for s in stages if s not in STAGE_NAMES]
+    registry = build_registry()
+    known = tuple(registry)
+    stages = [s.strip() for s in (args.stages or ",".join(known)).split(",") if s.strip()]
+    unknown = [s for s in stages if s not in known]
     if unknown or not stages:
-        parser.error(f"--stages: unknown stage(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(STAGE_NAMES)}")
-    stages = [s for s in STAGE_NAMES if s in stages]
+        parser.error(f"--stages: unknown stage(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(known)}")
+    stages = [s for s in known if s in stages]
     device = resolve_device(parser, args.device)
     baseline = None
     if args.baseline is not None:
@@ -99,7 +101,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         report = config_error_report(request, config_problem.file, config_problem.key, config_problem.message)
         write_reports(report, out)
         return ExitCode.USAGE
-    report = run_pipeline(request, config, build_registry())
+    report = run_pipeline(request, config, registry)
     write_reports(report, out)
     print(render_summary(report), end="")
     print(f"Reports: {out}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pipeline.schema import Severity
+from traingate.pipeline.schema import Severity
 
 if sys.version_info >= (3, 11):
     import tomllib

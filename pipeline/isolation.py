@@ -1,7 +1,7 @@
 """Run a child process in its own process group, under a wall budget.
 
 On overrun every process of the group is asked to dump the stacks of all its threads
-(faulthandler on SIGUSR1, installed by `stages.runtime.guard`), the state of each process is
+(faulthandler on SIGUSR1, installed by `traingate.stages.harness.guard`), the state of each process is
 read from /proc, and the whole group is killed, DataLoader workers included. After a normal
 exit the group is killed too, so no orphaned worker outlives its run.
 """
@@ -54,8 +54,17 @@ class ChildResult:
         return main_thread_frames(self.stacks)
 
 
+# Runs a module as __main__ without the current folder on sys.path (what `-P` does on 3.11+):
+# children start in the target's root, whose own folders must never shadow traingate's modules.
+_SAFE_PATH_BOOTSTRAP = "import runpy, sys; sys.path.pop(0); sys.argv[0] = sys.argv[1]; del sys.argv[1]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+
+
 def python_argv(module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", module, *args]
+    """The command line that runs `module` in a fresh interpreter of this environment, with the
+    target root (its cwd) off sys.path; the target's own paths are added by the harness."""
+    if sys.version_info >= (3, 11):
+        return [sys.executable, "-P", "-m", module, *args]
+    return [sys.executable, "-c", _SAFE_PATH_BOOTSTRAP, module, *args]
 
 
 def run_child(

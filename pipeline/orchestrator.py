@@ -19,11 +19,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from pipeline import __version__
-from pipeline.config import TargetConfig
-from pipeline.isolation import ChildResult, python_argv, run_child
-from pipeline.policy import decide, stage_score, stage_status
-from pipeline.schema import (
+from traingate import __version__
+from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.policy import decide, stage_score, stage_status
+from traingate.pipeline.schema import (
     BaselineComparison,
     Category,
     Environment,
@@ -36,7 +36,8 @@ from pipeline.schema import (
     StageReport,
     TargetInfo,
 )
-from stages.base import Stage, StageContext, hang_finding
+from traingate.pipeline.registry import Stage
+from traingate.stages.base import StageContext, hang_finding
 
 ANY_STAGE_CATEGORIES = frozenset({Category.HANG, Category.STAGE_ERROR, Category.CONFIG_ERROR})
 NEVER_BLOCKING = frozenset({Category.DEPRECATED_API})
@@ -62,7 +63,7 @@ class RunRequest:
     baseline_path: str | None = None
     observers: list[Observer] = field(default_factory=list)
     # `module:function` building the stage registry inside each agent process.
-    registry_factory: str = "stages.registry:build_registry"
+    registry_factory: str = "traingate.pipeline.registry:build_registry"
 
 
 def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, Stage]) -> PipelineReport:
@@ -140,7 +141,7 @@ def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig
     }
     req_path = scratch / "agent-request.json"
     req_path.write_text(json.dumps(agent_request))
-    child = run_child(python_argv("stages.agent", str(req_path)), cwd=request.root, budget_s=budget, scratch=scratch, name="agent")
+    child = run_child(python_argv("traingate.stages.agent", str(req_path)), cwd=request.root, budget_s=budget, scratch=scratch, name="agent")
     ctx = StageContext(stage=name, root=request.root, config=config, device=request.device, deadline=time.time(), scratch=scratch)
     outcome = _read_outcome(ctx, stage, child, out)
     findings = sorted(outcome.findings, key=Finding.sort_key)

@@ -12,7 +12,7 @@ Decision: BLOCK when any finding is blocking or any stage errored; otherwise PAS
 
 from __future__ import annotations
 
-from pipeline.schema import Category, Decision, Finding, Severity, StageReport, StageStatus
+from traingate.pipeline.schema import Category, Decision, Finding, Severity, StageReport, StageStatus
 
 PENALTY = {
     Severity.CRITICAL: 40,

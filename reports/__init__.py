@@ -1,5 +1,5 @@
 """Renderers: pure functions from a PipelineReport to text."""
 
-from reports.render import render_report_md, render_stage_md, render_summary
+from traingate.reports.render import render_report_md, render_stage_md, render_summary
 
 __all__ = ["render_report_md", "render_stage_md", "render_summary"]

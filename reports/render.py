@@ -8,7 +8,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateNotFound
 
-from pipeline.schema import Finding, PipelineReport, StageReport
+from traingate.pipeline.schema import Finding, PipelineReport, StageReport
 
 SEVERITY_MARK = {"critical": "🛑", "high": "🔴", "medium": "🟠", "low": "🟡", "info": "ℹ️"}
 STATUS_MARK = {"passed": "✅ passed", "blocked": "⛔ blocked", "skipped": "⏭️ skipped", "error": "💥 error"}
@@ -17,7 +17,7 @@ STATUS_MARK = {"passed": "✅ passed", "blocked": "⛔ blocked", "skipped": "⏭
 @lru_cache(maxsize=1)
 def _env() -> Environment:
     env = Environment(
-        loader=PackageLoader("reports", "templates"),
+        loader=PackageLoader("traingate.reports", "templates"),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -1,1 +1,1 @@
-"""The stages: one module each, behind `stages.base.Stage`."""
+"""The stages: one package each (`stage.py` parent side, `probe/` child side), behind `traingate.stages.base.Stage`."""

@@ -1,4 +1,4 @@
-"""The agent process of one stage: `python -m stages.agent REQUEST_JSON`.
+"""The agent process of one stage: `python -m traingate.stages.agent REQUEST_JSON`.
 
 It runs the stage and writes the stage's outcome as JSON; the parent validates that JSON and
 computes status, score and decision itself. An exception here is written out as an error
@@ -12,10 +12,10 @@ import sys
 import traceback
 from pathlib import Path
 
-from pipeline.config import TargetConfig
-from stages.base import StageContext
-from stages.runtime import guard
-from stages.runtime.entrypoint import resolve
+from traingate.pipeline.config import TargetConfig
+from traingate.stages.base import StageContext
+from traingate.stages.harness import guard
+from traingate.stages.harness.entrypoint import resolve
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     request = json.loads(Path(sys.argv[1]).read_text())
     out = Path(request["out"])
     try:
-        stage = resolve(request.get("registry", "stages.registry:build_registry"))()[request["stage"]]
+        stage = resolve(request.get("registry", "traingate.pipeline.registry:build_registry"))()[request["stage"]]
         ctx = StageContext(
             stage=request["stage"],
             root=Path(request["root"]),

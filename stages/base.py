@@ -1,23 +1,22 @@
-"""The one interface every stage implements, and what a stage receives.
+"""What a stage receives (`StageContext`) and the helpers every stage uses to run the target.
 
-A stage runs inside its own agent process (`stages.agent`); it never runs the target's code
+A stage runs inside its own agent process (`traingate.stages.agent`); it never runs the target's code
 in that process: it starts child processes for that (`run_entrypoint`, pytest, ...), reads
 what they measured, and returns a `StageOutcome` of complete findings and metrics.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from pipeline.config import TargetConfig
-from pipeline.isolation import ChildResult, Frame, python_argv, run_child
-from pipeline.schema import (
+from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.isolation import ChildResult, Frame, python_argv, run_child
+from traingate.pipeline.schema import (
     Category,
     Evidence,
     EvidenceKind,
@@ -26,16 +25,7 @@ from pipeline.schema import (
     Severity,
     StageOutcome,
 )
-from stages.runtime.frames import is_target_file, relative
-
-
-class Stage(Protocol):
-    """A stage: a name, the categories it may emit, and `run`."""
-
-    name: str
-    categories: frozenset[Category]
-
-    def run(self, ctx: "StageContext") -> StageOutcome: ...
+from traingate.stages.contract.frames import is_target_file, relative
 
 
 @dataclass
@@ -93,27 +83,12 @@ class StageContext:
         env.setdefault("PYTHONHASHSEED", "0")
         if self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-        if not _installed():
-            # Running from a source tree: make traingate's packages importable from the
-            # target's folder, after the target's own paths so its packages win.
-            here = str(Path(__file__).resolve().parent.parent)
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), here) if p)
         env.update(extra)
         return env
 
     def next_name(self, label: str) -> str:
         self._counter += 1
         return f"{self.stage}-{self._counter:02d}-{label}"
-
-
-def _installed() -> bool:
-    """Whether traingate is installed (its packages then import without PYTHONPATH, and
-    the source tree's own `tests` package stays out of the target's way)."""
-    try:
-        importlib.metadata.distribution("traingate")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -183,7 +158,7 @@ def run_entrypoint(
     req_path = ctx.scratch / f"{name}.request.json"
     req_path.write_text(json.dumps(request))
     child = run_child(
-        python_argv("stages.runtime.entrypoint", str(req_path)),
+        python_argv("traingate.stages.harness.entrypoint", str(req_path)),
         cwd=ctx.root,
         budget_s=min(budget_s, ctx.child_budget()) if budget_s else ctx.child_budget(),
         scratch=ctx.scratch,

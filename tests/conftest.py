@@ -13,6 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = Path(__file__).resolve().parent / "targets"
+# The installed console script, as users and CI run it (never this checkout's folders on sys.path).
+TRAINGATE = [str(Path(sys.executable).with_name("traingate"))]
 
 
 @dataclass
@@ -49,7 +51,7 @@ def line_of(path: Path, text: str) -> int:
 def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateRun:
     """Run `traingate run` exactly as a CI job would, in a subprocess."""
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "run", str(target), "--out", str(out), *args],
+        [*TRAINGATE, "run", str(target), "--out", str(out), *args],
         capture_output=True, text=True, timeout=timeout, cwd=REPO,
     )
     report_path = out / "report.json"

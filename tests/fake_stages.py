@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
-from stages.base import StageContext
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
+from traingate.stages.base import StageContext
 
 
 class _Fake:

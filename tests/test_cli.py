@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO, run_gate
+from tests.conftest import REPO, TRAINGATE, run_gate
 
 
 def test_config_error_exits_2_and_still_writes_a_report(tmp_path: Path) -> None:
@@ -31,7 +31,7 @@ def test_unknown_stage_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_schema_command_prints_the_report_schema() -> None:
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "schema"], capture_output=True, text=True, cwd=REPO, check=True)
+    done = subprocess.run([*TRAINGATE, "schema"], capture_output=True, text=True, cwd=REPO, check=True)
     schema = json.loads(done.stdout)
     assert schema["title"] == "PipelineReport"
     assert {"decision", "score", "stages", "environment"} <= set(schema["properties"])
@@ -40,6 +40,6 @@ def test_schema_command_prints_the_report_schema() -> None:
 
 
 def test_help_explains_the_exit_codes() -> None:
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", "--help"], capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run([*TRAINGATE, "run", "--help"], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0
     assert "--baseline" in done.stdout and "--stages" in done.stdout

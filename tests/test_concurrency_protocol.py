@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from stages.conc_protocol import check, count_guarded_skips, segment
+from traingate.stages.concurrency.protocol import check, count_guarded_skips, segment
 
 SITES = {"zero": 0, "scale": 1, "backward": 2, "unscale": 3, "clip": 4, "step": 5, "update": 6, "direct": 7}
 

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
-from pipeline.config import TargetConfig
-from pipeline.isolation import ChildResult
-from pipeline.schema import Category
-from stages.base import EntrypointRun, StageContext
-from stages.conc_cuda import nonblocking_observed, stream_findings
-from stages.conc_determinism import RunData, comparable_leaves, compare, deterministic_op, rng_causes, same_value, side_by_side
-from stages.conc_loaders import loader_findings
-from stages.conc_static import entrypoint_location, nonblocking_reads, set_iterations
-from stages.concurrency import ConcurrencyStage
-from stages.registry import build_registry
+from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.isolation import ChildResult
+from traingate.pipeline.schema import Category
+from traingate.stages.base import EntrypointRun, StageContext
+from traingate.stages.concurrency.cuda import nonblocking_observed, stream_findings
+from traingate.stages.concurrency.determinism import RunData, comparable_leaves, compare, deterministic_op, rng_causes, same_value, side_by_side
+from traingate.stages.concurrency.loaders import loader_findings
+from traingate.stages.concurrency.static import entrypoint_location, nonblocking_reads, set_iterations
+from traingate.stages.concurrency.stage import ConcurrencyStage
+from traingate.pipeline.registry import build_registry
 
 
 @pytest.fixture
@@ -219,8 +219,8 @@ def test_csan_report_printed_to_stderr_becomes_a_stream_race(ctx: StageContext) 
 
 def test_nonblocking_watch_pending_copy_read_before_and_after_sync(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from stages.runtime.conc_cuda import NonBlockingWatch
-    from stages.runtime.conc_sites import SiteTable
+    from traingate.stages.concurrency.probe.cuda import NonBlockingWatch
+    from traingate.stages.concurrency.probe.sites import SiteTable
 
     watch = NonBlockingWatch()
     watch.sites = SiteTable(Path(__file__).resolve().parent)
@@ -254,8 +254,8 @@ def test_cuda_instruments_run_their_cpu_paths_without_recording_anything(tmp_pat
     torch = pytest.importorskip("torch")
     import traceback
 
-    from stages.runtime.conc_cuda import NonBlockingWatch, StreamSanitizer, _mode_class
-    from stages.runtime.conc_sites import SiteTable
+    from traingate.stages.concurrency.probe.cuda import NonBlockingWatch, StreamSanitizer, _mode_class
+    from traingate.stages.concurrency.probe.sites import SiteTable
 
     watch = NonBlockingWatch()
     watch.sites = SiteTable(tmp_path)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, load_config
+from traingate.pipeline.config import ConfigError, load_config
 
 
 def _target(tmp_path: Path, pyproject: str = "", traingate: str | None = None) -> Path:

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import TargetConfig
-from pipeline.isolation import ChildResult
-from stages.base import StageContext
-from stages.execution import ExecutionStage
-from stages.execution_checks import suite_findings
-from stages.execution_coverage import body_lines, entrypoint_source
-from stages.execution_suite import SuiteRun, counts, find_pytest_config, group_skips, parse_events, read_events, skip_reason
-from stages.execution_warnings import WarningSite, gather
-from stages.runtime.pytest_plugin import describe_exception
+from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.isolation import ChildResult
+from traingate.stages.base import StageContext
+from traingate.stages.execution.stage import ExecutionStage
+from traingate.stages.execution.checks import suite_findings
+from traingate.stages.execution.coverage import body_lines, entrypoint_source
+from traingate.stages.execution.suite import SuiteRun, counts, find_pytest_config, group_skips, parse_events, read_events, skip_reason
+from traingate.stages.execution.deprecations import WarningSite, gather
+from traingate.stages.harness.pytest_plugin import describe_exception
 
 
 def ctx_for(root: Path) -> StageContext:
@@ -293,14 +293,14 @@ def write_entrypoint(root: Path) -> None:
 
 
 def crashed(returncode: int, stacks: str = "", result: dict | None = None):
-    from stages.base import EntrypointRun
+    from traingate.stages.base import EntrypointRun
 
     child = ChildResult(argv=["python"], returncode=returncode, timed_out=False, duration_s=1.0, stdout="step 1\n", stderr="", stacks=stacks)
     return EntrypointRun(child=child, result=result)
 
 
 def test_death_without_a_trace_is_located_at_the_entrypoint_def(tmp_path: Path):
-    from stages.execution_smoke import crash_finding
+    from traingate.stages.execution.smoke import crash_finding
 
     write_entrypoint(tmp_path)
     source = entrypoint_source(tmp_path, "train:fit")
@@ -311,7 +311,7 @@ def test_death_without_a_trace_is_located_at_the_entrypoint_def(tmp_path: Path):
 
 
 def test_self_kill_with_a_dumped_stack_is_located_at_the_kill(tmp_path: Path):
-    from stages.execution_smoke import crash_finding
+    from traingate.stages.execution.smoke import crash_finding
 
     write_entrypoint(tmp_path)
     stacks = '# traingate self-signal SIGKILL pid 7\nStack (most recent call first):\n  File "/venv/lib/guard.py", line 40 in kill\n  File "%s", line 5 in fit\n' % (tmp_path / "train.py")
@@ -322,7 +322,7 @@ def test_self_kill_with_a_dumped_stack_is_located_at_the_kill(tmp_path: Path):
 
 
 def test_syntax_error_in_the_entrypoint_module_is_located_at_the_bad_line(tmp_path: Path):
-    from stages.execution_smoke import crash_finding
+    from traingate.stages.execution.smoke import crash_finding
 
     (tmp_path / "train.py").write_text("def fit(:\n    pass\n")
     exc = {"type": "SyntaxError", "message": "invalid syntax (train.py, line 1)", "traceback": "...", "target_frame": None}

@@ -8,13 +8,13 @@ import textwrap
 import time
 from pathlib import Path
 
-from pipeline.isolation import crash_frames, main_thread_frames, run_child
+from traingate.pipeline.isolation import crash_frames, main_thread_frames, run_child
 from tests.conftest import REPO, line_of
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "child.py"
-    path.write_text("from stages.runtime import guard\nguard.install()\n" + textwrap.dedent(body))
+    path.write_text("from traingate.stages.harness import guard\nguard.install()\n" + textwrap.dedent(body))
     return [sys.executable, str(path)]
 
 

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from stages.perf_leak import MIN_SLOPE_BYTES, decide, least_squares, mann_kendall_z, theil_sen
-from stages.perf_memory import severity_for
+from traingate.stages.performance.leak import MIN_SLOPE_BYTES, decide, least_squares, mann_kendall_z, theil_sen
+from traingate.stages.performance.memory import severity_for
 
 BASE = 5_000_000.0
 MIN_STEPS = 8

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from pipeline.config import TargetConfig
-from pipeline.schema import Metric, Severity
-from stages import perf_amp, perf_memory, perf_regression, perf_sync, perf_timing
-from stages.base import StageContext
-from stages.performance import PerformanceStage, analyse
+from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.schema import Metric, Severity
+from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
+from traingate.stages.base import StageContext
+from traingate.stages.performance.stage import PerformanceStage, analyse
 
 
 def make_ctx(tmp_path: Path, baseline: dict[str, Any] | None = None, **config: Any) -> StageContext:

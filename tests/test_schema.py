@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from pipeline.policy import BLOCK_SCORE_CAP, decide, stage_score, stage_status
-from pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
-from stages.base import Stage
-from stages.registry import STAGE_NAMES, build_registry
+from traingate.pipeline.policy import BLOCK_SCORE_CAP, decide, stage_score, stage_status
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
+from traingate.pipeline.registry import Stage, build_registry
 
 SPEC_CATEGORIES = {
     "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
@@ -32,7 +31,7 @@ def test_categories_are_exactly_the_spec_list() -> None:
 
 def test_each_stage_conforms_and_owns_its_spec_categories() -> None:
     registry = build_registry()
-    assert tuple(registry) == STAGE_NAMES
+    assert tuple(registry) == ("execution", "performance", "concurrency")
     for name, stage in registry.items():
         assert isinstance(stage.name, str) and stage.name == name
         assert callable(stage.run)

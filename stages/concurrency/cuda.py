@@ -1,0 +1,126 @@
+"""`nonblocking-race` and `stream-race`.
+
+On CUDA both are observed in the instrumented run (`traingate.stages.concurrency.probe.cuda`): a pending
+non_blocking device-to-host copy read before any synchronisation, and each unsynchronised
+access the CUDA sanitizer reports. On a CPU a copy cannot race and there are no streams: the
+non_blocking check falls back to reading the source (static, at most medium, never blocking)
+and the stream check does not run; the details say so.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import StageContext
+from traingate.stages.concurrency.static import SourceHit
+
+NONBLOCKING = Category.NONBLOCKING_RACE
+STREAMS = Category.STREAM_RACE
+_CSAN_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$', re.M)
+
+NONBLOCKING_FIX = (
+    "Synchronise before reading the copy (`torch.cuda.current_stream().synchronize()`, or record an event after the "
+    "copy and call `event.synchronize()`), or drop non_blocking=True for copies that are read right away."
+)
+
+
+def _location(site: dict[str, Any] | None, fallback: Location | None) -> Location | None:
+    return Location(path=site["path"], line=site["line"], function=site.get("function")) if site else fallback
+
+
+def nonblocking_observed(ctx: StageContext, watch: dict[str, Any], fallback: Location | None) -> list[Finding]:
+    findings = []
+    seen: set[tuple[Any, ...]] = set()
+    for race in watch.get("races", []):
+        copy, read = race.get("copy_site"), race.get("read_site")
+        marker = ((copy or {}).get("path"), (copy or {}).get("line"))
+        if marker in seen:
+            continue
+        seen.add(marker)
+        findings.append(
+            ctx.finding(
+                category=NONBLOCKING,
+                severity=Severity.HIGH,
+                title="Result of a non_blocking device-to-host copy read before synchronisation",
+                location=_location(copy, fallback),
+                problem=(
+                    f"A copy to the host made with non_blocking=True was read by {race.get('read_by')} at "
+                    f"{read['path']}:{read['line']} (`{read.get('code', '')}`) before any synchronisation, so the read can see "
+                    "the buffer before the copy finished."
+                ),
+                impact="Reads stale or partial values at random: losses, metrics or saved tensors that differ from what the GPU computed.",
+                fix=NONBLOCKING_FIX,
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"read by {race.get('read_by')} at {read['path']}:{read['line']} with the copy pending", data={"copy_site": copy, "read_site": read}),
+                key=f"observed:{(copy or {}).get('code', '')}",
+            )
+        )
+    return findings
+
+
+def nonblocking_static(ctx: StageContext, hits: list[SourceHit]) -> list[Finding]:
+    return [
+        ctx.finding(
+            category=NONBLOCKING,
+            severity=Severity.MEDIUM,
+            title="non_blocking device-to-host copy read before synchronisation (read from source)",
+            location=hit.location(),
+            problem=(
+                f"`{hit.code}` copies to the host with non_blocking=True and the result is {hit.detail} with no synchronize() "
+                "in between. On CUDA that read can see the buffer before the copy completes. This run was on a CPU, where "
+                "the copy is synchronous and cannot race, so it was found in the source, not observed."
+            ),
+            impact="On a GPU: stale or partial values read at random (losses, metrics, saved tensors).",
+            fix=NONBLOCKING_FIX,
+            evidence=Evidence(kind=EvidenceKind.STATIC, summary=f"{hit.path}:{hit.line}: {hit.detail}", data=hit.as_dict()),
+            key=f"static:{hit.code}",
+        )
+        for hit in hits
+    ]
+
+
+def stream_findings(ctx: StageContext, sanitizer: dict[str, Any], stderr: str, fallback: Location | None) -> list[Finding]:
+    reports = list(sanitizer.get("reports", []))
+    if not reports and "CSAN detected a possible data race" in stderr:
+        reports = [_from_stderr(ctx, block) for block in stderr.split("============================")[1:] if "CSAN detected" in block]
+    findings, seen = [], set()
+    for report in reports:
+        site = report.get("site")
+        marker = ((site or {}).get("path"), (site or {}).get("line"))
+        if marker in seen:
+            continue
+        seen.add(marker)
+        previous = report.get("previous_site")
+        findings.append(
+            ctx.finding(
+                category=STREAMS,
+                severity=Severity.HIGH,
+                title="Unsynchronised tensor access from two CUDA streams",
+                location=_location(site, fallback),
+                problem=(
+                    f"The CUDA sanitizer saw `{report.get('operator', '')[:120]}` access a tensor on stream {report.get('streams', ['?'])[0]} "
+                    f"while a kernel on stream {report.get('streams', ['?', '?'])[-1]} could still be using it"
+                    + (f" (previous access at {previous['path']}:{previous['line']})" if previous else "")
+                    + ", with no event or stream synchronisation between them."
+                ),
+                impact="The kernels can run in either order: results vary from run to run and can be silently wrong.",
+                fix="Make the consuming stream wait for the producer (`stream.wait_stream(other)` or an event record/wait), and call `tensor.record_stream(stream)` for tensors used on a side stream.",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="CSAN detected a possible data race", traceback=report.get("message"), data={k: v for k, v in report.items() if k != "message"}),
+                key=f"stream:{(site or {}).get('code', '')}",
+            )
+        )
+    return findings
+
+
+def _from_stderr(ctx: StageContext, block: str) -> dict[str, Any]:
+    """A CSAN report printed to stderr, located at its first stack's innermost target frame."""
+    from traingate.stages.contract.frames import is_target_file, relative
+
+    first_stack = block.split("Previous access")[0]
+    site = None
+    for match in reversed(list(_CSAN_FRAME.finditer(first_stack))):
+        if is_target_file(match.group(1), ctx.root):
+            site = {"path": relative(match.group(1), ctx.root), "line": int(match.group(2)), "function": match.group(3).strip(), "code": ""}
+            break
+    return {"message": block[-6000:], "site": site, "streams": ["?", "?"], "operator": ""}

@@ -1,0 +1,235 @@
+"""`nondeterminism`: the same training run twice, with the same seeds, compared exactly.
+
+A divergence is what was measured; where it comes from is told apart by more runs:
+- runs with different PYTHONHASHSEED diverge but a run with the first one's hash seed
+  reproduces it exactly: the results depend on hash order (iterating a set of strings);
+- runs with the same PYTHONHASHSEED diverge: a random source is not seeded from the
+  configured seed (seeded from the OS's entropy or the clock), or an op is nondeterministic;
+  the seeding calls recorded in both runs, and a rerun with
+  torch.use_deterministic_algorithms(True), point at which.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import EntrypointRun, StageContext
+
+CATEGORY = Category.NONDETERMINISM
+# Returned values that legitimately differ between two identical runs.
+VOLATILE_KEY = re.compile(r"(time|duration|elapsed|latency|wall|clock|sec|_s$|_ms$|_us$|speed|throughput|per_s|fps|rate|util|mem|rss|bytes|date|stamp|pid|path|dir|host|uuid)", re.I)
+_DETERMINISTIC_OP = re.compile(r"^(.+?) does not have a deterministic implementation", re.M)
+
+
+@dataclass
+class RunData:
+    """What one run observed, as the comparison needs it."""
+
+    label: str
+    hash_seed: str
+    run: EntrypointRun
+    losses: list[list[Any]]
+    rng: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outcome(self) -> str:
+        if self.run.ok:
+            return "returned"
+        failure = self.run.failure() or "failed"
+        return failure
+
+
+@dataclass(frozen=True)
+class Divergence:
+    where: str  # "step", "returned" or "outcome"
+    step: int | None
+    first: Any
+    second: Any
+    key: str | None = None
+
+    def describe(self) -> str:
+        if self.where == "step":
+            return f"optimizer step {self.step + 1 if self.step is not None else '?'}: loss {_fmt(self.first)} vs {_fmt(self.second)}"
+        if self.where == "returned":
+            return f"returned `{self.key}`: {_fmt(self.first)} vs {_fmt(self.second)}"
+        return f"outcome: {self.first} vs {self.second}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)[:200]
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Exact equality; NaN equals NaN (two runs that both produce NaN agree)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return a == b and type(a) is type(b)
+
+
+def comparable_leaves(value: Any, prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    """Leaves of a returned value by key path; keys that hold timings or memory left out."""
+    kept: dict[str, Any] = {}
+    ignored: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if VOLATILE_KEY.search(str(key)):
+                ignored.append(path)
+                continue
+            sub_kept, sub_ignored = comparable_leaves(item, path)
+            kept.update(sub_kept)
+            ignored += sub_ignored
+    elif isinstance(value, list) and value and all(isinstance(v, (dict, list)) for v in value):
+        for index, item in enumerate(value):
+            sub_kept, sub_ignored = comparable_leaves(item, f"{prefix}[{index}]")
+            kept.update(sub_kept)
+            ignored += sub_ignored
+    else:
+        kept[prefix or "(value)"] = value
+    return kept, ignored
+
+
+def compare(a: RunData, b: RunData) -> Divergence | None:
+    """The first difference between two runs: a step's loss, a returned value, the outcome."""
+    for index, (x, y) in enumerate(zip(a.losses, b.losses)):
+        if not same_value(x, y):
+            return Divergence("step", index, x, y)
+    if len(a.losses) != len(b.losses):
+        n = min(len(a.losses), len(b.losses))
+        return Divergence("step", n, a.losses[n] if n < len(a.losses) else "no step", b.losses[n] if n < len(b.losses) else "no step")
+    if a.run.ok and b.run.ok:
+        left, _ = comparable_leaves((a.run.result or {}).get("returned"))
+        right, _ = comparable_leaves((b.run.result or {}).get("returned"))
+        for key in sorted(set(left) | set(right)):
+            if not same_value(left.get(key), right.get(key)):
+                return Divergence("returned", None, left.get(key), right.get(key), key)
+        return None
+    if a.outcome != b.outcome:
+        return Divergence("outcome", None, a.outcome, b.outcome)
+    return None
+
+
+def side_by_side(a: RunData, b: RunData, divergence: Divergence | None, before: int = 8, limit: int = 40) -> list[dict[str, Any]]:
+    """The two loss curves up to (and one step past) the divergence."""
+    end = (divergence.step + 1) if divergence and divergence.step is not None else min(len(a.losses), len(b.losses), limit)
+    start = max(0, end - (before + 1)) if divergence and divergence.step is not None else 0
+    rows = []
+    for index in range(start, min(end + 1, max(len(a.losses), len(b.losses)))):
+        x = a.losses[index] if index < len(a.losses) else None
+        y = b.losses[index] if index < len(b.losses) else None
+        rows.append({"step": index + 1, "first": _fmt(x) if x is not None else "—", "second": _fmt(y) if y is not None else "—", "same": same_value(x, y)})
+    return rows[:limit]
+
+
+def rng_causes(a: RunData, b: RunData) -> list[dict[str, Any]]:
+    """Seeding calls that explain two runs diverging under the same hash seed: generators seeded
+    from the OS's entropy, and seeds whose value differed between the runs."""
+    causes: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    first, second = a.rng.get("records", []), b.rng.get("records", [])
+    for record in first + second:
+        site = record.get("site") or {}
+        marker = (record["api"], site.get("path"), site.get("line"))
+        if record.get("entropy") and marker not in seen:
+            seen.add(marker)
+            causes.append({"api": record["api"], "site": site, "why": "seeded from the OS's entropy", "seeds": [record.get("seed")]})
+    paired: dict[tuple[Any, ...], list[Any]] = {}
+    for records, slot in ((first, 0), (second, 1)):
+        counts: dict[tuple[Any, ...], int] = {}
+        for record in records:
+            site = record.get("site") or {}
+            base = (record["api"], site.get("path"), site.get("line"))
+            counts[base] = counts.get(base, 0) + 1
+            paired.setdefault((*base, counts[base]), [None, None, site])[slot] = record.get("seed")
+    for (api, path, line, _n), (x, y, site) in paired.items():
+        if x is not None and y is not None and x != y and (api, path, line) not in seen:
+            seen.add((api, path, line))
+            causes.append({"api": api, "site": site, "why": "seeded with a value that changed between the runs", "seeds": [x, y]})
+    return causes
+
+
+def deterministic_op(run: EntrypointRun) -> dict[str, Any] | None:
+    """The op torch.use_deterministic_algorithms(True) refused, with the target's frame."""
+    exc = run.exception
+    if not exc:
+        return None
+    match = _DETERMINISTIC_OP.search(exc.get("message", ""))
+    if not match:
+        return None
+    return {"op": match.group(1).strip(), "message": exc["message"][:600], "site": exc.get("target_frame")}
+
+
+KIND_TEXT: dict[str, tuple[str, str]] = {
+    "hash-order": (
+        "Training results depend on PYTHONHASHSEED (hash iteration order)",
+        "Iterate sets in a defined order (`sorted(set_of_words)`), build vocabularies and index maps from sorted keys, and never let set order decide ids, batches or parameter order.",
+    ),
+    "unseeded-random": (
+        "Training is not reproducible: a random source ignores the configured seed",
+        "Seed every generator from the configured seed (`torch.Generator().manual_seed(seed)`, `numpy.random.default_rng(seed)`, `random.Random(seed)`), never from time or the OS's entropy.",
+    ),
+    "nondeterministic-op": (
+        "Training is not reproducible: an op without a deterministic implementation",
+        "Enable `torch.use_deterministic_algorithms(True)` (with CUBLAS_WORKSPACE_CONFIG=:4096:8 on CUDA) and replace the op it names, or accept and document the nondeterminism.",
+    ),
+    "same-hash-unlocated": (
+        "Training is not reproducible with the same seeds",
+        "Look for randomness that is not derived from the configured seed (clock-based seeds, os.urandom, uuid, thread timing, iteration over sets of objects) on the path the divergence starts from.",
+    ),
+    "unclassified": (
+        "Training is not reproducible with the same seeds",
+        "Compare the two runs' steps around the first divergence; the stage had no budget left to tell hash-order dependence from an unseeded source.",
+    ),
+}
+
+
+def nondeterminism_finding(
+    ctx: StageContext,
+    kind: str,
+    divergence: Divergence,
+    pair: tuple[RunData, RunData],
+    location: Location | None,
+    explanation: str,
+    data: dict[str, Any],
+) -> Finding:
+    title, fix = KIND_TEXT[kind]
+    a, b = pair
+    return ctx.finding(
+        category=CATEGORY,
+        severity=Severity.HIGH,
+        title=title,
+        location=location,
+        problem=(
+            f"Two runs of the entrypoint with the same seed (PYTHONHASHSEED={a.hash_seed} and {b.hash_seed}) diverged at "
+            f"{divergence.describe()}. {explanation}"
+        ),
+        impact="Results cannot be reproduced or compared between runs: a regression and a lucky seed look the same, and a bug seen once may never show again.",
+        fix=fix,
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"{a.label} vs {b.label}: first difference at {divergence.describe()}",
+            data={
+                "kind": kind,
+                "where": divergence.where,
+                "first_divergent_step": divergence.step + 1 if divergence.step is not None else None,
+                "values": [divergence.first, divergence.second],
+                "returned_key": divergence.key,
+                "hash_seeds": [a.hash_seed, b.hash_seed],
+                "runs": [a.label, b.label],
+                **data,
+            },
+        ),
+        key=f"{kind}:{location.path if location else ''}:{data.get('site_code', '')}",
+    )

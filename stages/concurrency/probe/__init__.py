@@ -1,0 +1,1 @@
+"""Instruments of the concurrency stage; they run inside the target's child process."""

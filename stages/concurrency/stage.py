@@ -1,0 +1,383 @@
+"""The concurrency stage: observe the training, rerun it, and report only what was seen.
+
+Runs (each a child process with the stage's remaining budget; past it, `hang`):
+1. the instrumented run: GradScaler/optimizer calls, DataLoader constructions, workers and
+   start methods, seeding calls, and on CUDA the non_blocking and stream-race watches. Its
+   instruments do not change numerics, so it is also the first determinism run;
+2. a rerun with another PYTHONHASHSEED, recording only the loss per optimizer step;
+3. only after a divergence: a rerun with the first run's PYTHONHASHSEED (hash order or an
+   unseeded source?), and when no seeding call explains it, a rerun with
+   torch.use_deterministic_algorithms(True) to name the op.
+A finding exists only when a wrong order was observed, two runs diverged, or a worker failed;
+the non_blocking check on a CPU, where a copy cannot race, reads the source and never blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageOutcome
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
+from traingate.stages.concurrency import cuda as conc_cuda, determinism as conc_determinism, loaders as conc_loaders, protocol as conc_protocol
+from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
+from traingate.stages.concurrency.determinism import (
+    RunData,
+    comparable_leaves,
+    compare,
+    deterministic_op,
+    nondeterminism_finding,
+    rng_causes,
+    side_by_side,
+)
+from traingate.stages.concurrency.loaders import loader_details, loader_findings
+from traingate.stages.concurrency.protocol import protocol_findings
+from traingate.stages.concurrency.static import entrypoint_location, nonblocking_reads, set_iterations
+
+TRACE = "traingate.stages.concurrency.probe.trace:ProtocolTrace"
+LOSSES = "traingate.stages.concurrency.probe.trace:LossTrace"
+RNG = "traingate.stages.concurrency.probe.rng:RngSites"
+LOADERS = "traingate.stages.concurrency.probe.loaders:LoaderWatch"
+NONBLOCKING = "traingate.stages.concurrency.probe.cuda:NonBlockingWatch"
+STREAMS = "traingate.stages.concurrency.probe.cuda:StreamSanitizer"
+FIRST_HASH_SEED = "0"
+_SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
+
+
+class ConcurrencyStage:
+    name = "concurrency"
+    order = 30
+    # Each check module declares the category it emits.
+    categories: frozenset[Category] = frozenset(
+        {conc_protocol.CATEGORY, conc_determinism.CATEGORY, conc_loaders.CATEGORY, conc_cuda.NONBLOCKING, conc_cuda.STREAMS}
+    )
+
+    def run(self, ctx: StageContext) -> StageOutcome:
+        if ctx.config.entrypoint is None:
+            return StageOutcome(
+                summary="not run: no entrypoint configured",
+                skipped_reason=(
+                    "no entrypoint is configured: the concurrency checks observe and rerun the training function, "
+                    "so set [tool.traingate.entrypoint] call = \"module:function\" to enable them"
+                ),
+            )
+        return _Session(ctx).run()
+
+
+class _Session:
+    """One stage run: its child runs, findings and the details its report renders."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        assert ctx.config.entrypoint is not None
+        self.ctx = ctx
+        self.entrypoint = ctx.config.entrypoint
+        self.fallback = entrypoint_location(ctx.root, self.entrypoint.call)
+        self.cuda = ctx.device == "cuda"
+        self.findings: list[Finding] = []
+        self.runs: list[dict[str, Any]] = []
+        self.checks: dict[str, Any] = {}
+        self.stopped: str | None = None
+
+    # -- child runs --------------------------------------------------------------------------------
+    def _run(self, label: str, purpose: str, instruments: list[str], hash_seed: str, deterministic: bool = False) -> EntrypointRun | None:
+        """One child run; None (with a `hang` finding) when it overran its budget."""
+        options = {
+            "concurrency": {
+                "start_methods": list(self.ctx.config.concurrency.dataloader_start_methods),
+                "probe_timeout_s": max(5.0, min(60.0, self.ctx.child_budget() / 4)),
+            }
+        }
+        run = run_entrypoint(
+            self.ctx,
+            label=label,
+            amp=True if self.entrypoint.amp_flag else None,
+            instruments=instruments,
+            options=options,
+            deterministic=deterministic,
+            env=self.ctx.child_env(PYTHONHASHSEED=hash_seed),
+        )
+        losses = _losses(run)
+        self.runs.append(
+            {
+                "label": label,
+                "purpose": purpose,
+                "hash_seed": hash_seed,
+                "deterministic": deterministic,
+                "duration_s": round(run.child.duration_s, 2),
+                "outcome": "returned" if run.ok else (run.failure() or "failed"),
+                "steps": len(losses),
+            }
+        )
+        if run.child.timed_out:
+            self.findings.append(hang_finding(self.ctx, run.child, f"The concurrency stage's {label} run"))
+            self.stopped = f"the {label} run did not finish within its budget"
+            return None
+        return run
+
+    def _budget_allows(self, reference: EntrypointRun) -> bool:
+        return self.ctx.child_budget() >= reference.child.duration_s * 1.2 + 2.0
+
+    # -- the stage ----------------------------------------------------------------------------------
+    def run(self) -> StageOutcome:
+        instruments = [TRACE, RNG, LOADERS] + ([NONBLOCKING, STREAMS] if self.cuda else [])
+        first = self._run("instrumented", "GradScaler protocol, DataLoaders, seeding calls; determinism run 1", instruments, FIRST_HASH_SEED)
+        if first is None:
+            return self._outcome(None)
+        if first.result is None:
+            self._fail(first, "the instrumented run ended without reporting")
+            return self._outcome(first)
+        broken = [spec for spec in instruments if "error" in first.instrument(spec)]
+        if broken:
+            self._fail(first, f"instrument {broken[0]} failed", first.instrument(broken[0])["error"])
+            return self._outcome(first)
+        self._protocol(first)
+        self._loaders(first)
+        self._nonblocking(first)
+        self._streams(first)
+        if self._unexplained_failure(first):
+            self.stopped = "the instrumented run failed for a reason none of this stage's checks explains"
+            return self._outcome(first)
+        self._determinism(first)
+        return self._outcome(first)
+
+    def _protocol(self, first: EntrypointRun) -> None:
+        findings, details = protocol_findings(self.ctx, first.instrument(TRACE), self.fallback)
+        self.findings += findings
+        self.checks["gradscaler"] = details
+        if first.ok and details["steps"] == 0 and not first.instrument(TRACE).get("steps"):
+            self._fail(first, "the instrumented run returned without a single optimizer step", observed_nothing=True)
+
+    def _loaders(self, first: EntrypointRun) -> None:
+        watch = first.instrument(LOADERS)
+        self.findings += loader_findings(self.ctx, watch, self.fallback)
+        self.checks["dataloader"] = {**loader_details(watch), "start_methods": list(self.ctx.config.concurrency.dataloader_start_methods)}
+
+    def _nonblocking(self, first: EntrypointRun) -> None:
+        hits = nonblocking_reads(self.ctx.root)
+        if self.cuda:
+            watch = first.instrument(NONBLOCKING)
+            self.findings += nonblocking_observed(self.ctx, watch, self.fallback)
+            self.checks["nonblocking"] = {
+                "ran": True,
+                "mode": "observed",
+                "note": f"observed at the dispatcher on {self.ctx.device}: {watch.get('copies', 0)} non_blocking device-to-host copies, {len(watch.get('races', []))} read before a synchronisation",
+                "static_matches": [h.as_dict() for h in hits],
+            }
+            return
+        self.findings += nonblocking_static(self.ctx, hits)
+        self.checks["nonblocking"] = {
+            "ran": True,
+            "mode": "static",
+            "note": "on a CPU a device-to-host copy is synchronous and cannot race, so it was not observed; the source was read for host copies made with non_blocking=True and read before a synchronize() (static, never blocking)",
+            "static_matches": [h.as_dict() for h in hits],
+        }
+
+    def _streams(self, first: EntrypointRun) -> None:
+        if not self.cuda:
+            self.checks["streams"] = {"ran": False, "note": f"not run: the CUDA sanitizer watches CUDA streams, and this run was on {self.ctx.device}"}
+            return
+        sanitizer = first.instrument(STREAMS)
+        self.findings += stream_findings(self.ctx, sanitizer, first.child.stderr, self.fallback)
+        self.checks["streams"] = {"ran": bool(sanitizer.get("available")), "note": f"CUDA sanitizer (CSAN) over the instrumented run: {sanitizer.get('total', 0)} unsynchronised access(es) reported"}
+
+    # -- determinism -------------------------------------------------------------------------------
+    def _determinism(self, first: EntrypointRun) -> None:
+        base = RunData(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first, _losses(first), first.instrument(RNG))
+        details: dict[str, Any] = {"ran": False, "compared": []}
+        self.checks["determinism"] = details
+        divergence, other = None, None
+        for index in range(1, self.ctx.config.concurrency.determinism_runs):
+            if not self._budget_allows(first):
+                self._out_of_budget(first, "the determinism rerun")
+                return
+            seed = str(index)
+            run = self._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
+            if run is None:
+                return
+            other = RunData(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run, _losses(run), run.instrument(RNG))
+            details["compared"].append(other.label)
+            divergence = compare(base, other)
+            if divergence is not None:
+                break
+        assert other is not None
+        details["ran"] = True
+        _kept, ignored = comparable_leaves((first.result or {}).get("returned"))
+        details["returned_ignored"] = ignored
+        details["curves"] = side_by_side(base, other, divergence)
+        details["labels"] = [base.label, other.label]
+        if divergence is None:
+            details["verdict"] = f"identical: {len(base.losses)} optimizer step losses and the returned values matched exactly"
+            return
+        details["verdict"] = f"diverged at {divergence.describe()}"
+        self._classify(first, base, other, divergence, details)
+
+    def _classify(self, first: EntrypointRun, base: RunData, other: RunData, divergence: Any, details: dict[str, Any]) -> None:
+        if not self._budget_allows(first):
+            details["kind"] = "unclassified"
+            self.findings.append(nondeterminism_finding(self.ctx, "unclassified", divergence, (base, other), self.fallback, "No budget was left for the run that tells hash order from an unseeded source.", {}))
+            return
+        run = self._run("rerun-same-hashseed", "determinism: same PYTHONHASHSEED as run 1", [LOSSES, RNG], FIRST_HASH_SEED)
+        if run is None:
+            return
+        same = RunData(f"run {len(details['compared']) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run, _losses(run), run.instrument(RNG))
+        details["compared"].append(same.label)
+        same_divergence = compare(base, same)
+        if same_divergence is None:
+            self._hash_order(base, other, divergence, same, details)
+        else:
+            details["curves"] = side_by_side(base, same, same_divergence)
+            details["labels"] = [base.label, same.label]
+            self._same_hash(first, base, same, same_divergence, details)
+
+    def _hash_order(self, base: RunData, other: RunData, divergence: Any, same: RunData, details: dict[str, Any]) -> None:
+        details["kind"] = "hash-order"
+        executed = set(base.rng.get("target_modules", [])) or None
+        hints = set_iterations(self.ctx.root, executed)
+        location = hints[0].location() if hints else self.fallback
+        explanation = (
+            f"{same.label} reproduced run 1 exactly, so the difference follows PYTHONHASHSEED: the order of a set (or of a "
+            "dict built from one) of strings decides something the training depends on"
+            + (f"; the source iterates a set at {hints[0].path}:{hints[0].line} (`{hints[0].code}`)" if hints else "")
+            + "."
+        )
+        self.findings.append(
+            nondeterminism_finding(
+                self.ctx, "hash-order", divergence, (base, other), location, explanation,
+                {"reproduced_by": same.label, "static_hint": [h.as_dict() for h in hints[:10]], "site_code": hints[0].code if hints else ""},
+            )
+        )
+
+    def _same_hash(self, first: EntrypointRun, base: RunData, same: RunData, divergence: Any, details: dict[str, Any]) -> None:
+        causes = rng_causes(base, same)
+        data: dict[str, Any] = {"seeding_calls": causes[:10]}
+        if causes:
+            cause = causes[0]
+            site = cause["site"]
+            details["kind"] = "unseeded-random"
+            location = Location(path=site["path"], line=site["line"], function=site.get("function")) if site.get("path") else self.fallback
+            explanation = f"The hash seed was the same, so a random source differs: `{cause['api']}` at {site.get('path')}:{site.get('line')} was {cause['why']} (seeds {cause['seeds']})."
+            data["site_code"] = site.get("code", "")
+            self.findings.append(nondeterminism_finding(self.ctx, "unseeded-random", divergence, (base, same), location, explanation, data))
+            return
+        op = None
+        if self._budget_allows(first):
+            run = self._run("deterministic", "determinism: torch.use_deterministic_algorithms(True)", [LOSSES], FIRST_HASH_SEED, deterministic=True)
+            if run is None:
+                return
+            op = deterministic_op(run)
+        if op is not None:
+            details["kind"] = "nondeterministic-op"
+            site = op.get("site")
+            location = Location(path=site["path"], line=site["line"], function=site.get("function")) if site else self.fallback
+            data.update({"deterministic_rerun": op, "site_code": (site or {}).get("code", op["op"])})
+            explanation = f"The hash seed was the same and no seeding call differed; with torch.use_deterministic_algorithms(True) the run stopped at `{op['op']}`, which has no deterministic implementation."
+            self.findings.append(nondeterminism_finding(self.ctx, "nondeterministic-op", divergence, (base, same), location, explanation, data))
+            return
+        details["kind"] = "same-hash-unlocated"
+        hints = set_iterations(self.ctx.root, set(base.rng.get("target_modules", [])) or None)
+        data["static_hint"] = [h.as_dict() for h in hints[:10]]
+        explanation = "The hash seed was the same, no seeding call of the target differed and deterministic algorithms named no op; the source of the randomness was not observed."
+        self.findings.append(nondeterminism_finding(self.ctx, "same-hash-unlocated", divergence, (base, same), self.fallback, explanation, data))
+
+    # -- failing closed ----------------------------------------------------------------------------
+    def _out_of_budget(self, first: EntrypointRun, what: str) -> None:
+        left = self.ctx.child_budget()
+        self.stopped = f"no budget left for {what}"
+        self.findings.append(
+            self.ctx.finding(
+                category=Category.STAGE_ERROR,
+                severity=Severity.CRITICAL,
+                title=f"The concurrency stage ran out of budget before {what}",
+                location=None,
+                problem=f"The instrumented run took {first.child.duration_s:.1f}s and only {left:.1f}s of the {self.ctx.config.timeout_s:.0f}s budget were left, not enough for {what}; the check did not run.",
+                impact="Determinism was not checked, so the gate cannot vouch for it (fail closed).",
+                fix="Raise `timeout_s` in [tool.traingate] (the stage needs about three times one run), or make the entrypoint's smoke kwargs smaller.",
+                evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{left:.1f}s left, one run takes {first.child.duration_s:.1f}s", data={"left_s": round(left, 2), "run_s": round(first.child.duration_s, 2)}),
+                key=f"budget:{what}",
+            )
+        )
+
+    def _fail(self, run: EntrypointRun, what: str, detail: str | None = None, observed_nothing: bool = False) -> None:
+        exc = run.exception or {}
+        frame = exc.get("target_frame")
+        location = Location(path=frame["path"], line=frame["line"], function=frame.get("function")) if frame else self.fallback
+        self.findings.append(
+            self.ctx.finding(
+                category=Category.STAGE_ERROR,
+                severity=Severity.CRITICAL,
+                title=f"The concurrency stage could not observe the training: {what}",
+                location=location,
+                problem=f"{what} ({run.failure() or 'returned'}); the checks that depend on it did not run." if not observed_nothing else f"{what}: there was no training loop to observe, so no check could run.",
+                impact="Nothing this stage would have checked can be vouched for, so the gate blocks (fail closed).",
+                fix="Point [tool.traingate.entrypoint] at a function that trains for a few steps." if observed_nothing else "Run the execution stage for the entrypoint's own failure; if the failure only happens here, report it with this report.json.",
+                evidence=Evidence(
+                    kind=EvidenceKind.OBSERVED,
+                    summary=run.failure() or what,
+                    traceback=detail or exc.get("traceback") or (run.child.stderr[-8000:] or None),
+                    data={"returncode": run.child.returncode},
+                ),
+                key=what,
+            )
+        )
+
+    def _unexplained_failure(self, first: EntrypointRun) -> bool:
+        """The instrumented run failed and no finding of this stage explains why (then the
+        stage fails closed and skips the reruns, which would fail the same way)."""
+        if first.ok:
+            return False
+        exc = first.exception or {}
+        message = exc.get("message", "")
+        categories = {f.category for f in self.findings}
+        if Category.DATALOADER_HAZARD in categories and ("DataLoader" in message or "worker" in message or "prefetch_factor" in message or "persistent_workers" in message):
+            return False
+        if Category.GRADSCALER_PROTOCOL in categories and any(text in message for text in _SCALER_ERRORS):
+            return False
+        if Category.STREAM_RACE in categories and exc.get("type") == "CUDASanitizerErrors":
+            return False
+        if any(f.category is Category.STAGE_ERROR for f in self.findings):
+            return True
+        self._fail(first, f"the entrypoint {first.failure()}")
+        return True
+
+    # -- the outcome -------------------------------------------------------------------------------
+    def _outcome(self, first: EntrypointRun | None) -> StageOutcome:
+        for name in ("gradscaler", "dataloader", "nonblocking", "determinism"):
+            self.checks.setdefault(name, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
+        self.checks.setdefault("streams", {"ran": False, "note": f"not run: the CUDA sanitizer needs a CUDA device, and this run was on {self.ctx.device}" if not self.cuda else f"not run: {self.stopped}"})
+        protocol = self.checks["gradscaler"]
+        determinism = self.checks["determinism"]
+        loaders = self.checks["dataloader"].get("loaders", [])
+        metrics = [
+            Metric(name="optimizer steps observed", value=protocol.get("steps", 0), note="in the instrumented run"),
+            Metric(name="GradScaler protocol iterations checked", value=protocol.get("iterations", 0)),
+            Metric(name="determinism runs compared", value=len(determinism.get("compared", [])) + (1 if determinism.get("ran") else 0)),
+            Metric(name="DataLoaders observed", value=len(loaders), note=", ".join(f"{(l['site'] or {}).get('path')}:{(l['site'] or {}).get('line')} num_workers={l['settings'].get('num_workers')}" for l in loaders)[:200]),
+            Metric(name="child runs wall time", value=round(sum(r["duration_s"] for r in self.runs), 2), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
+        ]
+        return StageOutcome(
+            summary=self._summary(),
+            metrics=metrics,
+            findings=self.findings,
+            details={"device": self.ctx.device, "budget_s": self.ctx.config.timeout_s, "runs": self.runs, "checks": self.checks, "stopped": self.stopped},
+        )
+
+    def _summary(self) -> str:
+        parts = [f"{len(self.runs)} run(s) on {self.ctx.device}"]
+        protocol = self.checks.get("gradscaler", {})
+        if protocol.get("ran"):
+            parts.append(f"GradScaler protocol checked over {protocol.get('iterations', 0)} iteration(s)")
+        determinism = self.checks.get("determinism", {})
+        if determinism.get("ran"):
+            parts.append("runs " + determinism.get("verdict", "compared").split(":")[0])
+        if self.stopped:
+            parts.append(f"stopped: {self.stopped}")
+        if not self.cuda:
+            parts.append("stream check not run (no CUDA)")
+        return "; ".join(parts)
+
+
+def _losses(run: EntrypointRun) -> list[list[Any]]:
+    for spec in (TRACE, LOSSES):
+        data = run.instrument(spec)
+        if "losses" in data:
+            return list(data["losses"])
+    return []

@@ -1,0 +1,311 @@
+"""Findings about the test suite: what pytest ran, failed, could not collect, or skipped.
+
+Each check states its category. Everything here reads a finished `SuiteRun` (the child's
+exit status and the plugin's events); nothing runs target code. Where the run left no
+record of a test having run, the stage fails closed with `no-tests`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from traingate.pipeline.isolation import crash_frames
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import StageContext, hang_finding, innermost_target_frame, location_of
+from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, TestOutcome, group_skips
+
+_TAIL = 6000
+
+
+def suite_findings(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
+    """All findings about the test run, the most specific first; `no-tests` only when
+    nothing more specific explains why no test ran."""
+    findings: list[Finding] = []
+    if run.child.timed_out:
+        running = [t for t in result.tests if t.outcome == "crashed"]
+        findings.append(hang_finding(ctx, run.child, "The test suite" + (f" (in {running[-1].nodeid})" if running else "")))
+    findings += conftest_errors(ctx, run, result)
+    findings += collection_errors(ctx, result)
+    findings += test_failures(ctx, run, result)
+    findings += abnormal_ends(ctx, run, result)
+    if not any(f.blocking for f in findings):
+        findings += no_tests(ctx, run, result)
+    findings += skipped_tests(ctx, result)
+    return findings
+
+
+def conftest_errors(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
+    """`collection-error`: a conftest that cannot be imported stops the whole suite.
+
+    pytest answers with a usage error (exit status 4) and runs nothing.
+    """
+    err = result.conftest_error
+    if err is None:
+        return []
+    conftest = _relative(err.get("conftest", ""), ctx.root)
+    location = location_of(err.get("target_frame")) or (Location(path=conftest, line=None) if conftest else None)
+    return [
+        ctx.finding(
+            category=Category.COLLECTION_ERROR,
+            severity=Severity.CRITICAL,
+            title=f"conftest {conftest or ''} cannot be imported: {err.get('type')}".replace("  ", " "),
+            location=location,
+            problem=f"Importing {conftest or 'a conftest'} raised {err.get('type')}: {_first_line(err.get('message'))}; pytest stopped before collecting any test (exit status {run.child.returncode}).",
+            impact="No test of the suite ran, so nothing about this version was verified by its tests.",
+            fix="Make the conftest importable in a clean environment (missing dependency, wrong import path, code that needs a GPU or network at import).",
+            evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{err.get('type')} while loading {conftest}", traceback=err.get("traceback") or _tail(run.child.stderr), data={"exit_status": run.child.returncode}),
+            key=f"conftest {conftest} {err.get('type')}",
+        )
+    ]
+
+
+def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
+    """`collection-error`: a test module (or package) that could not be imported or collected.
+
+    Located at the innermost frame of the target's code in the import error, often a line
+    of a module the test imports rather than the test file itself.
+    """
+    findings = []
+    not_run = f" pytest stops before running any test when collection fails: none of the {result.collected or 0} collected test(s) ran." if result.ran == 0 else ""
+    for err in result.collection_errors:
+        module = err.get("path") or err.get("nodeid") or "?"
+        location = location_of(err.get("target_frame")) or Location(path=module, line=None)
+        what = err.get("type") or "an error"
+        message = _first_line(err.get("message")) or _first_line(err.get("longrepr"))
+        findings.append(
+            ctx.finding(
+                category=Category.COLLECTION_ERROR,
+                severity=Severity.HIGH,
+                title=f"{module} cannot be collected: {what}",
+                location=location,
+                problem=f"Collecting {module} raised {what}: {message}.{not_run}",
+                impact="The tests in this module never run, so whatever they check is unverified.",
+                fix=f"Fix the error at {location.path}{':' + str(location.line) if location.line else ''} so the module imports in a clean environment.",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{what} while collecting {module}", traceback=err.get("traceback") or err.get("longrepr"), data={"nodeid": err.get("nodeid")}),
+                key=f"{module} {what}",
+            )
+        )
+    return findings
+
+
+def test_failures(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
+    """`test-failure`: a test that failed, errored in a fixture, or ended the process.
+
+    Located at the innermost frame of the target's code in the failure's traceback: the
+    failing assert in the test, or the target line a test called into that raised.
+    """
+    findings = []
+    for test in result.tests:
+        if test.outcome not in ("failed", "error", "crashed", "interrupted"):
+            continue
+        if test.outcome == "crashed" and run.child.timed_out:
+            continue  # the hang finding carries this test's stacks
+        location, evidence = _failure_site(ctx, run, test)
+        verb = {"failed": "fails", "error": "errors", "crashed": "kills the test process", "interrupted": "stops the test run"}[test.outcome]
+        findings.append(
+            ctx.finding(
+                category=Category.TEST_FAILURE,
+                severity=Severity.HIGH,
+                title=f"{test.nodeid} {verb}",
+                location=location,
+                problem=f"{test.nodeid} {verb}: {test.message or 'no message'}.",
+                impact="A failing test means the behaviour it checks is broken in this version (or the test is).",
+                fix="Run `python -m pytest " + test.nodeid + "` locally and fix the code or the test it points at.",
+                evidence=evidence,
+                key=test.nodeid,
+            )
+        )
+    return findings
+
+
+def _failure_site(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> tuple[Location | None, Evidence]:
+    own = Location(path=test.path, line=test.line, function=test.nodeid.split("::")[-1].split("[")[0]) if test.path else None
+    if test.outcome in ("crashed", "interrupted"):
+        frames = crash_frames(run.child.stacks)
+        location = innermost_target_frame(frames, ctx.root) or own
+        exit_desc = run.child.signal_name or f"exit status {run.child.returncode}"
+        return location, Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"the pytest process ended ({exit_desc}) while {test.nodeid} was running" if test.outcome == "crashed" else f"pytest stopped (exit status {run.child.returncode}) while {test.nodeid} was running",
+            traceback=(run.child.stacks[-_TAIL:] if frames else _tail(run.child.stdout + run.child.stderr)) or None,
+            data={"exit_status": run.child.returncode, "signal": run.child.signal_name},
+        )
+    failure = test.failure or {}
+    location = location_of(failure.get("target_frame")) or own
+    return location, Evidence(
+        kind=EvidenceKind.OBSERVED,
+        summary=f"{test.outcome}: {test.message}"[:300],
+        traceback=test.longrepr or failure.get("traceback") or None,
+        data={"nodeid": test.nodeid, "outcome": test.outcome, "duration_s": test.duration_s, "code": (failure.get("target_frame") or {}).get("code")},
+    )
+
+
+def abnormal_ends(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
+    """A run that ended outside its tests: an internal error, a usage error, a pytest.exit()
+    from a hook, or a process that died between tests. Always blocking (fail closed)."""
+    if run.child.timed_out or result.conftest_error is not None:
+        return []
+    code = run.child.returncode
+    stopped_in_test = any(t.outcome in ("crashed", "interrupted") for t in result.tests)
+    if result.internal_error is not None:
+        return [_internal_error(ctx, run, result.internal_error)]
+    if code == 4 and not _missing_paths(run):
+        return [_usage_error(ctx, run)]
+    if stopped_in_test:
+        return []
+    if result.interrupt is not None and result.ran > 0:
+        return [_ended_early(ctx, run, result, location_of(result.interrupt.get("target_frame")), f"pytest was stopped ({result.interrupt.get('type')}: {_first_line(result.interrupt.get('message'))})")]
+    if not result.finished and result.ran > 0:
+        frames = crash_frames(run.child.stacks)
+        what = run.child.signal_name or f"exit status {code}"
+        return [_ended_early(ctx, run, result, innermost_target_frame(frames, ctx.root), f"the pytest process ended ({what}) before pytest finished")]
+    if code not in (0, 1, 2, 5) and code is not None and code >= 0 and result.ran > 0:
+        return [_ended_early(ctx, run, result, None, f"pytest exited with status {code}, which pytest itself never uses")]
+    return []
+
+
+def _internal_error(ctx: StageContext, run: SuiteRun, err: dict[str, Any]) -> Finding:
+    location = location_of(err.get("target_frame"))
+    # Raised from the target's own hooks: its suite cannot be collected or run. Otherwise
+    # pytest (or traingate's plugin) broke: the stage cannot vouch for anything.
+    category = Category.COLLECTION_ERROR if location is not None else Category.STAGE_ERROR
+    return ctx.finding(
+        category=category,
+        severity=Severity.CRITICAL,
+        title=f"pytest stopped with an internal error: {err.get('type')}",
+        location=location,
+        problem=f"pytest reported an internal error (exit status {run.child.returncode}): {err.get('type')}: {_first_line(err.get('message'))}.",
+        impact="The suite did not run to its end; its results cannot be trusted.",
+        fix="Read the traceback: an exception raised in a conftest hook or a plugin stops pytest this way." if location else "Run the same command by hand; if pytest itself breaks, report it with this report.json.",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"exit status {run.child.returncode} ({EXIT_MEANING.get(run.child.returncode or 0, '?')})", traceback=err.get("traceback") or _tail(run.child.stderr), data={"exit_status": run.child.returncode, "command": run.command}),
+        key=f"internal error {err.get('type')}",
+    )
+
+
+def _usage_error(ctx: StageContext, run: SuiteRun) -> Finding:
+    message = _usage_message(run)
+    return ctx.finding(
+        category=Category.STAGE_ERROR,
+        severity=Severity.CRITICAL,
+        title=f"pytest refused the suite's arguments: {message[:120]}",
+        location=None,
+        problem=f"pytest ended with a usage error (exit status 4): {message}. The arguments came from `tests` in the traingate configuration and the target's own pytest configuration ({run.config_file or 'none'}).",
+        impact="No test ran, so nothing about this version was verified by its tests.",
+        fix="Correct `tests` in [tool.traingate], or the target's pytest options (an `addopts` that needs a plugin not installed is a common cause).",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="exit status 4 (usage error)", traceback=_tail(run.child.stderr + run.child.stdout) or None, data={"command": run.command}),
+        key=f"usage error {message}",
+    )
+
+
+def _ended_early(ctx: StageContext, run: SuiteRun, result: SuiteResult, location: Location | None, why: str) -> Finding:
+    total = result.collected if result.collected is not None else len(result.tests)
+    return ctx.finding(
+        category=Category.TEST_FAILURE,
+        severity=Severity.HIGH,
+        title=f"The test run ended early: {result.ran} of {total} tests ran",
+        location=location,
+        problem=f"{why}, after {result.ran} of {total} collected tests had run.",
+        impact="The tests that did not run verified nothing; a green exit status here would be a false pass.",
+        fix="Find what ends the run (a hook calling pytest.exit, a test or fixture that exits the process) and let the suite finish.",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=why, traceback=(run.child.stacks[-_TAIL:] or _tail(run.child.stderr)) or None, data={"exit_status": run.child.returncode, "ran": result.ran, "collected": total}),
+        key="run ended early",
+    )
+
+
+def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
+    """`no-tests`: no test ran — none collected, all deselected, all skipped, or a pytest
+    that ended (even with status 0) without a record of any test. Blocking: a suite that
+    ran nothing verified nothing."""
+    if run.child.timed_out or result.ran > 0:
+        return []
+    code = run.child.returncode
+    if _missing_paths(run):
+        why = f"pytest found none of the test paths ({_usage_message(run)})"
+    elif not result.started:
+        why = f"pytest exited with status {code} before its session started: nothing was collected or reported"
+    elif not result.finished:
+        why = f"the pytest process ended ({run.child.signal_name or f'exit status {code}'}) before it reported any test"
+    elif result.interrupt is not None:
+        why = f"pytest was stopped before any test ran ({result.interrupt.get('type')}: {_first_line(result.interrupt.get('message'))}; exit status {code})"
+    elif result.collected == 0 and result.deselected:
+        why = f"all {result.deselected} collected tests were deselected"
+    elif result.collected == 0 or not result.tests:
+        why = f"pytest collected no tests (exit status {code}: {EXIT_MEANING.get(code or 0, 'unknown')})"
+    else:
+        why = f"all {result.count('skipped')} tests were skipped"
+    location = location_of((result.interrupt or {}).get("target_frame"))
+    return [
+        ctx.finding(
+            category=Category.NO_TESTS,
+            severity=Severity.HIGH,
+            title="No test ran",
+            location=location,
+            problem=f"No test ran: {why}. Command: `{run.command}` in the target root.",
+            impact="A suite that runs nothing verifies nothing; passing it would be a false pass.",
+            fix=f"Make sure the paths in `tests` ({' '.join(ctx.config.tests)}) hold tests pytest collects and that nothing ends or empties the run.",
+            evidence=Evidence(
+                kind=EvidenceKind.OBSERVED,
+                summary=why,
+                traceback=_tail(run.child.stdout + "\n" + run.child.stderr) or None,
+                data={"exit_status": code, "collected": result.collected, "deselected": result.deselected, "skipped": result.count("skipped"), "events": len(run.events)},
+            ),
+            key="no tests",
+        )
+    ]
+
+
+def skipped_tests(ctx: StageContext, result: SuiteResult) -> list[Finding]:
+    """`skipped-tests`: one finding per skip reason, with the tests that share it.
+
+    Not a defect by itself (CUDA-only tests on a CPU runner), but a reader must see what
+    was not verified here; low severity, so the policy's defaults never block on it.
+    """
+    findings = []
+    for group in group_skips(result.tests):
+        findings.append(
+            ctx.finding(
+                category=Category.SKIPPED_TESTS,
+                severity=Severity.LOW,
+                title=f"{group['count']} test(s) skipped: {group['reason']}",
+                location=Location(path=group["path"], line=group["line"]) if group.get("path") else None,
+                problem=f"{group['count']} test(s) were skipped with the reason \"{group['reason']}\"; what they check was not verified in this run.",
+                impact="Skipped tests verify nothing here; a defect in what they cover would pass unnoticed.",
+                fix="Run them where their condition holds (for example a CUDA runner), or remove the skip if it no longer applies.",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{group['count']} skipped: {group['reason']}", data={"tests": group["tests"][:100]}),
+                key=f"skipped {group['reason']}",
+            )
+        )
+    return findings
+
+
+def _missing_paths(run: SuiteRun) -> bool:
+    return run.child.returncode == 4 and "file or directory not found" in (run.child.stderr + run.child.stdout)
+
+
+def _usage_message(run: SuiteRun) -> str:
+    """pytest's own complaint: `prog: error: ...` from argparse, else its `ERROR: ...` line."""
+    lines = (run.child.stderr + "\n" + run.child.stdout).splitlines()
+    for line in lines:
+        if ": error:" in line:
+            return line.split(": error:", 1)[1].strip()
+    for line in lines:
+        if line.startswith("ERROR:") and not line.startswith("ERROR: usage:"):
+            return line.removeprefix("ERROR:").strip()
+    return _first_line(run.child.stderr) or "no message"
+
+
+def _first_line(text: Any) -> str:
+    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def _tail(text: str) -> str:
+    return text[-_TAIL:].strip()
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path

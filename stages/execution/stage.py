@@ -1,0 +1,169 @@
+"""The execution stage: run the target's tests, smoke-call its entrypoint, check that the
+tests reach the entrypoint, and report the deprecated PyTorch APIs they hit.
+
+The test suite and the smoke call run side by side in two child processes, each under the
+stage's remaining budget, so a hang in one never starves the other of time. Neither runs
+in this process. Categories: test-failure, collection-error, no-tests, skipped-tests
+(`execution_checks`), entrypoint-crash (`execution_smoke`), entrypoint-untested
+(`execution_coverage`), deprecated-api (`execution_warnings`), plus hang and stage-error.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome
+from traingate.stages.base import StageContext
+from traingate.stages.execution.checks import suite_findings
+from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
+from traingate.stages.execution.smoke import SmokeResult, smoke_calls
+from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, counts, group_skips, parse_events, run_suite
+from traingate.stages.execution.deprecations import deprecated_api_findings, gather
+
+MAX_TEST_ROWS = 500
+
+
+class ExecutionStage:
+    name = "execution"
+    order = 10
+    categories: frozenset[Category] = frozenset(
+        {
+            Category.TEST_FAILURE,
+            Category.COLLECTION_ERROR,
+            Category.NO_TESTS,
+            Category.SKIPPED_TESTS,
+            Category.ENTRYPOINT_CRASH,
+            Category.ENTRYPOINT_UNTESTED,
+            Category.DEPRECATED_API,
+        }
+    )
+
+    def run(self, ctx: StageContext) -> StageOutcome:
+        ep = ctx.config.entrypoint
+        source = entrypoint_source(ctx.root, ep.call) if ep else None
+        include = [str(source.file)] if source is not None and source.span else []
+        suite_name = ctx.next_name("pytest")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            suite_future = pool.submit(run_suite, ctx, suite_name, include)
+            smoke_future = pool.submit(smoke_calls, ctx, source) if ep else None
+            suite = suite_future.result()
+            smoke = smoke_future.result() if smoke_future else None
+        result = parse_events(suite.events)
+
+        findings = suite_findings(ctx, suite, result)
+        coverage = self._coverage(ctx, suite, result, source, findings)
+        if smoke is not None:
+            findings += smoke.findings
+        smoke_warnings = [w for _, _, run in (smoke.runs if smoke else []) for w in (run.result or {}).get("warnings", [])]
+        sites = gather(ctx.root, result.warnings, smoke_warnings)
+        findings += deprecated_api_findings(ctx, sites)
+
+        return StageOutcome(
+            summary=summary(suite, result, smoke, coverage),
+            metrics=metrics(suite, result, smoke, coverage),
+            findings=findings,
+            details={
+                "pytest": pytest_details(suite, result),
+                "smoke": smoke_details(ctx, smoke),
+                "coverage": coverage,
+                "warnings": [s.as_dict() for s in sorted(sites, key=lambda s: (not s.deprecated_torch_api, -s.count))][:100],
+            },
+        )
+
+    @staticmethod
+    def _coverage(ctx: StageContext, suite: SuiteRun, result: SuiteResult, source: EntrypointSource | None, findings: list[Finding]) -> dict[str, Any]:
+        if ctx.config.entrypoint is None:
+            return coverage_details(None, None, "no entrypoint configured")
+        if source is None or not source.span:
+            return coverage_details(source, None, "the entrypoint's body could not be read from its module file")
+        if suite.coverage_file is None or not result.finished:
+            return coverage_details(source, None, "not measured: the test run did not complete")
+        if result.xdist_workers:
+            return coverage_details(source, None, "not measured: the target's pytest options run the tests in xdist worker processes")
+        executed = executed_lines(suite.coverage_file, source.file)
+        if executed is None:
+            return coverage_details(source, None, "not measured: the coverage data could not be read")
+        finding = untested_finding(ctx, source, executed, suite.command)
+        if finding is not None:
+            findings.append(finding)
+        return coverage_details(source, executed)
+
+
+def pytest_details(suite: SuiteRun, result: SuiteResult) -> dict[str, Any]:
+    code = suite.child.returncode
+    ordered = sorted(result.tests, key=lambda t: (t.outcome == "passed", t.outcome == "skipped"))
+    return {
+        "command": suite.command,
+        "config_file": suite.config_file,
+        "exit_status": code,
+        "exit_meaning": suite.child.signal_name or ("timed out" if suite.child.timed_out else EXIT_MEANING.get(code if code is not None else -1, "not a pytest exit status")),
+        "duration_s": round(suite.child.duration_s, 3),
+        "timed_out": suite.child.timed_out,
+        "finished": result.finished,
+        "counts": counts(result),
+        "tests": [
+            {"nodeid": t.nodeid, "outcome": t.outcome, "duration_s": round(t.duration_s, 3), "message": t.message}
+            for t in ordered[:MAX_TEST_ROWS]
+        ],
+        "tests_omitted": max(0, len(ordered) - MAX_TEST_ROWS),
+        "skips": group_skips(result.tests),
+        "collection_errors": [
+            {"nodeid": e.get("nodeid"), "type": e.get("type"), "message": str(e.get("message") or "")[:300]} for e in result.collection_errors
+        ],
+        "stdout_tail": suite.child.stdout[-3000:],
+    }
+
+
+def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> dict[str, Any]:
+    ep = ctx.config.entrypoint
+    if ep is None or smoke is None:
+        return {"configured": False, "runs": [], "notes": ["No smoke call: no entrypoint is configured ([tool.traingate.entrypoint] call)."]}
+    return {"configured": True, "call": ep.call, "setup": ep.setup, "kwargs": ep.kwargs, "amp_flag": ep.amp_flag, "seed": ep.seed, "device": ctx.device, **smoke.details()}
+
+
+def metrics(suite: SuiteRun, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> list[Metric]:
+    c = counts(result)
+    found = [
+        Metric(name="tests_collected", value=c["collected"], note=f"{c['deselected']} deselected" if c["deselected"] else ""),
+        Metric(name="tests_passed", value=c["passed"]),
+        Metric(name="tests_failed", value=c["failed"]),
+        Metric(name="tests_errors", value=c["errors"], note=f"{c['collection_errors']} collection error(s)" if c["collection_errors"] else ""),
+        Metric(name="tests_skipped", value=c["skipped"]),
+        Metric(name="pytest_duration_s", value=round(suite.child.duration_s, 3), unit="s", note="wall time of the pytest process, under coverage of the entrypoint's file"),
+    ]
+    for run in (smoke.details()["runs"] if smoke else []):
+        if run["duration_s"] is not None:
+            suffix = "" if run["label"] == "smoke" else "_" + run["label"].replace("-", "_")
+            found.append(Metric(name=f"smoke_call{suffix}_s", value=run["duration_s"], unit="s", note=f"setup + call; process wall {run['wall_s']} s"))
+    if coverage.get("measured"):
+        found.append(
+            Metric(
+                name="entrypoint_body_statements_executed",
+                value=coverage["executed_statements"],
+                threshold=1,
+                passed=coverage["executed_statements"] >= 1,
+                note=f"of {coverage['body_statements']} statements of {coverage['function']}'s body, while the tests ran",
+            )
+        )
+    return found
+
+
+def summary(suite: SuiteRun, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> str:
+    c = counts(result)
+    if suite.child.timed_out:
+        running = [t.nodeid for t in result.tests if t.outcome == "crashed"]
+        tests = f"the test suite overran its budget after {suite.child.duration_s:.0f}s ({c['passed']} passed before that" + (f"; {running[-1]} was still running)" if running else ")")
+    else:
+        tests = f"{c['passed']} passed, {c['failed']} failed, {c['errors']} errors, {c['skipped']} skipped of {c['collected']} collected (pytest exit {suite.child.returncode})"
+        if c["collection_errors"]:
+            tests += f", {c['collection_errors']} collection error(s)"
+    parts = [tests]
+    if smoke is None:
+        parts.append("no entrypoint configured")
+    else:
+        failed = [r for r in smoke.details()["runs"] if not r["ok"]]
+        parts.append(f"smoke call {failed[0]['failure']}" if failed else "smoke call ok")
+    if coverage.get("measured"):
+        parts.append(f"tests execute {coverage['executed_statements']}/{coverage['body_statements']} entrypoint statements")
+    return "; ".join(parts)

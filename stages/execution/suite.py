@@ -1,0 +1,321 @@
+"""Run the target's pytest suite in a child process and read back what happened.
+
+The run is pinned to the target: `--rootdir` and `-c` (the target's own pytest
+configuration, or an empty one) and `--confcutdir` keep any enclosing project's
+configuration and conftest files out of it; the cache, the coverage data, the events file
+and pytest's temporary folders go to the stage's scratch folder, never into the target.
+The parsing half of this module is pure: it turns the plugin's event lines into outcomes.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import shlex
+import sys
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traingate.pipeline.isolation import ChildResult, python_argv, run_child
+from traingate.stages.base import StageContext
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+EXIT_MEANING = {
+    0: "all tests passed",
+    1: "tests failed",
+    2: "interrupted",
+    3: "internal error",
+    4: "usage error",
+    5: "no tests collected",
+}
+# Environment variables of an enclosing pytest run that must not shape the target's run.
+_FOREIGN_PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+RAN = ("passed", "failed", "error", "xfailed", "xpassed", "crashed", "interrupted")
+FAILED = ("failed", "error", "crashed", "interrupted")
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """One pytest child run: what was asked, what the process did, what it wrote."""
+
+    args: list[str]
+    config_file: str | None  # relative to the target root; None when an empty one was used
+    child: ChildResult
+    events: list[dict[str, Any]]
+    coverage_file: Path | None
+
+    @property
+    def command(self) -> str:
+        return "python -m pytest " + shlex.join(self.args)
+
+
+def find_pytest_config(root: Path, tests: list[str]) -> Path | None:
+    """The file pytest itself would read, looked for only inside the target root."""
+    starts = [root / a.split("::", 1)[0] for a in tests if not a.startswith("-")] or [root]
+    for start in starts:
+        base = start if start.is_dir() else start.parent
+        while True:
+            for name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
+                candidate = base / name
+                if candidate.is_file() and _holds_pytest_config(candidate):
+                    return candidate
+            if base == root or root not in base.parents:
+                break
+            base = base.parent
+    return None
+
+
+def _holds_pytest_config(path: Path) -> bool:
+    if path.name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
+        return True
+    try:
+        if path.name == "pyproject.toml":
+            tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
+            return isinstance(tool, dict) and "pytest" in tool
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read(path, encoding="utf-8")
+        return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error):
+        return False
+
+
+def pytest_args(ctx: StageContext, config_file: Path | None) -> list[str]:
+    if config_file is None:
+        config_file = ctx.scratch / "empty-pytest.ini"
+        config_file.write_text("[pytest]\n")
+    return [
+        *ctx.config.tests,
+        f"--rootdir={ctx.root}",
+        "-c", str(config_file),
+        f"--confcutdir={ctx.root}",
+        "-p", "no:cacheprovider",
+        f"--basetemp={ctx.scratch / 'pytest-tmp'}",
+        "--tb=short",
+    ]
+
+
+def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> SuiteRun:
+    """Run pytest on the target under the stage's remaining budget."""
+    ctx.scratch.mkdir(parents=True, exist_ok=True)
+    config_file = find_pytest_config(ctx.root, ctx.config.tests)
+    args = pytest_args(ctx, config_file)
+    events_path = ctx.scratch / f"{name}.events.jsonl"
+    events_path.unlink(missing_ok=True)
+    coverage_file = ctx.scratch / f"{name}.coverage" if coverage_include else None
+    request = {
+        "root": str(ctx.root),
+        "args": args,
+        "events": str(events_path),
+        "coverage": {"data_file": str(coverage_file), "include": coverage_include} if coverage_file else None,
+    }
+    request_path = ctx.scratch / f"{name}.request.json"
+    request_path.write_text(json.dumps(request))
+    env = ctx.child_env(PYTHONDONTWRITEBYTECODE="1")
+    for key in _FOREIGN_PYTEST_ENV:
+        env.pop(key, None)
+    child = run_child(
+        python_argv("traingate.stages.harness.pytest_launcher", str(request_path)),
+        cwd=ctx.root,
+        budget_s=ctx.child_budget(),
+        scratch=ctx.scratch,
+        env=env,
+        name=name,
+    )
+    return SuiteRun(
+        args=args,
+        config_file=config_file.relative_to(ctx.root).as_posix() if config_file else None,
+        child=child,
+        events=read_events(events_path),
+        coverage_file=coverage_file if coverage_file and coverage_file.is_file() else None,
+    )
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The plugin's lines; a line cut off by a dying process is dropped."""
+    events: list[dict[str, Any]] = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return events
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(event, dict) and "event" in event:
+            events.append(event)
+    return events
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+@dataclass
+class TestOutcome:
+    nodeid: str
+    outcome: str  # passed failed error skipped xfailed xpassed crashed interrupted
+    duration_s: float = 0.0
+    message: str = ""
+    path: str | None = None  # the test's own location, relative to the target root
+    line: int | None = None
+    failure: dict[str, Any] | None = None  # describe_exception() of the failing phase
+    longrepr: str = ""
+    skip: dict[str, Any] | None = None
+
+
+@dataclass
+class SuiteResult:
+    tests: list[TestOutcome] = field(default_factory=list)
+    collected: int | None = None  # None: collection never finished
+    deselected: int = 0
+    collection_errors: list[dict[str, Any]] = field(default_factory=list)
+    conftest_error: dict[str, Any] | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    interrupt: dict[str, Any] | None = None
+    internal_error: dict[str, Any] | None = None
+    started: bool = False
+    xdist_workers: Any = None  # set when the target's own options spread its tests over xdist workers
+    finished: bool = False
+    exitstatus: int | None = None
+
+    def count(self, *outcomes: str) -> int:
+        return sum(t.outcome in outcomes for t in self.tests)
+
+    @property
+    def ran(self) -> int:
+        return self.count(*RAN)
+
+
+def parse_events(events: list[dict[str, Any]]) -> SuiteResult:
+    """Fold the event lines into one outcome per test.
+
+    A test whose teardown was never reported did not finish: `interrupted` when pytest still
+    reached its end (pytest.exit, KeyboardInterrupt), `crashed` when the process ended first.
+    """
+    result = SuiteResult()
+    phases: "OrderedDict[str, dict[str, dict[str, Any]]]" = OrderedDict()
+    places: dict[str, tuple[str | None, int | None]] = {}
+    for event in events:
+        kind = event["event"]
+        if kind == "start":
+            result.started = True
+            result.xdist_workers = event.get("xdist_workers")
+        elif kind == "conftest_error":
+            result.conftest_error = event
+        elif kind == "collect_error":
+            result.collection_errors.append(event)
+        elif kind == "collected":
+            result.collected = int(event.get("count", 0))
+            result.deselected = int(event.get("deselected", 0))
+        elif kind == "test_start":
+            phases.setdefault(event["nodeid"], {})
+            places[event["nodeid"]] = (event.get("path"), event.get("line"))
+        elif kind == "report":
+            phases.setdefault(event["nodeid"], {})[event["when"]] = event
+        elif kind == "warning":
+            result.warnings.append(event)
+        elif kind == "interrupt":
+            result.interrupt = event
+        elif kind == "internal_error":
+            result.internal_error = event
+        elif kind == "finish":
+            result.finished = True
+            result.exitstatus = int(event.get("exitstatus", -1))
+    for nodeid, by_phase in phases.items():
+        path, line = places.get(nodeid, (nodeid.split("::", 1)[0], None))
+        result.tests.append(_fold(nodeid, by_phase, path, line, result.finished))
+    return result
+
+
+def _fold(nodeid: str, by_phase: dict[str, dict[str, Any]], path: str | None, line: int | None, finished: bool) -> TestOutcome:
+    test = TestOutcome(nodeid=nodeid, outcome="passed", path=path, line=line)
+    test.duration_s = round(sum(float(p.get("duration", 0.0)) for p in by_phase.values()), 6)
+    setup, call, teardown = (by_phase.get(w) for w in ("setup", "call", "teardown"))
+    if call is not None and call["outcome"] == "failed":
+        test.outcome = "failed"
+        _take_failure(test, call)
+    elif setup is not None and setup["outcome"] == "failed":
+        test.outcome = "error"
+        _take_failure(test, setup)
+    elif teardown is not None and teardown["outcome"] == "failed":
+        test.outcome = "error"
+        _take_failure(test, teardown)
+    elif any(p is not None and p["outcome"] == "skipped" for p in (setup, call)):
+        skipped = call if call is not None and call["outcome"] == "skipped" else setup
+        assert skipped is not None
+        if "wasxfail" in skipped:
+            test.outcome, test.message = "xfailed", skipped["wasxfail"]
+        else:
+            test.outcome = "skipped"
+            test.skip = skipped.get("skip")
+            test.message = skip_reason(test.skip)
+    elif call is not None and "wasxfail" in call:
+        test.outcome, test.message = "xpassed", call["wasxfail"]
+    if teardown is None and test.outcome not in ("failed", "error"):
+        test.outcome = "interrupted" if finished else "crashed"
+        test.message = "the run stopped during this test" if finished else "the test process ended during this test"
+    return test
+
+
+def _take_failure(test: TestOutcome, phase: dict[str, Any]) -> None:
+    failure = phase.get("failure") or {}
+    test.failure = failure or None
+    test.longrepr = phase.get("longrepr", "")
+    if failure:
+        first = (str(failure.get("message") or "").strip().splitlines() or [""])[0]
+        test.message = f"{failure.get('type')}: {first}".strip().rstrip(":")
+    else:
+        lines = [ln for ln in test.longrepr.splitlines() if ln.startswith("E ")]
+        test.message = lines[-1][1:].strip() if lines else (test.longrepr.strip().splitlines() or [""])[-1]
+    test.message = test.message[:500]
+
+
+def skip_reason(skip: dict[str, Any] | None) -> str:
+    """The reason as a reader wrote it: pytest prefixes `Skipped: `."""
+    if not skip:
+        return "no reason given"
+    reason = str(skip.get("reason", "")).strip()
+    if reason.startswith("Skipped:"):
+        reason = reason[len("Skipped:"):].strip()
+    return reason or "no reason given"
+
+
+def group_skips(tests: list[TestOutcome]) -> list[dict[str, Any]]:
+    """Skipped tests grouped by reason, the largest group first."""
+    groups: "OrderedDict[str, list[TestOutcome]]" = OrderedDict()
+    for test in tests:
+        if test.outcome == "skipped":
+            groups.setdefault(test.message or "no reason given", []).append(test)
+    return [
+        {
+            "reason": reason,
+            "count": len(members),
+            "tests": [t.nodeid for t in members],
+            "path": (members[0].skip or {}).get("path") or members[0].path,
+            "line": (members[0].skip or {}).get("line") or members[0].line,
+        }
+        for reason, members in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    ]
+
+
+def counts(result: SuiteResult) -> dict[str, int]:
+    return {
+        "collected": result.collected if result.collected is not None else len(result.tests),
+        "deselected": result.deselected,
+        "passed": result.count("passed"),
+        "failed": result.count("failed", "crashed", "interrupted"),
+        "errors": result.count("error"),
+        "skipped": result.count("skipped"),
+        "xfailed": result.count("xfailed"),
+        "xpassed": result.count("xpassed"),
+        "collection_errors": len(result.collection_errors) + (1 if result.conftest_error else 0),
+    }

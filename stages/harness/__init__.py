@@ -1,0 +1,1 @@
+"""Child-side code shared by every stage: it runs inside the target's child processes."""

@@ -1,0 +1,232 @@
+"""The pytest plugin injected into the target's test run: one JSON line per event.
+
+It runs inside the pytest child (never in the stage agent). Every event is written and
+flushed as it happens, so a run that dies half-way (a test that calls `os._exit`, a
+conftest that kills the process, a hang killed at the budget) still leaves what it did and
+which test was running; a run that leaves no `finish` line did not complete.
+
+Events: `conftest_error`, `start`, `collect_error`, `collected`, `test_start`, `report`,
+`warning`, `interrupt`, `internal_error`, `finish`. Failures carry the innermost frame of
+the target's own code, read from the real exception (pytest's report text is trimmed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Generator, TextIO
+
+import pytest
+
+from traingate.stages.contract.frames import innermost_target, is_target_file, relative
+
+MAX_TEXT = 6000
+MAX_WARNINGS = 500
+
+
+class _SitedWarningMessage(warnings.WarningMessage):
+    """A WarningMessage that remembers the Python stack it was issued from.
+
+    `warnings.warn` builds its record through the module attribute `warnings.WarningMessage`,
+    so replacing that attribute lets pytest's recorded warnings keep their call stack: the
+    target's calling line can then be found even when the warning is attributed to torch.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stack: list[tuple[str, int, str]] = []
+        frame = sys._getframe(1)
+        while frame is not None:
+            stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+            frame = frame.f_back  # type: ignore[assignment]
+        self.traingate_stack = stack
+
+
+def install_warning_sites() -> None:
+    warnings.WarningMessage = _SitedWarningMessage  # type: ignore[misc]
+
+
+def original_exception(exc: BaseException) -> BaseException:
+    """The exception a wrapper stands for: pytest wraps import errors of test modules and
+    conftests in its own exceptions and keeps the original as `cause` or `__cause__`."""
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        inner = getattr(exc, "cause", None) or exc.__cause__
+        if not isinstance(inner, BaseException) or type(exc).__module__.split(".")[0] not in ("_pytest", "pytest"):
+            break
+        exc = inner
+    return exc
+
+
+def describe_exception(exc: BaseException, root: Path) -> dict[str, Any]:
+    """Type, message, traceback text and the innermost frame in the target's code."""
+    exc = original_exception(exc)
+    triples = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+    site = innermost_target(triples, root, innermost_first=False)
+    if isinstance(exc, SyntaxError) and exc.filename and is_target_file(exc.filename, root):
+        # The file that does not parse has no frame of its own: its line is in the exception.
+        site = {"path": relative(exc.filename, root), "line": exc.lineno or 0, "function": "<module>", "code": (exc.text or "").strip()}
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:MAX_TEXT],
+        "traceback": text[-MAX_TEXT:],
+        "target_frame": site,
+    }
+
+
+class EventRecorder:
+    """Writes the run's events as JSON lines to `path`."""
+
+    def __init__(self, path: str | Path, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+        self._out: TextIO = open(path, "a", encoding="utf-8", buffering=1)
+        self._failures: dict[tuple[str, str], dict[str, Any]] = {}
+        self._collect_failures: dict[str, dict[str, Any]] = {}
+        self._deselected = 0
+        self._warnings = 0
+
+    def emit(self, event: str, **fields: Any) -> None:
+        try:
+            self._out.write(json.dumps({"event": event, **fields}, default=repr) + "\n")
+            self._out.flush()
+        except (OSError, ValueError):
+            pass
+
+    def close(self) -> None:
+        self._out.close()
+
+    # -- configuration and collection ------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_load_initial_conftests(self, early_config: Any, parser: Any, args: list[str]) -> Generator[None, Any, Any]:
+        try:
+            return (yield)
+        except BaseException as exc:
+            self.emit("conftest_error", conftest=str(getattr(exc, "path", "")), **describe_exception(exc, self.root))
+            raise
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        config = session.config
+        self.emit(
+            "start",
+            pytest=pytest.__version__,
+            rootdir=str(config.rootpath),
+            inifile=str(config.inipath) if config.inipath else None,
+            args=list(config.invocation_params.args),
+            pid=os.getpid(),
+            xdist_workers=getattr(config.option, "numprocesses", None),
+        )
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+        report = yield
+        # pytest hands the exception to the report only here; it is gone by pytest_collectreport.
+        excinfo = getattr(getattr(report, "call", None), "excinfo", None)
+        if report.failed and excinfo is not None:
+            self._collect_failures[report.nodeid] = describe_exception(excinfo.value, self.root)
+        return report
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if not report.failed:
+            return
+        described = self._collect_failures.pop(report.nodeid, {})
+        self.emit(
+            "collect_error",
+            nodeid=report.nodeid,
+            path=_node_path(report.nodeid),
+            longrepr=report.longreprtext[-MAX_TEXT:],
+            **described,
+        )
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self._deselected += len(items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.emit("collected", count=len(session.items), deselected=self._deselected)
+
+    # -- running ---------------------------------------------------------------------------
+
+    def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        path, line, _ = location
+        self.emit("test_start", nodeid=nodeid, path=path, line=(line + 1) if line is not None else None)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        if report.failed and call.excinfo is not None:
+            self._failures[(report.nodeid, report.when)] = describe_exception(call.excinfo.value, self.root)
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        event: dict[str, Any] = {
+            "nodeid": report.nodeid,
+            "when": report.when,
+            "outcome": report.outcome,
+            "duration": round(float(report.duration), 6),
+        }
+        if hasattr(report, "wasxfail"):
+            event["wasxfail"] = str(report.wasxfail)
+        if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            path, line, reason = report.longrepr
+            event["skip"] = {"path": self._rel(str(path)), "line": line, "reason": str(reason)}
+        if report.failed:
+            event["failure"] = self._failures.pop((report.nodeid, report.when), None)
+            event["longrepr"] = report.longreprtext[-MAX_TEXT:]
+        self.emit("report", **event)
+
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str, location: tuple[str, int, str] | None) -> None:
+        self._warnings += 1
+        if self._warnings > MAX_WARNINGS:
+            return
+        stack: list[tuple[str, int, str]] = getattr(warning_message, "traingate_stack", [])
+        site = innermost_target(stack, self.root, innermost_first=True) if stack else None
+        filename = str(warning_message.filename)
+        if site is None and is_target_file(filename, self.root):
+            site = innermost_target([(filename, int(warning_message.lineno), "")], self.root, innermost_first=True)
+        self.emit(
+            "warning",
+            category=warning_message.category.__name__ if warning_message.category else "Warning",
+            message=str(warning_message.message)[:2000],
+            filename=self._rel(filename),
+            lineno=int(warning_message.lineno),
+            when=when,
+            nodeid=nodeid,
+            target_frame=site,
+            via_torch=_issued_by_torch(stack, self.root),
+        )
+
+    # -- ends ------------------------------------------------------------------------------
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        self.emit("interrupt", **describe_exception(excinfo.value, self.root))
+
+    def pytest_internalerror(self, excrepr: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        self.emit("internal_error", **describe_exception(excinfo.value, self.root))
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.emit("finish", exitstatus=int(exitstatus), testscollected=session.testscollected, testsfailed=session.testsfailed)
+
+    def _rel(self, path: str) -> str:
+        if is_target_file(path, self.root):
+            return relative(path, self.root)
+        return path
+
+
+def _node_path(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _issued_by_torch(stack: list[tuple[str, int, str]], root: Path) -> bool:
+    """Whether a frame of the torch package sits between `warnings.warn` and the target's line."""
+    for filename, _, _ in stack:
+        if is_target_file(filename, root):
+            return False
+        if f"{os.sep}torch{os.sep}" in filename:
+            return True
+    return False

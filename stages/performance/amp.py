@@ -1,0 +1,222 @@
+"""Mixed precision on against off: `amp-inactive`, `amp-accuracy`, `amp-speedup`, `amp-memory`.
+
+Two timing runs (the entrypoint with its AMP flag off, then on, the same seed, only the step
+clock installed) give the median step time and spread after warm-up, the peak device memory
+(CUDA's max_memory_allocated; a CPU has no allocator statistics, so it is not measured
+there) and the loss curve. The instrumented run (AMP on) counts matrix products by input
+dtype at the dispatcher: AMP that is on but never computed a matmul in float16/bfloat16 is
+`amp-inactive`. The loss drift is relative: |final_amp - final_fp32| / |final_fp32|, the
+final loss being the mean of the last few steps' losses. Speed and memory targets gate on
+CUDA only; on a CPU they are measured and shown as not applicable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traingate.pipeline.config import PolicyConfig
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
+from traingate.stages.base import StageContext
+from traingate.stages.performance.timing import step_stats
+
+FINAL_STEPS = 5
+NOT_ON_CPU = "not applicable on cpu: gates on CUDA only"
+
+
+def final_loss(losses: list[float | None]) -> tuple[float | None, int]:
+    """Mean of the last FINAL_STEPS recorded losses, and how many it averaged."""
+    values = [v for v in losses if v is not None]
+    tail = values[-FINAL_STEPS:]
+    return (sum(tail) / len(tail), len(tail)) if tail else (None, 0)
+
+
+def compare(fp32: dict[str, Any], amp: dict[str, Any], warmup: int, min_steps: int, device: str) -> dict[str, Any]:
+    """The side-by-side numbers (JSON-safe)."""
+    sides = {}
+    for label, clock in (("fp32", fp32), ("amp", amp)):
+        stats = step_stats(clock, warmup, min_steps)
+        loss, averaged = final_loss(clock.get("losses", []))
+        sides[label] = {
+            "steps": clock.get("steps", 0),
+            "step": stats.record() if stats else None,
+            "peak_memory_bytes": clock.get("peak_memory_bytes"),
+            "final_loss": loss,
+            "final_loss_steps": averaged,
+            "losses": clock.get("losses", []),
+        }
+    s32, samp = sides["fp32"]["step"], sides["amp"]["step"]
+    speedup = s32["median_ms"] / samp["median_ms"] if s32 and samp and samp["median_ms"] > 0 else None
+    p32, pamp = sides["fp32"]["peak_memory_bytes"], sides["amp"]["peak_memory_bytes"]
+    reduction = 1 - pamp / p32 if p32 and pamp is not None else None
+    l32, lamp = sides["fp32"]["final_loss"], sides["amp"]["final_loss"]
+    drift = abs(lamp - l32) / abs(l32) if l32 not in (None, 0) and lamp is not None else None
+    return {"device": device, "sides": sides, "speedup": speedup, "memory_reduction": reduction, "loss_drift": drift}
+
+
+def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[str, Any] | None) -> list[Metric]:
+    device = comparison["device"]
+    cuda = device == "cuda"
+    out = []
+    speedup = comparison["speedup"]
+    if speedup is None:
+        speed_note = "not measured: fewer profiled steps than performance.min_steps"
+    elif cuda:
+        speed_note = "CUDA event timing, medians over the steps after warm-up"
+    else:
+        speed_note = f"measured {speedup:.2f}x on cpu, {NOT_ON_CPU}"
+    out.append(Metric(
+        name="AMP speedup (fp32 median step / AMP median step)",
+        value=round(speedup, 3) if speedup is not None else None,
+        unit="x",
+        threshold=policy.amp_speedup_min,
+        passed=(speedup >= policy.amp_speedup_min) if cuda and speedup is not None else None,
+        note=speed_note,
+    ))
+    reduction = comparison["memory_reduction"]
+    out.append(Metric(
+        name="AMP peak memory reduction",
+        value=round(reduction, 4) if reduction is not None else None,
+        unit="fraction",
+        threshold=policy.amp_memory_reduction_min,
+        passed=(reduction >= policy.amp_memory_reduction_min) if cuda and reduction is not None else None,
+        note="torch.cuda.max_memory_allocated of each timing run" if cuda else f"not measured on cpu (no allocator statistics without instrumenting every allocation, which would distort the timing runs); {NOT_ON_CPU}",
+    ))
+    drift = comparison["loss_drift"]
+    out.append(Metric(
+        name="AMP final loss drift (relative)",
+        value=round(drift, 6) if drift is not None else None,
+        unit="fraction",
+        threshold=policy.amp_accuracy_tolerance,
+        passed=(drift <= policy.amp_accuracy_tolerance) if drift is not None else None,
+        note=f"mean of the last {comparison['sides']['amp']['final_loss_steps']} step losses, AMP vs fp32, on {device}" if drift is not None else "not measured: no scalar loss was backpropagated",
+    ))
+    if amp_counts is not None:
+        reduced = amp_counts["reduced_in_steps"]
+        total = sum(amp_counts["matmul_dtypes_in_steps"].values())
+        out.append(Metric(
+            name="AMP reduced-precision matrix products in training steps",
+            value=reduced,
+            unit="ops",
+            note=f"of {total} matrix products (mm/addmm/bmm/conv/attention) in the instrumented AMP run: {amp_counts['matmul_dtypes_in_steps']}",
+        ))
+    return out
+
+
+def amp_location(amp_counts: dict[str, Any] | None, forward_sites: list[Any]) -> Location | None:
+    uses = [u for u in (amp_counts or {}).get("autocast", []) if u["site"]]
+    enabled = sorted((u for u in uses if u["enabled"]), key=lambda u: -u["entries"])
+    site = enabled[0]["site"] if enabled else (uses[0]["site"] if uses else (forward_sites[0][0] if forward_sites else None))
+    return Location(path=site[0], line=site[1], function=site[2]) if site else None
+
+
+def inactive_finding(ctx: StageContext, amp_counts: dict[str, Any], forward_sites: list[Any], flag: str, device: str) -> Finding | None:
+    """`amp-inactive`: AMP switched on, yet no matrix product ran in reduced precision."""
+    dtypes = amp_counts["matmul_dtypes_in_steps"]
+    total = sum(dtypes.values())
+    if total == 0 or amp_counts["reduced_in_steps"] > 0:
+        return None
+    uses = [u for u in amp_counts.get("autocast", []) if u["site"]]
+    empty = sorted((u for u in uses if u["enabled"]), key=lambda u: -u["entries"])
+    disabled = [u for u in uses if not u["enabled"]]
+    if empty:
+        use = empty[0]
+        site = use["site"]
+        cause = (
+            f"autocast({use['device']}, {use['dtype']}) was entered {use['entries']} times at {site[0]}:{site[1]}, "
+            f"but {sum(use['matmuls'].values())} matrix products ran inside it; the forward pass runs outside the `with` block"
+        )
+    elif disabled:
+        site = disabled[0]["site"]
+        cause = f"autocast was entered at {site[0]}:{site[1]} with enabled=False: the flag does not reach it"
+    else:
+        site = forward_sites[0][0] if forward_sites else None
+        cause = "autocast was never entered: the flag switches nothing on"
+    location = Location(path=site[0], line=site[1], function=site[2]) if site else None
+    return ctx.finding(
+        category=Category.AMP_INACTIVE,
+        severity=Severity.HIGH,
+        title="Mixed precision is switched on but no computation ran in reduced precision",
+        location=location,
+        problem=f"With `{flag}=True`, all {total} matrix products of the training steps ran in {', '.join(sorted(dtypes))}; {cause}.",
+        impact="The run pays for mixed precision (scaler, casts) and gets none of its speed or memory savings; reported AMP results describe full precision.",
+        fix="Run the forward pass and the loss inside `with torch.autocast(device_type, dtype=...)`, entered with the AMP flag as `enabled`.",
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"0 of {total} matrix products in float16/bfloat16 on {device}",
+            data={"matmul_dtypes_in_steps": dtypes, "autocast": amp_counts.get("autocast", []), "amp_flag": flag, "device": device},
+        ),
+        key="amp-inactive",
+    )
+
+
+def accuracy_finding(ctx: StageContext, comparison: dict[str, Any], policy: PolicyConfig, location: Location | None) -> Finding | None:
+    drift = comparison["loss_drift"]
+    if drift is None or drift <= policy.amp_accuracy_tolerance:
+        return None
+    sides = comparison["sides"]
+    l32, lamp = sides["fp32"]["final_loss"], sides["amp"]["final_loss"]
+    return ctx.finding(
+        category=Category.AMP_ACCURACY,
+        severity=Severity.HIGH,
+        title=f"Mixed precision changes the final loss by {drift:.1%} (tolerance {policy.amp_accuracy_tolerance:.1%})",
+        location=location,
+        problem=(
+            f"Same seed and data, the final loss (mean of the last {sides['amp']['final_loss_steps']} steps) is {lamp:.6g} with AMP "
+            f"and {l32:.6g} without: a relative drift of {drift:.2%}, above the policy's {policy.amp_accuracy_tolerance:.2%}."
+        ),
+        impact="Results trained with mixed precision differ from full precision beyond what the task accepts.",
+        fix="Keep precision-sensitive computations (losses over large values, reductions, softmax/normalisation) in float32 under autocast, or rescale the values they work on.",
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"final loss {lamp:.6g} (amp) vs {l32:.6g} (fp32) on {comparison['device']}",
+            data={
+                "final_loss_amp": lamp,
+                "final_loss_fp32": l32,
+                "relative_drift": drift,
+                "tolerance": policy.amp_accuracy_tolerance,
+                "averaged_steps": sides["amp"]["final_loss_steps"],
+                "device": comparison["device"],
+                "loss_curve_fp32": sides["fp32"]["losses"][-20:],
+                "loss_curve_amp": sides["amp"]["losses"][-20:],
+            },
+        ),
+        key="amp-accuracy",
+    )
+
+
+def target_findings(ctx: StageContext, comparison: dict[str, Any], policy: PolicyConfig, location: Location | None) -> list[Finding]:
+    """`amp-speedup` and `amp-memory`: on CUDA only, where the targets gate."""
+    if comparison["device"] != "cuda":
+        return []
+    out = []
+    sides = comparison["sides"]
+    speedup = comparison["speedup"]
+    if speedup is not None and speedup < policy.amp_speedup_min:
+        out.append(ctx.finding(
+            category=Category.AMP_SPEEDUP,
+            severity=Severity.HIGH,
+            title=f"Mixed precision speeds a step up {speedup:.2f}x, under the {policy.amp_speedup_min}x target",
+            location=location,
+            problem=(
+                f"Median step {sides['fp32']['step']['median_ms']:.2f} ms in fp32 against {sides['amp']['step']['median_ms']:.2f} ms with AMP "
+                f"over {sides['amp']['step']['steps']} steps after warm-up (CUDA event timing)."
+            ),
+            impact="The mixed-precision change does not deliver the speedup the task requires.",
+            fix="Check where the step's time goes (the breakdown below): syncs, data waits and small kernels do not get faster in reduced precision.",
+            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{speedup:.3f}x on cuda", data={"speedup": speedup, "fp32": sides["fp32"]["step"], "amp": sides["amp"]["step"], "threshold": policy.amp_speedup_min}),
+            key="amp-speedup",
+        ))
+    reduction = comparison["memory_reduction"]
+    if reduction is not None and reduction < policy.amp_memory_reduction_min:
+        out.append(ctx.finding(
+            category=Category.AMP_MEMORY,
+            severity=Severity.HIGH,
+            title=f"Mixed precision saves {reduction:.0%} of peak memory, under the {policy.amp_memory_reduction_min:.0%} target",
+            location=location,
+            problem=f"Peak allocated memory {sides['fp32']['peak_memory_bytes']:,} bytes in fp32 against {sides['amp']['peak_memory_bytes']:,} bytes with AMP.",
+            impact="The mixed-precision change does not deliver the memory saving the task requires.",
+            fix="Check what dominates peak memory (parameters and optimizer state stay in fp32 under autocast; activations shrink).",
+            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{reduction:.3f} reduction on cuda", data={"reduction": reduction, "peak_fp32": sides["fp32"]["peak_memory_bytes"], "peak_amp": sides["amp"]["peak_memory_bytes"], "threshold": policy.amp_memory_reduction_min}),
+            key="amp-memory",
+        ))
+    return out

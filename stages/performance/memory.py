@@ -1,0 +1,265 @@
+"""`memory-leak`: memory held between training steps grows with the number of steps.
+
+The verdict is statistical (stages/perf_leak.py) over the memory held at each step
+boundary of the instrumented run. A leak is then attributed with what the run observed:
+the creation sites of storages that survive from most earlier steps, the named container
+holding them (a local list, `self.history`, a module global), and the line after which that
+container grew while one step was traced. The finding points at that line (the append that
+keeps every step), else at where the retained tensors were created.
+
+A container that keeps one tensor per step with its autograd graph (`losses.append(loss)`),
+seen growing from one check to the next, is a leak even when those tensors' bytes stay under
+the floor: each keeps its step's graph nodes, which no byte count shows.
+A tensor bound to a name whose autograd graph keeps growing between checks (a running
+`total = total + loss`) is a leak too, though backward has freed its saved tensors: the
+graph's nodes stay. It is found by counting the graph's nodes at a few step boundaries.
+
+Severity: high when the growth is steady (r^2 >= 0.9, or a significant Mann-Kendall trend
+with r^2 >= 0.5) and large (at least a quarter of what
+was held when profiling began, or 1 MiB per step) or when the retained tensors keep their
+autograd graphs (each step then also keeps graph nodes, which no byte count shows);
+medium otherwise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import StageContext
+from traingate.stages.performance.leak import MIN_SLOPE_BYTES, LeakVerdict, decide
+
+CATEGORY = Category.MEMORY_LEAK
+STEADY_R2 = 0.9
+MIN_R2 = 0.5
+STEADY_Z = 3.0  # Mann-Kendall: a rising trend at p < 0.003
+LARGE_FRACTION = 0.25
+LARGE_SLOPE_BYTES = 1 << 20
+CHART_POINTS = 60
+GRAPH_STEPS = 3
+TABLE_ROWS = 12
+
+
+def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: int, device: str) -> tuple[dict[str, Any], list[Finding]]:
+    held = [int(v) for v in memory.get("held_bytes", [])]
+    series = held[warmup:]
+    verdict = decide(series, min_steps)
+    attribution = attribute(memory)
+    graphs = growing_graphs(memory)
+    details = {
+        "source": memory.get("source"),
+        "verdict": verdict.record(),
+        "chart": chart(held, warmup),
+        "table": table(held, warmup),
+        "peak_tracked_bytes": memory.get("peak_tracked_bytes"),
+        "attribution": attribution,
+        "graphs": graphs,
+    }
+    findings = [_graph_finding(ctx, g, memory, device) for g in graphs if g["growing"]]
+    kept = kept_graphs(memory)
+    details["kept_graphs"] = kept
+    if verdict.leak:
+        findings.insert(0, _finding(ctx, verdict, attribution, memory, device))
+    elif kept is not None and verdict.steps >= min_steps:
+        findings.insert(0, _finding(ctx, verdict, attribution, memory, device, kept))
+    return details, findings
+
+
+def kept_graphs(memory: dict[str, Any]) -> dict[str, Any] | None:
+    """A container that keeps one tensor per step together with its autograd graph, seen
+    growing at two checks at least: `losses.append(loss)`. Its tensor bytes may be under
+    the floor (a scalar loss), but each kept tensor keeps its step's graph nodes too."""
+    points = []
+    for check in memory.get("checks", []):
+        holder = check.get("holder")
+        if holder and holder.get("graph") and holder.get("chain") and check.get("sites"):
+            top = check["sites"][0]
+            points.append({"step": check["step"], "description": holder["description"], "storages": top["storages"], "steps": top["steps"], "span": check["span"]})
+    if len(points) < 2 or len({p["description"] for p in points[-2:]}) != 1:
+        return None
+    a, b = points[-2], points[-1]
+    if b["storages"] <= a["storages"] or b["steps"] <= a["steps"]:
+        return None
+    return {"description": b["description"], "points": points}
+
+
+def growing_graphs(memory: dict[str, Any]) -> list[dict[str, Any]]:
+    """Autograd graphs held by one named tensor, by name, with their size at each check.
+    Growing: seen at two checks at least, larger at each, and at the last one at least
+    GRAPH_STEPS steps' worth of nodes."""
+    step_nodes = int(memory.get("step_graph_nodes") or 0)
+    series: dict[str, dict[str, Any]] = {}
+    for check in memory.get("checks", []):
+        for g in check.get("graphs", []):
+            item = series.setdefault(g["description"], {"holder": g, "points": []})
+            item["points"].append([check["step"], g["nodes"]])
+            item["holder"] = g
+    out = []
+    for description, item in series.items():
+        nodes = [n for _, n in item["points"]]
+        growing = step_nodes > 0 and len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:])) and nodes[-1] >= GRAPH_STEPS * step_nodes
+        out.append({"description": description, "holder": item["holder"], "points": item["points"], "step_nodes": step_nodes, "growing": growing})
+    return out
+
+
+def attribute(memory: dict[str, Any]) -> dict[str, Any]:
+    """Where retained tensors were created, what holds them, the line that adds to it."""
+    checks = memory.get("checks", [])
+    with_sites = [c for c in checks if c.get("sites")]
+    latest = with_sites[-1] if with_sites else None
+    holder = next((c["holder"] for c in reversed(checks) if c.get("holder")), None)
+    growth = None
+    if holder is not None:
+        lines = [g for g in memory.get("growth_lines", []) if g["holder"] == holder["description"] and g.get("site")]
+        if lines:
+            shallowest = min(g["depth"] for g in lines)
+            counted = Counter((g["site"]["path"], g["site"]["line"]) for g in lines if g["depth"] == shallowest)
+            (path, line), _ = counted.most_common(1)[0]
+            growth = next(g for g in lines if (g["site"]["path"], g["site"]["line"]) == (path, line))
+    sites = latest["sites"] if latest else memory.get("retained_at_end", [])
+    return {"sites": sites[:6], "holder": holder, "growth": growth, "checked_at_step": latest["step"] if latest else None}
+
+
+def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, Any], device: str) -> Finding:
+    holder = graph["holder"]
+    (first_step, first), (last_step, last) = graph["points"][0], graph["points"][-1]
+    per_step = (last - first) / max(1, last_step - first_step)
+    site = holder.get("created_at")
+    location = Location(path=site["path"], line=site["line"], function=site["function"]) if site else None
+    code = site["code"] if site else ""
+    return ctx.finding(
+        category=CATEGORY,
+        severity=Severity.HIGH,
+        title=f"An autograd graph held by {holder['description']} grows every step",
+        location=location,
+        problem=(
+            f"{holder['description']} is a tensor whose autograd graph grew from {first:,} nodes at step {first_step} to {last:,} at step "
+            f"{last_step} ({per_step:.0f} nodes per step; one step's graph has {graph['step_nodes']}): it keeps every step's graph"
+            + (f", built at `{code}`" if code else "") + ". Backward frees the saved tensors, so the tensor bytes do not show it; the graph nodes stay."
+        ),
+        impact="The graph grows for the whole run: memory rises step after step, and a backward through this tensor would traverse every step.",
+        fix="Accumulate a number, not the graph: `total += loss.item()` at logging intervals or `total += loss.detach()`.",
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"{first:,} -> {last:,} autograd nodes between steps {first_step} and {last_step} on {device}",
+            data={"held_by": holder, "nodes_at_step": graph["points"], "nodes_per_step": round(per_step, 1), "one_step_graph_nodes": graph["step_nodes"], "device": device},
+        ),
+        key=f"memory-leak graph {holder['description']} {code}",
+    )
+
+
+def _location(attribution: dict[str, Any]) -> Location | None:
+    candidates = [
+        (attribution.get("growth") or {}).get("site"),
+        (attribution.get("holder") or {}).get("created_at"),
+        next((s["site"] for s in attribution.get("sites", []) if s.get("site")), None),
+    ]
+    site = next((c for c in candidates if c), None)
+    if not site:
+        return None
+    return Location(path=site["path"], line=site["line"], function=site["function"])
+
+
+def severity_for(verdict: LeakVerdict, graph: bool) -> Severity:
+    large = (
+        verdict.total_growth_bytes >= LARGE_FRACTION * max(verdict.start_bytes, 1.0)
+        or verdict.slope_bytes_per_step >= LARGE_SLOPE_BYTES
+        or graph
+    )
+    steady = verdict.r2 >= STEADY_R2 or (verdict.r2 >= MIN_R2 and verdict.mann_kendall_z >= STEADY_Z)
+    return Severity.HIGH if steady and large else Severity.MEDIUM
+
+
+def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any], memory: dict[str, Any], device: str, kept: dict[str, Any] | None = None) -> Finding:
+    holder = attribution.get("holder")
+    growth = attribution.get("growth")
+    graph = bool(holder and holder.get("graph"))
+    location = _location(attribution)
+    created = [f"{s['site']['path']}:{s['site']['line']} (`{s['site']['code']}`, {s['bytes']:,} bytes from {s['steps']} steps)" for s in attribution.get("sites", []) if s.get("site")][:3]
+    held_by = holder["description"] if holder else None
+    sentences = [
+        f"Memory held at the step boundary grew from {_mib(verdict.start_bytes)} to {_mib(verdict.start_bytes + verdict.total_growth_bytes)} "
+        f"over {verdict.steps} steps after warm-up: {verdict.slope_bytes_per_step:,.0f} bytes per step (r^2 {verdict.r2:.2f}, "
+        f"{verdict.increasing_fraction:.0%} of steps grew) on {device}."
+    ]
+    if created:
+        sentences.append("The retained tensors were created at " + "; ".join(created) + ".")
+    if held_by:
+        sentences.append(f"They are held by {held_by}" + (f", which grows at `{growth['site']['code']}`" if growth else "") + ".")
+        if graph:
+            sentences.append("The held tensors still carry their autograd graphs, so every step also keeps its graph nodes alive.")
+    if kept is not None:
+        counts = ", ".join(f"{p['storages']} at step {p['step']}" for p in kept["points"])
+        sentences.append(
+            f"The tensor bytes alone stay under the {MIN_SLOPE_BYTES:.0f} bytes/step floor ({verdict.reason}), but the kept tensors, "
+            f"each with its graph, keep accumulating: {counts}."
+        )
+    key_code = (growth or {}).get("site", {}).get("code") or (location.function if location else "")
+    return ctx.finding(
+        category=CATEGORY,
+        severity=Severity.HIGH if kept is not None else severity_for(verdict, graph),
+        title=(
+            f"{held_by[0].upper() + held_by[1:]} keeps every step's tensors with their autograd graphs"
+            if kept is not None and held_by
+            else f"Memory held between steps grows {_bytes(verdict.slope_bytes_per_step)} per step" + (f" ({held_by})" if held_by else "")
+        ),
+        location=location,
+        problem=" ".join(sentences),
+        impact="A long run keeps every step's tensors until it runs out of memory; what fits for a few hundred steps fails hours in.",
+        fix=(
+            "Keep Python numbers or detached values instead of tensors: `losses.append(loss.item())` once per logging interval, "
+            "or `loss.detach()` accumulated on the device; bound caches (collections.deque(maxlen=...)) and clear per-epoch lists."
+        ),
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=(
+                f"+{verdict.total_growth_bytes:,.0f} bytes over {verdict.steps} steps, {verdict.slope_bytes_per_step:,.0f} bytes/step "
+                f"(Theil-Sen), r^2 {verdict.r2:.2f}, Mann-Kendall z {verdict.mann_kendall_z:.1f}"
+            ),
+            data={
+                **verdict.record(),
+                "device": device,
+                "measured_as": memory.get("source"),
+                "held_by": holder,
+                "grows_at": growth["site"] if growth else None,
+                "retained_by_creation_site": attribution.get("sites"),
+                "kept_with_graphs": kept,
+            },
+        ),
+        key=f"memory-leak {held_by or ''} {key_code}",
+    )
+
+
+def chart(held: list[int], warmup: int) -> dict[str, Any]:
+    """At most CHART_POINTS evenly spaced (step, KiB) points of the held-memory series."""
+    if not held:
+        return {"steps": [], "kib": [], "warmup": warmup}
+    stride = max(1, -(-len(held) // CHART_POINTS))
+    picks = list(range(0, len(held), stride))
+    if picks[-1] != len(held) - 1:
+        picks.append(len(held) - 1)
+    return {"steps": [i + 1 for i in picks], "kib": [round(held[i] / 1024, 2) for i in picks], "warmup": warmup}
+
+
+def table(held: list[int], warmup: int) -> list[dict[str, Any]]:
+    if not held:
+        return []
+    stride = max(1, -(-len(held) // TABLE_ROWS))
+    picks = list(range(0, len(held), stride))
+    if picks[-1] != len(held) - 1:
+        picks.append(len(held) - 1)
+    return [{"step": i + 1, "bytes": held[i], "delta": held[i] - held[picks[k - 1]] if k else 0, "warmup": i < warmup} for k, i in enumerate(picks)]
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def _bytes(n: float) -> str:
+    if abs(n) >= 2**20:
+        return f"{n / 2**20:.2f} MiB"
+    if abs(n) >= 1024:
+        return f"{n / 1024:.1f} KiB"
+    return f"{n:.0f} bytes"
+

@@ -1,0 +1,312 @@
+"""What holds the tensors a leaking loop keeps, and the line that adds to it.
+
+`find_holder` walks the referrers of a few retained tensors upward, one `gc.get_referrers`
+scan per level, through lists, dicts, tuples, sets and deques, until it reaches something
+with a name: a local variable of a target frame on the stack, a global of a target module,
+or an attribute of an object (`self.history (list) of Trainer`). A tensor that is itself held
+by such a name counts when it carries an autograd graph (a running `total += loss` keeps
+every step's graph through one tensor).
+
+`GrowthTracer` then traces one step of the target's own frames and checks, at every line, the
+lengths of the containers on that chain: the line after which one grew is where the loop
+adds to it (`losses.append(loss)`), which is what the fix has to change.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import sys
+from dataclasses import dataclass, field
+from types import FrameType, ModuleType
+from typing import Any
+
+import torch
+
+from traingate.stages.contract.frames import relative
+from traingate.stages.performance.probe.frame_index import FrameIndex, Site, graph_size
+
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
+_CO_OPTIMIZED = 0x0001  # a function frame: its f_locals is a snapshot, not a namespace
+MAX_LEVELS = 5
+MAX_FRONTIER = 200
+
+
+@dataclass
+class Holder:
+    kind: str  # "local", "global" or "attribute"
+    name: str
+    owner: str  # function, module path or class name
+    path: str
+    line: int
+    held_type: str
+    containers: list[Any] = field(default_factory=list)  # innermost first
+    graph: bool = False
+    tensor: Any = None  # one held tensor, to look up where it was created; dropped after
+
+    def describe(self) -> str:
+        what = f"{self.held_type}"
+        if self.kind == "local":
+            return f"local `{self.name}` ({what}) in `{self.owner}()`"
+        if self.kind == "global":
+            return f"module global `{self.name}` ({what}) in `{self.path}`"
+        return f"`self.{self.name}` ({what}) of `{self.owner}`"
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "owner": self.owner,
+            "path": self.path,
+            "line": self.line,
+            "held_type": self.held_type,
+            "chain": [type(c).__name__ for c in self.containers],
+            "graph": self.graph,
+            "description": self.describe(),
+        }
+
+
+def target_stack(frames: FrameIndex) -> list[FrameType]:
+    out = []
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frames.is_target(frame.f_code):
+            out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def find_holder(samples: list[torch.Tensor], stack: list[FrameType], frames: FrameIndex, step_nodes: int = 0) -> Holder | None:
+    """The named thing that holds (through containers) one of `samples`, else a named tensor
+    whose autograd graph spans several steps (`step_nodes`: one step's graph size)."""
+    snapshots = [(f, f.f_locals) for f in stack if f.f_code.co_flags & _CO_OPTIMIZED]
+    try:
+        return _search(samples, snapshots, frames) or _direct(snapshots, frames, step_nodes)
+    finally:
+        # The locals snapshots would otherwise keep this step's tensors alive.
+        for _, snapshot in snapshots:
+            if type(snapshot) is dict:
+                snapshot.clear()
+
+
+def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]], frames: FrameIndex) -> Holder | None:
+    locals_of: dict[int, tuple[str, FrameType]] = {}
+    for frame, snapshot in snapshots:
+        for name, value in list(snapshot.items()):
+            locals_of.setdefault(id(value), (name, frame))
+    modules = _target_module_dicts(frames)
+    foreign_modules = {id(vars(m)) for m in list(sys.modules.values()) if isinstance(m, ModuleType)} - set(modules)
+    # For each object reached: the sample it leads to and the containers in between.
+    chains: dict[int, tuple[torch.Tensor, list[Any]]] = {id(s): (s, []) for s in samples}
+    level: list[Any] = list(samples)
+    mine: set[int] = {id(samples), id(snapshots), id(locals_of), id(chains), id(level), id(modules), id(foreign_modules)}
+    mine |= {id(s) for _, s in snapshots}
+    for _ in range(MAX_LEVELS):
+        for obj in level:
+            sample, chain = chains[id(obj)]
+            hit = locals_of.get(id(obj))
+            if hit is not None and chain:
+                name, frame = hit
+                code = frame.f_code
+                path = relative(code.co_filename, frames.root)
+                return Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(obj), chain, _has_graph(sample), sample)
+        referrers = gc.get_referrers(*level)
+        next_level: list[Any] = []
+        mine |= {id(referrers), id(next_level)}
+        mine |= {id(v) for v in chains.values()} | {id(v[1]) for v in chains.values()}
+        for ref in referrers:
+            if id(ref) in mine or id(ref) in chains or isinstance(ref, (FrameType, type)):
+                continue
+            child = next((o for o in level if _refers(ref, o)), None)
+            if child is None:
+                continue
+            sample, chain = chains[id(child)]
+            named = bool(chain)
+            if type(ref) is dict and id(ref) in modules:
+                if named:
+                    module = modules[id(ref)]
+                    name = next((str(k) for k, v in ref.items() if v is child), "?")
+                    path = relative(module.__file__ or "", frames.root)
+                    return Holder("global", name, module.__name__, path, 1, _held_type(child), chain, _has_graph(sample), sample)
+                continue
+            if id(ref) in foreign_modules:
+                continue
+            if isinstance(ref, _CONTAINERS):
+                if len(next_level) < MAX_FRONTIER:
+                    chains[id(ref)] = (sample, [*chain, ref])
+                    next_level.append(ref)
+                continue
+            if type(ref).__module__.startswith("traingate."):
+                continue
+            held, links = _attribute(ref, child, sample, chain)
+            if held is not None and links:
+                path, line = _class_site(type(ref), frames)
+                return Holder("attribute", held[0], type(ref).__qualname__, path, line, _held_type(held[1]), links, _has_graph(sample), sample)
+        level = next_level
+        if not level:
+            return None
+    return None
+
+
+def _direct(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex, step_nodes: int) -> Holder | None:
+    """A single tensor bound to a name that keeps the autograd graph of several steps alive
+    (a running `total = total + loss`): the largest such graph, at least three steps' worth."""
+    found = _graph_candidates(snapshots, frames, step_nodes, factor=3)
+    return found[0][1] if found else None
+
+
+def named_graphs(stack: list[FrameType], frames: FrameIndex, step_nodes: int, factor: int = 2) -> list[tuple[int, Holder]]:
+    """Tensors bound to a name (a local of a target frame, an attribute of an object one
+    holds, a global of a target module) whose autograd graph is at least `factor` steps'
+    worth of nodes, largest first. A graph that keeps growing from one check to the next
+    is memory the loop never releases, though no tensor bytes show it (backward frees the
+    saved tensors, not the nodes)."""
+    snapshots = [(f, f.f_locals) for f in stack if f.f_code.co_flags & _CO_OPTIMIZED]
+    try:
+        return _graph_candidates(snapshots, frames, step_nodes, factor)
+    finally:
+        for _, snapshot in snapshots:
+            if type(snapshot) is dict:
+                snapshot.clear()
+
+
+def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex, step_nodes: int, factor: int) -> list[tuple[int, Holder]]:
+    if step_nodes <= 0:
+        return []
+    candidates: list[tuple[int, Holder]] = []
+    seen: set[int] = set()
+
+    def consider(value: Any, make: Any) -> None:
+        if _has_graph(value) and id(value) not in seen:
+            seen.add(id(value))
+            size = graph_size(value, limit=step_nodes * 5000)
+            if size >= factor * step_nodes:
+                candidates.append((size, make()))
+
+    for frame, snapshot in snapshots:
+        code = frame.f_code
+        path = relative(code.co_filename, frames.root)
+        for name, value in list(snapshot.items()):
+            consider(value, lambda: Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(value), [], True, value))
+            try:
+                attrs = list(vars(value).items()) if not isinstance(value, (torch.Tensor, ModuleType, type)) else []
+            except TypeError:
+                attrs = []
+            for attr, held in attrs:
+                owner = type(value)
+                consider(held, lambda: Holder("attribute", str(attr), owner.__qualname__, *_class_site(owner, frames), _held_type(held), [], True, held))
+    for module in _target_module_dicts(frames).values():
+        for name, value in list(vars(module).items()):
+            consider(value, lambda: Holder("global", name, module.__name__, relative(module.__file__ or "", frames.root), 1, _held_type(value), [], True, value))
+    return sorted(candidates, key=lambda c: -c[0])
+
+
+def _refers(ref: Any, obj: Any) -> bool:
+    return any(x is obj for x in gc.get_referents(ref))
+
+
+def _attribute(owner: Any, child: Any, sample: Any, chain: list[Any]) -> tuple[tuple[str, Any] | None, list[Any]]:
+    """((attribute name, the object it holds), containers below it) when `owner` holds
+    `child` as an attribute, directly or through its instance __dict__."""
+    try:
+        attrs = vars(owner)
+    except TypeError:
+        attrs = {}
+    if attrs is child:
+        links = chain[:-1]
+        below = links[-1] if links else sample
+        name = next((str(k) for k, v in attrs.items() if v is below), None)
+        return ((name, below) if name else None), links
+    name = next((str(k) for k, v in attrs.items() if v is child), None)
+    if name is None:
+        name = next((slot for slot in getattr(type(owner), "__slots__", ()) if getattr(owner, slot, None) is child), None)
+    return ((name, child) if name else None), chain
+
+
+def _has_graph(obj: Any) -> bool:
+    return isinstance(obj, torch.Tensor) and obj.grad_fn is not None
+
+
+def _held_type(obj: Any) -> str:
+    if isinstance(obj, torch.Tensor):
+        return "tensor with its autograd graph" if obj.grad_fn is not None else "tensor"
+    return type(obj).__name__
+
+
+def _target_module_dicts(frames: FrameIndex) -> dict[int, ModuleType]:
+    out = {}
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and frames.is_target_path(path):
+            out[id(vars(module))] = module
+    return out
+
+
+def _class_site(cls: type, frames: FrameIndex) -> tuple[str, int]:
+    module = sys.modules.get(cls.__module__)
+    path = getattr(module, "__file__", None) or ""
+    if path and frames.is_target_path(path):
+        for value in vars(cls).values():
+            code = getattr(value, "__code__", None)
+            if code is not None:
+                return relative(path, frames.root), code.co_firstlineno
+        return relative(path, frames.root), 1
+    return path, 0
+
+
+class GrowthTracer:
+    """Traces the target's frames for one step and notes the line after which each watched
+    container got longer."""
+
+    def __init__(self, frames: FrameIndex, containers: list[Any]) -> None:
+        self.frames = frames
+        self.containers = containers
+        self.lengths = [len(c) for c in containers]
+        self.growth: dict[int, Site] = {}
+        self.last: Site | None = None
+        self.armed: list[FrameType] = []
+
+    def arm(self, stack: list[FrameType]) -> bool:
+        if sys.gettrace() is not None:
+            return False  # a debugger or coverage owns tracing: leave it alone
+        for frame in stack:
+            frame.f_trace = self._local
+            frame.f_trace_lines = True
+            self.armed.append(frame)
+        sys.settrace(self._global)
+        return True
+
+    def disarm(self) -> dict[int, Site]:
+        sys.settrace(None)
+        for frame in self.armed:
+            frame.f_trace = None
+            if frame.f_code.co_flags & _CO_OPTIMIZED:
+                snapshot = frame.f_locals
+                if type(snapshot) is dict:
+                    snapshot.clear()
+        self.armed = []
+        self.containers = []
+        return self.growth
+
+    def _global(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "call" and self.frames.is_target(frame.f_code):
+            self.armed.append(frame)
+            return self._local
+        return None
+
+    def _local(self, frame: FrameType, event: str, arg: Any) -> Any:
+        if event in ("line", "return"):
+            self._check()
+            if event == "line":
+                self.last = self.frames.site(frame)
+        return self._local
+
+    def _check(self) -> None:
+        for index, container in enumerate(self.containers):
+            try:
+                size = len(container)
+            except TypeError:
+                continue
+            if size > self.lengths[index] and self.last is not None and index not in self.growth:
+                self.growth[index] = self.last
+            self.lengths[index] = size

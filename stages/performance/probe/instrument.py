@@ -1,0 +1,197 @@
+"""The performance stage's instruments, as the entrypoint harness loads them.
+
+- `light`: only the step clock (optimizer/forward/backward hooks, DataLoader timing, the
+  loss). Used for the timing runs, whose step times must not carry instrumentation costs.
+- `full`: the step clock plus the storage tracker (a dispatch mode), the sync counter, the
+  main-thread sampler and, at a few step boundaries, the search for what holds retained
+  tensors. Used once per stage run.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from traingate.stages.performance.probe.clock import StepClock
+from traingate.stages.performance.probe.frame_index import FrameIndex, site_record
+from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, named_graphs, target_stack
+from traingate.stages.performance.probe.sampler import Sampler
+from traingate.stages.performance.probe.syncs import SyncCounter
+from traingate.stages.performance.probe.tracker import Entry, Tracker
+
+# Post-warm-up step counts at which retained tensors are attributed (each costs a few
+# gc scans, so only a handful per run).
+CHECKPOINTS = (8, 16, 32, 64, 128, 256, 512)
+MIN_STEPS_COVERED = 4
+COVERAGE = 0.75
+
+
+class LightProbe:
+    def __init__(self) -> None:
+        self.clock: StepClock | None = None
+
+    def install(self, ctx: Any) -> None:
+        eager = None if torch.cuda.is_available() else (lambda t: float(t))
+        self.clock = StepClock(FrameIndex(ctx.root), read_loss=eager)
+        self.clock.install()
+
+    def collect(self) -> dict[str, Any]:
+        assert self.clock is not None
+        return {"clock": self.clock.collect()}
+
+
+class FullProbe:
+    def __init__(self) -> None:
+        self.root: Any = None
+        self.warmup = 3
+        self.series: list[int] = []
+        self.checks: list[dict[str, Any]] = []
+        self.growth: list[dict[str, Any]] = []
+        self._tracer: GrowthTracer | None = None
+        self._tracer_holder: Holder | None = None
+        self._instrument_s = 0.0
+
+    def install(self, ctx: Any) -> None:
+        self.root = ctx.root
+        self.warmup = int(ctx.options.get("warmup_steps", 3))
+        self.frames = FrameIndex(ctx.root)
+        self.clock = StepClock(self.frames, measure_graph=True)
+        self.syncs = SyncCounter(self.frames, self.clock)
+        self.clock.read_loss = self.syncs.read_scalar
+        self.tracker = Tracker(self.frames, self.clock, self.syncs)
+        self.syncs.bound, self.syncs.mark_bound = self.tracker.bound, self.tracker.mark_bound
+        self.sampler = Sampler(self.frames, self.clock)
+        self.clock.listeners.append(self._on_step)
+        self.clock.install()
+        self.syncs.install()
+        self.tracker.install()
+        self.sampler.start()
+
+    # -- at each step boundary ----------------------------------------------------------
+    def _on_step(self, completed: int) -> None:
+        started = time.perf_counter()
+        if self._tracer is not None:
+            self._finish_tracer()  # first: tracing keeps a snapshot of the loop's locals
+        self.series.append(self.tracker.held_bytes(self.clock.training_device))
+        if completed - self.warmup in CHECKPOINTS:
+            self._checkpoint(completed)
+        self._instrument_s += time.perf_counter() - started
+
+    def _checkpoint(self, now: int) -> None:
+        """Which creation sites have tensors surviving from most earlier steps, and what
+        holds them. The step just finished and the one before are left out: their tensors
+        may still be bound to the loop's variables."""
+        first, last = self.warmup, now - 2
+        span = last - first + 1
+        device = "cpu" if not self.clock.training_device.startswith("cuda") else "cuda"
+        groups = self.tracker.survivors(first, now - 1, device)
+        sites = []
+        for site, entries in groups.items():
+            covered = {e.step for e in entries if e.step <= last}
+            if len(covered) >= max(MIN_STEPS_COVERED, COVERAGE * span):
+                sites.append((site, entries, covered))
+        sites.sort(key=lambda s: -sum(e.nbytes for e in s[1]))
+        check: dict[str, Any] = {
+            "step": now,
+            "span": span,
+            "sites": [
+                {"site": site_record(site, self.root), "storages": len(entries), "bytes": sum(e.nbytes for e in entries), "steps": len(covered)}
+                for site, entries, covered in sites[:8]
+            ],
+            "holder": None,
+            "graphs": self._graphs(),
+        }
+        if sites:
+            samples = _samples(sites)
+            stack = target_stack(self.frames)
+            holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes)
+            del samples
+            if holder is not None:
+                check["holder"] = holder.record()
+                check["holder"]["created_at"] = site_record(self.tracker.site_of(holder.tensor), self.root)
+                holder.tensor = None
+                if holder.containers:
+                    tracer = GrowthTracer(self.frames, holder.containers)
+                    if tracer.arm(target_stack(self.frames)):
+                        self._tracer, self._tracer_holder = tracer, holder
+        self.checks.append(check)
+
+    def _graphs(self) -> list[dict[str, Any]]:
+        """Named tensors whose autograd graph spans several steps, with its size now."""
+        out = []
+        for nodes, holder in named_graphs(target_stack(self.frames), self.frames, self.clock.step_graph_nodes)[:3]:
+            record = holder.record()
+            record["nodes"] = nodes
+            record["created_at"] = site_record(self.tracker.site_of(holder.tensor), self.root)
+            holder.tensor = None
+            out.append(record)
+        return out
+
+    def _finish_tracer(self) -> None:
+        assert self._tracer is not None and self._tracer_holder is not None
+        holder = self._tracer_holder
+        chain = [type(c).__name__ for c in holder.containers]
+        for index, site in sorted(self._tracer.disarm().items()):
+            self.growth.append({"holder": holder.describe(), "container": chain[index], "depth": index, "site": site_record(site, self.root)})
+        self._tracer = self._tracer_holder = None
+        holder.containers = []
+
+    # -- results ------------------------------------------------------------------------
+    def collect(self) -> dict[str, Any]:
+        self.tracker.uninstall()
+        self.sampler.stop()
+        if self._tracer is not None:
+            self._tracer.disarm()
+        clock = self.clock.collect()
+        steps = clock["steps"]
+        device = "cuda" if self.clock.training_device.startswith("cuda") else "cpu"
+        return {
+            "clock": clock,
+            "memory": {
+                "source": "torch.cuda.memory_allocated" if device == "cuda" else "live tensor storages (dispatch-mode registry)",
+                "held_bytes": self.series,
+                "peak_tracked_bytes": self.tracker.peak_bytes,
+                "storages_registered": self.tracker.registered,
+                "checks": self.checks,
+                "step_graph_nodes": self.clock.step_graph_nodes,
+                "growth_lines": self.growth,
+                "retained_at_end": self._retained_at_end(steps, device),
+            },
+            "syncs": self.syncs.collect(),
+            "amp": self.tracker.amp_record(),
+            "sampler": self.sampler.collect(steps),
+            "instrument_s": round(self._instrument_s, 4),
+        }
+
+    def _retained_at_end(self, steps: int, device: str) -> list[dict[str, Any]]:
+        groups = self.tracker.survivors(self.warmup, max(self.warmup, steps - 1), device)
+        rows = []
+        for site, entries in groups.items():
+            rows.append({"site": site_record(site, self.root), "storages": len(entries), "bytes": sum(e.nbytes for e in entries), "steps": len({e.step for e in entries})})
+        return sorted(rows, key=lambda r: -r["bytes"])[:8]
+
+
+def _samples(sites: list[tuple[Any, list[Entry], set[int]]]) -> list[torch.Tensor]:
+    """A few retained tensors per accumulating site, newest first, that still have a
+    Python object (activations saved in a graph often have none)."""
+    out: list[torch.Tensor] = []
+    for _, entries, _ in sites[:4]:
+        taken = 0
+        for entry in sorted(entries, key=lambda e: -e.step):
+            tensor = entry.tensor() if entry.tensor is not None else None
+            if tensor is not None:
+                out.append(tensor)
+                taken += 1
+                if taken == 3:
+                    break
+    return out
+
+
+def light() -> LightProbe:
+    return LightProbe()
+
+
+def full() -> FullProbe:
+    return FullProbe()

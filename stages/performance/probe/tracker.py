@@ -1,0 +1,299 @@
+"""Live tensor memory, where it was allocated, and the precision of matrix products.
+
+How memory held between steps is measured on a CPU. torch's CPU allocator keeps no
+statistics and process RSS includes the interpreter, the allocator's free lists and every
+library, so neither says whether the loop holds more tensors over time. The options:
+- `gc.get_objects()` at each step boundary, summing the storages of live tensors: it misses
+  tensors only C++ holds (activations saved in an autograd graph that was never backward'd
+  have no Python object) and walks every object each step: on the example (v7-fixed, CPU,
+  one thread) 88 ms per step boundary against a 6 ms step (benchmarks/perf_overhead.py);
+- a `TorchDispatchMode` that sees every operator's outputs: each new storage is registered
+  once (keyed by its StorageImpl) with its size, the step it was created in and the target
+  line that created it, and a weak reference on its Python storage object removes it when the
+  storage is freed (storages keep one Python object for their whole life, so the callback
+  fires when the memory is released, not before). The sum of live registered storages is the
+  memory held, exact to the byte, graph-saved tensors included.
+The second is used; it makes the instrumented run's steps about 5x slower than the timing
+runs' on that example, which is why no time is taken from that run. It does not see
+storages made outside operators (`torch.from_numpy`, batches a worker process hands over
+in shared memory); those are inputs, not what a loop accumulates. On CUDA the held memory is `torch.cuda.memory_allocated`, and the registry only
+names where retained tensors come from.
+
+The same mode counts matrix products (mm, addmm, bmm, convolution, attention) by input
+dtype for the AMP check, and passes every operator to the sync counter.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.modules.module as module_hooks
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from traingate.stages.performance.probe.clock import StepClock
+from traingate.stages.performance.probe.frame_index import FrameIndex, Site
+from traingate.stages.performance.probe.syncs import SyncCounter
+
+aten = torch.ops.aten
+_MATMULS = {
+    aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten._addmm_activation, aten.matmul,
+    aten.linear, aten.convolution, aten._convolution, aten.mv, aten.addmv,
+    aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_efficient_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu, aten._scaled_dot_product_cudnn_attention,
+}
+_REDUCED = {torch.float16, torch.bfloat16}
+
+
+@dataclass
+class Entry:
+    """One live storage."""
+
+    ref: Any  # weakref to the UntypedStorage
+    nbytes: int
+    site: Site | None
+    step: int  # interval it was created in; -1 before training
+    tensor: Any  # weakref to the first tensor seen with it, or None
+    device: str
+    bound: bool = False  # on a CPU run: holds model state or what was computed from it
+
+
+@dataclass
+class AutocastUse:
+    site: Site | None
+    device: str
+    dtype: str
+    enabled: bool
+    entries: int = 0
+    matmuls: dict[str, int] = field(default_factory=dict)
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, tracker: "Tracker") -> None:
+        super().__init__()
+        self.tracker = tracker
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        tracker = self.tracker
+        # The main thread, or the autograd engine's device threads while the main thread waits in backward.
+        if os.getpid() == tracker.pid and (threading.get_ident() == tracker.clock.main_thread or tracker.clock._in_backward):
+            tracker.on_op(func, args, kwargs, out)
+        return out
+
+
+class Tracker:
+    """Registry of live storages plus the per-operator observations."""
+
+    def __init__(self, frames: FrameIndex, clock: StepClock, syncs: SyncCounter) -> None:
+        self.frames = frames
+        self.clock = clock
+        self.syncs = syncs
+        self.pid = os.getpid()
+        self.registry: dict[int, Entry] = {}
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.registered = 0
+        self.matmuls_in_steps: dict[str, int] = {}
+        self.matmuls_outside: dict[str, int] = {}
+        self.autocast: dict[tuple[Any, ...], AutocastUse] = {}
+        self._autocast_stack: list[AutocastUse | None] = []
+        self._mode: _Mode | None = None
+        self._sites: dict[Site, Site] = {}
+        # On a CPU every tensor lives on the host; what would live on the device in a CUDA
+        # run is followed instead: model parameters and buffers, anything moved with
+        # `.to(device)`, and every operator output with such an input.
+        self.follow_device = not torch.cuda.is_available()
+        self._seen_modules: set[int] = set()
+
+    def install(self) -> None:
+        self._wrap_autocast()
+        if self.follow_device:
+            module_hooks.register_module_forward_pre_hook(self._mark_module)
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+
+    def uninstall(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+
+    # -- per operator -------------------------------------------------------------------
+    def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        self.syncs.on_dispatch(func, args, kwargs)
+        packet = func.overloadpacket
+        if packet in _MATMULS:
+            self._count_matmul(args)
+        bound = self.follow_device and self._any_bound(args, kwargs)
+        if isinstance(out, torch.Tensor):
+            self._register(out, bound)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                if isinstance(item, torch.Tensor):
+                    self._register(item, bound)
+
+    # -- what would live on the device (CPU runs) ---------------------------------------
+    def bound(self, tensor: Any) -> bool:
+        entry = self._entry(tensor)
+        return entry is not None and entry.bound
+
+    def mark_bound(self, tensor: Any) -> None:
+        entry = self._entry(tensor)
+        if entry is not None:
+            entry.bound = True
+
+    def _entry(self, tensor: Any) -> Entry | None:
+        try:
+            return self.registry.get(tensor.untyped_storage()._cdata)
+        except Exception:  # noqa: BLE001 - no plain storage
+            return None
+
+    def _any_bound(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor):
+                if self.bound(value):
+                    return True
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, torch.Tensor) and self.bound(item):
+                        return True
+        return False
+
+    def _mark_module(self, module: Any, args: Any) -> None:
+        if id(module) in self._seen_modules or not self.clock.mine():
+            return
+        self._seen_modules.add(id(module))
+        for tensor in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
+            self.mark_bound(tensor)
+
+    def _count_matmul(self, args: tuple[Any, ...]) -> None:
+        dtype = next((str(a.dtype).removeprefix("torch.") for a in args[:3] if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+        if dtype is None:
+            return
+        target = self.matmuls_in_steps if self.clock.started and not self.clock.in_data() else self.matmuls_outside
+        target[dtype] = target.get(dtype, 0) + 1
+        use = self._autocast_stack[-1] if self._autocast_stack else None
+        if use is not None:
+            use.matmuls[dtype] = use.matmuls.get(dtype, 0) + 1
+
+    def _register(self, tensor: torch.Tensor, bound: bool = False) -> None:
+        try:
+            storage = tensor.untyped_storage()
+            key = storage._cdata
+        except Exception:  # noqa: BLE001 - sparse, meta or subclass tensors have no plain storage
+            return
+        known = self.registry.get(key)
+        if known is not None:
+            if bound:
+                known.bound = True
+            return
+        nbytes = storage.nbytes()
+        if nbytes == 0:
+            return
+        site = self.frames.innermost(sys._getframe(3))
+        if site is None and self.clock._in_backward:
+            site = self.clock.backward_site
+        if site is not None:
+            site = self._sites.setdefault(site, site)
+        try:
+            tensor_ref = weakref.ref(tensor)
+        except TypeError:
+            tensor_ref = None
+        registry = self.registry
+
+        def released(_: Any, key: int = key) -> None:
+            entry = registry.pop(key, None)
+            if entry is not None:
+                self.live_bytes -= entry.nbytes
+
+        try:
+            ref = weakref.ref(storage, released)
+        except TypeError:
+            return
+        step = self.clock.completed if self.clock.started else -1
+        self.registry[key] = Entry(ref, nbytes, site, step, tensor_ref, storage.device.type, bound)
+        self.registered += 1
+        self.live_bytes += nbytes
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+
+    def site_of(self, tensor: Any) -> Site | None:
+        """Where the storage under `tensor` was created, if it was registered."""
+        try:
+            entry = self.registry.get(tensor.untyped_storage()._cdata)
+        except Exception:  # noqa: BLE001
+            return None
+        return entry.site if entry is not None else None
+
+    # -- at step boundaries -------------------------------------------------------------
+    def held_bytes(self, device: str) -> int:
+        """Bytes of live tensor storage on `device`'s type, sizes re-read (resize_ grows them)."""
+        if device.startswith("cuda"):
+            return int(torch.cuda.memory_allocated(torch.device(device)))
+        total = 0
+        for entry in list(self.registry.values()):
+            storage = entry.ref()
+            if storage is None:
+                continue
+            try:
+                size = storage.nbytes()
+            except RuntimeError:
+                continue
+            if size != entry.nbytes:
+                self.live_bytes += size - entry.nbytes
+                entry.nbytes = size
+            if entry.device == "cpu":
+                total += size
+        return total
+
+    def survivors(self, first_step: int, last_step: int, device_type: str) -> dict[Site | None, list[Entry]]:
+        """Live storages created in steps [first_step, last_step], grouped by creation site."""
+        groups: dict[Site | None, list[Entry]] = {}
+        for entry in list(self.registry.values()):
+            if first_step <= entry.step <= last_step and entry.device == device_type:
+                groups.setdefault(entry.site, []).append(entry)
+        return groups
+
+    # -- autocast -----------------------------------------------------------------------
+    def _wrap_autocast(self) -> None:
+        tracker = self
+        cls = torch.amp.autocast_mode.autocast
+        enter, leave = cls.__enter__, cls.__exit__
+
+        def __enter__(self: Any) -> Any:
+            result = enter(self)
+            if tracker.clock.mine():
+                site = tracker.frames.innermost(sys._getframe(1))
+                dtype = str(getattr(self, "fast_dtype", "")).removeprefix("torch.")
+                key = (site, str(getattr(self, "device", "")), dtype, bool(getattr(self, "_enabled", True)))
+                use = tracker.autocast.get(key)
+                if use is None:
+                    use = tracker.autocast[key] = AutocastUse(site, key[1], dtype, key[3])
+                use.entries += 1
+                tracker._autocast_stack.append(use)
+            return result
+
+        def __exit__(self: Any, *exc: Any) -> Any:
+            if tracker.clock.mine() and tracker._autocast_stack:
+                tracker._autocast_stack.pop()
+            return leave(self, *exc)
+
+        cls.__enter__ = __enter__  # type: ignore[method-assign]
+        cls.__exit__ = __exit__  # type: ignore[method-assign]
+
+    def amp_record(self) -> dict[str, Any]:
+        return {
+            "matmul_dtypes_in_steps": self.matmuls_in_steps,
+            "matmul_dtypes_outside_steps": self.matmuls_outside,
+            "reduced_in_steps": sum(n for d, n in self.matmuls_in_steps.items() if getattr(torch, d, None) in _REDUCED),
+            "autocast": [
+                {"site": list(u.site) if u.site else None, "device": u.device, "dtype": u.dtype, "enabled": u.enabled, "entries": u.entries, "matmuls": u.matmuls}
+                for u in self.autocast.values()
+            ],
+        }

@@ -1,0 +1,280 @@
+"""The performance stage: profile the training loop the entrypoint runs, as it is.
+
+Child processes, each a fresh call of the configured entrypoint:
+1. one instrumented run (AMP on when the target has an AMP flag): step clock, storage
+   tracker, sync counter, sampler (stages/performance/probe/instrument.py:full);
+2. timing runs with the step clock only: AMP off and on when the target has an AMP flag,
+   else one with its own settings.
+From them: `memory-leak` (perf_memory), `host-sync` (perf_sync), `amp-*` (perf_amp),
+`input-stall` and the time breakdown (perf_timing), `perf-regression` (perf_regression).
+A run that overruns is a `hang`; one that raises, or trains without a single optimizer
+step, is a blocking `stage-error`: nothing was profiled, and that never passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, Severity, StageOutcome
+from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, location_of, run_entrypoint
+from traingate.stages.performance.leak import MIN_SLOPE_BYTES
+
+FULL = "traingate.stages.performance.probe.instrument:full"
+LIGHT = "traingate.stages.performance.probe.instrument:light"
+
+
+class PerformanceStage:
+    name = "performance"
+    order = 20
+    categories: frozenset[Category] = frozenset(
+        {
+            perf_memory.CATEGORY,
+            perf_sync.CATEGORY,
+            Category.AMP_SPEEDUP,
+            Category.AMP_MEMORY,
+            Category.AMP_ACCURACY,
+            Category.AMP_INACTIVE,
+            perf_timing.CATEGORY,
+            perf_regression.CATEGORY,
+        }
+    )
+
+    def run(self, ctx: StageContext) -> StageOutcome:
+        entrypoint = ctx.config.entrypoint
+        if entrypoint is None:
+            return StageOutcome(
+                summary="nothing to profile",
+                skipped_reason="no entrypoint is configured ([tool.traingate.entrypoint] call = \"module:function\"), so there is no training loop to profile",
+            )
+        flag = entrypoint.amp_flag
+        settings = ctx.config.performance
+        warmup, min_steps = settings.warmup_steps, settings.min_steps
+        timing_plan = [("fp32", False), ("amp", True)] if flag else [("default", None)]
+        timing_plan = [(label, amp) for label, amp in timing_plan for _ in range(settings.timing_runs)]
+
+        profile_run = run_entrypoint(
+            ctx, label="profile", amp=True if flag else None, instruments=[FULL],
+            options={"warmup_steps": warmup}, budget_s=ctx.child_budget() * (0.6 if len(timing_plan) > 1 else 0.7),
+        )
+        broken = _broken(ctx, profile_run, FULL, "The instrumented training run")
+        if broken is not None:
+            return broken
+        profile = profile_run.instrument(FULL)
+        steps = int(profile["clock"]["steps"])
+        if steps == 0:
+            return _no_steps(ctx, profile_run, profile["clock"])
+
+        timings: dict[str, list[dict[str, Any]]] = {}
+        runs = [_run_record("profile (instrumented)", True if flag else None, profile_run, steps)]
+        for index, (label, amp) in enumerate(timing_plan):
+            left = len(timing_plan) - index
+            run = run_entrypoint(ctx, label=f"timing-{label}", amp=amp, instruments=[LIGHT], budget_s=ctx.child_budget() / left)
+            broken = _broken(ctx, run, LIGHT, f"The {label} timing run")
+            if broken is not None:
+                return broken
+            clock = run.instrument(LIGHT)["clock"]
+            timings.setdefault(label, []).append(clock)
+            runs.append(_run_record(f"timing ({label})", amp, run, clock["steps"]))
+        return analyse(ctx, profile, {k: _fastest(v, warmup) for k, v in timings.items()}, runs, flag)
+
+
+def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[str, Any]], runs: list[dict[str, Any]], flag: str | None) -> StageOutcome:
+    """Findings, metrics and report details from what the runs measured."""
+    settings, policy = ctx.config.performance, ctx.config.policy
+    warmup, min_steps = settings.warmup_steps, settings.min_steps
+    clock = profile["clock"]
+    steps = int(clock["steps"])
+    device = "cuda" if str(clock["training_device"]).startswith("cuda") else "cpu"
+    findings: list[Finding] = []
+    metrics: list[Metric] = [
+        Metric(name="training steps observed", value=steps, unit="steps", note=f"optimizer steps in the instrumented run; the first {warmup} are warm-up"),
+    ]
+    not_measured: list[str] = []
+
+    memory, leaks = perf_memory.analyse(ctx, profile["memory"], warmup, min_steps, device)
+    findings += leaks
+    verdict = memory["verdict"]
+    metrics.append(Metric(
+        name="memory held between steps, growth",
+        value=round(verdict["slope_bytes_per_step"], 1),
+        unit="bytes/step",
+        threshold=MIN_SLOPE_BYTES,
+        passed=None if verdict["steps"] < min_steps else not verdict["leak"],
+        note=f"{verdict['reason']}; r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
+    ))
+    if verdict["steps"] < min_steps:
+        not_measured.append(f"Memory leak: {verdict['reason']}.")
+    if device == "cpu":
+        metrics.append(Metric(name="peak live tensor memory (instrumented run)", value=profile["memory"]["peak_tracked_bytes"], unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
+
+    sync_summary, sync_findings = perf_sync.analyse(ctx, profile["syncs"], steps, device, _code_reader(ctx.root))
+    findings += sync_findings
+    metrics.append(Metric(name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
+    metrics.append(Metric(name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
+
+    spreads: dict[str, str] = {}
+    timing_details: dict[str, Any] = {}
+    for label, run_clock in timings.items():
+        stats = perf_timing.step_stats(run_clock, warmup, min_steps)
+        if stats is None:
+            not_measured.append(f"Step time ({label}): fewer than {min_steps} steps after warm-up.")
+            continue
+        median_name, iqr_name = f"step time, median ({label})", f"step time, IQR ({label})"
+        spreads[median_name] = iqr_name
+        metrics.append(Metric(name=median_name, value=round(stats.median_s * 1e3, 4), unit="ms", note=f"{stats.steps} steps after warm-up, {stats.clock} clock, on {device}"))
+        metrics.append(Metric(name=iqr_name, value=round(stats.iqr_s * 1e3, 4), unit="ms", note="interquartile range of the step times"))
+        timing_details[label] = stats.record()
+        if run_clock.get("peak_memory_bytes") is not None:
+            metrics.append(Metric(name=f"peak device memory ({label})", value=run_clock["peak_memory_bytes"], unit="bytes", note="torch.cuda.max_memory_allocated"))
+
+    amp_details = None
+    amp_counts = profile.get("amp") if flag else None
+    if flag and "fp32" in timings and "amp" in timings:
+        comparison = perf_amp.compare(timings["fp32"], timings["amp"], warmup, min_steps, device)
+        amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
+        metrics += amp_metrics
+        location = perf_amp.amp_location(amp_counts, clock.get("forward_sites", []))
+        inactive = perf_amp.inactive_finding(ctx, amp_counts, clock.get("forward_sites", []), flag, device) if amp_counts else None
+        findings += [inactive] if inactive else []
+        accuracy = perf_amp.accuracy_finding(ctx, comparison, policy, location)
+        findings += [accuracy] if accuracy else []
+        findings += perf_amp.target_findings(ctx, comparison, policy, location)
+        for m in amp_metrics:
+            if m.passed is None and m.threshold is not None:
+                not_measured.append(f"{m.name}: {m.note}.")
+        amp_details = {**comparison, "counts": amp_counts, "location": location.model_dump() if location else None}
+    elif not flag:
+        not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag is configured, so AMP was not compared.")
+
+    primary = "amp" if flag else "default"
+    primary_clock = timings.get(primary) or next(iter(timings.values()), None)
+    stall, breakdown = None, None
+    if primary_clock is not None:
+        data_sites = perf_timing.sampled_sites(profile, "data", limit=5)
+        stall, stall_finding = perf_timing.input_stall(ctx, primary_clock, warmup, min_steps, primary, data_sites)
+        findings += [stall_finding] if stall_finding else []
+        if stall["median_share"] is not None and stall["loader"]:
+            metrics.append(Metric(name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=stall["median_share"] <= perf_timing.STALL_SHARE, note="time in DataLoader iteration / step time, host clock"))
+        if not stall["loader"]:
+            not_measured.append("Input stall: the loop iterates no DataLoader, so data waits were not timed (the time before each forward is in the breakdown's rest).")
+        breakdown = perf_timing.breakdown(primary_clock, warmup)
+        if breakdown is not None:
+            breakdown["run"] = primary
+            breakdown["rest_sites"] = perf_timing.sampled_sites(profile, "rest")
+
+    regression, regression_findings = perf_regression.compare(ctx, metrics, spreads, device)
+    findings += regression_findings
+    if regression.get("note"):
+        not_measured.append(f"Performance regression: {regression['note']}.")
+
+    details = {
+        "device": clock["training_device"],
+        "device_kind": device,
+        "steps": {"observed": steps, "warmup": warmup, "profiled": max(0, steps - warmup), "truncated": clock.get("truncated", False)},
+        "runs": runs,
+        "memory": memory,
+        "syncs": sync_summary,
+        "amp": amp_details,
+        "amp_flag": flag,
+        "timing": timing_details,
+        "breakdown": breakdown,
+        "stall": stall,
+        "regression": regression,
+        "not_measured": not_measured,
+        "instrument_s": profile.get("instrument_s"),
+    }
+    summary = _summary(steps, warmup, device, findings, timing_details)
+    return StageOutcome(summary=summary, metrics=metrics, findings=findings, details=details)
+
+
+def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timing: dict[str, Any]) -> str:
+    times = ", ".join(f"{label} {t['median_ms']:.2f} ms/step" for label, t in timing.items())
+    found = ", ".join(sorted({f.category.value for f in findings})) or "no findings"
+    return f"Profiled {max(0, steps - warmup)} training steps (after {warmup} warm-up) on {device}" + (f"; {times}" if times else "") + f"; {found}."
+
+
+def _fastest(clocks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """With several timing runs per setting, the one with the lowest median step time (the
+    least disturbed by the machine's other load)."""
+    def key(clock: dict[str, Any]) -> float:
+        stats = perf_timing.step_stats(clock, warmup, 1)
+        return stats.median_s if stats else float("inf")
+
+    return min(clocks, key=key)
+
+
+def _run_record(label: str, amp: bool | None, run: EntrypointRun, steps: int) -> dict[str, Any]:
+    return {"label": label, "amp": amp, "steps": steps, "duration_s": round(run.child.duration_s, 3)}
+
+
+def _code_reader(root: Path) -> Any:
+    cache: dict[str, list[str]] = {}
+
+    def code_of(site: tuple[str, int, str]) -> str:
+        path, line = site[0], site[1]
+        if path not in cache:
+            try:
+                cache[path] = (root / path).read_text(encoding="utf-8", errors="replace").splitlines()
+            except OSError:
+                cache[path] = []
+        lines = cache[path]
+        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+    return code_of
+
+
+def _broken(ctx: StageContext, run: EntrypointRun, spec: str, what: str) -> StageOutcome | None:
+    """A run that overran, raised, died or lost its instrument: nothing it measured counts."""
+    if run.child.timed_out:
+        return StageOutcome(summary=f"{what} overran its budget", findings=[hang_finding(ctx, run.child, what)])
+    data = run.instrument(spec) if run.result else {}
+    if run.ok and data and "error" not in data:
+        return None
+    if run.ok:
+        problem = f"{what} finished, but its instrument reported no data" + (f": {data['error'][-500:]}" if data.get("error") else "")
+        traceback, location = data.get("error"), None
+    else:
+        problem = f"{what} {run.failure()}"
+        exc = run.exception or {}
+        traceback = exc.get("traceback") or (run.child.stderr[-8000:] or None)
+        location = location_of(exc.get("target_frame"))
+    finding = ctx.finding(
+        category=Category.STAGE_ERROR,
+        severity=Severity.CRITICAL,
+        title=f"Profiling failed: {problem[:160]}",
+        location=location,
+        problem=f"{problem}. Nothing about this version's performance was measured.",
+        impact="The gate cannot vouch for the training loop's performance, so it blocks (fail closed).",
+        fix="Make the entrypoint run to completion with the configured kwargs (see the traceback); if it runs outside traingate, report this as a traingate defect.",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=problem[:300], traceback=traceback, data={"returncode": run.child.returncode, "phase": (run.result or {}).get("phase")}),
+        key=f"profiling failed {what}",
+    )
+    return StageOutcome(summary=f"{what} failed", findings=[finding])
+
+
+def _no_steps(ctx: StageContext, run: EntrypointRun, clock: dict[str, Any]) -> StageOutcome:
+    """Zero optimizer steps: there was no training step to profile; that never passes."""
+    called = float((run.result or {}).get("duration_s") or 0.0)
+    seen = f"{clock.get('training_forwards', 0)} forward passes with gradients and {clock.get('backward_calls', 0)} backward calls"
+    finding = ctx.finding(
+        category=Category.STAGE_ERROR,
+        severity=Severity.CRITICAL,
+        title="The entrypoint ran without a single optimizer step: nothing was profiled",
+        location=None,
+        problem=(
+            f"The entrypoint returned after {called:.2f}s without calling `step()` on any torch.optim optimizer ({seen} were seen), "
+            "so there was no training step to measure memory, syncs, mixed precision or data loading on. "
+            "Parameters updated by hand, outside torch.optim, are not recognised as training steps."
+        ),
+        impact="A performance verdict without a single measured step would be a guess; the gate blocks instead (fail closed).",
+        fix="Point [tool.traingate.entrypoint] at the function that trains, with kwargs that make it take at least a few optimizer steps.",
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"0 optimizer steps observed; {seen}",
+            data={"call_s": round(called, 3), "backward_calls": clock.get("backward_calls", 0), "training_forwards": clock.get("training_forwards", 0), "returned": (run.result or {}).get("returned")},
+        ),
+        key="no optimizer step",
+    )
+    return StageOutcome(summary="no training step to profile", findings=[finding])

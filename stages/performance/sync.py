@@ -1,0 +1,167 @@
+"""`host-sync`: the training step synchronises host and device, per call site.
+
+Counted in the instrumented run (see stages/performance/probe/syncs.py for what is counted and
+how). A call site gets a finding when the target's own code makes the sync directly and does
+so in at least half of the profiled steps; severity grows with the rate: an explicit
+synchronize every step is high (the host waits for the whole queue each step), several
+implicit reads per step are medium, about one (a logged `.item()`) is low. Syncs made inside
+a torch API the loop must call (GradScaler.step's inf check) count in the metrics, not as
+the target's defect; syncs outside the steps (after training, per epoch) are listed, not
+reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import StageContext
+
+CATEGORY = Category.HOST_SYNC
+PER_STEP_FRACTION = 0.5  # a site counts as "in the step" when it syncs in this share of steps
+SEVERAL = 2.0
+
+
+@dataclass
+class SiteSyncs:
+    site: tuple[str, int, str]
+    code: str
+    kinds: set[str] = field(default_factory=set)
+    explicit: bool = False
+    per_step: dict[int, int] = field(default_factory=dict)
+    outside: int = 0
+
+    def in_steps(self, steps: int) -> int:
+        return sum(n for s, n in self.per_step.items() if s < steps)
+
+    def rate(self, steps: int) -> tuple[float, int, int]:
+        """(syncs per step, steps with a sync, steps counted) over the whole intervals
+        between two step boundaries: the interval before the first boundary lacks the tail
+        of an iteration (what follows `optimizer.step()`), so it is left out of the rate."""
+        whole = range(1, steps) if steps > 1 else range(0, steps)
+        counted = sum(self.per_step.get(s, 0) for s in whole)
+        covered = sum(1 for s in whole if self.per_step.get(s, 0) > 0)
+        return (counted / len(whole) if len(whole) else 0.0), covered, len(whole)
+
+
+def by_site(records: list[dict[str, Any]], steps: int, direct: bool, code_of: Any) -> list[SiteSyncs]:
+    sites: dict[tuple[str, int, str], SiteSyncs] = {}
+    for r in records:
+        if r["direct"] is not direct or not r["site"]:
+            continue
+        key = tuple(r["site"])
+        item = sites.get(key)  # type: ignore[arg-type]
+        if item is None:
+            item = sites[key] = SiteSyncs(key, code_of(key))  # type: ignore[index]
+        item.kinds.add(r["kind"] if direct else f"{r['kind']} in {r['via']}")
+        item.explicit |= bool(r["explicit"])
+        for step, n in r["per_step"].items():
+            step_i = int(step)
+            if step_i < steps:
+                item.per_step[step_i] = item.per_step.get(step_i, 0) + n
+            else:
+                item.outside += n
+        item.outside += r.get("before_training", 0)
+    return sorted(sites.values(), key=lambda s: (-s.in_steps(steps), s.site))
+
+
+def severity_for(rate: float, explicit: bool) -> Severity:
+    if explicit:
+        return Severity.HIGH if rate >= 1.0 else Severity.MEDIUM
+    return Severity.MEDIUM if rate >= SEVERAL else Severity.LOW
+
+
+def analyse(ctx: StageContext, syncs: dict[str, Any], steps: int, device: str, code_of: Any) -> tuple[dict[str, Any], list[Finding]]:
+    records = syncs.get("records", [])
+    target = by_site(records, steps, True, code_of)
+    library = by_site(records, steps, False, code_of)
+    findings = []
+    rows = []
+    for s in target:
+        rate, covered, whole = s.rate(steps)
+        per_step = whole > 0 and covered >= PER_STEP_FRACTION * whole
+        rows.append(_row(s, steps, rate, covered, "target", per_step))
+        if per_step:
+            findings.append(_finding(ctx, s, steps, rate, covered, whole, device))
+    for s in library:
+        rate, covered, _ = s.rate(steps)
+        rows.append(_row(s, steps, rate, covered, "library", False))
+    target_rate = sum(s.rate(steps)[0] for s in target)
+    library_rate = sum(s.rate(steps)[0] for s in library)
+    summary = {
+        "rows": rows,
+        "target_per_step": target_rate,
+        "library_per_step": library_rate,
+        "in_data_loading": syncs.get("in_data_loading", 0),
+        "cuda_sync_debug": syncs.get("sync_debug_mode"),
+        "counted_as": (
+            "Counted on cpu: every call that would synchronise host and device if the loop ran on CUDA"
+            if device == "cpu"
+            else "Counted on cuda: calls that synchronised host and device"
+        ),
+    }
+    return summary, findings
+
+
+def _row(s: SiteSyncs, steps: int, rate: float, covered: int, owner: str, finding: bool) -> dict[str, Any]:
+    return {
+        "path": s.site[0],
+        "line": s.site[1],
+        "function": s.site[2],
+        "code": s.code,
+        "kinds": sorted(s.kinds),
+        "explicit": s.explicit,
+        "in_steps": s.in_steps(steps),
+        "per_step": round(rate, 3),
+        "steps_with_sync": covered,
+        "outside_steps": s.outside,
+        "made_by": owner,
+        "finding": finding,
+    }
+
+
+def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: int, whole: int, device: str) -> Finding:
+    kinds = ", ".join(sorted(s.kinds))
+    severity = severity_for(rate, s.explicit)
+    on_cpu = device == "cpu"
+    counted = " (counted on the CPU as what would synchronise on CUDA)" if on_cpu else ""
+    if s.explicit:
+        fix = "Remove the explicit synchronize from the step; to time GPU work, record torch.cuda.Event pairs and read them once at the end."
+    else:
+        fix = (
+            "Keep values on the device inside the step (accumulate `loss.detach()` into a tensor, stack per-step values) "
+            "and read them back once per epoch or every N steps; replace data-dependent Python branches on tensors with tensor ops."
+        )
+    return ctx.finding(
+        category=CATEGORY,
+        severity=severity,
+        title=f"Host-device sync in the training step: {kinds} at {s.site[0]}:{s.site[1]}",
+        location=Location(path=s.site[0], line=s.site[1], function=s.site[2]),
+        problem=(
+            f"`{s.code}` synchronises host and device ({kinds}) {rate:.2f} times per step: "
+            f"{s.in_steps(steps)} times in {steps} steps, in {covered} of the {whole} whole steps{counted}."
+        ),
+        impact=(
+            "Each sync stalls the host until the device has drained its queue, so the host cannot queue the next kernels "
+            "ahead of time; the GPU idles between steps by the launch latency of the next step's work."
+        ),
+        fix=fix,
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"{s.in_steps(steps)} syncs in {steps} steps ({rate:.2f}/step) on {device}",
+            data={
+                "kinds": sorted(s.kinds),
+                "explicit": s.explicit,
+                "syncs_in_steps": s.in_steps(steps),
+                "steps_observed": steps,
+                "steps_with_sync": covered,
+                "whole_steps": whole,
+                "per_step": round(rate, 4),
+                "outside_steps": s.outside,
+                "device": device,
+                "code": s.code,
+            },
+        ),
+        key=f"host-sync {kinds} {s.code}",
+    )

@@ -1,0 +1,155 @@
+"""Step times, where a step's time goes, and `input-stall`.
+
+All numbers come from the timing runs, which carry only the step clock (no dispatch mode, no
+sampler), over the steps after warm-up. On CUDA the step time is read from CUDA events
+recorded at each step boundary (the device's timeline, no sync per step); the data wait is
+always host time, since waiting for a batch is the host's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import median, quantiles
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import StageContext
+
+PHASES = ("data", "forward", "backward", "optimizer", "rest")
+STALL_SHARE = 0.5  # input-stall: the median step waits for data more than half its time
+STALL_HIGH_SHARE = 0.8
+CATEGORY = Category.INPUT_STALL
+
+
+@dataclass(frozen=True)
+class StepStats:
+    steps: int
+    median_s: float
+    iqr_s: float
+    mad_s: float
+    clock: str  # "cuda events" or "host"
+
+    @property
+    def relative_spread(self) -> float:
+        return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
+
+    def record(self) -> dict[str, Any]:
+        return {"steps": self.steps, "median_ms": self.median_s * 1e3, "iqr_ms": self.iqr_s * 1e3, "mad_ms": self.mad_s * 1e3, "clock": self.clock}
+
+
+def profiled(values: list[float], warmup: int) -> list[float]:
+    return values[warmup:] if len(values) > warmup else []
+
+
+def step_stats(clock: dict[str, Any], warmup: int, min_steps: int) -> StepStats | None:
+    """Median and spread of the step time; None with fewer than `min_steps` after warm-up."""
+    source, name = (clock["device"], "cuda events") if clock.get("device") else (clock["host"], "host")
+    times = profiled(source["step"], warmup)
+    if len(times) < max(min_steps, 2):
+        return None
+    q1, _, q3 = quantiles(times, n=4, method="inclusive")
+    mid = median(times)
+    return StepStats(len(times), mid, q3 - q1, median(abs(t - mid) for t in times), name)
+
+
+def breakdown(clock: dict[str, Any], warmup: int) -> dict[str, Any] | None:
+    """Mean time per step in each phase (device clock on CUDA, else host) and its share."""
+    source = clock.get("device") or clock["host"]
+    totals = {p: sum(profiled(source[p], warmup)) for p in PHASES}
+    steps = len(profiled(source["step"], warmup))
+    whole = sum(totals.values())
+    if steps == 0 or whole <= 0:
+        return None
+    return {
+        "steps": steps,
+        "clock": "cuda events" if clock.get("device") else "host",
+        "phases": [{"phase": p, "mean_ms": totals[p] / steps * 1e3, "share": totals[p] / whole} for p in PHASES],
+    }
+
+
+def training_loader(clock: dict[str, Any]) -> dict[str, Any] | None:
+    """The loader that fed the training steps (its batch was the last fetched before most
+    optimizer steps); an evaluation loader iterated between epochs is not it."""
+    loaders = [l for l in clock.get("loaders", []) if l.get("fed_steps")]
+    return max(loaders, key=lambda l: l["fed_steps"]) if loaders else None
+
+
+def wait_shares(clock: dict[str, Any], warmup: int, loader: dict[str, Any]) -> list[float]:
+    """Per profiled step: time waiting for `loader` / the step's time (host clock)."""
+    steps = clock["host"]["step"]
+    waits = loader.get("step_waits", {})
+    return [waits.get(str(i), 0.0) / steps[i] for i in range(warmup, len(steps)) if steps[i] > 0]
+
+
+def sampled_sites(profile: dict[str, Any], phase: str = "rest", limit: int = 8) -> list[dict[str, Any]]:
+    """The heaviest target lines sampled in `phase` in the instrumented run: "rest" (outside
+    data, forward, backward and optimizer) or "data" (the main process producing a batch,
+    as with num_workers=0)."""
+    sampler = profile.get("sampler") or {}
+    interval = float(sampler.get("interval_s", 0.0))
+    rows = [s for s in sampler.get("samples", []) if s["phase"] == phase and s["site"]]
+    return [{"site": s["site"], "samples": s["count"], "approx_ms": s["count"] * interval * 1e3} for s in rows[:limit]]
+
+
+def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps: int, label: str, data_sites: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], Finding | None]:
+    """`input-stall`: the training step waits on data loading for a large share of its time."""
+    loader = training_loader(clock)
+    shares = wait_shares(clock, warmup, loader) if loader else []
+    public = {k: v for k, v in loader.items() if k != "step_waits"} if loader else None
+    summary: dict[str, Any] = {"steps": len(shares), "median_share": median(shares) if shares else None, "loader": public}
+    if loader is None or len(shares) < min_steps:
+        return summary, None
+    share = median(shares)
+    if share <= STALL_SHARE:
+        return summary, None
+    location = _loader_location(loader)
+    host = clock["host"]
+    waits = loader.get("step_waits", {})
+    data_ms = median(waits.get(str(i), 0.0) for i in range(warmup, len(host["step"]))) * 1e3
+    step_ms = median(profiled(host["step"], warmup)) * 1e3
+    settings = loader["settings"]
+    severity = Severity.HIGH if share >= STALL_HIGH_SHARE else Severity.MEDIUM
+    where = "its `__getitem__`" if loader.get("getitem") else "the DataLoader built here"
+    if data_sites:
+        top = data_sites[0]["site"]
+        where += f" (most sampled line while waiting: {top[0]}:{top[1]} in `{top[2]}`)"
+    finding = ctx.finding(
+        category=CATEGORY,
+        severity=severity,
+        title=f"Training steps wait on data loading {share:.0%} of their time",
+        location=location,
+        problem=(
+            f"Over {len(shares)} steps after warm-up ({label} run), the median step spent {data_ms:.1f} ms of {step_ms:.1f} ms "
+            f"waiting for its batch ({share:.0%}); the loader uses num_workers={settings.get('num_workers')}, "
+            f"batch_size={settings.get('batch_size')}. The time goes to {where}."
+        ),
+        impact="The device idles while the host prepares batches: training runs at the data pipeline's speed, not the model's.",
+        fix=(
+            "Make the per-sample work cheaper (precompute, cache decoded samples, avoid I/O or sleeps in __getitem__), "
+            "or overlap it with compute: num_workers > 0, persistent_workers=True, prefetch_factor, pin_memory on CUDA."
+        ),
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"median wait {data_ms:.2f} ms of a {step_ms:.2f} ms step ({share:.0%}) over {len(shares)} steps",
+            data={
+                "median_wait_share": round(share, 4),
+                "median_wait_ms": round(data_ms, 3),
+                "median_step_ms": round(step_ms, 3),
+                "steps": len(shares),
+                "threshold_share": STALL_SHARE,
+                "loader": {"dataset": loader["dataset"], "created_at": loader["site"], **settings},
+                "run": label,
+                "clock": "host",
+                "sampled_lines_while_waiting": data_sites or [],
+            },
+        ),
+        key=f"input-stall {loader['dataset']}",
+    )
+    return summary, finding
+
+
+def _loader_location(loader: dict[str, Any]) -> Location | None:
+    site = loader.get("getitem") or loader.get("site")
+    if not site:
+        return None
+    return Location(path=site[0], line=site[1], function=site[2])
