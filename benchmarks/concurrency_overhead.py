@@ -53,9 +53,9 @@ def bare_run(target: Path, hash_seed: str) -> float:
     if ep.amp_flag:
         kwargs[ep.amp_flag] = True
     code = (
-        "import sys, torch; sys.path.insert(0, '.'); torch.manual_seed(%d)\n"
-        "from %s import %s as f\nf(**%r)\n"
-    ) % (ep.seed, module, function, kwargs)
+        f"import sys, torch; sys.path.insert(0, '.'); torch.manual_seed({ep.seed:d})\n"
+        f"from {module} import {function} as f\nf(**{kwargs!r})\n"
+    )
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], cwd=target, env=bare_env(hash_seed), check=True, capture_output=True)
     return time.perf_counter() - started

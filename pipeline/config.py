@@ -1,4 +1,4 @@
-"""The target's configuration (SPEC section 1): `[tool.traingate]` or `traingate.toml`.
+"""The target's configuration (docs/contract.md, section 1): `[tool.traingate]` or `traingate.toml`.
 
 Loading never imports target code: the entrypoint's module and function are resolved by
 reading files, because the target's code may only run in child processes.
@@ -7,6 +7,7 @@ reading files, because the target's code may only run in child processes.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,29 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-_STRICT = ConfigDict(extra="forbid")
+# Unknown keys are errors, and so are `inf`/`nan` (TOML spells both): a budget or threshold
+# that is not a finite number would silently switch a check off.
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+# Task ids and version labels name folders under the reports folder: one path segment only.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+# A week: longer budgets are mistakes, and far larger ones overflow the process waits.
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def check_safe_name(value: str) -> str:
+    """`value` unchanged when it is one safe path segment; ValueError otherwise."""
+    if not _SAFE_NAME.fullmatch(value) or value in (".", ".."):
+        raise ValueError(
+            f"{value!r} is not a valid name: use letters, digits, '.', '_' and '-' only, not starting with '.' or '-'"
+        )
+    return value
+
+
+def safe_name_from(text: str) -> str:
+    """A safe name made from a folder's name (for the default task id)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", text).lstrip(".-")
+    return cleaned or "target"
 
 
 class EntrypointConfig(BaseModel):
@@ -70,11 +93,16 @@ class TargetConfig(BaseModel):
     model_config = _STRICT
     task: str | None = None
     tests: list[str] = Field(default_factory=lambda: ["tests"])
-    timeout_s: float = Field(default=600, gt=0)
+    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
     entrypoint: EntrypointConfig | None = None
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+
+    @field_validator("task")
+    @classmethod
+    def _task_is_one_path_segment(cls, value: str | None) -> str | None:
+        return None if value is None else check_safe_name(value)
 
 
 class ConfigError(Exception):
@@ -97,7 +125,7 @@ def load_config(root: Path) -> tuple[TargetConfig, str | None]:
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join([prefix, *(str(p) for p in err["loc"])])
-        raise ConfigError(source, key, err["msg"]) from None
+        raise ConfigError(source, key, err["msg"].removeprefix("Value error, ")) from None
     if config.entrypoint is not None:
         _check_callable(root, source, f"{prefix}.entrypoint.call", config.entrypoint.call)
         if config.entrypoint.setup:
@@ -117,7 +145,10 @@ def _read_raw(root: Path) -> tuple[str | None, dict[str, Any], str]:
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(name, "", f"not valid TOML: {exc}") from None
         if prefix:
-            section = data.get("tool", {}).get("traingate")
+            tool = data.get("tool", {})
+            if not isinstance(tool, dict):
+                raise ConfigError(name, "tool", "must be a table")
+            section = tool.get("traingate")
             if section is None:
                 continue
             if not isinstance(section, dict):

@@ -3,23 +3,34 @@
 On overrun every process of the group is asked to dump the stacks of all its threads
 (faulthandler on SIGUSR1, installed by `traingate.stages.harness.guard`), the state of each process is
 read from /proc, and the whole group is killed, DataLoader workers included. After a normal
-exit the group is killed too, so no orphaned worker outlives its run.
+exit the group is killed too, so no orphaned worker outlives its run. Processes that left the
+group (a double-forked `setsid` daemon) come back to this process, a child subreaper
+(`traingate.pipeline.processes`), and are killed and reaped too; they are returned as the
+child's `leftovers` for the stage to report.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-STACKS_ENV = "TRAINGATE_STACKS_FILE"
+from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants
+from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, STACKS_ENV
+
+# Names the run_child call a process descends from, read back from /proc/<pid>/environ to tell
+# whose orphan a process is when several children run at once (a hint: a process may drop it).
+RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
 _DUMP_SIGNAL = signal.SIGUSR1
-_MAIN_HEADER = re.compile(r"^# traingate main pid (\d+) thread (0x[0-9a-f]+)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,13 @@ class ChildResult:
     stderr: str
     stacks: str = ""
     processes: list[dict[str, str]] = field(default_factory=list)
+    # Processes this child started that were still running after it ended although they had
+    # left its process group (setsid/setpgid daemons): pid, ppid, pgid, sid, cmdline, escaped.
+    leftovers: list[dict[str, Any]] = field(default_factory=list)
+    # What the child wrote to its channel (run_child(channel=True)), and why it cannot be
+    # trusted whole when it cannot (too large, or still held open after every process died).
+    channel: bytes = b""
+    channel_problem: str | None = None
 
     @property
     def signal_name(self) -> str | None:
@@ -75,8 +93,16 @@ def run_child(
     scratch: Path,
     env: dict[str, str] | None = None,
     name: str = "child",
+    stdin_data: bytes | Callable[[int], bytes] | None = None,
+    channel: bool = False,
 ) -> ChildResult:
-    """Run argv with its own process group; kill the group at the budget."""
+    """Run argv with its own process group; kill the group at the budget.
+
+    `stdin_data` is written to the child's stdin (then closed); a callable is given the
+    number of the channel's write end. `channel`: the child gets the write end of a pipe
+    (`pass_fds`); what it wrote is `ChildResult.channel`, complete only once the child, its
+    group and its leftovers are dead, so nothing can write to it after the child is gone.
+    """
     scratch.mkdir(parents=True, exist_ok=True)
     stacks_path = scratch / f"{name}.stacks"
     stacks_path.unlink(missing_ok=True)
@@ -84,12 +110,25 @@ def run_child(
     child_env = dict(os.environ if env is None else env)
     child_env[STACKS_ENV] = str(stacks_path)
     child_env.setdefault("PYTHONUNBUFFERED", "1")
+    tag = child_env[RUN_TAG_ENV] = f"{os.getpid()}:{name}:{next(_run_numbers)}"
+    pipe = _ChannelPipe() if channel else None
+    if callable(stdin_data):
+        stdin_data = stdin_data(pipe.write_fd if pipe else -1)
     started = time.monotonic()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, env=child_env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with _spawn_lock:  # no leftover scan may see this child before it is registered
+            try:
+                proc = subprocess.Popen(
+                    argv, cwd=cwd, env=child_env, stdout=out, stderr=err,
+                    stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
+                    pass_fds=(pipe.write_fd,) if pipe else (), start_new_session=True,
+                )
+            finally:
+                if pipe:
+                    pipe.started()  # the parent's copy of the write end goes either way
+            _running[proc.pid] = tag
+        if stdin_data is not None:
+            _feed_stdin(proc, stdin_data)
         timed_out = False
         processes: list[dict[str, str]] = []
         # The stack dumps take up to a second: begin them early so the kill lands on budget.
@@ -106,7 +145,11 @@ def run_child(
             if proc.returncode is None:  # interrupted while waiting
                 _kill_group(proc.pid)
                 proc.wait()
+            with _spawn_lock:
+                _running.pop(proc.pid, None)
         _kill_group(proc.pid)
+    leftovers = _kill_leftovers(proc.pid, tag)
+    channel_data, channel_problem = pipe.collect() if pipe else (b"", None)
     return ChildResult(
         argv=argv,
         returncode=proc.returncode,
@@ -116,7 +159,105 @@ def run_child(
         stderr=_read(err_path),
         stacks=_read(stacks_path),
         processes=processes,
+        leftovers=leftovers,
+        channel=channel_data,
+        channel_problem=channel_problem,
     )
+
+
+# Children run_child is waiting on right now in this process (pid -> run tag): several run at
+# once in one stage agent, and one run's cleanup must not touch another's processes.
+_spawn_lock = threading.Lock()
+_running: dict[int, str] = {}
+_run_numbers = itertools.count(1)
+
+
+def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
+    """Kill and reap every process the ended child left behind; return those that had left
+    its process group or session (a setsid daemon), which the stage reports.
+
+    Its orphans are reparented to this process (a child subreaper), so they are the
+    descendants of this process that no running child holds and whose environment does not
+    name another running child's run.
+    """
+    tags: dict[int, str | None] = {}
+    with _spawn_lock:
+        running_pids, running_tags = set(_running), set(_running.values())
+
+        def belongs_to_another_run(info: ProcessInfo) -> bool:
+            if info.pid in running_pids:
+                return True
+            if info.pid not in tags:
+                tags[info.pid] = environment_value(info.pid, RUN_TAG_ENV)
+            return tags[info.pid] in running_tags
+
+        seen = kill_descendants(skip=belongs_to_another_run)
+    return [
+        {
+            **info.as_dict(),
+            "escaped": "started its own session (setsid)" if info.sid != child_pid else "moved to its own process group (setpgid)",
+            "tagged_by_this_run": tags.get(info.pid) == tag,
+        }
+        for info in seen
+        if info.alive and info.pgid != child_pid
+    ]
+
+
+# More than this on a channel is not a result the harness writes: the rest is drained unread.
+CHANNEL_CAP = 64 * 1024 * 1024
+
+
+class _ChannelPipe:
+    """A pipe whose write end only the child holds; a thread drains the read end while the
+    child runs (so a child writing much never blocks), and `collect` hands the bytes over
+    once every writer is gone."""
+
+    def __init__(self) -> None:
+        self._read_fd, self.write_fd = os.pipe()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._overflow = False
+        self._reader = threading.Thread(target=self._drain, name="traingate-channel", daemon=True)
+
+    def started(self) -> None:
+        os.close(self.write_fd)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        while chunk := os.read(self._read_fd, 1 << 16):
+            if self._size + len(chunk) > CHANNEL_CAP:
+                self._overflow = True
+                continue
+            self._chunks.append(chunk)
+            self._size += len(chunk)
+
+    def collect(self, grace_s: float = 5.0) -> tuple[bytes, str | None]:
+        self._reader.join(grace_s)
+        if self._reader.is_alive():
+            # A process outside the child's reach still holds the write end: nothing read can be trusted.
+            return b"", "the channel was still open after the child and its processes were killed"
+        os.close(self._read_fd)
+        if self._overflow:
+            return b"", f"the child wrote more than {CHANNEL_CAP} bytes to its channel"
+        return b"".join(self._chunks), None
+
+
+def _feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    """Write the request on a thread: a child that never reads its stdin must not block us."""
+
+    def feed() -> None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(data)
+        except OSError:  # the child died or closed its stdin first
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+    threading.Thread(target=feed, name="traingate-stdin", daemon=True).start()
 
 
 def _read(path: Path) -> str:
@@ -189,7 +330,7 @@ def parse_dump(text: str) -> list[tuple[str, list[Frame]]]:
 
 
 def main_thread_frames(stacks: str) -> list[Frame]:
-    header = _MAIN_HEADER.search(stacks)
+    header = MAIN_HEADER.search(stacks)
     threads = parse_dump(stacks[header.end():] if header else stacks)
     if not threads:
         return []
@@ -204,7 +345,7 @@ def main_thread_frames(stacks: str) -> list[Frame]:
 def crash_frames(stacks: str) -> list[Frame]:
     """Frames (innermost first) of the stack dumped when the process killed itself or died
     of a fatal signal; empty when it left no trace (an outside SIGKILL)."""
-    marks = [m.end() for m in re.finditer(r"^(?:# traingate self-signal .*|Fatal Python error: .*)$", stacks, re.M)]
+    marks = [m.end() for m in CRASH_MARK.finditer(stacks)]
     if not marks:
         return []
     threads = parse_dump(stacks[marks[-1]:])

@@ -21,6 +21,8 @@ from pydantic import ValidationError
 
 from traingate import __version__
 from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
+from traingate.pipeline.findings import finding as make_finding
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.pipeline.policy import decide, stage_score, stage_status
 from traingate.pipeline.schema import (
@@ -31,15 +33,20 @@ from traingate.pipeline.schema import (
     EvidenceKind,
     Finding,
     PipelineReport,
+    PolicyProvenance,
     Severity,
     StageOutcome,
     StageReport,
     TargetInfo,
 )
 from traingate.pipeline.registry import Stage
-from traingate.stages.base import StageContext, hang_finding
+from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
+from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
+from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 
-ANY_STAGE_CATEGORIES = frozenset({Category.HANG, Category.STAGE_ERROR, Category.CONFIG_ERROR})
+ANY_STAGE_CATEGORIES = frozenset(
+    {Category.HANG, Category.STAGE_ERROR, Category.CONFIG_ERROR, Category.LEFTOVER_PROCESS, Category.TARGET_MODIFIED}
+)
 NEVER_BLOCKING = frozenset({Category.DEPRECATED_API})
 
 
@@ -64,23 +71,31 @@ class RunRequest:
     observers: list[Observer] = field(default_factory=list)
     # `module:function` building the stage registry inside each agent process.
     registry_factory: str = "traingate.pipeline.registry:build_registry"
+    policy: PolicyProvenance | None = None  # where each policy value came from, for the report
 
 
 def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, Stage]) -> PipelineReport:
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.monotonic()
     reports: list[StageReport] = []
-    for index, name in enumerate(request.stages, start=1):
-        for obs in request.observers:
-            obs.stage_started(name, index, len(request.stages))
-        skip = _skip_reason(name, reports)
-        if skip is not None:
-            report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
-        else:
-            report = run_stage(name, registry[name], request, config)
-        reports.append(report)
-        for obs in request.observers:
-            obs.stage_finished(report)
+    # Every stage runs on its own copy of the target as it was at the start; removed at the end.
+    snapshot = Snapshot(request.root, exclude=request.out)
+    try:
+        snapshot.take()
+    except SnapshotError as exc:  # nothing can be checked: fail closed, naming the file
+        return config_error_report(request, str(request.root), "", str(exc))
+    with snapshot:
+        for index, name in enumerate(request.stages, start=1):
+            for obs in request.observers:
+                obs.stage_started(name, index, len(request.stages))
+            skip = _skip_reason(name, reports)
+            if skip is not None:
+                report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
+            else:
+                report = run_stage(name, registry[name], request, config, snapshot)
+            reports.append(report)
+            for obs in request.observers:
+                obs.stage_finished(report)
     return assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
 
 
@@ -101,6 +116,7 @@ def assemble(
         score=score,
         stages=stages,
         baseline=baseline,
+        policy=request.policy,
     )
 
 
@@ -115,21 +131,21 @@ def _skip_reason(name: str, done: list[StageReport]) -> str | None:
             where = f" at {f.location.path}:{f.location.line}" if f.location else ""
             if f.category is Category.ENTRYPOINT_CRASH and f.blocking:
                 return f"the entrypoint crashed in the execution stage{where}; nothing to {purpose}"
-            if f.category is Category.HANG and f.stage == "execution" and "smoke call" in f.title:
+            if f.category is Category.HANG and f.stage == "execution" and f.evidence.data.get("run") == SMOKE_CALL_RUN:
                 return f"the entrypoint's smoke call did not finish in the execution stage{where}; nothing to {purpose}"
     return None
 
 
-def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig) -> StageReport:
+def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None) -> StageReport:
+    # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
+    root = snapshot.fresh_copy(name) if snapshot is not None else request.root
     budget = float(config.timeout_s)
     margin = min(5.0, budget * 0.1)
     scratch = (request.out / "work" / name).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
-    out = scratch / "outcome.json"
-    out.unlink(missing_ok=True)
-    agent_request = {
+    agent_fields: dict[str, Any] = {
         "stage": name,
-        "root": str(request.root),
+        "root": str(root),
         "config": config.model_dump(mode="json"),
         "device": request.device,
         "deadline": time.time() + budget,
@@ -137,14 +153,26 @@ def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig
         "margin_s": margin,
         "baseline": request.baseline,
         "registry": request.registry_factory,
-        "out": str(out),
     }
-    req_path = scratch / "agent-request.json"
-    req_path.write_text(json.dumps(agent_request))
-    child = run_child(python_argv("traingate.stages.agent", str(req_path)), cwd=request.root, budget_s=budget, scratch=scratch, name="agent")
-    ctx = StageContext(stage=name, root=request.root, config=config, device=request.device, deadline=time.time(), scratch=scratch)
-    outcome = _read_outcome(ctx, stage, child, out)
-    findings = sorted(outcome.findings, key=Finding.sort_key)
+    # The request goes on the agent's stdin and the outcome comes back over a pipe with this
+    # nonce: no file in the work folder that a target's process could rewrite before it is read.
+    nonce = new_nonce()
+    (scratch / "agent-request.json").write_text(json.dumps({k: v for k, v in agent_fields.items() if k != "baseline"}, indent=1))
+
+    def agent_request(fd: int) -> bytes:
+        return AgentRequest(**agent_fields, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+
+    child = run_child(
+        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=agent_request, channel=True
+    )
+    ctx = GateView(stage=name, root=root, config=config)
+    outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
+    extra = []
+    if snapshot is not None and (changes := snapshot.changes(root)):
+        extra.append(modification_finding(name, changes))
+    if snapshot is not None:
+        snapshot.discard(root)
+    findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
     status = stage_status(findings, outcome.skipped_reason)
     return StageReport(
         name=name,
@@ -159,56 +187,63 @@ def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig
     )
 
 
-def _read_outcome(ctx: StageContext, stage: Stage, child: ChildResult, out: Path) -> StageOutcome:
+@dataclass(frozen=True)
+class GateView:
+    """What the gate knows of a stage when it checks what the stage's agent handed back."""
+
+    stage: str
+    root: Path
+    config: TargetConfig
+
+    @property
+    def block_on(self) -> set[Severity]:
+        return set(self.config.policy.block_on)
+
+
+def _read_outcome(ctx: GateView, stage: Stage, child: ChildResult, nonce: str) -> StageOutcome:
     if child.timed_out:
-        return StageOutcome(summary=f"overran its {ctx.config.timeout_s:.0f}s budget", findings=[hang_finding(ctx, child, f"The {ctx.stage} stage")])
-    if not out.is_file():
-        return _error(ctx, "the stage agent ended without handing back a result", child)
+        hang = hang_finding(ctx.stage, ctx.block_on, ctx.root, child, f"The {ctx.stage} stage", run="stage-agent")
+        return StageOutcome(summary=f"overran its {ctx.config.timeout_s:.0f}s budget", findings=[hang])
     try:
-        payload = json.loads(out.read_text())
-        if "error" in payload:
-            return _error(ctx, "the stage raised an exception", child, payload["error"])
-        outcome = StageOutcome.model_validate(payload["outcome"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValidationError) as exc:
-        return _error(ctx, "the stage handed back a malformed result", child, str(exc))
+        if child.channel_problem:
+            raise ChannelError(child.channel_problem)
+        body = read_single(child.channel, nonce, AGENT_REPLY)
+        if body is None:
+            return _error(ctx, "the stage agent ended without handing back a result", "agent-no-result", child)
+        reply = AgentReply.model_validate(body)
+        if reply.error is not None:
+            return _error(ctx, "the stage raised an exception", "agent-exception", child, reply.error)
+        outcome = StageOutcome.model_validate(reply.outcome)
+    except (ChannelError, ValidationError) as exc:
+        return _error(ctx, "the stage handed back a malformed result", "malformed-result", child, str(exc))
     problem = _inconsistency(ctx, stage, outcome)
     if problem:
-        return _error(ctx, f"the stage handed back an inconsistent result: {problem}", child)
+        return _error(ctx, f"the stage handed back an inconsistent result: {problem}", "inconsistent-result", child)
     return outcome
 
 
-def _inconsistency(ctx: StageContext, stage: Stage, outcome: StageOutcome) -> str | None:
+def _inconsistency(ctx: GateView, stage: Stage, outcome: StageOutcome) -> str | None:
     allowed = stage.categories | ANY_STAGE_CATEGORIES
-    block_on = set(ctx.config.policy.block_on)
     for f in outcome.findings:
         if f.stage != ctx.stage:
             return f"finding {f.id} claims stage {f.stage!r}"
         if f.category not in allowed:
             return f"category {f.category.value} does not belong to this stage"
-        if f.blocking and (f.severity not in block_on or f.evidence.kind is EvidenceKind.STATIC or f.category in NEVER_BLOCKING):
+        if f.blocking and (f.severity not in ctx.block_on or f.evidence.kind is EvidenceKind.STATIC or f.category in NEVER_BLOCKING):
             return f"finding {f.id} blocks against the policy"
+        # The other way round too: a stage cannot wave through what the policy blocks on.
+        should_block = f.severity in ctx.block_on and f.evidence.kind is not EvidenceKind.STATIC and f.category not in NEVER_BLOCKING
+        if should_block and not f.blocking:
+            return f"finding {f.id} does not block although the policy blocks on {f.severity.value}"
+    for m in outcome.metrics:
+        if not m.id:
+            return f"metric {m.name!r} has no id"
     return None
 
 
-def _error(ctx: StageContext, what: str, child: ChildResult, detail: str = "") -> StageOutcome:
-    tail = detail or (child.stderr[-8000:] if child.stderr else "")
-    exit_desc = child.signal_name or f"exit status {child.returncode}"
-    return StageOutcome(
-        summary=what,
-        findings=[
-            ctx.finding(
-                category=Category.STAGE_ERROR,
-                severity=Severity.CRITICAL,
-                title=f"The {ctx.stage} stage failed: {what}",
-                location=None,
-                problem=f"{what} ({exit_desc}); nothing it would have checked can be trusted.",
-                impact="The gate cannot vouch for this version, so it blocks (fail closed).",
-                fix="Read the traceback below; if it is a defect of traingate, report it with this report.json.",
-                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=exit_desc, traceback=tail or None, data={"returncode": child.returncode}),
-                key=what,
-            )
-        ],
-    )
+def _error(ctx: GateView, what: str, reason: str, child: ChildResult, detail: str = "") -> StageOutcome:
+    """The stage's result cannot be used: one blocking `stage-error`, keyed by `reason`."""
+    return StageOutcome(summary=what, findings=[stage_error(ctx.stage, what, reason=reason, block_on=ctx.block_on, child=child, detail=detail)])
 
 
 def environment(device: str) -> Environment:
@@ -257,13 +292,14 @@ def compare_baseline(request: RunRequest, reports: list[StageReport]) -> Baselin
         return None
     old_ids = {f["id"] for s in base.get("stages", []) for f in s.get("findings", [])}
     new_ids = {f.id for s in reports for f in s.findings}
-    old_metrics = {(s["name"], m["name"]): m for s in base.get("stages", []) for m in s.get("metrics", [])}
+    # Matched on the metric's id: its label may be reworded between versions.
+    old_metrics = {(s["name"], m["id"]): m for s in base.get("stages", []) for m in s.get("metrics", []) if "id" in m}
     deltas = []
     for s in reports:
         for m in s.metrics:
-            old = old_metrics.get((s.name, m.name))
+            old = old_metrics.get((s.name, m.id))
             if old and isinstance(old.get("value"), (int, float)) and isinstance(m.value, (int, float)):
-                deltas.append({"stage": s.name, "metric": m.name, "unit": m.unit, "baseline": old["value"], "current": m.value})
+                deltas.append({"stage": s.name, "metric": m.name, "metric_id": m.id, "unit": m.unit, "baseline": old["value"], "current": m.value})
     return BaselineComparison(
         path=request.baseline_path or "",
         version=base.get("version"),
@@ -275,14 +311,13 @@ def compare_baseline(request: RunRequest, reports: list[StageReport]) -> Baselin
 
 def config_error_report(request: RunRequest, file: str, key: str, message: str) -> PipelineReport:
     """The report written when the configuration is invalid: one blocking config-error."""
-    finding = Finding.create(
+    finding = make_finding(
         stage="configuration",
         category=Category.CONFIG_ERROR,
         severity=Severity.CRITICAL,
         title=f"Invalid configuration: {key or file}",
         location=None,
         problem=f"{file}: {key + ': ' if key else ''}{message}",
-        impact="traingate cannot run this target as configured, so nothing was checked.",
         fix=f"Correct `{key}` in {file} (see the configuration section of the README)." if key else f"Correct {file}.",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=message, data={"file": file, "key": key}),
         block_on={Severity.CRITICAL},

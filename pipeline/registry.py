@@ -38,7 +38,7 @@ def build_registry() -> dict[str, Stage]:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             stage = ep.load()()
-        except Exception as exc:  # noqa: BLE001 - named in the error, the gate cannot run without it
+        except Exception as exc:  # re-raised with the stage named: the gate cannot run without it
             raise RegistryError(f"stage {ep.name!r} ({ep.value}) does not load: {exc}") from exc
         if getattr(stage, "name", None) != ep.name:
             raise RegistryError(f"stage entry point {ep.name!r} loads a stage named {getattr(stage, 'name', None)!r}")

@@ -1,4 +1,4 @@
-"""The typed report: SPEC section 3 field names, SPEC section 4 categories.
+"""The typed report: the field names and categories of docs/contract.md, sections 3 and 4.
 
 Findings are frozen and complete at birth; `Finding.create` computes the fingerprint and the
 blocking flag so that no stage can hand back a finding that breaks the evidence rules.
@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 class Category(str, Enum):
-    """SPEC section 4: the only values `Finding.category` may take."""
+    """The only values `Finding.category` may take (docs/contract.md, section 4)."""
 
     TEST_FAILURE = "test-failure"
     COLLECTION_ERROR = "collection-error"
@@ -41,6 +41,8 @@ class Category(str, Enum):
     HANG = "hang"
     STAGE_ERROR = "stage-error"
     CONFIG_ERROR = "config-error"
+    LEFTOVER_PROCESS = "leftover-process"
+    TARGET_MODIFIED = "target-modified"
 
 
 class Severity(str, Enum):
@@ -109,8 +111,8 @@ class Finding(BaseModel):
     blocking: bool
 
     @model_validator(mode="after")
-    def _evidence_rules(self) -> "Finding":
-        # SPEC 5.1: static evidence is at most medium and never blocks.
+    def _evidence_rules(self) -> Finding:
+        # docs/contract.md, rule 5.1: static evidence is at most medium and never blocks.
         if self.evidence.kind is EvidenceKind.STATIC:
             if self.severity.rank < Severity.MEDIUM.rank:
                 raise ValueError("a finding with static evidence is at most medium")
@@ -134,7 +136,7 @@ class Finding(BaseModel):
         block_on: frozenset[Severity] | set[Severity] | list[Severity],
         key: str = "",
         never_blocks: bool = False,
-    ) -> "Finding":
+    ) -> Finding:
         """Build a complete finding.
 
         `key` distinguishes defects of one category at one place (a test id, the text of the
@@ -177,7 +179,10 @@ def fingerprint(stage: str, category: Category, location: Location | None, key: 
 
 class Metric(BaseModel):
     model_config = _FROZEN
-    name: str
+    # Empty only in reports written before metric ids existed (schema 1.0): such a report
+    # still loads as a --baseline, and its metrics are simply not compared.
+    id: str = Field(default="", description="Stable identifier (`amp.speedup`, `step_time.median.fp32`); baselines are compared on it")
+    name: str = Field(description="The label reports show; free to change wording")
     value: float | int | str | None
     unit: str = ""
     threshold: float | int | None = None
@@ -235,6 +240,32 @@ class BaselineComparison(BaseModel):
     metric_deltas: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class PolicySetting(BaseModel):
+    """One value of the policy the decision used, and where it came from."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: Any
+    source: str = Field(description="default | ci-policy | target")
+
+
+class IgnoredPolicySetting(BaseModel):
+    """A value the target's own configuration asked for and did not get: it loosened the policy."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: Any
+    file: str = Field(description="the target's configuration file")
+    reason: str
+
+
+class PolicyProvenance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ci_file: str | None = Field(default=None, description="the --policy / TRAINGATE_POLICY file, if one was given")
+    settings: list[PolicySetting] = Field(default_factory=list)
+    ignored: list[IgnoredPolicySetting] = Field(default_factory=list)
+
+
 class PipelineReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: str = SCHEMA_VERSION
@@ -249,6 +280,7 @@ class PipelineReport(BaseModel):
     score: int = Field(ge=0, le=100)
     stages: list[StageReport]
     baseline: BaselineComparison | None = None
+    policy: PolicyProvenance | None = Field(default=None, description="the policy the decision used, value by value with its source")
 
     def findings(self) -> list[Finding]:
         return sorted((f for s in self.stages for f in s.findings), key=Finding.sort_key)

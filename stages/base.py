@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from traingate.pipeline import findings
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.isolation import ChildResult, Frame, python_argv, run_child
 from traingate.pipeline.schema import (
@@ -25,7 +28,9 @@ from traingate.pipeline.schema import (
     Severity,
     StageOutcome,
 )
+from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.frames import is_target_file, relative
+from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
 
 
 @dataclass
@@ -40,6 +45,8 @@ class StageContext:
     margin_s: float = 5.0
     baseline: dict[str, Any] | None = None  # the --baseline report.json, if one was given
     _counter: int = field(default=0, repr=False)
+    # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
+    entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)
 
     def remaining(self) -> float:
         return self.deadline - time.time()
@@ -55,14 +62,15 @@ class StageContext:
         title: str,
         location: Location | None,
         problem: str,
-        impact: str,
-        fix: str,
         evidence: Evidence,
+        impact: str | None = None,
+        fix: str | None = None,
         key: str = "",
         never_blocks: bool = False,
     ) -> Finding:
-        """A complete finding, blocking as the target's policy says."""
-        return Finding.create(
+        """A complete finding, blocking as the target's policy says; without a specific
+        impact or fix, the category rule's generic one."""
+        return findings.finding(
             stage=self.stage,
             category=category,
             severity=severity,
@@ -72,10 +80,14 @@ class StageContext:
             impact=impact,
             fix=fix,
             evidence=evidence,
-            block_on=set(self.config.policy.block_on),
+            block_on=self.config.policy.block_on,
             key=key,
             never_blocks=never_blocks,
         )
+
+    def stage_error(self, what: str, *, reason: str, **details: Any) -> Finding:
+        """`stage-error` of this stage (see `traingate.pipeline.findings.stage_error`)."""
+        return findings.stage_error(self.stage, what, reason=reason, block_on=self.config.policy.block_on, **details)
 
     def child_env(self, **extra: str) -> dict[str, str]:
         """Environment of a child that runs target code: the device choice, a fixed hash seed."""
@@ -93,14 +105,23 @@ class StageContext:
 
 @dataclass(frozen=True)
 class EntrypointRun:
-    """One call of the entrypoint in a child process, as the stage sees it."""
+    """One call of the entrypoint in a child process, as the stage sees it.
+
+    The call returned only when the harness's record came back over the channel, well-formed
+    and with this run's nonce, says so, and the process then exited 0 (the harness's own
+    last act): a target that ends its process early, or writes something that looks like a
+    result, gets no `ok`.
+    """
 
     child: ChildResult
-    result: dict[str, Any] | None  # the harness's JSON; None when the child died first
+    # The harness's record (a validated `HarnessResult`, as plain data); None when the child
+    # handed back nothing that can be trusted.
+    result: dict[str, Any] | None
+    channel_problem: str | None = None  # why what it handed back was rejected
 
     @property
     def ok(self) -> bool:
-        return self.result is not None and bool(self.result.get("ok"))
+        return self.result is not None and self.result.get("ok") is True and self.child.returncode == 0 and not self.child.timed_out
 
     @property
     def exception(self) -> dict[str, Any] | None:
@@ -115,11 +136,18 @@ class EntrypointRun:
             return None
         if self.child.timed_out:
             return f"did not finish within {self.child.duration_s:.0f}s"
+        if self.channel_problem:
+            return f"handed back a result that traingate did not write: {self.channel_problem[:300]}; then it {self._ending()}"
         if self.exception:
             return f"raised {self.exception['type']}: {self.exception['message'][:300]}"
+        if self.result is not None:
+            return f"returned, then its process {self._ending()} instead of exiting normally"
         if self.child.signal_name:
             return f"died by {self.child.signal_name}"
         return f"exited with status {self.child.returncode} before reporting"
+
+    def _ending(self) -> str:
+        return f"died by {self.child.signal_name}" if self.child.signal_name else f"exited with status {self.child.returncode}"
 
 
 def run_entrypoint(
@@ -134,13 +162,18 @@ def run_entrypoint(
     env: dict[str, str] | None = None,
     kwargs_override: dict[str, Any] | None = None,
 ) -> EntrypointRun:
-    """Call the configured entrypoint once in a fresh child process."""
+    """Call the configured entrypoint once in a fresh child process.
+
+    The request goes on the child's stdin, the result comes back over a pipe (see
+    `traingate.stages.contract.channel`); the copy of the request left in the scratch
+    folder is for people, holds no nonce, and is never read back.
+    """
     ep = ctx.config.entrypoint
     if ep is None:
         raise ValueError("no entrypoint configured")
     name = ctx.next_name(label)
-    out = ctx.scratch / f"{name}.result.json"
-    request = {
+    nonce = new_nonce()
+    fields: dict[str, Any] = {
         "target_root": str(ctx.root),
         "call": ep.call,
         "setup": ep.setup,
@@ -152,26 +185,40 @@ def run_entrypoint(
         "instruments": instruments or [],
         "instrument_options": options or {},
         "deterministic": deterministic,
-        "out": str(out),
     }
+
+    def request(fd: int) -> bytes:
+        return EntrypointRequest(**fields, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+
     ctx.scratch.mkdir(parents=True, exist_ok=True)
-    req_path = ctx.scratch / f"{name}.request.json"
-    req_path.write_text(json.dumps(request))
+    (ctx.scratch / f"{name}.request.json").write_text(json.dumps(fields, default=repr, indent=1))
     child = run_child(
-        python_argv("traingate.stages.harness.entrypoint", str(req_path)),
+        python_argv("traingate.stages.harness.entrypoint"),
         cwd=ctx.root,
         budget_s=min(budget_s, ctx.child_budget()) if budget_s else ctx.child_budget(),
         scratch=ctx.scratch,
         env=env or ctx.child_env(),
         name=name,
+        stdin_data=request,
+        channel=True,
     )
-    result = None
-    if out.is_file():
-        try:
-            result = json.loads(out.read_text())
-        except json.JSONDecodeError:
-            result = None
-    return EntrypointRun(child=child, result=result)
+    ctx.entrypoint_runs.append((label, child))
+    record, problem = read_harness_result(child, nonce)
+    return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
+
+
+def read_harness_result(child: ChildResult, nonce: str) -> tuple[HarnessResult | None, str | None]:
+    """The harness's record, validated, or why there is none that can be trusted (None,
+    None: the child handed back nothing, it died first)."""
+    if child.channel_problem:
+        return None, child.channel_problem
+    try:
+        body = read_single(child.channel, nonce, HARNESS_RESULT)
+        return (HarnessResult.model_validate(body), None) if body is not None else (None, None)
+    except ChannelError as exc:
+        return None, str(exc)
+    except ValidationError as exc:
+        return None, f"a malformed result: {exc.error_count()} error(s), first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}"
 
 
 def innermost_target_frame(frames: list[Frame], root: Path) -> Location | None:
@@ -189,28 +236,56 @@ def location_of(frame: dict[str, Any] | None) -> Location | None:
     return Location(path=str(frame["path"]), line=frame.get("line"), function=frame.get("function"))
 
 
-def hang_finding(ctx: StageContext, child: ChildResult, what: str) -> Finding:
+def hang_finding(ctx: StageContext, child: ChildResult, what: str, *, run: str, key: str = "") -> Finding:
     """`hang`: the run overran its budget; the stacks of every thread are the evidence."""
-    frames = child.main_thread_frames()
-    location = innermost_target_frame(frames, ctx.root)
-    waiting = frames[0] if frames else None
-    return ctx.finding(
-        category=Category.HANG,
-        severity=Severity.CRITICAL,
-        title=f"{what} did not finish within its budget",
-        location=location,
-        problem=(
-            f"{what} was still running after {child.duration_s:.1f}s"
-            + (f"; the main thread waits in {waiting.function} ({Path(waiting.path).name}:{waiting.line})" if waiting else "")
-            + "."
-        ),
-        impact="A training job that hangs holds its machine until someone kills it; in CI it never reports.",
-        fix="Find what the main thread waits for in the stacks below (a lock, an event, a queue, a worker) and make sure it is always released or give the wait a timeout.",
-        evidence=Evidence(
-            kind=EvidenceKind.OBSERVED,
-            summary=f"killed after {child.duration_s:.1f}s; {len(child.processes)} process(es) in its group",
-            traceback=child.stacks[-20000:] or None,
-            data={"processes": child.processes, "budget_exceeded_s": round(child.duration_s, 2)},
-        ),
-        key=what,
-    )
+    return findings.hang_finding(ctx.stage, ctx.config.policy.block_on, ctx.root, child, what, run=run, key=key)
+
+
+def leftover_findings(ctx: StageContext, child: ChildResult, what: str) -> list[Finding]:
+    """`leftover-process`: `what` (the test run, a smoke call) left processes running outside
+    its process group after it ended (a `setsid` or double-forked daemon); they were killed."""
+    return _leftover_finding(ctx, what, [(what, child)], key=what)
+
+
+def entrypoint_leftover_findings(ctx: StageContext) -> list[Finding]:
+    """`leftover-process` over every entrypoint call this stage made, as one finding."""
+    runs = [(label, child) for label, child in ctx.entrypoint_runs if child.leftovers]
+    labels = ", ".join(dict.fromkeys(label for label, _ in runs))
+    what = f"The entrypoint's {labels} call" + ("s" if len(runs) > 1 else "")
+    return _leftover_finding(ctx, what, runs, key="entrypoint calls")
+
+
+def with_leftover_findings(ctx: StageContext, outcome: StageOutcome) -> StageOutcome:
+    """`outcome` with `entrypoint_leftover_findings` added: one call covers every run of a stage."""
+    extra = entrypoint_leftover_findings(ctx)
+    return outcome.model_copy(update={"findings": [*outcome.findings, *extra]}) if extra else outcome
+
+
+def _leftover_finding(ctx: StageContext, what: str, runs: list[tuple[str, ChildResult]], *, key: str) -> list[Finding]:
+    left = [{**proc, "run": label} for label, child in runs for proc in child.leftovers]
+    if not left:
+        return []
+    first = left[0]
+    return [
+        ctx.finding(
+            category=Category.LEFTOVER_PROCESS,
+            severity=Severity.HIGH,
+            title=f"{what} left {len(left)} process(es) running",
+            location=None,
+            problem=(
+                f"{what} ended while {len(left)} process(es) it started kept running outside its process group, "
+                f"e.g. pid {first['pid']}, which {first['escaped']}: `{first['cmdline'][:200]}`. traingate killed them."
+            ),
+            impact=(
+                "A process that outlives the run that started it keeps running on every machine and CI job that runs this code: "
+                "it holds memory, devices and ports, and can rewrite results and reports after they were written."
+            ),
+            fix="Stop and wait for every background process before the test or the training function returns (a fixture finaliser, a context manager); never detach one with setsid or a double fork.",
+            evidence=Evidence(
+                kind=EvidenceKind.OBSERVED,
+                summary=f"{len(left)} process(es) still running after {what[:1].lower() + what[1:]} ended, outside its process group; killed",
+                data={"processes": left[:20], "processes_omitted": max(0, len(left) - 20)},
+            ),
+            key=key,
+        )
+    ]

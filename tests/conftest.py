@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from traingate.pipeline.processes import become_subreaper, kill_descendants
+
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = Path(__file__).resolve().parent / "targets"
 # The installed console script, as users and CI run it (never this checkout's folders on sys.path).
@@ -68,3 +70,20 @@ def gate(tmp_path: Path):
         return run_gate(target, tmp_path / "out", *args, timeout=timeout)
 
     return _run
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Whatever a test starts, however it detaches (setsid, double fork), stays a descendant of
+    # this process, so the check below sees it instead of init adopting it.
+    become_subreaper()
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    """Every test ends with no process of its own still running: the gate kills what the
+    target starts, and the tests kill what they start. One /proc scan when nothing is left."""
+    yield
+    left = [p for p in kill_descendants() if p.alive]
+    if left:
+        listing = "; ".join(f"pid {p.pid} (sid {p.sid}) {p.cmdline[:120]}" for p in left)
+        pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")

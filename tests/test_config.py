@@ -1,4 +1,4 @@
-"""Configuration: SPEC section 1, and clear errors naming the file and the key."""
+"""Configuration: docs/contract.md section 1, and clear errors naming the file and the key."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.config import ConfigError, load_config
+from traingate.pipeline.config import ConfigError, check_safe_name, load_config, safe_name_from
 
 
 def _target(tmp_path: Path, pyproject: str = "", traingate: str | None = None) -> Path:
@@ -78,3 +78,40 @@ def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(_target(tmp_path, traingate="task = \n"))
     assert info.value.file == "traingate.toml"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("tool = 5\n", "tool", "must be a table"),
+        ('[tool]\ntraingate = "x"\n', "tool.traingate", "must be a table"),
+        ("[tool.traingate]\ntimeout_s = inf\n", "tool.traingate.timeout_s", "finite"),
+        ("[tool.traingate]\ntimeout_s = nan\n", "tool.traingate.timeout_s", "finite"),
+        ("[tool.traingate]\ntimeout_s = 1e300\n", "tool.traingate.timeout_s", "less than or equal"),
+        ("[tool.traingate.policy]\namp_accuracy_tolerance = -inf\n", "tool.traingate.policy.amp_accuracy_tolerance", "finite"),
+        ('[tool.traingate]\ntask = "../.."\n', "tool.traingate.task", "not a valid name"),
+        ('[tool.traingate]\ntask = ".hidden"\n', "tool.traingate.task", "not a valid name"),
+        ('[tool.traingate]\ntask = "a/b"\n', "tool.traingate.task", "not a valid name"),
+    ],
+)
+def test_input_that_would_crash_or_escape_is_a_config_error(tmp_path: Path, text: str, key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_target(tmp_path, text))
+    assert (info.value.file, info.value.key) == ("pyproject.toml", key)
+    assert words in info.value.message and "Value error" not in info.value.message
+
+
+@pytest.mark.parametrize("name", ["T035", "v7-fixed", "a.b_c", "f0ac19b"])
+def test_ordinary_task_names_are_accepted(name: str) -> None:
+    assert check_safe_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../x", "a/b", ".git", "-rf", "a b", "x\\y"])
+def test_names_that_are_not_one_folder_are_refused(name: str) -> None:
+    with pytest.raises(ValueError):
+        check_safe_name(name)
+
+
+def test_a_default_task_from_an_odd_folder_name_is_made_safe() -> None:
+    assert check_safe_name(safe_name_from("my repo (copy)")) == "my_repo__copy_"
+    assert safe_name_from("..") == "target"

@@ -4,6 +4,7 @@ is started here."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from traingate.stages.base import StageContext
 from traingate.stages.execution.stage import ExecutionStage
 from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.coverage import body_lines, entrypoint_source
-from traingate.stages.execution.suite import SuiteRun, counts, find_pytest_config, group_skips, parse_events, read_events, skip_reason
+from traingate.stages.execution.suite import SuiteRun, counts, decode_events, find_pytest_config, group_skips, parse_events, skip_reason
 from traingate.stages.execution.deprecations import WarningSite, gather
 from traingate.stages.harness.pytest_plugin import describe_exception
 
@@ -95,11 +96,11 @@ def test_unfinished_test_is_crashed_without_finish_and_interrupted_with_it():
     assert parse_events(events + finish(2)).tests[0].outcome == "interrupted"
 
 
-def test_a_cut_off_last_line_is_dropped(tmp_path: Path):
-    path = tmp_path / "events.jsonl"
-    path.write_text('{"event": "start"}\n{"event": "collected", "count": 2}\n{"event": "test_st')
-    assert [e["event"] for e in read_events(path)] == ["start", "collected"]
-    assert read_events(tmp_path / "missing.jsonl") == []
+def test_a_cut_off_last_record_is_dropped():
+    records = [{"nonce": "n1", "seq": i, "kind": "pytest-event", "body": body} for i, body in enumerate([{"event": "start"}, {"event": "collected", "count": 2}])]
+    data = "".join(json.dumps(r) + "\n" for r in records).encode() + b'{"nonce": "n1", "seq": 2, "kind": "pytest-ev'
+    assert [e["event"] for e in decode_events(data, "n1")] == ["start", "collected"]
+    assert decode_events(b"", "n1") == []
 
 
 def test_skip_reasons_are_grouped_largest_first():

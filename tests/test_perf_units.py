@@ -34,9 +34,9 @@ def baseline_with(metrics: list[dict[str, Any]], device: str = "cpu") -> dict[st
 
 
 def test_step_time_regression_beyond_noise_is_reported(tmp_path: Path) -> None:
-    base = baseline_with([{"name": "step time, median (default)", "value": 10.0}, {"name": "step time, IQR (default)", "value": 0.5}])
-    now = [Metric(name="step time, median (default)", value=16.0, unit="ms"), Metric(name="step time, IQR (default)", value=0.4, unit="ms")]
-    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step time, median (default)": "step time, IQR (default)"}, "cpu")
+    base = baseline_with([{"id": "step_time.median.default", "name": "step time, median (default)", "value": 10.0}, {"id": "step_time.iqr.default", "name": "step time, IQR (default)", "value": 0.5}])
+    now = [Metric(id="step_time.median.default", name="step time, median (default)", value=16.0, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=0.4, unit="ms")]
+    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "step_time.iqr.default"}, "cpu")
     [finding] = findings
     assert finding.category.value == "perf-regression" and finding.severity is Severity.HIGH and finding.blocking
     assert finding.evidence.data["ratio"] == pytest.approx(1.6)
@@ -44,24 +44,24 @@ def test_step_time_regression_beyond_noise_is_reported(tmp_path: Path) -> None:
 
 
 def test_slower_within_the_measured_spread_is_not_a_regression(tmp_path: Path) -> None:
-    base = baseline_with([{"name": "step time, median (default)", "value": 10.0}, {"name": "step time, IQR (default)", "value": 1.0}])
-    now = [Metric(name="step time, median (default)", value=12.5, unit="ms"), Metric(name="step time, IQR (default)", value=1.0, unit="ms")]
-    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step time, median (default)": "step time, IQR (default)"}, "cpu")
+    base = baseline_with([{"id": "step_time.median.default", "name": "step time, median (default)", "value": 10.0}, {"id": "step_time.iqr.default", "name": "step time, IQR (default)", "value": 1.0}])
+    now = [Metric(id="step_time.median.default", name="step time, median (default)", value=12.5, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=1.0, unit="ms")]
+    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "step_time.iqr.default"}, "cpu")
     assert findings == []
     assert summary["compared"][0]["allowed"] == pytest.approx(0.3)
 
 
 def test_peak_memory_regression_is_medium_under_fifty_percent(tmp_path: Path) -> None:
-    base = baseline_with([{"name": "peak live tensor memory (instrumented run)", "value": 1_000_000}])
-    now = [Metric(name="peak live tensor memory (instrumented run)", value=1_200_000, unit="bytes")]
+    base = baseline_with([{"id": "memory.peak.live_tensors", "name": "peak live tensor memory (instrumented run)", "value": 1_000_000}])
+    now = [Metric(id="memory.peak.live_tensors", name="peak live tensor memory (instrumented run)", value=1_200_000, unit="bytes")]
     _, [finding] = perf_regression.compare(make_ctx(tmp_path, base), now, {}, "cpu")
     assert finding.severity is Severity.MEDIUM and not finding.blocking
 
 
 def test_a_baseline_from_another_device_is_not_compared(tmp_path: Path) -> None:
-    base = baseline_with([{"name": "step time, median (default)", "value": 1.0}], device="cuda")
-    now = [Metric(name="step time, median (default)", value=100.0, unit="ms")]
-    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step time, median (default)": "x"}, "cpu")
+    base = baseline_with([{"id": "step_time.median.default", "name": "step time, median (default)", "value": 1.0}], device="cuda")
+    now = [Metric(id="step_time.median.default", name="step time, median (default)", value=100.0, unit="ms")]
+    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "x"}, "cpu")
     assert findings == [] and "not comparable" in summary["note"]
 
 

@@ -153,13 +153,17 @@ def test_plain_closure_loop_passes_and_every_step_is_found(tmp_path: Path) -> No
 
 def test_bounded_cache_is_no_leak_and_a_slower_baseline_is_a_regression(tmp_path: Path) -> None:
     baseline = tmp_path / "baseline.json"
+    # A complete report.json (the gate validates --baseline against the report schema up front).
     baseline.write_text(json.dumps({
-        "version": "v0",
-        "environment": {"device": "cpu"},
-        "stages": [{"name": "performance", "metrics": [
-            {"name": "step time, median (default)", "value": 0.001, "unit": "ms"},
-            {"name": "step time, IQR (default)", "value": 0.0, "unit": "ms"},
-            {"name": "peak live tensor memory (instrumented run)", "value": 1000, "unit": "bytes"},
+        "tool_version": "0.1.0", "task": "T", "version": "v0",
+        "target": {"path": "perf_bounded_cache", "commit": None},
+        "environment": {"python": "3.11", "torch": "2.13.0", "device": "cpu", "device_name": "cpu"},
+        "started_at": "2026-01-01T00:00:00+00:00", "duration_s": 1.0, "decision": "PASS", "score": 100,
+        "stages": [{"name": "performance", "status": "passed", "score": 100, "duration_s": 1.0, "summary": "", "metrics": [
+            # Labels reworded since this baseline: metrics are matched on their ids.
+            {"id": "step_time.median.default", "name": "step time (median)", "value": 0.001, "unit": "ms"},
+            {"id": "step_time.iqr.default", "name": "step time (IQR)", "value": 0.0, "unit": "ms"},
+            {"id": "memory.peak.live_tensors", "name": "peak memory", "value": 1000, "unit": "bytes"},
         ]}],
     }))
     run = perf_gate(TARGETS / "perf_bounded_cache", tmp_path / "out", "--baseline", str(baseline))
@@ -167,8 +171,9 @@ def test_bounded_cache_is_no_leak_and_a_slower_baseline_is_a_regression(tmp_path
     assert "memory-leak" not in run.categories()
     verdict = run.stage("performance")["details"]["memory"]["verdict"]
     assert not verdict["leak"] and verdict["steps"] == 37
-    regressions = {f["evidence"]["data"]["metric"]: f for f in run.findings("perf-regression")}
-    assert set(regressions) == {"step time, median (default)", "peak live tensor memory (instrumented run)"}
+    regressions = {f["evidence"]["data"]["metric_id"]: f for f in run.findings("perf-regression")}
+    assert set(regressions) == {"step_time.median.default", "memory.peak.live_tensors"}
+    assert {f["evidence"]["data"]["metric"] for f in regressions.values()} == {"step time, median (default)", "peak live tensor memory (instrumented run)"}
     assert all(f["severity"] == "high" and f["blocking"] and f["location"] is None for f in regressions.values())
     assert run.categories() == {"perf-regression"}
 

@@ -20,12 +20,6 @@ NONBLOCKING = Category.NONBLOCKING_RACE
 STREAMS = Category.STREAM_RACE
 _CSAN_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$', re.M)
 
-NONBLOCKING_FIX = (
-    "Synchronise before reading the copy (`torch.cuda.current_stream().synchronize()`, or record an event after the "
-    "copy and call `event.synchronize()`), or drop non_blocking=True for copies that are read right away."
-)
-
-
 def _location(site: dict[str, Any] | None, fallback: Location | None) -> Location | None:
     return Location(path=site["path"], line=site["line"], function=site.get("function")) if site else fallback
 
@@ -50,8 +44,6 @@ def nonblocking_observed(ctx: StageContext, watch: dict[str, Any], fallback: Loc
                     f"{read['path']}:{read['line']} (`{read.get('code', '')}`) before any synchronisation, so the read can see "
                     "the buffer before the copy finished."
                 ),
-                impact="Reads stale or partial values at random: losses, metrics or saved tensors that differ from what the GPU computed.",
-                fix=NONBLOCKING_FIX,
                 evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"read by {race.get('read_by')} at {read['path']}:{read['line']} with the copy pending", data={"copy_site": copy, "read_site": read}),
                 key=f"observed:{(copy or {}).get('code', '')}",
             )
@@ -72,7 +64,6 @@ def nonblocking_static(ctx: StageContext, hits: list[SourceHit]) -> list[Finding
                 "the copy is synchronous and cannot race, so it was found in the source, not observed."
             ),
             impact="On a GPU: stale or partial values read at random (losses, metrics, saved tensors).",
-            fix=NONBLOCKING_FIX,
             evidence=Evidence(kind=EvidenceKind.STATIC, summary=f"{hit.path}:{hit.line}: {hit.detail}", data=hit.as_dict()),
             key=f"static:{hit.code}",
         )
@@ -104,8 +95,6 @@ def stream_findings(ctx: StageContext, sanitizer: dict[str, Any], stderr: str, f
                     + (f" (previous access at {previous['path']}:{previous['line']})" if previous else "")
                     + ", with no event or stream synchronisation between them."
                 ),
-                impact="The kernels can run in either order: results vary from run to run and can be silently wrong.",
-                fix="Make the consuming stream wait for the producer (`stream.wait_stream(other)` or an event record/wait), and call `tensor.record_stream(stream)` for tensors used on a side stream.",
                 evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="CSAN detected a possible data race", traceback=report.get("message"), data={k: v for k, v in report.items() if k != "message"}),
                 key=f"stream:{(site or {}).get('code', '')}",
             )

@@ -72,7 +72,7 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     return a == b and type(a) is type(b)
@@ -103,7 +103,7 @@ def comparable_leaves(value: Any, prefix: str = "") -> tuple[dict[str, Any], lis
 
 def compare(a: RunData, b: RunData) -> Divergence | None:
     """The first difference between two runs: a step's loss, a returned value, the outcome."""
-    for index, (x, y) in enumerate(zip(a.losses, b.losses)):
+    for index, (x, y) in enumerate(zip(a.losses, b.losses, strict=False)):
         if not same_value(x, y):
             return Divergence("step", index, x, y)
     if len(a.losses) != len(b.losses):
@@ -215,7 +215,6 @@ def nondeterminism_finding(
             f"Two runs of the entrypoint with the same seed (PYTHONHASHSEED={a.hash_seed} and {b.hash_seed}) diverged at "
             f"{divergence.describe()}. {explanation}"
         ),
-        impact="Results cannot be reproduced or compared between runs: a regression and a lucky seed look the same, and a bug seen once may never show again.",
         fix=fix,
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,

@@ -35,7 +35,7 @@ def loader_findings(ctx: StageContext, watch: dict[str, Any], fallback: Location
     findings: list[Finding] = []
     findings += [_rejected(ctx, e, fallback) for e in watch.get("construction_errors", [])]
     findings += [_worker_failure(ctx, e, fallback) for e in watch.get("errors", []) if e.get("kind") != "other"]
-    loaders = {(l["site"] or {}).get("line"): l for l in watch.get("loaders", [])}
+    loaders = {(loader["site"] or {}).get("line"): loader for loader in watch.get("loaders", [])}
     for check in watch.get("start_method_checks", []):
         failure = _start_method_failure(ctx, check, loaders.get((check.get("site") or {}).get("line")), fallback)
         if failure is not None:
@@ -78,7 +78,6 @@ def _worker_failure(ctx: StageContext, error: dict[str, Any], fallback: Location
         title=title,
         location=_location(site, fallback),
         problem=f"{problem}: {error['type']}: {error['message'].splitlines()[0][:300] if error['message'] else ''}",
-        impact="The training run stops (or waits forever without a timeout) at this loader.",
         fix=fix,
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
@@ -170,14 +169,14 @@ def loader_details(watch: dict[str, Any]) -> dict[str, Any]:
         "ran": True,
         "loaders": [
             {
-                "site": l.get("site"),
-                "settings": l.get("settings"),
-                "constructions": l.get("constructions"),
-                "iterations": l.get("iterations"),
-                "batches": l.get("batches"),
-                "live_workers": l.get("live_workers", [])[:10],
+                "site": loader.get("site"),
+                "settings": loader.get("settings"),
+                "constructions": loader.get("constructions"),
+                "iterations": loader.get("iterations"),
+                "batches": loader.get("batches"),
+                "live_workers": loader.get("live_workers", [])[:10],
             }
-            for l in watch.get("loaders", [])
+            for loader in watch.get("loaders", [])
         ],
         "start_method_checks": [
             {

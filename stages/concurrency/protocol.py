@@ -251,7 +251,7 @@ def count_guarded_skips(events: list[dict[str, Any]], iteration_of: list[int]) -
     """Iterations that had unscale_ and update but no step actually taken: the overflow guard
     `if torch.isfinite(norm): scaler.step(opt)` (or a step the scaler skipped on inf)."""
     by_iteration: dict[int, set[str]] = {}
-    for e, it in zip(events, iteration_of):
+    for e, it in zip(events, iteration_of, strict=True):
         ops = by_iteration.setdefault(it, set())
         if e["op"] == "scaler.step" and not e.get("stepped", True):
             continue
@@ -277,13 +277,13 @@ def label(event: dict[str, Any], sites: list[dict[str, Any]]) -> str:
 
 
 def iteration_sequence(events: list[dict[str, Any]], iteration_of: list[int], iteration: int, sites: list[dict[str, Any]], limit: int = 40) -> list[str]:
-    picked = [label(e, sites) for e, it in zip(events, iteration_of) if it == iteration]
+    picked = [label(e, sites) for e, it in zip(events, iteration_of, strict=True) if it == iteration]
     return picked[:limit] + ([f"... {len(picked) - limit} more calls"] if len(picked) > limit else [])
 
 
 def representative_iteration(events: list[dict[str, Any]], iteration_of: list[int]) -> int | None:
     """The first iteration that took a step: what one training iteration looked like."""
-    for e, it in zip(events, iteration_of):
+    for e, it in zip(events, iteration_of, strict=True):
         if e["op"] in STEP_OPS and not is_inner_step(e):
             return it
     return iteration_of[0] if iteration_of else None

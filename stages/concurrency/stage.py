@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageOutcome
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
+from traingate.stages.contract import instruments
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint, with_leftover_findings
 from traingate.stages.concurrency import cuda as conc_cuda, determinism as conc_determinism, loaders as conc_loaders, protocol as conc_protocol
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.concurrency.determinism import (
@@ -33,12 +34,12 @@ from traingate.stages.concurrency.loaders import loader_details, loader_findings
 from traingate.stages.concurrency.protocol import protocol_findings
 from traingate.stages.concurrency.static import entrypoint_location, nonblocking_reads, set_iterations
 
-TRACE = "traingate.stages.concurrency.probe.trace:ProtocolTrace"
-LOSSES = "traingate.stages.concurrency.probe.trace:LossTrace"
-RNG = "traingate.stages.concurrency.probe.rng:RngSites"
-LOADERS = "traingate.stages.concurrency.probe.loaders:LoaderWatch"
-NONBLOCKING = "traingate.stages.concurrency.probe.cuda:NonBlockingWatch"
-STREAMS = "traingate.stages.concurrency.probe.cuda:StreamSanitizer"
+TRACE = instruments.CONCURRENCY_TRACE
+LOSSES = instruments.CONCURRENCY_LOSSES
+RNG = instruments.CONCURRENCY_RNG
+LOADERS = instruments.CONCURRENCY_LOADERS
+NONBLOCKING = instruments.CONCURRENCY_NONBLOCKING
+STREAMS = instruments.CONCURRENCY_STREAMS
 FIRST_HASH_SEED = "0"
 _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
 
@@ -60,7 +61,7 @@ class ConcurrencyStage:
                     "so set [tool.traingate.entrypoint] call = \"module:function\" to enable them"
                 ),
             )
-        return _Session(ctx).run()
+        return with_leftover_findings(ctx, _Session(ctx).run())
 
 
 class _Session:
@@ -108,7 +109,7 @@ class _Session:
             }
         )
         if run.child.timed_out:
-            self.findings.append(hang_finding(self.ctx, run.child, f"The concurrency stage's {label} run"))
+            self.findings.append(hang_finding(self.ctx, run.child, f"The concurrency stage's {label} run", run=label))
             self.stopped = f"the {label} run did not finish within its budget"
             return None
         return run
@@ -123,11 +124,11 @@ class _Session:
         if first is None:
             return self._outcome(None)
         if first.result is None:
-            self._fail(first, "the instrumented run ended without reporting")
+            self._fail(first, "the instrumented run ended without reporting", reason="no-result")
             return self._outcome(first)
         broken = [spec for spec in instruments if "error" in first.instrument(spec)]
         if broken:
-            self._fail(first, f"instrument {broken[0]} failed", first.instrument(broken[0])["error"])
+            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument(broken[0])["error"])
             return self._outcome(first)
         self._protocol(first)
         self._loaders(first)
@@ -144,7 +145,7 @@ class _Session:
         self.findings += findings
         self.checks["gradscaler"] = details
         if first.ok and details["steps"] == 0 and not first.instrument(TRACE).get("steps"):
-            self._fail(first, "the instrumented run returned without a single optimizer step", observed_nothing=True)
+            self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
 
     def _loaders(self, first: EntrypointRun) -> None:
         watch = first.instrument(LOADERS)
@@ -187,7 +188,7 @@ class _Session:
         divergence, other = None, None
         for index in range(1, self.ctx.config.concurrency.determinism_runs):
             if not self._budget_allows(first):
-                self._out_of_budget(first, "the determinism rerun")
+                self._out_of_budget(first, "the determinism rerun", check="determinism-rerun")
                 return
             seed = str(index)
             run = self._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
@@ -279,31 +280,33 @@ class _Session:
         self.findings.append(nondeterminism_finding(self.ctx, "same-hash-unlocated", divergence, (base, same), self.fallback, explanation, data))
 
     # -- failing closed ----------------------------------------------------------------------------
-    def _out_of_budget(self, first: EntrypointRun, what: str) -> None:
+    def _out_of_budget(self, first: EntrypointRun, what: str, check: str) -> None:
+        """`check` names what did not run, for the fingerprint."""
         left = self.ctx.child_budget()
         self.stopped = f"no budget left for {what}"
         self.findings.append(
-            self.ctx.finding(
-                category=Category.STAGE_ERROR,
-                severity=Severity.CRITICAL,
+            self.ctx.stage_error(
+                f"no budget left for {what}",
+                reason="out-of-budget",
+                key=check,
                 title=f"The concurrency stage ran out of budget before {what}",
-                location=None,
                 problem=f"The instrumented run took {first.child.duration_s:.1f}s and only {left:.1f}s of the {self.ctx.config.timeout_s:.0f}s budget were left, not enough for {what}; the check did not run.",
                 impact="Determinism was not checked, so the gate cannot vouch for it (fail closed).",
                 fix="Raise `timeout_s` in [tool.traingate] (the stage needs about three times one run), or make the entrypoint's smoke kwargs smaller.",
                 evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{left:.1f}s left, one run takes {first.child.duration_s:.1f}s", data={"left_s": round(left, 2), "run_s": round(first.child.duration_s, 2)}),
-                key=f"budget:{what}",
             )
         )
 
-    def _fail(self, run: EntrypointRun, what: str, detail: str | None = None, observed_nothing: bool = False) -> None:
+    def _fail(self, run: EntrypointRun, what: str, *, reason: str, key: str = "", detail: str | None = None, observed_nothing: bool = False) -> None:
+        """`reason` (and `key`) identify the failure in the fingerprint; `what` is for readers."""
         exc = run.exception or {}
         frame = exc.get("target_frame")
         location = Location(path=frame["path"], line=frame["line"], function=frame.get("function")) if frame else self.fallback
         self.findings.append(
-            self.ctx.finding(
-                category=Category.STAGE_ERROR,
-                severity=Severity.CRITICAL,
+            self.ctx.stage_error(
+                what,
+                reason=reason,
+                key=key,
                 title=f"The concurrency stage could not observe the training: {what}",
                 location=location,
                 problem=f"{what} ({run.failure() or 'returned'}); the checks that depend on it did not run." if not observed_nothing else f"{what}: there was no training loop to observe, so no check could run.",
@@ -315,7 +318,6 @@ class _Session:
                     traceback=detail or exc.get("traceback") or (run.child.stderr[-8000:] or None),
                     data={"returncode": run.child.returncode},
                 ),
-                key=what,
             )
         )
 
@@ -335,7 +337,7 @@ class _Session:
             return False
         if any(f.category is Category.STAGE_ERROR for f in self.findings):
             return True
-        self._fail(first, f"the entrypoint {first.failure()}")
+        self._fail(first, f"the entrypoint {first.failure()}", reason="entrypoint-failed")
         return True
 
     # -- the outcome -------------------------------------------------------------------------------
@@ -347,11 +349,11 @@ class _Session:
         determinism = self.checks["determinism"]
         loaders = self.checks["dataloader"].get("loaders", [])
         metrics = [
-            Metric(name="optimizer steps observed", value=protocol.get("steps", 0), note="in the instrumented run"),
-            Metric(name="GradScaler protocol iterations checked", value=protocol.get("iterations", 0)),
-            Metric(name="determinism runs compared", value=len(determinism.get("compared", [])) + (1 if determinism.get("ran") else 0)),
-            Metric(name="DataLoaders observed", value=len(loaders), note=", ".join(f"{(l['site'] or {}).get('path')}:{(l['site'] or {}).get('line')} num_workers={l['settings'].get('num_workers')}" for l in loaders)[:200]),
-            Metric(name="child runs wall time", value=round(sum(r["duration_s"] for r in self.runs), 2), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
+            Metric(id="steps.observed", name="optimizer steps observed", value=protocol.get("steps", 0), note="in the instrumented run"),
+            Metric(id="gradscaler.iterations_checked", name="GradScaler protocol iterations checked", value=protocol.get("iterations", 0)),
+            Metric(id="determinism.runs_compared", name="determinism runs compared", value=len(determinism.get("compared", [])) + (1 if determinism.get("ran") else 0)),
+            Metric(id="dataloaders.observed", name="DataLoaders observed", value=len(loaders), note=", ".join(f"{(loader['site'] or {}).get('path')}:{(loader['site'] or {}).get('line')} num_workers={loader['settings'].get('num_workers')}" for loader in loaders)[:200]),
+            Metric(id="child_runs.wall_s", name="child runs wall time", value=round(sum(r["duration_s"] for r in self.runs), 2), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
         ]
         return StageOutcome(
             summary=self._summary(),

@@ -16,7 +16,7 @@ import ast
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from traingate.pipeline.schema import Location
 

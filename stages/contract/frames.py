@@ -1,4 +1,4 @@
-"""Which frames belong to the target: locations point at the target's code (SPEC 5.4)."""
+"""Which frames belong to the target: locations point at the target's code (docs/contract.md, rule 5.4)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import linecache
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from collections.abc import Iterable
 
 _FOREIGN_PARTS = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox"}
 

@@ -13,7 +13,7 @@ from typing import Any
 from traingate.pipeline.isolation import crash_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame, location_of
-from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, TestOutcome, group_skips
+from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, TestOutcome, group_skips, inconsistencies
 
 _TAIL = 6000
 
@@ -21,10 +21,10 @@ _TAIL = 6000
 def suite_findings(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
     """All findings about the test run, the most specific first; `no-tests` only when
     nothing more specific explains why no test ran."""
-    findings: list[Finding] = []
+    findings: list[Finding] = untrusted_events(ctx, run, result)
     if run.child.timed_out:
         running = [t for t in result.tests if t.outcome == "crashed"]
-        findings.append(hang_finding(ctx, run.child, "The test suite" + (f" (in {running[-1].nodeid})" if running else "")))
+        findings.append(hang_finding(ctx, run.child, "The test suite" + (f" (in {running[-1].nodeid})" if running else ""), run="pytest", key=running[-1].nodeid if running else ""))
     findings += conftest_errors(ctx, run, result)
     findings += collection_errors(ctx, result)
     findings += test_failures(ctx, run, result)
@@ -33,6 +33,27 @@ def suite_findings(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> lis
         findings += no_tests(ctx, run, result)
     findings += skipped_tests(ctx, result)
     return findings
+
+
+def untrusted_events(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
+    """`stage-error`: what the test run handed back cannot be believed — records on the events
+    channel that traingate's plugin did not write, or an exit status that contradicts the
+    events (checked from outside the test process, where no test can reach)."""
+    if run.channel_problem:
+        problems = [("untrusted-events", f"the test run's event channel holds records traingate's plugin did not write: {run.channel_problem}")]
+    else:
+        problems = inconsistencies(run, result)
+    return [
+        ctx.stage_error(
+            what,
+            reason=reason,
+            child=run.child,
+            problem=f"{what[:1].upper() + what[1:]}. The test results of this run cannot be trusted, so none of them counts as a pass.",
+            fix="Look for a test, fixture or conftest that writes to file descriptors it did not open, ends the process itself (os._exit), or changes pytest's exit status; if none does, report it with this report.json.",
+            data={"exit_status": run.child.returncode, "command": run.command},
+        )
+        for reason, what in problems
+    ]
 
 
 def conftest_errors(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
@@ -80,7 +101,6 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
                 title=f"{module} cannot be collected: {what}",
                 location=location,
                 problem=f"Collecting {module} raised {what}: {message}.{not_run}",
-                impact="The tests in this module never run, so whatever they check is unverified.",
                 fix=f"Fix the error at {location.path}{':' + str(location.line) if location.line else ''} so the module imports in a clean environment.",
                 evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{what} while collecting {module}", traceback=err.get("traceback") or err.get("longrepr"), data={"nodeid": err.get("nodeid")}),
                 key=f"{module} {what}",
@@ -110,7 +130,6 @@ def test_failures(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list
                 title=f"{test.nodeid} {verb}",
                 location=location,
                 problem=f"{test.nodeid} {verb}: {test.message or 'no message'}.",
-                impact="A failing test means the behaviour it checks is broken in this version (or the test is).",
                 fix="Run `python -m pytest " + test.nodeid + "` locally and fix the code or the test it points at.",
                 evidence=evidence,
                 key=test.nodeid,
@@ -167,34 +186,38 @@ def abnormal_ends(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list
 
 def _internal_error(ctx: StageContext, run: SuiteRun, err: dict[str, Any]) -> Finding:
     location = location_of(err.get("target_frame"))
-    # Raised from the target's own hooks: its suite cannot be collected or run. Otherwise
-    # pytest (or traingate's plugin) broke: the stage cannot vouch for anything.
-    category = Category.COLLECTION_ERROR if location is not None else Category.STAGE_ERROR
+    title = f"pytest stopped with an internal error: {err.get('type')}"
+    problem = f"pytest reported an internal error (exit status {run.child.returncode}): {err.get('type')}: {_first_line(err.get('message'))}."
+    impact = "The suite did not run to its end; its results cannot be trusted."
+    evidence = Evidence(kind=EvidenceKind.OBSERVED, summary=f"exit status {run.child.returncode} ({EXIT_MEANING.get(run.child.returncode or 0, '?')})", traceback=err.get("traceback") or _tail(run.child.stderr), data={"exit_status": run.child.returncode, "command": run.command})
+    if location is None:
+        # pytest (or traingate's plugin) broke: the stage cannot vouch for anything.
+        fix = "Run the same command by hand; if pytest itself breaks, report it with this report.json."
+        return ctx.stage_error(title, reason="pytest-internal-error", key=str(err.get("type")), title=title, problem=problem, impact=impact, fix=fix, evidence=evidence)
+    # Raised from the target's own hooks: its suite cannot be collected or run.
     return ctx.finding(
-        category=category,
+        category=Category.COLLECTION_ERROR,
         severity=Severity.CRITICAL,
-        title=f"pytest stopped with an internal error: {err.get('type')}",
+        title=title,
         location=location,
-        problem=f"pytest reported an internal error (exit status {run.child.returncode}): {err.get('type')}: {_first_line(err.get('message'))}.",
-        impact="The suite did not run to its end; its results cannot be trusted.",
-        fix="Read the traceback: an exception raised in a conftest hook or a plugin stops pytest this way." if location else "Run the same command by hand; if pytest itself breaks, report it with this report.json.",
-        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"exit status {run.child.returncode} ({EXIT_MEANING.get(run.child.returncode or 0, '?')})", traceback=err.get("traceback") or _tail(run.child.stderr), data={"exit_status": run.child.returncode, "command": run.command}),
+        problem=problem,
+        impact=impact,
+        fix="Read the traceback: an exception raised in a conftest hook or a plugin stops pytest this way.",
+        evidence=evidence,
         key=f"internal error {err.get('type')}",
     )
 
 
 def _usage_error(ctx: StageContext, run: SuiteRun) -> Finding:
     message = _usage_message(run)
-    return ctx.finding(
-        category=Category.STAGE_ERROR,
-        severity=Severity.CRITICAL,
+    return ctx.stage_error(
+        "pytest refused the suite's arguments",
+        reason="pytest-usage-error",
         title=f"pytest refused the suite's arguments: {message[:120]}",
-        location=None,
         problem=f"pytest ended with a usage error (exit status 4): {message}. The arguments came from `tests` in the traingate configuration and the target's own pytest configuration ({run.config_file or 'none'}).",
         impact="No test ran, so nothing about this version was verified by its tests.",
         fix="Correct `tests` in [tool.traingate], or the target's pytest options (an `addopts` that needs a plugin not installed is a common cause).",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="exit status 4 (usage error)", traceback=_tail(run.child.stderr + run.child.stdout) or None, data={"command": run.command}),
-        key=f"usage error {message}",
     )
 
 
@@ -209,7 +232,7 @@ def _ended_early(ctx: StageContext, run: SuiteRun, result: SuiteResult, location
         impact="The tests that did not run verified nothing; a green exit status here would be a false pass.",
         fix="Find what ends the run (a hook calling pytest.exit, a test or fixture that exits the process) and let the suite finish.",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=why, traceback=(run.child.stacks[-_TAIL:] or _tail(run.child.stderr)) or None, data={"exit_status": run.child.returncode, "ran": result.ran, "collected": total}),
-        key="run ended early",
+        key="run-ended-early",
     )
 
 
@@ -242,7 +265,6 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
             title="No test ran",
             location=location,
             problem=f"No test ran: {why}. Command: `{run.command}` in the target root.",
-            impact="A suite that runs nothing verifies nothing; passing it would be a false pass.",
             fix=f"Make sure the paths in `tests` ({' '.join(ctx.config.tests)}) hold tests pytest collects and that nothing ends or empties the run.",
             evidence=Evidence(
                 kind=EvidenceKind.OBSERVED,
@@ -250,7 +272,7 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
                 traceback=_tail(run.child.stdout + "\n" + run.child.stderr) or None,
                 data={"exit_status": code, "collected": result.collected, "deselected": result.deselected, "skipped": result.count("skipped"), "events": len(run.events)},
             ),
-            key="no tests",
+            key="no-tests",
         )
     ]
 
@@ -270,8 +292,6 @@ def skipped_tests(ctx: StageContext, result: SuiteResult) -> list[Finding]:
                 title=f"{group['count']} test(s) skipped: {group['reason']}",
                 location=Location(path=group["path"], line=group["line"]) if group.get("path") else None,
                 problem=f"{group['count']} test(s) were skipped with the reason \"{group['reason']}\"; what they check was not verified in this run.",
-                impact="Skipped tests verify nothing here; a defect in what they cover would pass unnoticed.",
-                fix="Run them where their condition holds (for example a CUDA runner), or remove the skip if it no longer applies.",
                 evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{group['count']} skipped: {group['reason']}", data={"tests": group["tests"][:100]}),
                 key=f"skipped {group['reason']}",
             )

@@ -127,7 +127,6 @@ def untested_finding(ctx: StageContext, source: EntrypointSource, executed: set[
         title=f"The test suite never executes {source.function}",
         location=Location(path=source.rel, line=source.def_line, function=source.function),
         problem=f"While the suite ran, none of the {len(source.statements)} statements of {source.function}'s body ({source.rel}) was executed.",
-        impact="A defect in the training function itself (a KeyError on its first lines, a wrong argument) passes the test suite.",
         fix=f"Add a test that calls {source.function} on tiny inputs (a few steps, a tiny model) and checks its result.",
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,

@@ -89,14 +89,13 @@ def deprecated_api_findings(ctx: StageContext, sites: list[WarningSite]) -> list
                 title=f"Deprecated PyTorch API at {site.path}:{site.line}" + (f": `{site.code[:80]}`" if site.code else ""),
                 location=Location(path=site.path, line=site.line, function=site.function),
                 problem=f"PyTorch warned while {' and '.join(_ran_by(site))} ran this line: {site.category}: {site.message}",
-                impact="The call works with this PyTorch and breaks when a later release removes the old API.",
                 fix=_fix_for(site.message),
                 evidence=Evidence(
                     kind=EvidenceKind.OBSERVED,
                     summary=f"{site.category} raised {site.count} time(s) from {site.path}:{site.line}",
                     data={"message": site.message[:1000], "code": site.code, "sources": sorted(site.sources), "issued_at": site.issued_at},
                 ),
-                key=f"{site.code} {site.message}",
+                key=f"{site.category}\x1f{site.code}",
                 never_blocks=True,
             )
         )
@@ -107,7 +106,8 @@ def _ran_by(site: WarningSite) -> list[str]:
     return [{"tests": "the test suite", "smoke": "the entrypoint smoke call"}[s] for s in sorted(site.sources)]
 
 
-def _fix_for(message: str) -> str:
+def _fix_for(message: str) -> str | None:
+    """The replacement the warning names; None leaves the category's generic fix."""
     if "Please use" in message:
         return "Switch to the replacement the warning names: " + message[message.index("Please use"):].strip()
-    return "Switch to the API the PyTorch deprecation notice recommends."
+    return None

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from traingate.pipeline.findings import SMOKE_CALL_RUN
 from traingate.pipeline.isolation import crash_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, innermost_target_frame, location_of, run_entrypoint
@@ -58,7 +59,7 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResu
         result.runs.append((label, amp, run))
         what = f"The entrypoint smoke call {ep.call}" + (f" ({ep.amp_flag}={amp})" if amp is not None else "")
         if run.child.timed_out:
-            result.findings.append(hang_finding(ctx, run.child, what))
+            result.findings.append(hang_finding(ctx, run.child, what, run=SMOKE_CALL_RUN, key=label))
         elif not run.ok:
             result.findings.append(crash_finding(ctx, run, what, source))
     return result
@@ -96,19 +97,24 @@ def crash_finding(ctx: StageContext, run: EntrypointRun, what: str, source: Entr
         title=f"{what} {failure.split(':')[0]}{where}",
         location=location,
         problem=f"{what} {failure}{' while ' + _PHASES.get(phase, phase) if phase != 'call' else ''}{(': `' + code + '`') if code else ''}.{no_trace}",
-        impact="Training crashes as soon as anyone runs it; the tests passing does not mean the training function works.",
-        fix="Fix the line this points at (read the traceback), and add a test that calls the entrypoint on tiny inputs so the suite catches it next time.",
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=failure[:300],
             traceback=traceback or _tail(run.child.stderr) or None,
             data={"exit_status": run.child.returncode, "signal": run.child.signal_name, "phase": phase, "code": code, "stdout_head": _head(run.child.stdout)},
         ),
-        key=f"{failure.split(':')[0]} {code}",
+        key=f"{_ending(run)}\x1f{code}",
     )
 
 
 _PHASES = {"import": "importing its module", "setup": "running its setup"}
+
+
+def _ending(run: EntrypointRun) -> str:
+    """How the call ended, as data: the exception type, the signal, or the exit status."""
+    if run.exception:
+        return str(run.exception.get("type"))
+    return run.child.signal_name or f"exit-status-{run.child.returncode}"
 
 
 def _syntax_error_site(exc: dict[str, Any], source: EntrypointSource | None) -> Location | None:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
 from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
 from traingate.stages.execution.smoke import SmokeResult, smoke_calls
@@ -55,6 +55,7 @@ class ExecutionStage:
         coverage = self._coverage(ctx, suite, result, source, findings)
         if smoke is not None:
             findings += smoke.findings
+        findings += leftover_findings(ctx, suite.child, "The test run") + entrypoint_leftover_findings(ctx)
         smoke_warnings = [w for _, _, run in (smoke.runs if smoke else []) for w in (run.result or {}).get("warnings", [])]
         sites = gather(ctx.root, result.warnings, smoke_warnings)
         findings += deprecated_api_findings(ctx, sites)
@@ -125,20 +126,21 @@ def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> dict[str, Any
 def metrics(suite: SuiteRun, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> list[Metric]:
     c = counts(result)
     found = [
-        Metric(name="tests_collected", value=c["collected"], note=f"{c['deselected']} deselected" if c["deselected"] else ""),
-        Metric(name="tests_passed", value=c["passed"]),
-        Metric(name="tests_failed", value=c["failed"]),
-        Metric(name="tests_errors", value=c["errors"], note=f"{c['collection_errors']} collection error(s)" if c["collection_errors"] else ""),
-        Metric(name="tests_skipped", value=c["skipped"]),
-        Metric(name="pytest_duration_s", value=round(suite.child.duration_s, 3), unit="s", note="wall time of the pytest process, under coverage of the entrypoint's file"),
+        Metric(id="tests.collected", name="tests_collected", value=c["collected"], note=f"{c['deselected']} deselected" if c["deselected"] else ""),
+        Metric(id="tests.passed", name="tests_passed", value=c["passed"]),
+        Metric(id="tests.failed", name="tests_failed", value=c["failed"]),
+        Metric(id="tests.errors", name="tests_errors", value=c["errors"], note=f"{c['collection_errors']} collection error(s)" if c["collection_errors"] else ""),
+        Metric(id="tests.skipped", name="tests_skipped", value=c["skipped"]),
+        Metric(id="pytest.duration_s", name="pytest_duration_s", value=round(suite.child.duration_s, 3), unit="s", note="wall time of the pytest process, under coverage of the entrypoint's file"),
     ]
     for run in (smoke.details()["runs"] if smoke else []):
         if run["duration_s"] is not None:
             suffix = "" if run["label"] == "smoke" else "_" + run["label"].replace("-", "_")
-            found.append(Metric(name=f"smoke_call{suffix}_s", value=run["duration_s"], unit="s", note=f"setup + call; process wall {run['wall_s']} s"))
+            found.append(Metric(id=f"smoke_call.duration_s.{run['label']}", name=f"smoke_call{suffix}_s", value=run["duration_s"], unit="s", note=f"setup + call; process wall {run['wall_s']} s"))
     if coverage.get("measured"):
         found.append(
             Metric(
+                id="coverage.entrypoint_statements_executed",
                 name="entrypoint_body_statements_executed",
                 value=coverage["executed_statements"],
                 threshold=1,

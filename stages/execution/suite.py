@@ -2,9 +2,12 @@
 
 The run is pinned to the target: `--rootdir` and `-c` (the target's own pytest
 configuration, or an empty one) and `--confcutdir` keep any enclosing project's
-configuration and conftest files out of it; the cache, the coverage data, the events file
-and pytest's temporary folders go to the stage's scratch folder, never into the target.
-The parsing half of this module is pure: it turns the plugin's event lines into outcomes.
+configuration and conftest files out of it; the cache, the coverage data and pytest's
+temporary folders go to the stage's scratch folder, never into the target. The request goes
+on the child's stdin and the plugin's events come back over a pipe with this run's nonce
+(`traingate.stages.contract.channel`), so no test can find a file of events to rewrite.
+The parsing half of this module is pure: it turns the plugin's events into outcomes, and
+says where pytest's exit status and its events disagree (`inconsistencies`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.stages.base import StageContext
+from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_records
+from traingate.stages.contract.messages import PYTEST_EVENT, PYTEST_EVENT_KINDS, CoverageSpec, PytestRequest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,13 +50,16 @@ FAILED = ("failed", "error", "crashed", "interrupted")
 
 @dataclass(frozen=True)
 class SuiteRun:
-    """One pytest child run: what was asked, what the process did, what it wrote."""
+    """One pytest child run: what was asked, what the process did, what it handed back."""
 
     args: list[str]
     config_file: str | None  # relative to the target root; None when an empty one was used
     child: ChildResult
     events: list[dict[str, Any]]
     coverage_file: Path | None
+    # Why the events cannot be trusted (a record without this run's nonce, out of sequence,
+    # garbage on the channel); the events are then empty and the stage fails closed.
+    channel_problem: str | None = None
 
     @property
     def command(self) -> str:
@@ -108,51 +116,52 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
     ctx.scratch.mkdir(parents=True, exist_ok=True)
     config_file = find_pytest_config(ctx.root, ctx.config.tests)
     args = pytest_args(ctx, config_file)
-    events_path = ctx.scratch / f"{name}.events.jsonl"
-    events_path.unlink(missing_ok=True)
     coverage_file = ctx.scratch / f"{name}.coverage" if coverage_include else None
-    request = {
-        "root": str(ctx.root),
-        "args": args,
-        "events": str(events_path),
-        "coverage": {"data_file": str(coverage_file), "include": coverage_include} if coverage_file else None,
-    }
-    request_path = ctx.scratch / f"{name}.request.json"
-    request_path.write_text(json.dumps(request))
+    coverage = CoverageSpec(data_file=str(coverage_file), include=coverage_include) if coverage_file else None
+    nonce = new_nonce()
+
+    def request(fd: int) -> bytes:
+        return PytestRequest(root=str(ctx.root), args=args, coverage=coverage, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+
+    # For people reading the scratch folder; holds no nonce, never read back.
+    (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(ctx.root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
     env = ctx.child_env(PYTHONDONTWRITEBYTECODE="1")
     for key in _FOREIGN_PYTEST_ENV:
         env.pop(key, None)
     child = run_child(
-        python_argv("traingate.stages.harness.pytest_launcher", str(request_path)),
+        python_argv("traingate.stages.harness.pytest_launcher"),
         cwd=ctx.root,
         budget_s=ctx.child_budget(),
         scratch=ctx.scratch,
         env=env,
         name=name,
+        stdin_data=request,
+        channel=True,
     )
+    try:
+        events, problem = decode_events(child.channel, nonce), child.channel_problem
+    except ChannelError as exc:
+        events, problem = [], str(exc)
+    if problem:
+        events = []
     return SuiteRun(
         args=args,
         config_file=config_file.relative_to(ctx.root).as_posix() if config_file else None,
         child=child,
-        events=read_events(events_path),
+        events=events,
         coverage_file=coverage_file if coverage_file and coverage_file.is_file() else None,
+        channel_problem=problem,
     )
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """The plugin's lines; a line cut off by a dying process is dropped."""
+def decode_events(data: bytes, nonce: str) -> list[dict[str, Any]]:
+    """The plugin's events from the channel's bytes; a last record cut off by a dying process
+    is dropped. ChannelError on any record the plugin did not write."""
     events: list[dict[str, Any]] = []
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return events
-    for line in text.splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(event, dict) and "event" in event:
-            events.append(event)
+    for record in read_records(data, nonce, allow_cut_tail=True):
+        if record.kind != PYTEST_EVENT or record.body.get("event") not in PYTEST_EVENT_KINDS:
+            raise ChannelError(f"record {record.seq} is not a pytest event the plugin writes")
+        events.append(record.body)
     return events
 
 
@@ -186,6 +195,8 @@ class SuiteResult:
     xdist_workers: Any = None  # set when the target's own options spread its tests over xdist workers
     finished: bool = False
     exitstatus: int | None = None
+    collected_ids: list[str] | None = None  # the node ids pytest collected, when it said
+    stopped: str | None = None  # why pytest stopped before running every test (-x, --maxfail)
 
     def count(self, *outcomes: str) -> int:
         return sum(t.outcome in outcomes for t in self.tests)
@@ -202,7 +213,7 @@ def parse_events(events: list[dict[str, Any]]) -> SuiteResult:
     reached its end (pytest.exit, KeyboardInterrupt), `crashed` when the process ended first.
     """
     result = SuiteResult()
-    phases: "OrderedDict[str, dict[str, dict[str, Any]]]" = OrderedDict()
+    phases: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
     places: dict[str, tuple[str | None, int | None]] = {}
     for event in events:
         kind = event["event"]
@@ -216,6 +227,8 @@ def parse_events(events: list[dict[str, Any]]) -> SuiteResult:
         elif kind == "collected":
             result.collected = int(event.get("count", 0))
             result.deselected = int(event.get("deselected", 0))
+            if "nodeids" in event:
+                result.collected_ids = [str(n) for n in event["nodeids"]]
         elif kind == "test_start":
             phases.setdefault(event["nodeid"], {})
             places[event["nodeid"]] = (event.get("path"), event.get("line"))
@@ -230,10 +243,37 @@ def parse_events(events: list[dict[str, Any]]) -> SuiteResult:
         elif kind == "finish":
             result.finished = True
             result.exitstatus = int(event.get("exitstatus", -1))
+            result.stopped = event.get("stopped")
     for nodeid, by_phase in phases.items():
         path, line = places.get(nodeid, (nodeid.split("::", 1)[0], None))
         result.tests.append(_fold(nodeid, by_phase, path, line, result.finished))
     return result
+
+
+def inconsistencies(run: SuiteRun, result: SuiteResult) -> list[tuple[str, str]]:
+    """Where pytest's exit status and the events it handed back disagree, as (reason code,
+    what): the events cannot be trusted then (a test wrote records of its own, or ended the
+    process with a status of its choosing). Only for a run that reached pytest's end."""
+    code = run.child.returncode
+    if run.child.timed_out or not result.finished or code is None or code < 0:
+        return []
+    found: list[tuple[str, str]] = []
+    failures = result.count(*FAILED) + len(result.collection_errors) + (result.conftest_error is not None) + (result.internal_error is not None)
+    if result.exitstatus != code:
+        found.append(("pytest-exit-mismatch", f"pytest reported exit status {result.exitstatus} at its end, but its process exited with status {code}"))
+    if code == 1 and failures == 0:
+        found.append(("exit-1-without-failures", "pytest exited with status 1 (tests failed), but no failure or error was recorded"))
+    if code == 0 and failures:
+        found.append(("exit-0-with-failures", f"pytest exited with status 0 (all tests passed), but {failures} failure(s) or error(s) were recorded"))
+    if result.collected_ids is not None and result.interrupt is None and not result.stopped and not result.xdist_workers:
+        reported = {t.nodeid for t in result.tests}
+        missing = [n for n in result.collected_ids if n not in reported]
+        if missing:
+            found.append(("collected-test-without-outcome", f"{len(missing)} collected test(s) have no outcome, e.g. {', '.join(missing[:5])}"))
+        strangers = sorted(reported - set(result.collected_ids))
+        if strangers:
+            found.append(("outcome-of-uncollected-test", f"{len(strangers)} outcome(s) of tests pytest never collected, e.g. {', '.join(strangers[:5])}"))
+    return found
 
 
 def _fold(nodeid: str, by_phase: dict[str, dict[str, Any]], path: str | None, line: int | None, finished: bool) -> TestOutcome:
@@ -291,7 +331,7 @@ def skip_reason(skip: dict[str, Any] | None) -> str:
 
 def group_skips(tests: list[TestOutcome]) -> list[dict[str, Any]]:
     """Skipped tests grouped by reason, the largest group first."""
-    groups: "OrderedDict[str, list[TestOutcome]]" = OrderedDict()
+    groups: OrderedDict[str, list[TestOutcome]] = OrderedDict()
     for test in tests:
         if test.outcome == "skipped":
             groups.setdefault(test.message or "no reason given", []).append(test)

@@ -1,14 +1,17 @@
-"""Call the target's entrypoint once, in this (child) process, and write what happened.
+"""Call the target's entrypoint once, in this (child) process, and hand back what happened.
 
-    python -m traingate.stages.harness.entrypoint REQUEST_JSON
+    python -P -m traingate.stages.harness.entrypoint < EntrypointRequest (JSON on stdin)
 
-The request names the target root, the `module:function` to call, the optional `setup`
-callable, literal kwargs, the AMP flag and its value, the seed, and the instruments to
-install (`module:factory` strings, each giving an object with `install(ctx)` and
-`collect() -> dict`). Instruments are installed before the target is imported, so that
-names the target binds at import (`from torch.nn.utils import clip_grad_norm_`) are patched.
-The result JSON holds the outcome, the exception with its frames, warnings located at the
-target's calling line, a JSON-safe summary of the return value, and each instrument's data.
+The request (`traingate.stages.contract.messages.EntrypointRequest`) names the target root,
+the `module:function` to call, the optional `setup` callable, literal kwargs, the AMP flag
+and its value, the seed, the instruments to install (`traingate.stages.contract.instruments`,
+each giving an object with `install(ctx)` and `collect() -> dict`) and the channel to hand the
+result back on. It comes on stdin, so the target finds no request file; the channel's
+descriptor is moved out of sight before any target code runs. Instruments are installed
+before the target is imported, so that names the target binds at import
+(`from torch.nn.utils import clip_grad_norm_`) are patched. The result (`HarnessResult`)
+holds the outcome, the exception with its frames, warnings located at the target's calling
+line, a size-capped JSON-safe summary of the return value, and each instrument's data.
 """
 
 from __future__ import annotations
@@ -26,18 +29,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traingate.stages.harness import guard
+from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.frames import innermost_target, is_target_file, relative
+from traingate.stages.contract.instruments import ERROR_KEY
+from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest
+from traingate.stages.harness import guard
 
 MAX_WARNINGS = 200
+# The return value's summary: no string longer than this, and the whole summary at most
+# RETURNED_CAP bytes of JSON (a 200 MB string returned by the entrypoint is not a result).
+MAX_STRING = 2000
+RETURNED_CAP = 64 * 1024
+MAX_MESSAGE = 2000
+MAX_TRACEBACK = 20000
 
 
 @dataclass
 class HarnessContext:
-    """What an instrument may read: the request and the target root."""
+    """What an instrument may read: the target root and the stage's options."""
 
     root: Path
-    request: dict[str, Any]
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,6 +82,7 @@ class WarningLog:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.records: list[dict[str, Any]] = []
+        self.omitted = 0
         self._seen: set[tuple[str, str, int]] = set()
 
     def __call__(self, message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
@@ -80,14 +92,18 @@ class WarningLog:
             stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
             frame = frame.f_back
         site = innermost_target(stack, self.root, innermost_first=True)
-        key = (category.__name__, str(message), lineno)
-        if key in self._seen or len(self.records) >= MAX_WARNINGS:
+        text = _cut(safe_str(message), MAX_MESSAGE)
+        key = (category.__name__, text, lineno)
+        if key in self._seen:
+            return
+        if len(self.records) >= MAX_WARNINGS:
+            self.omitted += 1
             return
         self._seen.add(key)
         self.records.append(
             {
                 "category": category.__name__,
-                "message": str(message),
+                "message": text,
                 "filename": relative(filename, self.root) if is_target_file(filename, self.root) else filename,
                 "lineno": lineno,
                 "target_frame": site,
@@ -96,17 +112,27 @@ class WarningLog:
 
 
 def json_safe(value: Any, depth: int = 0) -> Any:
-    """Scalars, lists and dicts of the return value; tensors as their shape and a few values."""
+    """Scalars, lists and dicts of the return value; tensors as their shape and a few values.
+    Strings are cut to MAX_STRING characters; an object whose repr raises is named by type."""
     if depth > 4:
-        return repr(value)[:200]
-    if value is None or isinstance(value, (bool, int, str)):
+        return safe_repr(value, 200)
+    # Base-type slots, never the target's overrides: a subclass's __str__ or __float__ may raise.
+    if value is None or type(value) is bool:
         return value
+    if isinstance(value, int):
+        return int.__int__(value) if value.bit_length() <= 64 else safe_repr(value, 200)
+    if isinstance(value, str):
+        return _cut(str.__str__(value), MAX_STRING)
     if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v, depth + 1) for k, v in list(value.items())[:100]}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v, depth + 1) for v in list(value)[:1000]]
+        number = float.__float__(value)
+        return number if math.isfinite(number) else repr(number)
+    try:
+        if isinstance(value, dict):
+            return {_cut(safe_str(k), 200): json_safe(v, depth + 1) for k, v in list(dict.items(value))[:100]}
+        if isinstance(value, (list, tuple)):
+            return [json_safe(v, depth + 1) for v in list(value)[:1000]]
+    except Exception:  # noqa: BLE001 - a container that fails to iterate is summarised by type
+        return safe_repr(value, 200)
     try:
         import torch
 
@@ -116,79 +142,113 @@ def json_safe(value: Any, depth: int = 0) -> Any:
             return {"tensor_shape": list(value.shape), "dtype": str(value.dtype)}
     except Exception:  # noqa: BLE001 - a summary must never fail the run
         pass
-    return repr(value)[:200]
+    return safe_repr(value, 200)
+
+
+def summarise_returned(value: Any) -> tuple[Any, bool]:
+    """The return value's summary, and whether it was cut to RETURNED_CAP bytes of JSON."""
+    summary = json_safe(value)
+    text = json.dumps(summary)
+    if len(text) <= RETURNED_CAP:
+        return summary, False
+    return {"truncated": True, "type": type(value).__name__, "json_head": text[: RETURNED_CAP // 2]}, True
+
+
+def safe_repr(value: Any, limit: int) -> str:
+    try:
+        return _cut(str.__str__(repr(value)), limit)
+    except BaseException:  # noqa: BLE001 - the target's __repr__ may raise anything
+        return f"<{type(value).__name__} object: its repr raised>"
+
+
+def safe_str(value: Any) -> str:
+    try:
+        return str.__str__(str(value))
+    except BaseException:  # noqa: BLE001 - the target's __str__ may raise anything
+        return f"<{type(value).__name__} object: its str raised>"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters cut]"
 
 
 def exception_record(exc: BaseException, root: Path) -> dict[str, Any]:
     frames = traceback.extract_tb(exc.__traceback__)
     triples = [(f.filename, f.lineno or 0, f.name) for f in frames]
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except BaseException:  # noqa: BLE001 - an exception whose __str__ raises still has frames
+        text = "".join(traceback.format_list(frames)) + f"{type(exc).__name__}: {safe_str(exc)}\n"
     return {
         "type": type(exc).__name__,
-        "message": str(exc)[:2000],
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:],
+        "message": _cut(safe_str(exc), MAX_MESSAGE),
+        "traceback": text[-MAX_TRACEBACK:],
         "frames": [{"path": a, "line": b, "function": c} for a, b, c in triples],
         "target_frame": innermost_target(triples, root, innermost_first=False),
     }
 
 
-def run(request: dict[str, Any]) -> dict[str, Any]:
-    root = Path(request["target_root"]).resolve()
+def run(request: EntrypointRequest) -> dict[str, Any]:
+    """Call the entrypoint; the result as a `HarnessResult` dict."""
+    root = Path(request.target_root).resolve()
     os.chdir(root)
     sys.path.insert(0, str(root))
     warning_log = WarningLog(root)
     warnings.simplefilter("default")
     warnings.showwarning = warning_log
 
-    ctx = HarnessContext(root=root, request=request, options=request.get("instrument_options", {}))
-    instruments = {spec: resolve(spec)() for spec in request.get("instruments", [])}
-    seed_everything(int(request.get("seed", 0)), bool(request.get("deterministic", False)))
+    ctx = HarnessContext(root=root, options=dict(request.instrument_options))
+    instruments = {spec: resolve(spec)() for spec in request.instruments}
+    seed_everything(request.seed, request.deterministic)
     for instrument in instruments.values():
         instrument.install(ctx)
 
     result: dict[str, Any] = {"ok": False, "exception": None, "returned": None, "phase": "import"}
     started = time.perf_counter()
     try:
-        func = resolve(request["call"])
+        func = resolve(request.call)
         result["phase"] = "setup"
         kwargs: dict[str, Any] = {}
-        if request.get("setup"):
-            made = resolve(request["setup"])()
+        if request.setup:
+            made = resolve(request.setup)()
             if not isinstance(made, dict):
-                raise TypeError(f"setup {request['setup']} returned {type(made).__name__}, not a dict")
+                raise TypeError(f"setup {request.setup} returned {type(made).__name__}, not a dict")
             kwargs.update(made)
-        kwargs.update(request.get("kwargs", {}))
-        if request.get("amp_flag") and request.get("amp") is not None:
-            kwargs[request["amp_flag"]] = bool(request["amp"])
+        kwargs.update(request.kwargs)
+        if request.amp_flag and request.amp is not None:
+            kwargs[request.amp_flag] = request.amp
         result["phase"] = "call"
         returned = func(**kwargs)
-        result["returned"] = json_safe(returned)
-        result["ok"] = True
+        result["ok"] = True  # it returned: whatever its value does while summarised is not a crash
+        result["returned"], result["returned_truncated"] = summarise_returned(returned)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are crashes too
-        result["exception"] = exception_record(exc, root)
+        if not result["ok"]:
+            result["exception"] = exception_record(exc, root)
+        else:
+            result["returned"], result["returned_truncated"] = f"<{type(exc).__name__} while summarising the returned value>", True
     result["duration_s"] = time.perf_counter() - started
     result["warnings"] = warning_log.records
+    result["warnings_omitted"] = warning_log.omitted
     result["instruments"] = {}
     for spec, instrument in instruments.items():
         try:
             result["instruments"][spec] = instrument.collect()
         except Exception as exc:  # noqa: BLE001 - reported, the stage fails closed on it
-            result["instruments"][spec] = {"error": "".join(traceback.format_exception(exc))[-5000:]}
+            result["instruments"][spec] = {ERROR_KEY: "".join(traceback.format_exception(exc))[-5000:]}
     return result
 
 
 def main() -> None:
     guard.install()
-    request = json.loads(Path(sys.argv[1]).read_text())
-    out = Path(request["out"])
+    request, channel = receive_request(EntrypointRequest)
     result = run(request)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, default=repr))
-    tmp.replace(out)
+    channel.send(HARNESS_RESULT, result)
+    channel.close()
     sys.stdout.flush()
     sys.stderr.flush()
     # Skip interpreter teardown: the target's threads or atexit hooks must not change the
-    # outcome once it is written (a hang in teardown would still be caught by the budget).
-    os._exit(0)
+    # outcome once it is handed back (a hang in teardown would still be caught by the budget).
+    guard.exit_after_reporting(0)
 
 
 if __name__ == "__main__":

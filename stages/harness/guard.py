@@ -4,8 +4,10 @@
 - fatal signals (SIGSEGV, SIGABRT, ...) dump the crashing stack;
 - a call that kills the process itself (`os.kill(os.getpid(), ...)`, `os.abort()`,
   `signal.raise_signal`, `os._exit`) dumps the caller's stack first, because SIGKILL leaves
-  no other trace of where it came from.
-All dumps go to the file named by TRAINGATE_STACKS_FILE, in faulthandler's format.
+  no other trace of where it came from. `os._exit(0)` counts too until the harness has
+  handed back its result: the target ending the process "successfully" is still a crash.
+All dumps go to the file named by STACKS_ENV, in faulthandler's format, with the header
+lines of `traingate.stages.contract.stacks`.
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ import faulthandler
 import os
 import signal
 import threading
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
+
+from traingate.stages.contract.stacks import STACKS_ENV, main_header, self_signal_header
 
 _stream: TextIO | None = None
+_real_exit = os._exit
+_harness_done = False
 
 
 def install() -> None:
     global _stream
-    path = os.environ.get("TRAINGATE_STACKS_FILE")
+    path = os.environ.get(STACKS_ENV)
     if not path or _stream is not None:
         return
     _stream = open(path, "a", buffering=1, encoding="utf-8")
-    _stream.write(f"# traingate main pid {os.getpid()} thread {threading.main_thread().ident:#x}\n")
+    _stream.write(main_header(os.getpid(), threading.main_thread().ident or 0))
     faulthandler.register(signal.SIGUSR1, file=_stream, all_threads=True, chain=False)
     faulthandler.enable(file=_stream, all_threads=True)
     _wrap_self_kill()
@@ -34,7 +40,7 @@ def install() -> None:
 def _note_self_signal(what: str) -> None:
     if _stream is None:
         return
-    _stream.write(f"# traingate self-signal {what} pid {os.getpid()}\n")
+    _stream.write(self_signal_header(what, os.getpid()))
     _stream.flush()
     faulthandler.dump_traceback(file=_stream, all_threads=False)
     _stream.flush()
@@ -57,9 +63,18 @@ def _wrap_self_kill() -> None:
         real_raise(sig)
 
     def _exit(code: int, /) -> Any:
-        if code != 0 and os.getpid() == _main_pid:
+        if os.getpid() == _main_pid and (code != 0 or not _harness_done):
             _note_self_signal(f"os._exit({code})")
         return real_exit(code)
 
     _main_pid = os.getpid()
     os.kill, os.abort, signal.raise_signal, os._exit = kill, abort, raise_signal, _exit  # type: ignore[assignment]
+
+
+def exit_after_reporting(code: int) -> NoReturn:
+    """The harness's own last call, once its result is handed back: skip interpreter
+    teardown (the target's threads or atexit hooks must not change what was reported) and
+    leave no self-exit note, so a note means the target ended the process itself."""
+    global _harness_done
+    _harness_done = True
+    _real_exit(code)

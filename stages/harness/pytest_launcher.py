@@ -1,20 +1,25 @@
-"""Run the target's test suite in this (child) process: `python -P -m traingate.stages.harness.pytest_launcher REQUEST_JSON`.
+"""Run the target's test suite in this (child) process:
+`python -P -m traingate.stages.harness.pytest_launcher < PytestRequest (JSON on stdin)`.
 
-The request names the target root, the pytest arguments, the events file the injected
-plugin writes, and optionally a coverage data file with the files to measure. The stack
-guard is installed first so an overrun or a self-inflicted death leaves stacks.
+The request (`traingate.stages.contract.messages.PytestRequest`) names the target root, the
+pytest arguments, the channel the injected plugin hands its events back on, and optionally
+a coverage data file with the files to measure. It comes on stdin, and the channel is moved
+out of sight before pytest imports any of the target's code: no test finds a file to append
+forged events to. The stack guard is installed first so an overrun or a self-inflicted death
+leaves stacks.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any
 
 import pytest
 
+from traingate.stages.contract.channel import receive_request
+from traingate.stages.contract.messages import CoverageSpec, PytestRequest
 from traingate.stages.harness import guard
 
 
@@ -26,10 +31,10 @@ class CoverageWindow:
     would only add cost.
     """
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: CoverageSpec) -> None:
         import coverage
 
-        self._cov = coverage.Coverage(data_file=spec["data_file"], include=spec["include"], config_file=False, branch=False)
+        self._cov = coverage.Coverage(data_file=spec.data_file, include=list(spec.include), config_file=False, branch=False)
         self._started = False
 
     @pytest.hookimpl(wrapper=True)
@@ -50,27 +55,27 @@ class CoverageWindow:
 
 def main() -> None:
     guard.install()
-    request = json.loads(Path(sys.argv[1]).read_text())
-    root = Path(request["root"]).resolve()
+    request, channel = receive_request(PytestRequest)
+    root = Path(request.root).resolve()
 
     from traingate.stages.harness.pytest_plugin import EventRecorder, install_warning_sites
 
-    recorder = EventRecorder(request["events"], root)
+    recorder = EventRecorder(channel, root)
     install_warning_sites()
     plugins: list[Any] = [recorder]
-    if request.get("coverage"):
-        plugins.append(CoverageWindow(request["coverage"]))
+    if request.coverage is not None:
+        plugins.append(CoverageWindow(request.coverage))
     # What `python -m pytest` in the target's root gives its tests: the root first on sys.path
     # (this process started without it, so that nothing there could shadow traingate).
     sys.path.insert(0, str(root))
     try:
-        code = int(pytest.main(request["args"], plugins=plugins))
+        code = int(pytest.main(list(request.args), plugins=plugins))
     finally:
         recorder.close()
     sys.stdout.flush()
     sys.stderr.flush()
-    # Threads or atexit hooks the tests left behind must not change an outcome already written.
-    os._exit(code)
+    # Threads or atexit hooks the tests left behind must not change an outcome already handed back.
+    guard.exit_after_reporting(code)
 
 
 if __name__ == "__main__":

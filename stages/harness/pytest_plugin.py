@@ -1,7 +1,7 @@
-"""The pytest plugin injected into the target's test run: one JSON line per event.
+"""The pytest plugin injected into the target's test run: one record per event, on the channel.
 
-It runs inside the pytest child (never in the stage agent). Every event is written and
-flushed as it happens, so a run that dies half-way (a test that calls `os._exit`, a
+It runs inside the pytest child (never in the stage agent). Every event is handed back
+over the channel (`traingate.stages.contract.channel`) as it happens, so a run that dies half-way (a test that calls `os._exit`, a
 conftest that kills the process, a hang killed at the budget) still leaves what it did and
 which test was running; a run that leaves no `finish` line did not complete.
 
@@ -12,17 +12,19 @@ the target's own code, read from the real exception (pytest's report text is tri
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Generator, TextIO
+from collections.abc import Generator
+from typing import Any
 
 import pytest
 
+from traingate.stages.contract.channel import ChannelWriter
 from traingate.stages.contract.frames import innermost_target, is_target_file, relative
+from traingate.stages.contract.messages import PYTEST_EVENT
 
 MAX_TEXT = 6000
 MAX_WARNINGS = 500
@@ -81,11 +83,11 @@ def describe_exception(exc: BaseException, root: Path) -> dict[str, Any]:
 
 
 class EventRecorder:
-    """Writes the run's events as JSON lines to `path`."""
+    """Hands the run's events back over `channel`, one record each."""
 
-    def __init__(self, path: str | Path, root: str | Path) -> None:
+    def __init__(self, channel: ChannelWriter, root: str | Path) -> None:
         self.root = Path(root).resolve()
-        self._out: TextIO = open(path, "a", encoding="utf-8", buffering=1)
+        self._out = channel
         self._failures: dict[tuple[str, str], dict[str, Any]] = {}
         self._collect_failures: dict[str, dict[str, Any]] = {}
         self._deselected = 0
@@ -93,9 +95,8 @@ class EventRecorder:
 
     def emit(self, event: str, **fields: Any) -> None:
         try:
-            self._out.write(json.dumps({"event": event, **fields}, default=repr) + "\n")
-            self._out.flush()
-        except (OSError, ValueError):
+            self._out.send(PYTEST_EVENT, {"event": event, **fields})
+        except Exception:  # noqa: BLE001 - a lost event shows as a missing outcome; the gate fails closed on it
             pass
 
     def close(self) -> None:
@@ -148,7 +149,8 @@ class EventRecorder:
         self._deselected += len(items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.emit("collected", count=len(session.items), deselected=self._deselected)
+        # The node ids let the gate check that every collected test got a terminal report.
+        self.emit("collected", count=len(session.items), deselected=self._deselected, nodeids=[item.nodeid for item in session.items])
 
     # -- running ---------------------------------------------------------------------------
 
@@ -210,7 +212,14 @@ class EventRecorder:
         self.emit("internal_error", **describe_exception(excinfo.value, self.root))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.emit("finish", exitstatus=int(exitstatus), testscollected=session.testscollected, testsfailed=session.testsfailed)
+        self.emit(
+            "finish",
+            exitstatus=int(exitstatus),
+            testscollected=session.testscollected,
+            testsfailed=session.testsfailed,
+            # Why pytest stopped before running every collected test (`-x`, `--maxfail`), if it did.
+            stopped=str(session.shouldfail or session.shouldstop or "") or None,
+        )
 
     def _rel(self, path: str) -> str:
         if is_target_file(path, self.root):

@@ -65,6 +65,7 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[s
     else:
         speed_note = f"measured {speedup:.2f}x on cpu, {NOT_ON_CPU}"
     out.append(Metric(
+        id="amp.speedup",
         name="AMP speedup (fp32 median step / AMP median step)",
         value=round(speedup, 3) if speedup is not None else None,
         unit="x",
@@ -74,6 +75,7 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[s
     ))
     reduction = comparison["memory_reduction"]
     out.append(Metric(
+        id="amp.memory_reduction",
         name="AMP peak memory reduction",
         value=round(reduction, 4) if reduction is not None else None,
         unit="fraction",
@@ -83,6 +85,7 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[s
     ))
     drift = comparison["loss_drift"]
     out.append(Metric(
+        id="amp.loss_drift",
         name="AMP final loss drift (relative)",
         value=round(drift, 6) if drift is not None else None,
         unit="fraction",
@@ -94,6 +97,7 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[s
         reduced = amp_counts["reduced_in_steps"]
         total = sum(amp_counts["matmul_dtypes_in_steps"].values())
         out.append(Metric(
+            id="amp.reduced_matmuls",
             name="AMP reduced-precision matrix products in training steps",
             value=reduced,
             unit="ops",
@@ -138,8 +142,6 @@ def inactive_finding(ctx: StageContext, amp_counts: dict[str, Any], forward_site
         title="Mixed precision is switched on but no computation ran in reduced precision",
         location=location,
         problem=f"With `{flag}=True`, all {total} matrix products of the training steps ran in {', '.join(sorted(dtypes))}; {cause}.",
-        impact="The run pays for mixed precision (scaler, casts) and gets none of its speed or memory savings; reported AMP results describe full precision.",
-        fix="Run the forward pass and the loss inside `with torch.autocast(device_type, dtype=...)`, entered with the AMP flag as `enabled`.",
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=f"0 of {total} matrix products in float16/bfloat16 on {device}",
@@ -164,8 +166,6 @@ def accuracy_finding(ctx: StageContext, comparison: dict[str, Any], policy: Poli
             f"Same seed and data, the final loss (mean of the last {sides['amp']['final_loss_steps']} steps) is {lamp:.6g} with AMP "
             f"and {l32:.6g} without: a relative drift of {drift:.2%}, above the policy's {policy.amp_accuracy_tolerance:.2%}."
         ),
-        impact="Results trained with mixed precision differ from full precision beyond what the task accepts.",
-        fix="Keep precision-sensitive computations (losses over large values, reductions, softmax/normalisation) in float32 under autocast, or rescale the values they work on.",
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=f"final loss {lamp:.6g} (amp) vs {l32:.6g} (fp32) on {comparison['device']}",
@@ -201,8 +201,6 @@ def target_findings(ctx: StageContext, comparison: dict[str, Any], policy: Polic
                 f"Median step {sides['fp32']['step']['median_ms']:.2f} ms in fp32 against {sides['amp']['step']['median_ms']:.2f} ms with AMP "
                 f"over {sides['amp']['step']['steps']} steps after warm-up (CUDA event timing)."
             ),
-            impact="The mixed-precision change does not deliver the speedup the task requires.",
-            fix="Check where the step's time goes (the breakdown below): syncs, data waits and small kernels do not get faster in reduced precision.",
             evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{speedup:.3f}x on cuda", data={"speedup": speedup, "fp32": sides["fp32"]["step"], "amp": sides["amp"]["step"], "threshold": policy.amp_speedup_min}),
             key="amp-speedup",
         ))
@@ -214,8 +212,6 @@ def target_findings(ctx: StageContext, comparison: dict[str, Any], policy: Polic
             title=f"Mixed precision saves {reduction:.0%} of peak memory, under the {policy.amp_memory_reduction_min:.0%} target",
             location=location,
             problem=f"Peak allocated memory {sides['fp32']['peak_memory_bytes']:,} bytes in fp32 against {sides['amp']['peak_memory_bytes']:,} bytes with AMP.",
-            impact="The mixed-precision change does not deliver the memory saving the task requires.",
-            fix="Check what dominates peak memory (parameters and optimizer state stay in fp32 under autocast; activations shrink).",
             evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{reduction:.3f} reduction on cuda", data={"reduction": reduction, "peak_fp32": sides["fp32"]["peak_memory_bytes"], "peak_amp": sides["amp"]["peak_memory_bytes"], "threshold": policy.amp_memory_reduction_min}),
             key="amp-memory",
         ))

@@ -20,6 +20,8 @@ Pure Python on purpose: the stage process has no reason to import numpy or torch
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import math
 from dataclasses import asdict, dataclass
 from statistics import median
@@ -99,7 +101,7 @@ def segments(values: list[float], count: int = SEGMENTS) -> list[tuple[float, fl
     so that one transient spike does not stand for the whole segment."""
     n = len(values)
     bounds = [round(k * n / count) for k in range(count + 1)]
-    return [(_rank(values[a:b], 0.1), _rank(values[a:b], 0.9)) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [(_rank(values[a:b], 0.1), _rank(values[a:b], 0.9)) for a, b in pairwise(bounds) if b > a]
 
 
 def _rank(values: list[float], q: float) -> float:
@@ -119,7 +121,7 @@ def decide(series: list[float], min_steps: int) -> LeakVerdict:
     parts = segments(values)
     seg_len = n / len(parts)
     rise_floor = max(MIN_SLOPE_BYTES, 0.25 * slope * seg_len)
-    rising = all(b[0] - a[0] >= rise_floor and b[1] - a[1] >= rise_floor for a, b in zip(parts, parts[1:]))
+    rising = all(b[0] - a[0] >= rise_floor and b[1] - a[1] >= rise_floor for a, b in pairwise(parts))
     if slope < MIN_SLOPE_BYTES:
         reason = f"no growth: {slope:.0f} bytes/step, under the {MIN_SLOPE_BYTES:.0f} bytes/step floor"
         return _verdict(False, reason, values, slope, noise, parts)
@@ -137,7 +139,7 @@ def _verdict(leak: bool, reason: str, values: list[float], slope: float | None =
     if slope is None:
         slope = theil_sen(values)[0] if n >= 2 else 0.0
     ls_slope, r2 = least_squares(values)
-    diffs = [b - a for a, b in zip(values, values[1:])]
+    diffs = [b - a for a, b in pairwise(values)]
     return LeakVerdict(
         leak=leak,
         reason=reason,

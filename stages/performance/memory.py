@@ -23,6 +23,8 @@ medium otherwise.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from collections import Counter
 from typing import Any
 
@@ -98,7 +100,7 @@ def growing_graphs(memory: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for description, item in series.items():
         nodes = [n for _, n in item["points"]]
-        growing = step_nodes > 0 and len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:])) and nodes[-1] >= GRAPH_STEPS * step_nodes
+        growing = step_nodes > 0 and len(nodes) >= 2 and all(b > a for a, b in pairwise(nodes)) and nodes[-1] >= GRAPH_STEPS * step_nodes
         out.append({"description": description, "holder": item["holder"], "points": item["points"], "step_nodes": step_nodes, "growing": growing})
     return out
 
@@ -119,6 +121,13 @@ def attribute(memory: dict[str, Any]) -> dict[str, Any]:
             growth = next(g for g in lines if (g["site"]["path"], g["site"]["line"]) == (path, line))
     sites = latest["sites"] if latest else memory.get("retained_at_end", [])
     return {"sites": sites[:6], "holder": holder, "growth": growth, "checked_at_step": latest["step"] if latest else None}
+
+
+def _holder_key(holder: dict[str, Any] | None) -> str:
+    """What holds the memory, as data (kind, owner, name), for the fingerprint."""
+    if not holder:
+        return ""
+    return ":".join(str(holder.get(part) or "") for part in ("kind", "owner", "name"))
 
 
 def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, Any], device: str) -> Finding:
@@ -145,7 +154,7 @@ def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, A
             summary=f"{first:,} -> {last:,} autograd nodes between steps {first_step} and {last_step} on {device}",
             data={"held_by": holder, "nodes_at_step": graph["points"], "nodes_per_step": round(per_step, 1), "one_step_graph_nodes": graph["step_nodes"], "device": device},
         ),
-        key=f"memory-leak graph {holder['description']} {code}",
+        key=f"graph\x1f{_holder_key(holder)}\x1f{code}",
     )
 
 
@@ -206,11 +215,6 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
         ),
         location=location,
         problem=" ".join(sentences),
-        impact="A long run keeps every step's tensors until it runs out of memory; what fits for a few hundred steps fails hours in.",
-        fix=(
-            "Keep Python numbers or detached values instead of tensors: `losses.append(loss.item())` once per logging interval, "
-            "or `loss.detach()` accumulated on the device; bound caches (collections.deque(maxlen=...)) and clear per-epoch lists."
-        ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=(
@@ -227,7 +231,7 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
                 "kept_with_graphs": kept,
             },
         ),
-        key=f"memory-leak {held_by or ''} {key_code}",
+        key=f"{_holder_key(holder)}\x1f{key_code}",
     )
 
 

@@ -1,6 +1,6 @@
 """`perf-regression`: step time or peak memory worse than the baseline beyond measurement noise.
 
-Compared only metrics of the same name from the baseline report's performance stage, and
+Compared only metrics of the same id from the baseline report's performance stage, and
 only when the baseline was measured on the same kind of device (a CPU step time says nothing
 about a GPU's). A step time regresses when it is slower by more than max(10 %, 3 x the
 relative spread (IQR / median) of either run); a peak memory when it is larger by more than
@@ -15,6 +15,8 @@ from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding,
 from traingate.stages.base import StageContext
 
 CATEGORY = Category.PERF_REGRESSION
+# Metric ids of peak-memory measurements start with this.
+PEAK_MEMORY_PREFIX = "memory.peak."
 MIN_RELATIVE = 0.10
 SPREAD_FACTOR = 3.0
 HIGH_RATIO = 1.5
@@ -23,13 +25,13 @@ HIGH_RATIO = 1.5
 def _baseline_metrics(baseline: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for stage in baseline.get("stages", []):
         if stage.get("name") == "performance":
-            return {m["name"]: m for m in stage.get("metrics", []) if isinstance(m, dict) and "name" in m}
+            return {m["id"]: m for m in stage.get("metrics", []) if isinstance(m, dict) and "id" in m}
     return {}
 
 
 def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], device: str) -> tuple[dict[str, Any], list[Finding]]:
-    """`spreads` maps a step-time metric to the name of its IQR metric; peak-memory metrics
-    are those with unit "bytes" and "peak" in their name."""
+    """`spreads` maps the id of a step-time metric to the id of its IQR metric; peak-memory
+    metrics are those whose id starts with PEAK_MEMORY_PREFIX."""
     baseline = ctx.baseline
     if not baseline:
         return {"compared": [], "note": "no baseline given"}, []
@@ -37,30 +39,30 @@ def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], d
     if base_env.get("device") and base_env.get("device") != device:
         return {"compared": [], "note": f"baseline measured on {base_env.get('device')}, this run on {device}: not comparable"}, []
     old = _baseline_metrics(baseline)
-    current = {m.name: m for m in metrics}
+    current = {m.id: m for m in metrics}
     compared, findings = [], []
-    for name, metric in current.items():
-        before = old.get(name)
+    for metric_id, metric in current.items():
+        before = old.get(metric_id)
         if before is None or not isinstance(before.get("value"), (int, float)) or not isinstance(metric.value, (int, float)) or before["value"] <= 0:
             continue
         ratio = float(metric.value) / float(before["value"])
-        if name in spreads:
-            spread_now = _relative(current.get(spreads[name]), metric)
-            spread_then = _relative(old.get(spreads[name]), before)
+        if metric_id in spreads:
+            spread_now = _relative(current.get(spreads[metric_id]), metric)
+            spread_then = _relative(old.get(spreads[metric_id]), before)
             allowed = max(MIN_RELATIVE, SPREAD_FACTOR * max(spread_now, spread_then))
             kind = "step time"
-        elif metric.unit == "bytes" and "peak" in name.lower():
+        elif metric_id.startswith(PEAK_MEMORY_PREFIX):
             spread_now = spread_then = 0.0
             allowed = MIN_RELATIVE
             kind = "peak memory"
         else:
             continue
         regressed = ratio - 1 > allowed
-        row = {"metric": name, "unit": metric.unit, "baseline": before["value"], "current": metric.value, "ratio": round(ratio, 4), "allowed": round(allowed, 4), "regressed": regressed}
+        row = {"metric": metric.name, "metric_id": metric_id, "unit": metric.unit, "baseline": before["value"], "current": metric.value, "ratio": round(ratio, 4), "allowed": round(allowed, 4), "regressed": regressed}
         compared.append(row)
         if regressed:
             findings.append(_finding(ctx, kind, row, spread_now, spread_then, device, baseline.get("version")))
-    return {"compared": compared, "note": None if compared else "the baseline has no performance metrics of the same names"}, findings
+    return {"compared": compared, "note": None if compared else "the baseline has no performance metrics of the same ids"}, findings
 
 
 def _relative(spread: Any, centre: Any) -> float:
@@ -82,12 +84,10 @@ def _finding(ctx: StageContext, kind: str, row: dict[str, Any], spread_now: floa
             f"{row['metric']} is {row['current']:,} {row['unit']} against {row['baseline']:,} {row['unit']} in the baseline"
             f"{f' (version {version})' if version else ''}: {worse:.1%} worse, beyond the {row['allowed']:.0%} allowed for measurement noise."
         ),
-        impact="This change makes training slower or hungrier than the version it replaces.",
-        fix="Compare the time breakdown and memory chart of both reports to find the phase or line that changed.",
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=f"{row['current']:,} vs {row['baseline']:,} {row['unit']} ({row['ratio']:.2f}x) on {device}",
             data={**row, "relative_spread_now": round(spread_now, 4), "relative_spread_baseline": round(spread_then, 4), "device": device},
         ),
-        key=f"perf-regression {row['metric']}",
+        key=row["metric_id"],
     )

@@ -16,13 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, Severity, StageOutcome
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, StageOutcome
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, location_of, run_entrypoint
+from traingate.stages.contract import instruments
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.performance.leak import MIN_SLOPE_BYTES
 
-FULL = "traingate.stages.performance.probe.instrument:full"
-LIGHT = "traingate.stages.performance.probe.instrument:light"
+FULL = instruments.PERFORMANCE_FULL
+LIGHT = instruments.PERFORMANCE_LIGHT
 
 
 class PerformanceStage:
@@ -42,6 +43,9 @@ class PerformanceStage:
     )
 
     def run(self, ctx: StageContext) -> StageOutcome:
+        return with_leftover_findings(ctx, self._profile(ctx))
+
+    def _profile(self, ctx: StageContext) -> StageOutcome:
         entrypoint = ctx.config.entrypoint
         if entrypoint is None:
             return StageOutcome(
@@ -50,7 +54,7 @@ class PerformanceStage:
             )
         flag = entrypoint.amp_flag
         settings = ctx.config.performance
-        warmup, min_steps = settings.warmup_steps, settings.min_steps
+        warmup = settings.warmup_steps
         timing_plan = [("fp32", False), ("amp", True)] if flag else [("default", None)]
         timing_plan = [(label, amp) for label, amp in timing_plan for _ in range(settings.timing_runs)]
 
@@ -58,7 +62,7 @@ class PerformanceStage:
             ctx, label="profile", amp=True if flag else None, instruments=[FULL],
             options={"warmup_steps": warmup}, budget_s=ctx.child_budget() * (0.6 if len(timing_plan) > 1 else 0.7),
         )
-        broken = _broken(ctx, profile_run, FULL, "The instrumented training run")
+        broken = _broken(ctx, profile_run, FULL, "The instrumented training run", run_id="profile")
         if broken is not None:
             return broken
         profile = profile_run.instrument(FULL)
@@ -71,7 +75,7 @@ class PerformanceStage:
         for index, (label, amp) in enumerate(timing_plan):
             left = len(timing_plan) - index
             run = run_entrypoint(ctx, label=f"timing-{label}", amp=amp, instruments=[LIGHT], budget_s=ctx.child_budget() / left)
-            broken = _broken(ctx, run, LIGHT, f"The {label} timing run")
+            broken = _broken(ctx, run, LIGHT, f"The {label} timing run", run_id=f"timing-{label}")
             if broken is not None:
                 return broken
             clock = run.instrument(LIGHT)["clock"]
@@ -89,7 +93,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     device = "cuda" if str(clock["training_device"]).startswith("cuda") else "cpu"
     findings: list[Finding] = []
     metrics: list[Metric] = [
-        Metric(name="training steps observed", value=steps, unit="steps", note=f"optimizer steps in the instrumented run; the first {warmup} are warm-up"),
+        Metric(id="steps.profiled", name="training steps observed", value=steps, unit="steps", note=f"optimizer steps in the instrumented run; the first {warmup} are warm-up"),
     ]
     not_measured: list[str] = []
 
@@ -97,6 +101,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     findings += leaks
     verdict = memory["verdict"]
     metrics.append(Metric(
+        id="memory.held_growth",
         name="memory held between steps, growth",
         value=round(verdict["slope_bytes_per_step"], 1),
         unit="bytes/step",
@@ -107,12 +112,12 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     if verdict["steps"] < min_steps:
         not_measured.append(f"Memory leak: {verdict['reason']}.")
     if device == "cpu":
-        metrics.append(Metric(name="peak live tensor memory (instrumented run)", value=profile["memory"]["peak_tracked_bytes"], unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
+        metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile["memory"]["peak_tracked_bytes"], unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
 
     sync_summary, sync_findings = perf_sync.analyse(ctx, profile["syncs"], steps, device, _code_reader(ctx.root))
     findings += sync_findings
-    metrics.append(Metric(name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
-    metrics.append(Metric(name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
+    metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
+    metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
 
     spreads: dict[str, str] = {}
     timing_details: dict[str, Any] = {}
@@ -121,13 +126,13 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         if stats is None:
             not_measured.append(f"Step time ({label}): fewer than {min_steps} steps after warm-up.")
             continue
-        median_name, iqr_name = f"step time, median ({label})", f"step time, IQR ({label})"
-        spreads[median_name] = iqr_name
-        metrics.append(Metric(name=median_name, value=round(stats.median_s * 1e3, 4), unit="ms", note=f"{stats.steps} steps after warm-up, {stats.clock} clock, on {device}"))
-        metrics.append(Metric(name=iqr_name, value=round(stats.iqr_s * 1e3, 4), unit="ms", note="interquartile range of the step times"))
+        median_id, iqr_id = f"step_time.median.{label}", f"step_time.iqr.{label}"
+        spreads[median_id] = iqr_id
+        metrics.append(Metric(id=median_id, name=f"step time, median ({label})", value=round(stats.median_s * 1e3, 4), unit="ms", note=f"{stats.steps} steps after warm-up, {stats.clock} clock, on {device}"))
+        metrics.append(Metric(id=iqr_id, name=f"step time, IQR ({label})", value=round(stats.iqr_s * 1e3, 4), unit="ms", note="interquartile range of the step times"))
         timing_details[label] = stats.record()
         if run_clock.get("peak_memory_bytes") is not None:
-            metrics.append(Metric(name=f"peak device memory ({label})", value=run_clock["peak_memory_bytes"], unit="bytes", note="torch.cuda.max_memory_allocated"))
+            metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}device.{label}", name=f"peak device memory ({label})", value=run_clock["peak_memory_bytes"], unit="bytes", note="torch.cuda.max_memory_allocated"))
 
     amp_details = None
     amp_counts = profile.get("amp") if flag else None
@@ -156,7 +161,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         stall, stall_finding = perf_timing.input_stall(ctx, primary_clock, warmup, min_steps, primary, data_sites)
         findings += [stall_finding] if stall_finding else []
         if stall["median_share"] is not None and stall["loader"]:
-            metrics.append(Metric(name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=stall["median_share"] <= perf_timing.STALL_SHARE, note="time in DataLoader iteration / step time, host clock"))
+            metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=stall["median_share"] <= perf_timing.STALL_SHARE, note="time in DataLoader iteration / step time, host clock"))
         if not stall["loader"]:
             not_measured.append("Input stall: the loop iterates no DataLoader, so data waits were not timed (the time before each forward is in the breakdown's rest).")
         breakdown = perf_timing.breakdown(primary_clock, warmup)
@@ -225,10 +230,11 @@ def _code_reader(root: Path) -> Any:
     return code_of
 
 
-def _broken(ctx: StageContext, run: EntrypointRun, spec: str, what: str) -> StageOutcome | None:
-    """A run that overran, raised, died or lost its instrument: nothing it measured counts."""
+def _broken(ctx: StageContext, run: EntrypointRun, spec: str, what: str, run_id: str) -> StageOutcome | None:
+    """A run that overran, raised, died or lost its instrument: nothing it measured counts.
+    `run_id` names the run in the finding's fingerprint."""
     if run.child.timed_out:
-        return StageOutcome(summary=f"{what} overran its budget", findings=[hang_finding(ctx, run.child, what)])
+        return StageOutcome(summary=f"{what} overran its budget", findings=[hang_finding(ctx, run.child, what, run=run_id)])
     data = run.instrument(spec) if run.result else {}
     if run.ok and data and "error" not in data:
         return None
@@ -240,16 +246,16 @@ def _broken(ctx: StageContext, run: EntrypointRun, spec: str, what: str) -> Stag
         exc = run.exception or {}
         traceback = exc.get("traceback") or (run.child.stderr[-8000:] or None)
         location = location_of(exc.get("target_frame"))
-    finding = ctx.finding(
-        category=Category.STAGE_ERROR,
-        severity=Severity.CRITICAL,
+    finding = ctx.stage_error(
+        f"{what} failed",
+        reason="profiling-failed",
+        key=run_id,
         title=f"Profiling failed: {problem[:160]}",
         location=location,
         problem=f"{problem}. Nothing about this version's performance was measured.",
         impact="The gate cannot vouch for the training loop's performance, so it blocks (fail closed).",
         fix="Make the entrypoint run to completion with the configured kwargs (see the traceback); if it runs outside traingate, report this as a traingate defect.",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=problem[:300], traceback=traceback, data={"returncode": run.child.returncode, "phase": (run.result or {}).get("phase")}),
-        key=f"profiling failed {what}",
     )
     return StageOutcome(summary=f"{what} failed", findings=[finding])
 
@@ -258,11 +264,10 @@ def _no_steps(ctx: StageContext, run: EntrypointRun, clock: dict[str, Any]) -> S
     """Zero optimizer steps: there was no training step to profile; that never passes."""
     called = float((run.result or {}).get("duration_s") or 0.0)
     seen = f"{clock.get('training_forwards', 0)} forward passes with gradients and {clock.get('backward_calls', 0)} backward calls"
-    finding = ctx.finding(
-        category=Category.STAGE_ERROR,
-        severity=Severity.CRITICAL,
+    finding = ctx.stage_error(
+        "no optimizer step",
+        reason="no-optimizer-step",
         title="The entrypoint ran without a single optimizer step: nothing was profiled",
-        location=None,
         problem=(
             f"The entrypoint returned after {called:.2f}s without calling `step()` on any torch.optim optimizer ({seen} were seen), "
             "so there was no training step to measure memory, syncs, mixed precision or data loading on. "
@@ -275,6 +280,5 @@ def _no_steps(ctx: StageContext, run: EntrypointRun, clock: dict[str, Any]) -> S
             summary=f"0 optimizer steps observed; {seen}",
             data={"call_s": round(called, 3), "backward_calls": clock.get("backward_calls", 0), "training_forwards": clock.get("training_forwards", 0), "returned": (run.result or {}).get("returned")},
         ),
-        key="no optimizer step",
     )
     return StageOutcome(summary="no training step to profile", findings=[finding])

@@ -126,13 +126,8 @@ def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: 
     severity = severity_for(rate, s.explicit)
     on_cpu = device == "cpu"
     counted = " (counted on the CPU as what would synchronise on CUDA)" if on_cpu else ""
-    if s.explicit:
-        fix = "Remove the explicit synchronize from the step; to time GPU work, record torch.cuda.Event pairs and read them once at the end."
-    else:
-        fix = (
-            "Keep values on the device inside the step (accumulate `loss.detach()` into a tensor, stack per-step values) "
-            "and read them back once per epoch or every N steps; replace data-dependent Python branches on tensors with tensor ops."
-        )
+    # An implicit sync gets the category's generic fix: keep values on the device.
+    fix = "Remove the explicit synchronize from the step; to time GPU work, record torch.cuda.Event pairs and read them once at the end." if s.explicit else None
     return ctx.finding(
         category=CATEGORY,
         severity=severity,
@@ -141,10 +136,6 @@ def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: 
         problem=(
             f"`{s.code}` synchronises host and device ({kinds}) {rate:.2f} times per step: "
             f"{s.in_steps(steps)} times in {steps} steps, in {covered} of the {whole} whole steps{counted}."
-        ),
-        impact=(
-            "Each sync stalls the host until the device has drained its queue, so the host cannot queue the next kernels "
-            "ahead of time; the GPU idles between steps by the launch latency of the next step's work."
         ),
         fix=fix,
         evidence=Evidence(

@@ -70,8 +70,8 @@ def breakdown(clock: dict[str, Any], warmup: int) -> dict[str, Any] | None:
 def training_loader(clock: dict[str, Any]) -> dict[str, Any] | None:
     """The loader that fed the training steps (its batch was the last fetched before most
     optimizer steps); an evaluation loader iterated between epochs is not it."""
-    loaders = [l for l in clock.get("loaders", []) if l.get("fed_steps")]
-    return max(loaders, key=lambda l: l["fed_steps"]) if loaders else None
+    loaders = [loader for loader in clock.get("loaders", []) if loader.get("fed_steps")]
+    return max(loaders, key=lambda loader: loader["fed_steps"]) if loaders else None
 
 
 def wait_shares(clock: dict[str, Any], warmup: int, loader: dict[str, Any]) -> list[float]:
@@ -122,11 +122,6 @@ def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps
             f"Over {len(shares)} steps after warm-up ({label} run), the median step spent {data_ms:.1f} ms of {step_ms:.1f} ms "
             f"waiting for its batch ({share:.0%}); the loader uses num_workers={settings.get('num_workers')}, "
             f"batch_size={settings.get('batch_size')}. The time goes to {where}."
-        ),
-        impact="The device idles while the host prepares batches: training runs at the data pipeline's speed, not the model's.",
-        fix=(
-            "Make the per-sample work cheaper (precompute, cache decoded samples, avoid I/O or sleeps in __getitem__), "
-            "or overlap it with compute: num_workers > 0, persistent_workers=True, prefetch_factor, pin_memory on CUDA."
         ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,

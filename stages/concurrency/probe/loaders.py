@@ -178,7 +178,7 @@ class LoaderWatch:
         }
 
     def _construction_failed(self, site: int | None, args: tuple[Any, ...], kwargs: dict[str, Any], exc: Exception) -> None:
-        given = dict(zip(_POSITIONAL, args))
+        given = dict(zip(_POSITIONAL, args, strict=False))
         given.update(kwargs)
         settings = {k: given[k] if isinstance(given[k], (int, float, bool, str, type(None))) else repr(given[k])[:80] for k in _SETTINGS if k in given}
         self.construction_errors.append(

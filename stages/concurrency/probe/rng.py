@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from traingate.stages.concurrency.probe.sites import SiteTable
 from traingate.stages.contract.frames import relative

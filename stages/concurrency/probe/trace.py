@@ -16,7 +16,8 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from traingate.stages.concurrency.probe.sites import SiteTable
 

@@ -20,7 +20,8 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.nn.modules.module as module_hooks
@@ -84,8 +85,8 @@ class StepClock:
     _fwd_counted: bool = False
     _in_backward: int = 0
     _scaled: tuple[Any, Any] | None = None
-    _iterators: "weakref.WeakKeyDictionary[Any, int]" = field(default_factory=weakref.WeakKeyDictionary)
-    _loader_keys: "weakref.WeakKeyDictionary[Any, int]" = field(default_factory=weakref.WeakKeyDictionary)
+    _iterators: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)
+    _loader_keys: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)
     _last_loader: int | None = None
 
     # -- state read by the other instruments -------------------------------------------
@@ -330,7 +331,7 @@ class StepClock:
         start = 0
         for end in self.boundaries:
             per = {p: 0.0 for p in (*PHASES, "rest")}
-            for a, b in zip(self.transitions[start:end], self.transitions[start + 1 : end + 1]):
+            for a, b in zip(self.transitions[start:end], self.transitions[start + 1 : end + 1], strict=False):
                 if a.phase == INSTRUMENT:
                     continue
                 per[a.phase or "rest"] = per.get(a.phase or "rest", 0.0) + duration(a, b)

@@ -183,21 +183,23 @@ def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex
             if size >= factor * step_nodes:
                 candidates.append((size, make()))
 
+    # `consider` calls its factory at once, so the lambdas below never outlive the loop
+    # variables they read (ruff's B023 does not apply).
     for frame, snapshot in snapshots:
         code = frame.f_code
         path = relative(code.co_filename, frames.root)
         for name, value in list(snapshot.items()):
-            consider(value, lambda: Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(value), [], True, value))
+            consider(value, lambda: Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(value), [], True, value))  # noqa: B023
             try:
                 attrs = list(vars(value).items()) if not isinstance(value, (torch.Tensor, ModuleType, type)) else []
             except TypeError:
                 attrs = []
             for attr, held in attrs:
                 owner = type(value)
-                consider(held, lambda: Holder("attribute", str(attr), owner.__qualname__, *_class_site(owner, frames), _held_type(held), [], True, held))
+                consider(held, lambda: Holder("attribute", str(attr), owner.__qualname__, *_class_site(owner, frames), _held_type(held), [], True, held))  # noqa: B023
     for module in _target_module_dicts(frames).values():
         for name, value in list(vars(module).items()):
-            consider(value, lambda: Holder("global", name, module.__name__, relative(module.__file__ or "", frames.root), 1, _held_type(value), [], True, value))
+            consider(value, lambda: Holder("global", name, module.__name__, relative(module.__file__ or "", frames.root), 1, _held_type(value), [], True, value))  # noqa: B023
     return sorted(candidates, key=lambda c: -c[0])
 
 

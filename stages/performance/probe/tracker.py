@@ -74,7 +74,7 @@ class AutocastUse:
 
 
 class _Mode(TorchDispatchMode):
-    def __init__(self, tracker: "Tracker") -> None:
+    def __init__(self, tracker: Tracker) -> None:
         super().__init__()
         self.tracker = tracker
 

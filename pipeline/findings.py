@@ -1,0 +1,163 @@
+"""Builders of findings shared by the gate and the stages.
+
+`finding` fills the generic impact and fix from the category's rule; `stage_error` and
+`hang_finding` build the two findings the gate itself produces, the same way wherever they
+arise. Fingerprint keys are data (a reason code, a run name), never the prose shown to readers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from traingate.pipeline.isolation import ChildResult, Frame
+from traingate.pipeline.rules import rule_for
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+
+# Folders inside a target root that hold other people's code (same rule as the stages' frame filter).
+_FOREIGN_PARTS = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox"}
+# `evidence.data["run"]` of a hang in the entrypoint's smoke call: later stages skip on it.
+SMOKE_CALL_RUN = "smoke-call"
+_TRACEBACK_TAIL = 8000
+_STACKS_TAIL = 20000
+
+
+def finding(
+    *,
+    stage: str,
+    category: Category,
+    severity: Severity,
+    title: str,
+    location: Location | None,
+    problem: str,
+    evidence: Evidence,
+    block_on: Iterable[Severity],
+    impact: str | None = None,
+    fix: str | None = None,
+    key: str = "",
+    never_blocks: bool = False,
+) -> Finding:
+    """A complete finding; impact and fix default to the category rule's generic text."""
+    rule = rule_for(category)
+    return Finding.create(
+        stage=stage,
+        category=category,
+        severity=severity,
+        title=title,
+        location=location,
+        problem=problem,
+        impact=impact if impact is not None else rule.impact,
+        fix=fix if fix is not None else rule.fix,
+        evidence=evidence,
+        block_on=set(block_on),
+        key=key,
+        never_blocks=never_blocks,
+    )
+
+
+def stage_error(
+    stage: str,
+    what: str,
+    *,
+    reason: str,
+    block_on: Iterable[Severity],
+    child: ChildResult | None = None,
+    detail: str = "",
+    title: str | None = None,
+    problem: str | None = None,
+    impact: str | None = None,
+    fix: str | None = None,
+    location: Location | None = None,
+    evidence: Evidence | None = None,
+    data: dict[str, Any] | None = None,
+    key: str = "",
+) -> Finding:
+    """`stage-error`: the stage could not do its job; the gate fails closed.
+
+    `what` says in a few words what went wrong; `reason` is a stable code for it (the
+    fingerprint key, with `key` when one reason has several cases, and `evidence.data["reason"]`),
+    so rewording `what` keeps the id.
+    Without an explicit `evidence`, it is built from `child`: its exit and the tail of
+    `detail` or its stderr.
+    """
+    if evidence is None:
+        evidence = _child_evidence(child, detail, summary=what)
+    evidence = evidence.model_copy(update={"data": {**evidence.data, **(data or {}), "reason": reason}})
+    exit_desc = f" ({_exit_description(child)})" if child is not None and problem is None else ""
+    return finding(
+        stage=stage,
+        category=Category.STAGE_ERROR,
+        severity=Severity.CRITICAL,
+        title=title or f"The {stage} stage failed: {what}",
+        location=location,
+        problem=problem or f"{what}{exit_desc}; nothing it would have checked can be trusted.",
+        impact=impact,
+        fix=fix,
+        evidence=evidence,
+        block_on=block_on,
+        key=f"{reason}\x1f{key}" if key else reason,
+    )
+
+
+def hang_finding(stage: str, block_on: Iterable[Severity], root: Path, child: ChildResult, what: str, *, run: str, key: str = "") -> Finding:
+    """`hang`: a run overran its budget; the stacks of every thread are the evidence.
+
+    `run` names the run that hung (`smoke-call`, `pytest`, `stage-agent`, ...): it goes into
+    `evidence.data["run"]` for the gate to act on and, with `key`, into the fingerprint.
+    """
+    frames = child.main_thread_frames()
+    waiting = frames[0] if frames else None
+    return finding(
+        stage=stage,
+        category=Category.HANG,
+        severity=Severity.CRITICAL,
+        title=f"{what} did not finish within its budget",
+        location=target_location(frames, root),
+        problem=(
+            f"{what} was still running after {child.duration_s:.1f}s"
+            + (f"; the main thread waits in {waiting.function} ({Path(waiting.path).name}:{waiting.line})" if waiting else "")
+            + "."
+        ),
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"killed after {child.duration_s:.1f}s; {len(child.processes)} process(es) in its group",
+            traceback=child.stacks[-_STACKS_TAIL:] or None,
+            data={"run": run, "processes": child.processes, "budget_exceeded_s": round(child.duration_s, 2)},
+        ),
+        block_on=block_on,
+        key=f"{run}\x1f{key}" if key else run,
+    )
+
+
+def target_location(frames: list[Frame], root: Path) -> Location | None:
+    """Location of the innermost frame (frames innermost first) in the target's own code."""
+    for frame in frames:
+        if not frame.path or frame.path.startswith("<"):
+            continue
+        try:
+            rel = Path(os.path.abspath(frame.path)).relative_to(root)
+        except ValueError:
+            continue
+        if not _FOREIGN_PARTS & set(rel.parts):
+            return Location(path=rel.as_posix(), line=frame.line, function=frame.function)
+    return None
+
+
+def _exit_description(child: ChildResult | None) -> str:
+    if child is None:
+        return ""
+    return child.signal_name or f"exit status {child.returncode}"
+
+
+def _child_evidence(child: ChildResult | None, detail: str, summary: str) -> Evidence:
+    if child is None:
+        return Evidence(kind=EvidenceKind.OBSERVED, summary=summary, traceback=detail[-_TRACEBACK_TAIL:] or None)
+    tail = detail or (child.stderr[-_TRACEBACK_TAIL:] if child.stderr else "")
+    return Evidence(
+        kind=EvidenceKind.OBSERVED,
+        summary=_exit_description(child),
+        traceback=tail or None,
+        data={"returncode": child.returncode},
+    )

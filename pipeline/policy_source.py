@@ -1,0 +1,135 @@
+"""Where the policy comes from: the CI, the built-in defaults, and the target, in that order of trust.
+
+The code under review can add a line to its own `pyproject.toml`, so its `[policy]` is never
+allowed to make the gate more lenient. The floor is the CI policy file (`--policy FILE` or the
+`TRAINGATE_POLICY` environment variable) where it sets a value, else the built-in default; the
+target may only tighten that floor:
+
+- `block_on`: the union (the target can add severities that block, never remove one);
+- `amp_speedup_min`, `amp_memory_reduction_min`: the larger value;
+- `amp_accuracy_tolerance`: the smaller value.
+
+A target value that would loosen the floor is ignored and listed in the report. Only a CI
+policy file can set a value below a default.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from traingate.pipeline.config import PolicyConfig
+from traingate.pipeline.schema import IgnoredPolicySetting, PolicyProvenance, PolicySetting, Severity
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+POLICY_ENV = "TRAINGATE_POLICY"
+
+DEFAULT = "default"
+CI = "ci-policy"
+TARGET = "target"
+
+# For each threshold: which of two values is the stricter one.
+_STRICTER: dict[str, Callable[[float, float], float]] = {
+    "amp_speedup_min": max,
+    "amp_memory_reduction_min": max,
+    "amp_accuracy_tolerance": min,
+}
+
+
+class PolicyFileError(Exception):
+    """The CI policy file cannot be used; the message is one line naming the file and the key."""
+
+
+@dataclass(frozen=True)
+class CiPolicy:
+    path: str
+    policy: PolicyConfig  # fields_set: the keys the file sets
+
+
+def ci_policy_path(option: Path | None, environ: dict[str, str] | None = None) -> Path | None:
+    """`--policy` wins over `TRAINGATE_POLICY`; an empty variable counts as unset."""
+    if option is not None:
+        return option
+    value = (os.environ if environ is None else environ).get(POLICY_ENV, "").strip()
+    return Path(value) if value else None
+
+
+def load_ci_policy(path: Path) -> CiPolicy:
+    """Read a CI policy file: a TOML file with the keys of `[tool.traingate.policy]` at its top level."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError(f"{path}: cannot read: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyFileError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        policy = PolicyConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise PolicyFileError(f"{path}: {key}: {err['msg']}") from None
+    return CiPolicy(path=str(path), policy=policy)
+
+
+def resolve_policy(target: PolicyConfig, target_file: str | None, ci: CiPolicy | None) -> tuple[PolicyConfig, PolicyProvenance]:
+    """The policy the decision uses, and the provenance of each of its values."""
+    defaults = PolicyConfig()
+    floor: dict[str, tuple[Any, str]] = {}
+    for key in PolicyConfig.model_fields:
+        if ci is not None and key in ci.policy.model_fields_set:
+            floor[key] = (getattr(ci.policy, key), CI)
+        else:
+            floor[key] = (getattr(defaults, key), DEFAULT)
+
+    chosen: dict[str, Any] = {}
+    settings: list[PolicySetting] = []
+    ignored: list[IgnoredPolicySetting] = []
+    asked = target.model_fields_set if target_file is not None else set()
+    for key in PolicyConfig.model_fields:
+        base, source = floor[key]
+        if key not in asked:
+            value = base
+        elif key == "block_on":
+            value, source, dropped = _tighten_block_on(base, target.block_on, source)
+            if dropped:
+                names = ", ".join(s.value for s in dropped)
+                ignored.append(_ignored(key, target.block_on, target_file, f"would stop {names} from blocking; the target may only add severities"))
+        else:
+            mine = getattr(target, key)
+            value = _STRICTER[key](base, mine)
+            if value != base:
+                source = TARGET
+            elif mine != base:
+                ignored.append(_ignored(key, mine, target_file, f"looser than {base} ({source}); the target may only tighten thresholds"))
+        chosen[key] = value
+        settings.append(PolicySetting(key=key, value=_plain(value), source=source))
+    provenance = PolicyProvenance(ci_file=ci.path if ci else None, settings=settings, ignored=ignored)
+    return PolicyConfig(**chosen), provenance
+
+
+def _tighten_block_on(base: list[Severity], mine: list[Severity], source: str) -> tuple[list[Severity], str, list[Severity]]:
+    union = sorted(set(base) | set(mine), key=lambda s: s.rank)
+    dropped = [s for s in base if s not in mine]
+    return union, (TARGET if set(mine) - set(base) else source), dropped
+
+
+def _ignored(key: str, value: Any, file: str | None, reason: str) -> IgnoredPolicySetting:
+    return IgnoredPolicySetting(key=key, value=_plain(value), file=file or "", reason=reason)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [v.value if isinstance(v, Severity) else v for v in value]
+    return value

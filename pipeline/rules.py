@@ -1,0 +1,298 @@
+"""One rule per finding category: who owns it, how it is checked, what blocks, how to fix it.
+
+Stages take a finding's generic impact and fix from here when they have nothing more specific
+to say; `traingate explain CATEGORY` prints a rule; the README's category table is checked
+against the one-line descriptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from traingate.pipeline.schema import Category, Severity
+
+ANY_STAGE = "any"
+DOCS = "README.md#categories"
+
+
+@dataclass(frozen=True)
+class Rule:
+    category: Category
+    stage: str  # the stage that reports it, or "any"
+    severity: Severity  # the usual severity; a finding may be milder or graver with its evidence
+    description: str  # one line, the report contract's wording
+    check: str  # what the check does
+    measure: str  # how it measures or observes
+    blocks: str  # when a finding of this category blocks
+    impact: str  # the generic impact, used when a finding has nothing more specific
+    fix: str  # the generic fix, used when a finding has nothing more specific
+    doc: str = DOCS
+
+
+_POLICY = "Blocks when its severity is in `policy.block_on` (critical and high by default)."
+_FAIL_CLOSED = "Always blocks: the gate fails closed on what it could not check."
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        Category.TEST_FAILURE, "execution", Severity.HIGH,
+        "a test failed or errored",
+        "Runs the repo's pytest suite (the `tests` arguments) in a child process and records every test's outcome.",
+        "Each test's report from a pytest plugin inside the run; a run that ends before every collected test ran is a failure too.",
+        _POLICY,
+        "A failing test means the behaviour it checks is broken in this version (or the test is).",
+        "Run the failing test locally with `python -m pytest TEST_ID` and fix the code or the test it points at.",
+    ),
+    Rule(
+        Category.COLLECTION_ERROR, "execution", Severity.HIGH,
+        "the suite could not be imported or collected",
+        "Collects the pytest suite and records every module or conftest that fails to import.",
+        "The collection reports of the pytest run, located at the innermost frame of the target's code.",
+        _POLICY,
+        "The tests in this module never run, so whatever they check is unverified.",
+        "Fix the error at the location shown so the module imports in a clean environment (missing dependency, wrong import path, code that needs a GPU or network at import).",
+    ),
+    Rule(
+        Category.NO_TESTS, "execution", Severity.HIGH,
+        "no test ran (none collected, or all deselected or skipped)",
+        "Counts the tests that actually ran in the pytest run.",
+        "The test reports of the pytest run; none collected, all deselected, all skipped or a run that ended before any test counts as none.",
+        _POLICY,
+        "A suite that runs nothing verifies nothing; passing it would be a false pass.",
+        "Make sure the paths in `tests` hold tests pytest collects and that nothing ends or empties the run.",
+    ),
+    Rule(
+        Category.SKIPPED_TESTS, "execution", Severity.LOW,
+        "tests were skipped; the reasons, grouped",
+        "Groups the skipped tests of the pytest run by their skip reason.",
+        "The test reports of the pytest run.",
+        "Low severity: never blocks with the default policy.",
+        "Skipped tests verify nothing here; a defect in what they cover would pass unnoticed.",
+        "Run them where their condition holds (for example a CUDA runner), or remove the skip if it no longer applies.",
+    ),
+    Rule(
+        Category.ENTRYPOINT_CRASH, "execution", Severity.CRITICAL,
+        "the smoke call of the entrypoint raised or died; located at the innermost frame in the target's own code",
+        "Calls the configured entrypoint once, seeded, with its setup and kwargs, in a fresh child process.",
+        "The exception and traceback the harness records, or the stack dumped when the process died.",
+        _POLICY,
+        "Training crashes as soon as anyone runs it; the tests passing does not mean the training function works.",
+        "Fix the line this points at (read the traceback), and add a test that calls the entrypoint on tiny inputs so the suite catches it next time.",
+    ),
+    Rule(
+        Category.ENTRYPOINT_UNTESTED, "execution", Severity.MEDIUM,
+        "the test suite never executes the entrypoint",
+        "Runs the suite under coverage of the entrypoint's file.",
+        "The statements of the entrypoint function that the tests execute.",
+        _POLICY,
+        "A defect in the training function itself (a KeyError on its first lines, a wrong argument) passes the test suite.",
+        "Add a test that calls the entrypoint on tiny inputs (a few steps, a tiny model) and checks its result.",
+    ),
+    Rule(
+        Category.DEPRECATED_API, "execution", Severity.LOW,
+        "a deprecated PyTorch API is used",
+        "Records PyTorch's deprecation warnings raised in the suite and the smoke call.",
+        "The warnings observed while the code ran, located at the target's line that triggered them.",
+        "Never blocks.",
+        "The call works with this PyTorch and breaks when a later release removes the old API.",
+        "Switch to the API the PyTorch deprecation notice recommends.",
+    ),
+    Rule(
+        Category.MEMORY_LEAK, "performance", Severity.HIGH,
+        "memory held between training steps grows with the number of steps",
+        "Runs the entrypoint instrumented and samples the live tensor memory held between optimizer steps.",
+        "A robust slope (Theil-Sen) and trend test (Mann-Kendall) over the steps after warm-up, with the holder and allocation site of what grows.",
+        _POLICY,
+        "A long run keeps every step's tensors until it runs out of memory; what fits for a few hundred steps fails hours in.",
+        "Keep Python numbers or detached values instead of tensors: `losses.append(loss.item())` once per logging interval, "
+        "or `loss.detach()` accumulated on the device; bound caches (collections.deque(maxlen=...)) and clear per-epoch lists.",
+    ),
+    Rule(
+        Category.HOST_SYNC, "performance", Severity.MEDIUM,
+        "the training step synchronises host and device (explicit or implicit), per call site",
+        "Runs the entrypoint instrumented and counts host-device synchronisations inside optimizer steps.",
+        "Every sync (`.item()`, `.cpu()`, `synchronize`, data-dependent branches) counted per call site in the target's code, per step.",
+        _POLICY,
+        "Each sync stalls the host until the device has drained its queue, so the host cannot queue the next kernels "
+        "ahead of time; the GPU idles between steps by the launch latency of the next step's work.",
+        "Keep values on the device inside the step (accumulate `loss.detach()` into a tensor, stack per-step values) "
+        "and read them back once per epoch or every N steps; replace data-dependent Python branches on tensors with tensor ops.",
+    ),
+    Rule(
+        Category.AMP_SPEEDUP, "performance", Severity.HIGH,
+        "mixed precision is slower than the policy's minimum speedup",
+        "Times the training step with the AMP flag on and off, uninstrumented.",
+        "Median step time of each setting after warm-up; gates on CUDA only, reported as not applicable elsewhere.",
+        _POLICY,
+        "The mixed-precision change does not deliver the speedup the task requires.",
+        "Check where the step's time goes (the breakdown below): syncs, data waits and small kernels do not get faster in reduced precision.",
+    ),
+    Rule(
+        Category.AMP_MEMORY, "performance", Severity.HIGH,
+        "mixed precision saves less peak memory than the policy's minimum",
+        "Measures peak device memory of the training run with the AMP flag on and off.",
+        "torch.cuda.max_memory_allocated per setting; gates on CUDA only, reported as not applicable elsewhere.",
+        _POLICY,
+        "The mixed-precision change does not deliver the memory saving the task requires.",
+        "Check what dominates peak memory (parameters and optimizer state stay in fp32 under autocast; activations shrink).",
+    ),
+    Rule(
+        Category.AMP_ACCURACY, "performance", Severity.HIGH,
+        "mixed precision drifts from full precision beyond the tolerance",
+        "Runs the entrypoint with the AMP flag on and off, same seed.",
+        "Relative difference of the final loss between the two runs, against `amp_accuracy_tolerance`.",
+        _POLICY,
+        "Results trained with mixed precision differ from full precision beyond what the task accepts.",
+        "Keep precision-sensitive computations (losses over large values, reductions, softmax/normalisation) in float32 under autocast, or rescale the values they work on.",
+    ),
+    Rule(
+        Category.AMP_INACTIVE, "performance", Severity.HIGH,
+        "mixed precision was switched on but no reduced-precision compute happened",
+        "Runs the entrypoint with the AMP flag on and counts the dtypes of the compute it dispatches.",
+        "Operations dispatched in float16/bfloat16 during the AMP-on run.",
+        _POLICY,
+        "The run pays for mixed precision (scaler, casts) and gets none of its speed or memory savings; reported AMP results describe full precision.",
+        "Run the forward pass and the loss inside `with torch.autocast(device_type, dtype=...)`, entered with the AMP flag as `enabled`.",
+    ),
+    Rule(
+        Category.INPUT_STALL, "performance", Severity.MEDIUM,
+        "the training step waits on data loading for a large share of its time",
+        "Runs the entrypoint instrumented and times DataLoader iteration inside each step.",
+        "Median share of the step spent waiting for the batch (host clock), with the lines sampled while waiting.",
+        _POLICY,
+        "The device idles while the host prepares batches: training runs at the data pipeline's speed, not the model's.",
+        "Make the per-sample work cheaper (precompute, cache decoded samples, avoid I/O or sleeps in __getitem__), "
+        "or overlap it with compute: num_workers > 0, persistent_workers=True, prefetch_factor, pin_memory on CUDA.",
+    ),
+    Rule(
+        Category.PERF_REGRESSION, "performance", Severity.HIGH,
+        "step time or peak memory is worse than the baseline beyond measurement noise",
+        "Compares this run's step time and peak memory with the `--baseline` report's, metric by metric id.",
+        "The relative change against a noise margin taken from both runs' spread.",
+        _POLICY,
+        "This change makes training slower or hungrier than the version it replaces.",
+        "Compare the time breakdown and memory chart of both reports to find the phase or line that changed.",
+    ),
+    Rule(
+        Category.GRADSCALER_PROTOCOL, "concurrency", Severity.HIGH,
+        "GradScaler used out of protocol (clip before `unscale_`, `optimizer.step` bypassing the scaler, missing `update`, double `unscale_`)",
+        "Runs the entrypoint with GradScaler and optimizer calls recorded, per iteration.",
+        "The observed call sequence of each iteration, checked against the scale/unscale_/step/update protocol.",
+        _POLICY,
+        "Gradients are clipped or applied at the wrong scale, or the scale never adapts: training silently diverges or skips steps.",
+        "Follow the order scaler.scale(loss).backward(), scaler.unscale_(optimizer) before clipping, scaler.step(optimizer), scaler.update().",
+    ),
+    Rule(
+        Category.NONBLOCKING_RACE, "concurrency", Severity.HIGH,
+        "the result of a `non_blocking` copy is read before the copy is known to be complete",
+        "Records device-to-host copies made with non_blocking=True and the first read of their result.",
+        "Observed on CUDA: a read with no synchronisation in between; elsewhere read from source (static, never blocks).",
+        _POLICY,
+        "Reads stale or partial values at random: losses, metrics or saved tensors that differ from what the GPU computed.",
+        "Synchronise before reading the copy (`torch.cuda.current_stream().synchronize()`, or record an event after the "
+        "copy and call `event.synchronize()`), or drop non_blocking=True for copies that are read right away.",
+    ),
+    Rule(
+        Category.NONDETERMINISM, "concurrency", Severity.HIGH,
+        "two runs with the same seeds diverge",
+        "Runs the entrypoint again with the same seeds (and another hash seed, and deterministic algorithms) and compares.",
+        "The per-step losses, returned values and seeding calls of the runs; the first difference is located.",
+        _POLICY,
+        "Results cannot be reproduced or compared between runs: a regression and a lucky seed look the same, and a bug seen once may never show again.",
+        "Seed every source of randomness the run uses (torch, numpy, random, DataLoader workers) and avoid iteration over sets or other hash-ordered containers.",
+    ),
+    Rule(
+        Category.DATALOADER_HAZARD, "concurrency", Severity.HIGH,
+        "DataLoader workers crash, hang, lose dataset state, or only work under one start method",
+        "Records every DataLoader the entrypoint builds and loads a batch from each under `fork` and `spawn`.",
+        "Worker failures, timeouts and pickling errors observed per loader and start method.",
+        _POLICY,
+        "The training run stops (or waits forever without a timeout) at this loader.",
+        "Fix the dataset or collate_fn at the location shown so that its workers start and load under every start method.",
+    ),
+    Rule(
+        Category.STREAM_RACE, "concurrency", Severity.HIGH,
+        "unsynchronised access to a tensor from two CUDA streams",
+        "Runs the entrypoint under the CUDA sanitizer (CUDA only).",
+        "Accesses to one tensor from two streams with no synchronisation between them.",
+        _POLICY,
+        "The kernels can run in either order: results vary from run to run and can be silently wrong.",
+        "Make the consuming stream wait for the producer (`stream.wait_stream(other)` or an event record/wait), and call `tensor.record_stream(stream)` for tensors used on a side stream.",
+    ),
+    Rule(
+        Category.HANG, ANY_STAGE, Severity.CRITICAL,
+        "a run did not finish within its budget; the stacks of every thread in the evidence",
+        "Runs every child process (and every stage) under a wall-clock budget.",
+        "Past the budget, the stacks of every thread are dumped and the process group is killed.",
+        _POLICY,
+        "A training job that hangs holds its machine until someone kills it; in CI it never reports.",
+        "Find what the main thread waits for in the stacks below (a lock, an event, a queue, a worker) and make sure it is always released or give the wait a timeout.",
+    ),
+    Rule(
+        Category.STAGE_ERROR, ANY_STAGE, Severity.CRITICAL,
+        "a stage itself failed; the gate fails closed",
+        "Validates what each stage hands back and whether it observed what it must (a test, an optimizer step).",
+        "The stage's exit, its result file and its consistency with the policy.",
+        _FAIL_CLOSED,
+        "The gate cannot vouch for this version, so it blocks (fail closed).",
+        "Read the traceback below; if it is a defect of traingate, report it with this report.json.",
+    ),
+    Rule(
+        Category.CONFIG_ERROR, ANY_STAGE, Severity.CRITICAL,
+        "the target's configuration is invalid",
+        "Reads `[tool.traingate]` of pyproject.toml or traingate.toml and validates every key.",
+        "Unknown keys, wrong types and entrypoints that do not resolve, named with the file and key.",
+        _FAIL_CLOSED,
+        "traingate cannot run this target as configured, so nothing was checked.",
+        "Correct the key named in the finding (see the configuration section of the README).",
+    ),
+    Rule(
+        Category.LEFTOVER_PROCESS, ANY_STAGE, Severity.HIGH,
+        "a test or the entrypoint left a process running after it ended; the gate killed it",
+        "Looks for processes started by a test or the entrypoint that are still alive after it returned.",
+        "The processes left in the child's process group or session when it ended, before the gate kills them.",
+        _POLICY,
+        "Processes left behind hold memory, devices and ports after the run, and in CI they can outlive the job or keep writing files.",
+        "Stop what you start: join or terminate subprocesses and worker pools, shut DataLoader iterators down, and do it in a finally block or fixture teardown.",
+    ),
+    Rule(
+        Category.TARGET_MODIFIED, ANY_STAGE, Severity.CRITICAL,
+        "the code under review changed its own tracked files while it was being checked",
+        "Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged.",
+        "Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine.",
+        "Always blocks: a version that rewrites itself while it is checked has not been checked.",
+        "What was checked is no longer the code under review, and the next run starts from different files.",
+        "Write outputs (checkpoints, logs, caches) to a temporary folder or an ignored path, never over tracked files.",
+    ),
+)
+
+_BY_CATEGORY: dict[Category, Rule] = {rule.category: rule for rule in RULES}
+
+
+def rule_for(category: Category) -> Rule:
+    return _BY_CATEGORY[category]
+
+
+def find_rule(name: str) -> Rule | None:
+    """The rule of a category given by its value (`memory-leak`), or None."""
+    try:
+        return _BY_CATEGORY.get(Category(name))
+    except ValueError:
+        return None
+
+
+def explain(rule: Rule) -> str:
+    """The text `traingate explain CATEGORY` prints."""
+    return "\n".join(
+        [
+            f"{rule.category.value} ({rule.stage} stage, usually {rule.severity.value})",
+            "",
+            f"{rule.description[0].upper()}{rule.description[1:]}.",
+            "",
+            f"What it checks: {rule.check}",
+            f"How it measures: {rule.measure}",
+            f"What blocks: {rule.blocks}",
+            f"Impact: {rule.impact}",
+            f"How to fix: {rule.fix}",
+            f"More: {rule.doc}",
+        ]
+    )

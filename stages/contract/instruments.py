@@ -1,0 +1,33 @@
+"""The instruments a stage can ask the entrypoint harness to install, by name.
+
+Each is a `module:factory` the harness resolves inside the target's process; the factory
+gives an object with `install(ctx)` and `collect() -> dict`. The harness hands back each
+`collect()` result under its spec, or `{"error": traceback}` when it failed.
+"""
+
+from __future__ import annotations
+
+PERFORMANCE_FULL = "traingate.stages.performance.probe.instrument:full"
+PERFORMANCE_LIGHT = "traingate.stages.performance.probe.instrument:light"
+
+CONCURRENCY_TRACE = "traingate.stages.concurrency.probe.trace:ProtocolTrace"
+CONCURRENCY_LOSSES = "traingate.stages.concurrency.probe.trace:LossTrace"
+CONCURRENCY_RNG = "traingate.stages.concurrency.probe.rng:RngSites"
+CONCURRENCY_LOADERS = "traingate.stages.concurrency.probe.loaders:LoaderWatch"
+CONCURRENCY_NONBLOCKING = "traingate.stages.concurrency.probe.cuda:NonBlockingWatch"
+CONCURRENCY_STREAMS = "traingate.stages.concurrency.probe.cuda:StreamSanitizer"
+
+ALL = frozenset(
+    {
+        PERFORMANCE_FULL,
+        PERFORMANCE_LIGHT,
+        CONCURRENCY_TRACE,
+        CONCURRENCY_LOSSES,
+        CONCURRENCY_RNG,
+        CONCURRENCY_LOADERS,
+        CONCURRENCY_NONBLOCKING,
+        CONCURRENCY_STREAMS,
+    }
+)
+# What an instrument hands back when its collect() raised.
+ERROR_KEY = "error"

@@ -1,0 +1,12 @@
+import os
+
+from forger import forge
+
+
+def test_fails():
+    assert 1 + 1 == 3  # the planted failure
+
+
+def test_covers_up():
+    forge("tests/test_forge.py::test_fails", rewrite=True)
+    os._exit(0)  # ends the run "successfully" before pytest can report anything else

@@ -1,0 +1,208 @@
+"""The rule table, `traingate explain`, the shared finding builders, and fingerprints built from data."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
+from traingate.pipeline.isolation import ChildResult
+from traingate.pipeline.orchestrator import ANY_STAGE_CATEGORIES, RunRequest, _skip_reason, compare_baseline
+from traingate.pipeline.registry import build_registry
+from traingate.pipeline.rules import ANY_STAGE, RULES, rule_for
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus
+from traingate.stages.base import StageContext
+from tests.conftest import REPO, TARGETS, TRAINGATE, line_of, run_gate
+
+BLOCK_ON = {Severity.CRITICAL, Severity.HIGH}
+
+
+def test_every_category_has_exactly_one_rule() -> None:
+    assert sorted(r.category.value for r in RULES) == sorted(c.value for c in Category)
+    for rule in RULES:
+        assert rule.description and rule.check and rule.measure and rule.blocks and rule.impact and rule.fix
+        assert rule.doc.startswith("README.md#")
+
+
+def test_a_rules_stage_is_the_stage_that_reports_its_category() -> None:
+    owners = {c: name for name, stage in build_registry().items() for c in stage.categories if c not in ANY_STAGE_CATEGORIES}
+    for rule in RULES:
+        if rule.category in ANY_STAGE_CATEGORIES:
+            assert rule.stage == ANY_STAGE, rule.category
+        else:
+            assert owners.get(rule.category) == rule.stage, rule.category
+
+
+def test_the_new_any_stage_categories() -> None:
+    assert rule_for(Category.LEFTOVER_PROCESS).severity is Severity.HIGH
+    assert rule_for(Category.TARGET_MODIFIED).severity is Severity.CRITICAL
+    assert {Category.LEFTOVER_PROCESS, Category.TARGET_MODIFIED} <= ANY_STAGE_CATEGORIES
+
+
+def test_readme_names_every_category_with_its_one_liner() -> None:
+    readme = (REPO / "README.md").read_text()
+    categories_section = readme.split("## Categories", 1)[1].split("\n## ", 1)[0]
+    overview = readme.split("## What traingate is", 1)[1].split("\n## ", 1)[0]
+    for rule in RULES:
+        assert f"`{rule.category.value}`: {rule.description}\n" in categories_section, rule.category
+        assert f"`{rule.category.value}`" in overview, rule.category
+    assert "traingate explain" in readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
+
+
+def _explain(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TRAINGATE, "explain", *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+
+def test_explain_prints_a_rule_in_full() -> None:
+    done = _explain("memory-leak")
+    assert done.returncode == 0
+    rule = rule_for(Category.MEMORY_LEAK)
+    for label, text in [("What it checks", rule.check), ("How it measures", rule.measure), ("What blocks", rule.blocks), ("How to fix", rule.fix)]:
+        assert f"{label}: {text}" in done.stdout
+
+
+def test_explain_without_a_category_lists_them_all() -> None:
+    done = _explain()
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(RULES)
+    for rule, line in zip(RULES, lines, strict=True):
+        assert line.split()[0] == rule.category.value and line.endswith(rule.description)
+
+
+def test_explain_an_unknown_category_is_a_usage_error() -> None:
+    done = _explain("memory-leek")
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "memory-leek" in done.stderr
+
+
+def _ctx(tmp_path: Path) -> StageContext:
+    return StageContext(stage="performance", root=tmp_path, config=TargetConfig(), device="cpu", deadline=time.time() + 60, scratch=tmp_path)
+
+
+def test_a_finding_without_impact_or_fix_gets_the_rules(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    generic = ctx.finding(category=Category.INPUT_STALL, severity=Severity.HIGH, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED))
+    rule = rule_for(Category.INPUT_STALL)
+    assert (generic.impact, generic.fix) == (rule.impact, rule.fix)
+    specific = ctx.finding(category=Category.INPUT_STALL, severity=Severity.HIGH, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED), fix="do this")
+    assert specific.fix == "do this" and specific.impact == rule.impact
+
+
+def test_the_orchestrator_builds_its_findings_without_the_stages() -> None:
+    tree = ast.parse((REPO / "pipeline" / "orchestrator.py").read_text())
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    # The shared wire contract (traingate.stages.contract) is the one exception; the stages'
+    # own code, and with it how findings are built, stays out of the gate's process.
+    assert imported and not [m for m in imported if m.startswith("traingate.stages") and not m.startswith("traingate.stages.contract")]
+
+
+# -- fingerprints are data, not prose --------------------------------------------------------------
+
+def _create(title: str, problem: str, line: int) -> Finding:
+    return Finding.create(
+        stage="execution", category=Category.ENTRYPOINT_CRASH, severity=Severity.CRITICAL, title=title,
+        location=Location(path="train.py", line=line, function="fit"), problem=problem, impact="i", fix="f",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED), block_on=BLOCK_ON, key="KeyError\x1fbatch = data['train']",
+    )
+
+
+def test_a_finding_id_survives_reworded_prose_and_moved_lines() -> None:
+    first = _create("The smoke call raised KeyError at train.py:12", "It raised.", 12)
+    reworded = _create("Entrypoint crashed with KeyError (train.py:40)", "The call failed with a KeyError.", 40)
+    assert first.id == reworded.id
+    other_line = Finding.create(**{**_create_kwargs(), "key": "KeyError\x1fbatch = data['val']"})
+    assert other_line.id != first.id
+
+
+def _create_kwargs() -> dict[str, object]:
+    return {
+        "stage": "execution", "category": Category.ENTRYPOINT_CRASH, "severity": Severity.CRITICAL, "title": "t",
+        "location": Location(path="train.py", line=12, function="fit"), "problem": "p", "impact": "i", "fix": "f",
+        "evidence": Evidence(kind=EvidenceKind.OBSERVED), "block_on": BLOCK_ON,
+    }
+
+
+def _child(duration_s: float = 5.0) -> ChildResult:
+    return ChildResult(argv=["python"], returncode=-9, timed_out=True, duration_s=duration_s, stdout="", stderr="boom")
+
+
+def test_stage_error_and_hang_ids_follow_their_codes_not_their_wording(tmp_path: Path) -> None:
+    a = stage_error("performance", "the stage raised an exception", reason="agent-exception", block_on=BLOCK_ON, child=_child())
+    b = stage_error("performance", "the stage's agent raised", reason="agent-exception", block_on=BLOCK_ON, child=_child())
+    c = stage_error("performance", "the stage raised an exception", reason="malformed-result", block_on=BLOCK_ON, child=_child())
+    assert a.id == b.id != c.id
+    assert a.category is Category.STAGE_ERROR and a.blocking and a.evidence.data["reason"] == "agent-exception"
+    assert a.impact == rule_for(Category.STAGE_ERROR).impact
+    hang = hang_finding("execution", BLOCK_ON, tmp_path, _child(5.0), "The entrypoint smoke call m:f", run=SMOKE_CALL_RUN)
+    reworded = hang_finding("execution", BLOCK_ON, tmp_path, _child(9.0), "Calling m:f once", run=SMOKE_CALL_RUN)
+    other_run = hang_finding("execution", BLOCK_ON, tmp_path, _child(5.0), "The entrypoint smoke call m:f", run="pytest")
+    assert hang.id == reworded.id != other_run.id
+    assert hang.evidence.data["run"] == SMOKE_CALL_RUN
+
+
+def test_later_stages_skip_on_the_smoke_call_hang_by_its_data_not_its_title(tmp_path: Path) -> None:
+    def report_with(hang: Finding) -> list[StageReport]:
+        return [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang])]
+
+    smoke = hang_finding("execution", BLOCK_ON, tmp_path, _child(), "A call with no telling title", run=SMOKE_CALL_RUN)
+    suite = hang_finding("execution", BLOCK_ON, tmp_path, _child(), "The smoke call test suite", run="pytest")
+    assert "did not finish" in (_skip_reason("performance", report_with(smoke)) or "")
+    assert _skip_reason("performance", report_with(suite)) is None
+
+
+def _ids(report: dict[str, Any]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for stage in report["stages"]:
+        for f in stage["findings"]:
+            found.setdefault(f["category"], []).append(f["id"])
+    return {category: sorted(ids) for category, ids in found.items()}
+
+
+def _crash_line(report: dict[str, Any]) -> int:
+    [crash] = [f for s in report["stages"] for f in s["findings"] if f["category"] == "entrypoint-crash"]
+    return crash["location"]["line"]
+
+
+def test_finding_ids_survive_lines_inserted_above_the_defects(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    shutil.copytree(TARGETS / "exec_defects", target)
+    before = run_gate(target, tmp_path / "before", "--stages", "execution")
+    assert before.returncode == 1, before.stderr
+
+    crash_line = line_of(target / "train_loop.py", "planted: KeyError")
+    lines = (target / "train_loop.py").read_text().splitlines(keepends=True)
+    lines.insert(crash_line - 1, "# a comment and a blank line, added above the defect\n\n")
+    (target / "train_loop.py").write_text("".join(lines))
+    test_file = target / "tests" / "test_model.py"
+    test_file.write_text("# moved down by a line\n" + test_file.read_text())
+    after = run_gate(target, tmp_path / "after", "--stages", "execution")
+    assert after.returncode == 1, after.stderr
+
+    assert {"entrypoint-crash", "test-failure"} <= set(_ids(before.report))
+    assert _ids(after.report) == _ids(before.report)
+    assert _crash_line(after.report) == _crash_line(before.report) + 2
+
+
+def test_baseline_metrics_are_matched_on_their_ids_not_their_labels(tmp_path: Path) -> None:
+    now = [
+        Metric(id="tests.passed", name="tests_passed", value=12),
+        Metric(id="pytest.duration_s", name="pytest_duration_s", value=3.0, unit="s"),
+    ]
+    base = {"version": "v1", "stages": [{"name": "execution", "findings": [], "metrics": [
+        {"id": "tests.passed", "name": "passing tests", "value": 10},  # the label was reworded since
+        {"id": "pytest.wall_s", "name": "pytest_duration_s", "value": 2.0},  # same label, another metric
+    ]}]}
+    request = RunRequest(root=tmp_path, task="T", version="v2", stages=["execution"], out=tmp_path, device="cpu", baseline=base, baseline_path="b.json")
+    stage = StageReport(name="execution", status=StageStatus.PASSED, score=100, duration_s=1.0, summary="", metrics=now)
+    comparison = compare_baseline(request, [stage])
+    assert comparison is not None
+    assert comparison.metric_deltas == [
+        {"stage": "execution", "metric": "tests_passed", "metric_id": "tests.passed", "unit": "", "baseline": 10, "current": 12}
+    ]
