@@ -64,7 +64,7 @@ def bare_run(target: Path, hash_seed: str) -> float:
 def stage_run(target: Path, out: Path) -> tuple[float, float, list[dict[str, object]]]:
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "traingate.pipeline.cli", "run", str(target), "--stages", "concurrency", "--out", str(out)],
+        [str(Path(sys.executable).with_name("traingate")), "run", str(target), "--stages", "concurrency", "--out", str(out)],
         cwd=REPO, capture_output=True, text=True,
     )
     wall = time.perf_counter() - started

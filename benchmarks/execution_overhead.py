@@ -31,7 +31,8 @@ sys.path.insert(0, str(REPO))
 
 from traingate.pipeline.config import TargetConfig, load_config  # noqa: E402
 from traingate.stages.execution.coverage import entrypoint_source  # noqa: E402
-from traingate.stages.execution.suite import find_pytest_config  # noqa: E402
+from traingate.stages.base import StageContext  # noqa: E402
+from traingate.stages.execution.suite import run_suite  # noqa: E402
 
 
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
@@ -68,20 +69,11 @@ def entrypoint_by_hand(config: TargetConfig, amp: bool | None) -> list[str]:
     return [sys.executable, "-c", "\n".join(lines)]
 
 
-def launcher(root: Path, config: TargetConfig, scratch: Path, include: list[str]) -> list[str]:
-    config_file = find_pytest_config(root, config.tests)
-    if config_file is None:
-        config_file = scratch / "empty-pytest.ini"
-        config_file.write_text("[pytest]\n")
-    request = {
-        "root": str(root),
-        "args": [*config.tests, f"--rootdir={root}", "-c", str(config_file), f"--confcutdir={root}", "-p", "no:cacheprovider", "-q"],
-        "events": str(scratch / "events.jsonl"),
-        "coverage": {"data_file": str(scratch / "cov.data"), "include": include} if include else None,
-    }
-    path = scratch / ("with-coverage.json" if include else "without-coverage.json")
-    path.write_text(json.dumps(request))
-    return [sys.executable, "-m", "traingate.stages.harness.pytest_launcher", str(path)]
+def launcher_run(root: Path, config: TargetConfig, scratch: Path, include: list[str]) -> float:
+    """pytest through traingate's launcher (request on stdin, events over the checked pipe),
+    with or without the coverage window: the child's wall time."""
+    ctx = StageContext(stage="execution", root=root, config=config, device="cpu", deadline=time.time() + 3600, scratch=scratch)
+    return run_suite(ctx, ctx.next_name("pytest"), include).child.duration_s
 
 
 def main() -> None:
@@ -106,13 +98,13 @@ def main() -> None:
         scratch = Path(tmp)
         for i in range(args.repeat):
             out = scratch / f"out-{i}"
-            runs["stage"].append(timed([sys.executable, "-m", "traingate.pipeline.cli", "run", str(root), "--stages", "execution", "--out", str(out)], REPO, tool_env))
+            runs["stage"].append(timed([str(Path(sys.executable).with_name("traingate")), "run", str(root), "--stages", "execution", "--out", str(out)], REPO, tool_env))
             runs["pytest"].append(timed(pytest_by_hand(root, config), root, hand_env()))
             if config.entrypoint:
                 runs["entrypoint"].append(sum(timed(entrypoint_by_hand(config, amp), root, hand_env()) for amp in amp_settings))
-            runs["launcher"].append(timed(launcher(root, config, scratch, []), root, tool_env))
+            runs["launcher"].append(launcher_run(root, config, scratch / f"launcher-{i}", []))
             if include:
-                runs["launcher+coverage"].append(timed(launcher(root, config, scratch, include), root, tool_env))
+                runs["launcher+coverage"].append(launcher_run(root, config, scratch / f"coverage-{i}", include))
         report = json.loads((scratch / "out-0" / "report.json").read_text()) if (scratch / "out-0" / "report.json").is_file() else {}
 
     med = {k: statistics.median(v) if v else 0.0 for k, v in runs.items()}

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from traingate.pipeline.config import TargetConfig  # noqa: E402
-from traingate.stages.base import StageContext  # noqa: E402
+from traingate.stages.base import StageContext, run_entrypoint  # noqa: E402
 from traingate.stages.performance.memory import analyse  # noqa: E402
 
 FULL = "traingate.stages.performance.probe.instrument:full"
@@ -73,15 +73,13 @@ def train_losses(steps: int = 50) -> float:
 
 
 def profile(target: Path, call: str, kwargs: dict[str, Any], scratch: Path) -> dict[str, Any]:
-    out = scratch / "result.json"
-    request = {
-        "target_root": str(target), "call": call, "setup": None, "kwargs": kwargs, "amp_flag": None, "amp": None, "seed": 0,
-        "device": "cpu", "instruments": [FULL], "instrument_options": {"warmup_steps": WARMUP}, "deterministic": False, "out": str(out),
-    }
-    (scratch / "request.json").write_text(json.dumps(request))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    subprocess.run([sys.executable, "-m", "traingate.stages.harness.entrypoint", str(scratch / "request.json")], cwd=target, env=env, check=True, capture_output=True)
-    return json.loads(out.read_text())["instruments"][FULL]
+    """The full instrument's data from one call, through the stages' own harness."""
+    config = TargetConfig.model_validate({"entrypoint": {"call": call, "kwargs": kwargs}})
+    ctx = StageContext(stage="performance", root=target, config=config, device="cpu", deadline=time.time() + 3600, scratch=scratch)
+    run = run_entrypoint(ctx, label="profile", instruments=[FULL], options={"warmup_steps": WARMUP}, env=ctx.child_env(OMP_NUM_THREADS="1"))
+    if not run.ok:
+        raise SystemExit(f"{call}: the entrypoint call failed: {run.failure()}")
+    return run.instrument(FULL)
 
 
 def verdict(memory: dict[str, Any], scratch: Path) -> tuple[bool, dict[str, Any]]:
@@ -133,7 +131,7 @@ def false_positives() -> None:
         for target in targets:
             out = Path(tmp) / f"out-{target.name}"
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            subprocess.run([sys.executable, "-m", "traingate.pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
+            subprocess.run([str(Path(sys.executable).with_name("traingate")), "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
             report = json.loads((out / "report.json").read_text())
             leaks = [f for s in report["stages"] for f in s["findings"] if f["category"] == "memory-leak"]
             total += len(leaks)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from traingate.pipeline.config import load_config  # noqa: E402
+from traingate.stages.base import StageContext, run_entrypoint  # noqa: E402
 
 LIGHT = "traingate.stages.performance.probe.instrument:light"
 FULL = "traingate.stages.performance.probe.instrument:full"
@@ -75,22 +75,17 @@ class GcWalkProbe:
 
 
 def harness_run(target: Path, instruments: list[str], amp: bool | None, scratch: Path, name: str) -> tuple[float, dict[str, Any]]:
+    """One call of the entrypoint through the stages' own harness (request on stdin, result
+    over the checked pipe): the wall time of the child and its result."""
     config, _ = load_config(target)
-    assert config.entrypoint is not None
-    ep = config.entrypoint
-    out = scratch / f"{name}.json"
-    request = {
-        "target_root": str(target), "call": ep.call, "setup": ep.setup, "kwargs": ep.kwargs, "amp_flag": ep.amp_flag,
-        "amp": amp, "seed": ep.seed, "device": "cpu", "instruments": instruments,
-        "instrument_options": {"warmup_steps": config.performance.warmup_steps}, "deterministic": False, "out": str(out),
-    }
-    req = scratch / f"{name}.request.json"
-    req.write_text(json.dumps(request))
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=THREADS[0])
-    started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "traingate.stages.harness.entrypoint", str(req)], cwd=target, env=env, check=True, capture_output=True)
-    wall = time.perf_counter() - started
-    return wall, json.loads(out.read_text())
+    ctx = StageContext(stage="performance", root=target, config=config, device="cpu", deadline=time.time() + 3600, scratch=scratch / name)
+    # PYTHONPATH: the benchmark's own instrument (GC_WALK) lives in this file.
+    env = ctx.child_env(OMP_NUM_THREADS=THREADS[0], PYTHONPATH=str(REPO))
+    run = run_entrypoint(ctx, label=name, amp=amp, instruments=instruments, options={"warmup_steps": config.performance.warmup_steps}, env=env)
+    if not run.ok:
+        raise SystemExit(f"{name}: the entrypoint call failed: {run.failure()}")
+    assert run.result is not None
+    return run.child.duration_s, run.result
 
 
 def median_step(clock: dict[str, Any], warmup: int) -> float:
@@ -147,7 +142,7 @@ def main() -> None:
 def stage_wall(target: Path, out: Path) -> float:
     started = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=THREADS[0])
-    subprocess.run([sys.executable, "-m", "traingate.pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
+    subprocess.run([str(Path(sys.executable).with_name("traingate")), "run", str(target), "--stages", "performance", "--out", str(out), "--device", "cpu"], cwd=REPO, env=env, capture_output=True)
     return time.perf_counter() - started
 
 

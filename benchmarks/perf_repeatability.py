@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def stage_metrics(target: Path, out: Path, threads: str) -> dict[str, float]:
     env = dict(os.environ, OMP_NUM_THREADS=threads)
-    subprocess.run([sys.executable, "-m", "traingate.pipeline.cli", "run", str(target), "--stages", "performance", "--out", str(out)], cwd=REPO, env=env, capture_output=True)
+    subprocess.run([str(Path(sys.executable).with_name("traingate")), "run", str(target), "--stages", "performance", "--out", str(out)], cwd=REPO, env=env, capture_output=True)
     report = json.loads((out / "report.json").read_text())
     stage = next(s for s in report["stages"] if s["name"] == "performance")
     return {m["name"]: m["value"] for m in stage["metrics"] if isinstance(m["value"], (int, float)) and not isinstance(m["value"], bool)}

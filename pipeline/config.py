@@ -10,9 +10,9 @@ import ast
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from traingate.pipeline.schema import Severity
 
@@ -46,22 +46,101 @@ def safe_name_from(text: str) -> str:
     return cleaned or "target"
 
 
-class EntrypointConfig(BaseModel):
+class AmpArgs(BaseModel):
+    """Command-line arguments that switch a script's mixed precision on or off."""
+
     model_config = _STRICT
-    call: str = Field(description="module:function, target root on sys.path")
-    setup: str | None = Field(default=None, description="module:function returning a dict of kwargs")
+    on: list[str] = Field(default_factory=list, description="appended to args for the AMP-on runs")
+    off: list[str] = Field(default_factory=list, description="appended to args for the full-precision runs")
+
+
+# Keys that only mean something for one shape of entrypoint.
+_CALL_ONLY = ("setup", "kwargs", "amp_flag")
+_SCRIPT_ONLY = ("args", "amp_args")
+
+
+class EntrypointConfig(BaseModel):
+    """The training code to smoke-call and profile: exactly one of `call` (a function, or a
+    method `Class.method` on the instance `setup` returns) and `script` (a file run as
+    `python script args...` would run it)."""
+
+    model_config = _STRICT
+    call: str | None = Field(default=None, description="module:function or module:Class.method, target root on sys.path")
+    script: str | None = Field(default=None, description="a .py file under the target root, run as __main__")
+    args: list[str] = Field(default_factory=list, description="the script's command-line arguments")
+    amp_args: AmpArgs | None = Field(default=None, description="script arguments switching mixed precision on/off")
+    setup: str | None = Field(default=None, description="module:function returning kwargs, the instance, or {'self': instance, **kwargs}")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="merged over setup's dict")
     amp_flag: str | None = Field(default=None, description="keyword switching mixed precision on/off")
     seed: int = 0
 
-    @field_validator("call", "setup")
+    @field_validator("call")
+    @classmethod
+    def _module_colon_attribute(cls, value: str | None) -> str | None:
+        if value is not None:
+            module, sep, attr = value.partition(":")
+            if not sep or not _dotted(module) or not _dotted(attr):
+                raise ValueError(f"expected 'module:function' or 'module:Class.method', got {value!r}")
+        return value
+
+    @field_validator("setup")
     @classmethod
     def _module_colon_function(cls, value: str | None) -> str | None:
         if value is not None:
             module, sep, func = value.partition(":")
-            if not sep or not module or not func or not all(p.isidentifier() for p in module.split(".")) or not func.isidentifier():
+            if not sep or not _dotted(module) or not func.isidentifier():
                 raise ValueError(f"expected 'module:function', got {value!r}")
         return value
+
+    @field_validator("script")
+    @classmethod
+    def _relative_python_file(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = Path(value).parts
+            if not value.endswith(".py") or Path(value).is_absolute() or ".." in parts or not parts:
+                raise ValueError(f"expected a .py file relative to the target root, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> EntrypointConfig:
+        if (self.call is None) == (self.script is None):
+            raise ValueError("give exactly one of `call` (module:function or module:Class.method) and `script` (a .py file)")
+        # By value, not by the keys given: the stage agents re-validate a full dump of the config.
+        wrong = [k for k in (_CALL_ONLY if self.script else _SCRIPT_ONLY) if getattr(self, k)]
+        if wrong:
+            shape, other = ("script", "call") if self.script else ("call", "script")
+            raise ValueError(f"`{wrong[0]}` applies only to `{other}`, not to `{shape}`")
+        return self
+
+    @property
+    def label(self) -> str:
+        """What the reports name the entrypoint by."""
+        if self.script is not None:
+            return " ".join(["python", self.script, *self.args])
+        return str(self.call)
+
+    @property
+    def amp_switch(self) -> str | None:
+        """The configured way to switch mixed precision, None when AMP is not compared."""
+        if self.script is not None:
+            return "amp_args" if self.amp_args is not None else None
+        return self.amp_flag
+
+    def amp_setting(self, amp: bool) -> str:
+        """The AMP setting of one call, as the reports show it (`use_amp=True`, `args + ['--amp']`)."""
+        if self.script is not None:
+            extra = (self.amp_args.on if amp else self.amp_args.off) if self.amp_args else []
+            return f"amp_args.{'on' if amp else 'off'}: {' '.join(extra) or '(no arguments)'}"
+        return f"{self.amp_flag}={amp}"
+
+    def script_argv(self, amp: bool | None) -> list[str]:
+        """The script's arguments for one call: `args`, then the AMP setting's `amp_args`."""
+        extra = (self.amp_args.on if amp else self.amp_args.off) if self.amp_args and amp is not None else []
+        return [*self.args, *extra]
+
+
+def _dotted(text: str) -> bool:
+    return bool(text) and all(part.isidentifier() for part in text.split("."))
 
 
 class PolicyConfig(BaseModel):
@@ -92,12 +171,25 @@ class ConcurrencyConfig(BaseModel):
 class TargetConfig(BaseModel):
     model_config = _STRICT
     task: str | None = None
-    tests: list[str] = Field(default_factory=lambda: ["tests"])
+    # pytest arguments; `false` declares that the repo has no test suite (pytest is not run).
+    tests: list[str] | Literal[False] = Field(default_factory=lambda: ["tests"])
     timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
     entrypoint: EntrypointConfig | None = None
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+
+    @field_validator("tests")
+    @classmethod
+    def _tests_not_empty(cls, value: list[str] | Literal[False]) -> list[str] | Literal[False]:
+        # An empty list would run pytest on the current folder's defaults, or on nothing: ambiguous.
+        if value == []:
+            raise ValueError("an empty list runs no suite; give the pytest arguments (the default is [\"tests\"]), or `tests = false` to declare that the repo has no test suite")
+        return value
+
+    @property
+    def has_test_suite(self) -> bool:
+        return self.tests is not False
 
     @field_validator("task")
     @classmethod

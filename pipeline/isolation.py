@@ -1,7 +1,7 @@
 """Run a child process in its own process group, under a wall budget.
 
 On overrun every process of the group is asked to dump the stacks of all its threads
-(faulthandler on SIGUSR1, installed by `traingate.stages.harness.guard`), the state of each process is
+(faulthandler on SIGUSR1, installed by `traingate.stages.contract.guard`), the state of each process is
 read from /proc, and the whole group is killed, DataLoader workers included. After a normal
 exit the group is killed too, so no orphaned worker outlives its run. Processes that left the
 group (a double-forked `setsid` daemon) come back to this process, a child subreaper

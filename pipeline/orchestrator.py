@@ -36,7 +36,9 @@ from traingate.pipeline.schema import (
     PolicyProvenance,
     Severity,
     StageOutcome,
+    StageNotRun,
     StageReport,
+    StageStatus,
     TargetInfo,
 )
 from traingate.pipeline.registry import Stage
@@ -96,7 +98,22 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
             reports.append(report)
             for obs in request.observers:
                 obs.stage_finished(report)
-    return assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
+    report = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
+    return report.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports)})
+
+
+def stages_not_run(known: list[str], reports: list[StageReport]) -> list[StageNotRun]:
+    """Every known stage whose checks did not run, in the registry's order, with the reason:
+    left out with --stages, or skipped (by the gate or by the stage itself)."""
+    ran = {r.name: r for r in reports}
+    missing: list[StageNotRun] = []
+    for name in known:
+        report = ran.get(name)
+        if report is None:
+            missing.append(StageNotRun(name=name, reason="not requested with --stages"))
+        elif report.status is StageStatus.SKIPPED:
+            missing.append(StageNotRun(name=name, reason=f"skipped: {report.skipped_reason or 'no reason given'}"))
+    return missing
 
 
 def assemble(

@@ -266,6 +266,14 @@ class PolicyProvenance(BaseModel):
     ignored: list[IgnoredPolicySetting] = Field(default_factory=list)
 
 
+class StageNotRun(BaseModel):
+    """A known stage whose checks did not run in this report, and why."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    reason: str = Field(description="\"not requested with --stages\", or \"skipped: \" and the stage's reason")
+
+
 class PipelineReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: str = SCHEMA_VERSION
@@ -281,6 +289,7 @@ class PipelineReport(BaseModel):
     stages: list[StageReport]
     baseline: BaselineComparison | None = None
     policy: PolicyProvenance | None = Field(default=None, description="the policy the decision used, value by value with its source")
+    stages_not_run: list[StageNotRun] = Field(default_factory=list, description="stages whose checks did not run, and why: a PASS vouches only for the stages that ran")
 
     def findings(self) -> list[Finding]:
         return sorted((f for s in self.stages for f in s.findings), key=Finding.sort_key)

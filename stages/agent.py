@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import traceback
 from pathlib import Path
+from pkgutil import resolve_name
 
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.processes import become_subreaper
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
-from traingate.stages.harness import guard
-from traingate.stages.harness.entrypoint import resolve
+from traingate.stages.contract import guard
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
     guard.install()
     request, channel = receive_request(AgentRequest)
     try:
-        stage = resolve(request.registry)()[request.stage]
+        stage = resolve_name(request.registry)()[request.stage]
         ctx = StageContext(
             stage=request.stage,
             root=Path(request.root),

@@ -66,7 +66,7 @@ def test_stream_drops_only_a_cut_off_last_record() -> None:
 
 def _child(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "child.py"
-    path.write_text("from traingate.stages.harness import guard\nguard.install()\n" + textwrap.dedent(body))
+    path.write_text("from traingate.stages.contract import guard\nguard.install()\n" + textwrap.dedent(body))
     return [sys.executable, str(path)]
 
 

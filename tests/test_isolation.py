@@ -14,7 +14,7 @@ from tests.conftest import REPO, line_of
 
 def _script(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "child.py"
-    path.write_text("from traingate.stages.harness import guard\nguard.install()\n" + textwrap.dedent(body))
+    path.write_text("from traingate.stages.contract import guard\nguard.install()\n" + textwrap.dedent(body))
     return [sys.executable, str(path)]
 
 

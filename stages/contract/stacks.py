@@ -1,4 +1,4 @@
-"""The stack-dump file every child writes (`traingate.stages.harness.guard`) and the parent
+"""The stack-dump file every child writes (`traingate.stages.contract.guard`) and the parent
 reads (`traingate.pipeline.isolation`): faulthandler's format, with traingate's own header
 lines. Both sides take the header lines from here, so the format lives in one place.
 """

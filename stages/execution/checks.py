@@ -265,7 +265,7 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
             title="No test ran",
             location=location,
             problem=f"No test ran: {why}. Command: `{run.command}` in the target root.",
-            fix=f"Make sure the paths in `tests` ({' '.join(ctx.config.tests)}) hold tests pytest collects and that nothing ends or empties the run.",
+            fix=f"Make sure the paths in `tests` ({' '.join(ctx.config.tests or ['tests'])}) hold tests pytest collects and that nothing ends or empties the run; a repo without a test suite declares it with `tests = false`.",
             evidence=Evidence(
                 kind=EvidenceKind.OBSERVED,
                 summary=why,
@@ -275,6 +275,26 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
             key="no-tests",
         )
     ]
+
+
+NO_SUITE_NOTE = "no test suite declared: the configuration says `tests = false`, so pytest was not run and nothing here was verified by tests"
+
+
+def no_suite_finding(ctx: StageContext) -> Finding:
+    """`no-tests`, at info severity: the repo declares that it has no test suite. Not a
+    defect the gate can hold against this version, but every report must show that no test
+    verified it; a policy that blocks on `info` blocks on it."""
+    return ctx.finding(
+        category=Category.NO_TESTS,
+        severity=Severity.INFO,
+        title="No test suite declared (`tests = false`): pytest was not run",
+        location=None,
+        problem="The traingate configuration declares that this repo has no test suite (`tests = false`); pytest was not run. The smoke call and the other stages still ran.",
+        impact="Nothing about this version was verified by tests; only the smoke call and the other stages' checks stand behind the decision.",
+        fix="Add a test suite and set `tests` to its pytest arguments (for example `tests = [\"tests\"]`).",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="no test suite declared", data={"tests": False}),
+        key="no-suite-declared",
+    )
 
 
 def skipped_tests(ctx: StageContext, result: SuiteResult) -> list[Finding]:

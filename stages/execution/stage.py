@@ -15,7 +15,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
-from traingate.stages.execution.checks import suite_findings
+from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
 from traingate.stages.execution.smoke import SmokeResult, smoke_calls
 from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, counts, group_skips, parse_events, run_suite
@@ -43,19 +43,21 @@ class ExecutionStage:
         ep = ctx.config.entrypoint
         source = entrypoint_source(ctx.root, ep.call) if ep else None
         include = [str(source.file)] if source is not None and source.span else []
-        suite_name = ctx.next_name("pytest")
+        # `tests = false`: the repo declares it has no suite; pytest is not run, and every
+        # report says so (an info finding and the summary), so the stage is never silently green.
+        declared = ctx.config.has_test_suite
         with ThreadPoolExecutor(max_workers=2) as pool:
-            suite_future = pool.submit(run_suite, ctx, suite_name, include)
+            suite_future = pool.submit(run_suite, ctx, ctx.next_name("pytest"), include) if declared else None
             smoke_future = pool.submit(smoke_calls, ctx, source) if ep else None
-            suite = suite_future.result()
+            suite = suite_future.result() if suite_future else None
             smoke = smoke_future.result() if smoke_future else None
-        result = parse_events(suite.events)
+        result = parse_events(suite.events) if suite else SuiteResult()
 
-        findings = suite_findings(ctx, suite, result)
+        findings = suite_findings(ctx, suite, result) if suite else [no_suite_finding(ctx)]
         coverage = self._coverage(ctx, suite, result, source, findings)
         if smoke is not None:
             findings += smoke.findings
-        findings += leftover_findings(ctx, suite.child, "The test run") + entrypoint_leftover_findings(ctx)
+        findings += (leftover_findings(ctx, suite.child, "The test run") if suite else []) + entrypoint_leftover_findings(ctx)
         smoke_warnings = [w for _, _, run in (smoke.runs if smoke else []) for w in (run.result or {}).get("warnings", [])]
         sites = gather(ctx.root, result.warnings, smoke_warnings)
         findings += deprecated_api_findings(ctx, sites)
@@ -65,7 +67,7 @@ class ExecutionStage:
             metrics=metrics(suite, result, smoke, coverage),
             findings=findings,
             details={
-                "pytest": pytest_details(suite, result),
+                "pytest": pytest_details(suite, result) if suite else {"declared": False, "note": NO_SUITE_NOTE},
                 "smoke": smoke_details(ctx, smoke),
                 "coverage": coverage,
                 "warnings": [s.as_dict() for s in sorted(sites, key=lambda s: (not s.deprecated_torch_api, -s.count))][:100],
@@ -73,11 +75,13 @@ class ExecutionStage:
         )
 
     @staticmethod
-    def _coverage(ctx: StageContext, suite: SuiteRun, result: SuiteResult, source: EntrypointSource | None, findings: list[Finding]) -> dict[str, Any]:
+    def _coverage(ctx: StageContext, suite: SuiteRun | None, result: SuiteResult, source: EntrypointSource | None, findings: list[Finding]) -> dict[str, Any]:
         if ctx.config.entrypoint is None:
             return coverage_details(None, None, "no entrypoint configured")
         if source is None or not source.span:
             return coverage_details(source, None, "the entrypoint's body could not be read from its module file")
+        if suite is None:
+            return coverage_details(source, None, "not measured: no test suite declared (`tests = false`)")
         if suite.coverage_file is None or not result.finished:
             return coverage_details(source, None, "not measured: the test run did not complete")
         if result.xdist_workers:
@@ -123,9 +127,10 @@ def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> dict[str, Any
     return {"configured": True, "call": ep.call, "setup": ep.setup, "kwargs": ep.kwargs, "amp_flag": ep.amp_flag, "seed": ep.seed, "device": ctx.device, **smoke.details()}
 
 
-def metrics(suite: SuiteRun, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> list[Metric]:
+def metrics(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> list[Metric]:
     c = counts(result)
-    found = [
+    found = [Metric(id="tests.suite", name="test_suite", value="not declared", note=NO_SUITE_NOTE)] if suite is None else [
+
         Metric(id="tests.collected", name="tests_collected", value=c["collected"], note=f"{c['deselected']} deselected" if c["deselected"] else ""),
         Metric(id="tests.passed", name="tests_passed", value=c["passed"]),
         Metric(id="tests.failed", name="tests_failed", value=c["failed"]),
@@ -151,9 +156,11 @@ def metrics(suite: SuiteRun, result: SuiteResult, smoke: SmokeResult | None, cov
     return found
 
 
-def summary(suite: SuiteRun, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> str:
+def summary(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> str:
     c = counts(result)
-    if suite.child.timed_out:
+    if suite is None:
+        tests = "no test suite declared (tests = false): pytest not run"
+    elif suite.child.timed_out:
         running = [t.nodeid for t in result.tests if t.outcome == "crashed"]
         tests = f"the test suite overran its budget after {suite.child.duration_s:.0f}s ({c['passed']} passed before that" + (f"; {running[-1]} was still running)" if running else ")")
     else:

@@ -33,7 +33,7 @@ from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.frames import innermost_target, is_target_file, relative
 from traingate.stages.contract.instruments import ERROR_KEY
 from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest
-from traingate.stages.harness import guard
+from traingate.stages.contract import guard
 
 MAX_WARNINGS = 200
 # The return value's summary: no string longer than this, and the whole summary at most

@@ -20,7 +20,7 @@ import pytest
 
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.messages import CoverageSpec, PytestRequest
-from traingate.stages.harness import guard
+from traingate.stages.contract import guard
 
 
 class CoverageWindow:

@@ -1,0 +1,69 @@
+"""The few facts about a run that CI outputs need besides the report itself.
+
+The writers stay pure functions of the report: the gate works these facts out (where the target
+sits in its repository, which file configures it, the rule table's texts) and hands them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from posixpath import join as posix_join
+from posixpath import normpath
+
+from traingate.pipeline.schema import Finding, Severity
+
+
+@dataclass(frozen=True)
+class RuleText:
+    """One category's rule, as tools that list rules (SARIF) show it."""
+
+    category: str
+    stage: str  # the stage that reports it, or "any"
+    severity: str  # the usual severity
+    description: str  # one line
+    full_description: str  # what the check does and how it measures
+    help: str  # what blocks, the usual impact and the fix
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    # The target's root relative to its repository's root, "/"-separated; "" when the target
+    # is the repository's root or not in a repository (paths are then relative to the target).
+    target_prefix: str = ""
+    # The configuration file, relative to the target's root (None: the target has none).
+    config_file: str | None = None
+    rules: tuple[RuleText, ...] = ()
+
+    def repo_path(self, path: str) -> str:
+        """A finding's path (relative to the target) made relative to the repository's root."""
+        if path.startswith("/") or not self.target_prefix:
+            return path
+        return normpath(posix_join(self.target_prefix, path))
+
+    def anchor_file(self) -> str | None:
+        """Where a finding without a location is shown: the configuration file, if any."""
+        return self.repo_path(self.config_file) if self.config_file else None
+
+    def target_folder(self) -> str:
+        """The target's root as a repository-relative folder ("." for the root itself)."""
+        return self.target_prefix or "."
+
+    def categories_of(self, stage: str) -> list[str]:
+        return [rule.category for rule in self.rules if rule.stage == stage]
+
+
+def location_text(finding: Finding, facts: RunFacts) -> str:
+    """`path:line` relative to the repository's root, or `-` for a finding without a place."""
+    loc = finding.location
+    if loc is None:
+        return "-"
+    return facts.repo_path(loc.path) + (f":{loc.line}" if loc.line else "")
+
+
+def worst_first(findings: list[Finding]) -> list[Finding]:
+    """Blocking findings first, then by severity, category and place."""
+    return sorted(findings, key=lambda f: (not f.blocking, *f.sort_key()))
+
+
+def is_serious(severity: Severity) -> bool:
+    return severity.rank <= Severity.MEDIUM.rank
