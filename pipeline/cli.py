@@ -26,13 +26,17 @@ from traingate.pipeline.lifecycle import (
     stop_after_interrupt,
     write_atomic,
 )
+from traingate.pipeline.history import HistoryError, load_history
+from traingate.pipeline.merge import MergeError, load_report, merge_reports
 from traingate.pipeline.orchestrator import RunRequest, config_error_report, run_pipeline
+from traingate.pipeline.outputs import FORMATS, FormatError, display_path, parse_formats, repository_root, run_facts, write_reports
 from traingate.pipeline.processes import become_subreaper, kill_descendants
 from traingate.pipeline.rules import RULES, find_rule
 from traingate.pipeline.rules import explain as explain_rule
 from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, resolve_policy
 from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageReport
-from traingate.reports import render_report_md, render_stage_md, render_summary
+from traingate.reports import render_summary
+from traingate.reports.history import render_history_md
 from traingate.pipeline.registry import build_registry, stage_names
 
 
@@ -77,6 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the CI's policy: a TOML file with the keys of [tool.traingate.policy] (default: ${POLICY_ENV}); "
         "the target's own [policy] may only tighten it",
     )
+    run.add_argument(
+        "--format",
+        dest="formats",
+        metavar="LIST",
+        help=f"comma-separated outputs: {','.join(FORMATS)} (default: md,json; report.json is always written; "
+        "github annotations are also on when GITHUB_ACTIONS=true)",
+    )
+    loudness = run.add_mutually_exclusive_group()
+    loudness.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors and requested annotations")
+    loudness.add_argument("--verbose", "-v", action="store_true", help="print progress even when stdout is not a terminal, and each file written")
     sub.add_parser("schema", help="print the JSON Schema of report.json")
     explain = sub.add_parser(
         "explain",
@@ -84,7 +98,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Explain one finding category; without one, list every category with its one-line description.",
     )
     explain.add_argument("category", nargs="?", help="a category as reports name it, e.g. memory-leak")
+    add_merge_and_history(sub)
     return parser
+
+
+def add_merge_and_history(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    merge = sub.add_parser(
+        "merge",
+        help="combine stage reports made on different machines into one report and one decision",
+        description="Combine the report.json files of one run split across machines (e.g. execution on a CPU runner, "
+        "performance and concurrency on a GPU runner); the decision is recomputed from the stage reports.",
+    )
+    merge.add_argument("reports", nargs="+", type=Path, metavar="REPORT_JSON", help="the parts' report.json files")
+    merge.add_argument("--out", type=Path, required=True, help="output folder for the merged reports")
+    merge.add_argument("--stages", default=None, help=f"stages the merged report must hold (default: all of {','.join(stage_names())}); a missing one blocks")
+    merge.add_argument("--format", dest="formats", metavar="LIST", help=f"comma-separated outputs: {','.join(FORMATS)} (default: md,json)")
+    history = sub.add_parser(
+        "history",
+        help="one table of a task's versions: decision, score, findings against the previous version, key metrics",
+        description="Read DIR/<version>/report.json for every version of a task (e.g. traingate-reports/T035) and print a markdown table and Mermaid charts.",
+    )
+    history.add_argument("folder", type=Path, metavar="DIR", help="the task's reports folder, one sub-folder per version")
+    history.add_argument("--out", type=Path, metavar="FILE", help="write the markdown here instead of stdout")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.PASS
     if args.command == "explain":
         return explain_command(args.category)
+    if args.command == "merge":
+        return merge_command(args)
+    if args.command == "history":
+        return history_command(args.folder, args.out)
     # Orphans of the stages' processes (double-forked setsid daemons) come back here, not to init.
     become_subreaper()
     try:
@@ -125,6 +164,52 @@ def explain_command(category: str | None) -> int:
     return ExitCode.PASS
 
 
+def merge_command(args: argparse.Namespace) -> int:
+    """`traingate merge`: refuse parts that do not belong together (exit 2), else write the merged reports."""
+    known = stage_names()
+    try:
+        formats = parse_formats(args.formats)
+        requested = parse_stages(args.stages, known)
+        parts = [(display_path(path), load_report(path)) for path in args.reports]
+        report = merge_reports(parts, requested, list(known))
+        out = args.out.resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        claim_output(out, [s.name for s in report.stages])
+    except (UsageError, FormatError, MergeError, OutputBusy) as exc:
+        print(f"traingate: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except OSError as exc:
+        print(f"traingate: error: --out: cannot write to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        target = Path(report.target.path)
+        written = write_reports(report, out, formats, run_facts(target if target.is_dir() else Path.cwd()))
+        print(written.annotations, end="", flush=True)
+    finally:
+        release_output()
+    print(render_summary(report), end="")
+    print(f"Reports: {display_path(out)}")
+    return ExitCode.PASS if report.decision.value == "PASS" else ExitCode.BLOCK
+
+
+def history_command(folder: Path, out: Path | None) -> int:
+    """`traingate history DIR`: markdown to stdout, or to `--out`."""
+    try:
+        text = render_history_md(load_history(folder))
+    except HistoryError as exc:
+        print(f"traingate: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    if out is None:
+        print(text, end="")
+        return ExitCode.PASS
+    try:
+        write_atomic(out, text)
+    except OSError as exc:
+        print(f"traingate: error: --out: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    return ExitCode.PASS
+
+
 def interrupted(stop: Interrupted) -> int:
     """SIGINT/SIGTERM: kill every process the run started, leave no verdict, exit 130/143."""
     stop_after_interrupt()
@@ -144,22 +229,25 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     except OutputBusy as exc:
         print(f"traingate: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    # Progress is for a person watching a terminal; CI logs get it only with --verbose.
+    show_progress = args.verbose or (not args.quiet and sys.stdout.isatty())
     request = RunRequest(
         root=inputs.root, task=inputs.task, version=inputs.version, stages=inputs.stages, out=inputs.out, device=inputs.device,
         baseline=inputs.baseline, baseline_path=str(args.baseline) if args.baseline else None,
-        observers=[ProgressPrinter()], policy=inputs.policy,
+        observers=[ProgressPrinter()] if show_progress else [], policy=inputs.policy,
     )
     if inputs.config_problem is not None or inputs.config is None:
         problem = inputs.config_problem
         assert problem is not None
         print(f"traingate: configuration error: {problem}", file=sys.stderr)
         report = config_error_report(request, problem.file, problem.key, problem.message)
-        write_reports(report, inputs.out)
+        emit_outputs(report, inputs, args)
         return ExitCode.USAGE
     report = run_pipeline(request, inputs.config, registry)
-    write_reports(report, inputs.out)
-    print(render_summary(report), end="")
-    print(f"Reports: {inputs.out}")
+    emit_outputs(report, inputs, args)
+    if not args.quiet:
+        print(render_summary(report), end="")
+        print(f"Reports: {display_path(inputs.out)}")
     return ExitCode.PASS if report.decision.value == "PASS" else ExitCode.BLOCK
 
 
@@ -181,6 +269,7 @@ class RunInputs:
     task: str
     version: str
     out: Path
+    formats: list[str]
 
 
 def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> RunInputs:
@@ -190,6 +279,10 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
     configuration is not raised: it is reported (a `config-error` report in `--out`)."""
     root = Path(args.target).resolve()
     stages = parse_stages(args.stages, known_stages)
+    try:
+        formats = parse_formats(args.formats)
+    except FormatError as exc:
+        raise UsageError(f"--format: {exc}") from None
     device = resolve_device(args.device)
     baseline = read_baseline(args.baseline) if args.baseline is not None else None
     ci_path = ci_policy_path(args.policy)
@@ -217,7 +310,7 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
         except ValueError as exc:
             raise UsageError(f"{option}: {exc}") from None
     out = prepare_out((args.out or Path("traingate-reports") / task / version).resolve(), root)
-    return RunInputs(root, stages, device, baseline, config, config_problem, policy, task, version, out)
+    return RunInputs(root, stages, device, baseline, config, config_problem, policy, task, version, out, formats)
 
 
 def parse_stages(option: str | None, known: tuple[str, ...]) -> list[str]:
@@ -254,20 +347,21 @@ def prepare_out(out: Path, root: Path) -> Path:
 
     It may lie inside the target (it is left out of the snapshot the stages run on), but it
     may not be the target itself, nor one of the target's own folders holding other files."""
+    shown = display_path(out)
     if out == root:
-        raise UsageError(f"--out: {out} is the target's root; reports would overwrite the target's files")
+        raise UsageError(f"--out: {shown} is the target's root; reports would overwrite the target's files")
     if out.exists() and not out.is_dir():
-        raise UsageError(f"--out: {out} exists and is not a folder")
+        raise UsageError(f"--out: {shown} exists and is not a folder")
     if out.is_relative_to(root) and out.is_dir() and any(out.iterdir()) and not _earlier_output(out):
-        raise UsageError(f"--out: {out} is a folder of the target with its own files; choose a new or empty folder")
+        raise UsageError(f"--out: {shown} is a folder of the target with its own files; choose a new or empty folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise UsageError(f"--out: cannot write to {out}: {exc.strerror or exc}") from None
+        raise UsageError(f"--out: cannot write to {shown}: {exc.strerror or exc}") from None
     if not os.access(out, os.W_OK | os.X_OK):
-        raise UsageError(f"--out: cannot write to {out}: permission denied")
+        raise UsageError(f"--out: cannot write to {shown}: permission denied")
     return out
 
 
@@ -292,12 +386,17 @@ def default_version(root: Path) -> str:
     return "local"
 
 
-def write_reports(report: PipelineReport, out: Path) -> None:
-    """Each file appears whole or not at all; report.json, the one CI reads, comes last."""
-    for stage in report.stages:
-        write_atomic(out / f"{stage.name}.md", render_stage_md(report, stage))
-    write_atomic(out / "report.md", render_report_md(report))
-    write_atomic(out / "report.json", report.model_dump_json(indent=2) + "\n")
+def emit_outputs(report: PipelineReport, inputs: RunInputs, args: argparse.Namespace) -> None:
+    """Write the reports `--format` asks for; print annotations (stdout is what GitHub reads them from)."""
+    facts = run_facts(inputs.root)
+    written = write_reports(report, inputs.out, inputs.formats, facts)
+    print(written.annotations, end="", flush=True)
+    if args.verbose:
+        print(f"Paths in CI outputs are relative to {display_path(repository_root(inputs.root) or inputs.root)}")
+        for path in written.files:
+            print(f"Wrote {display_path(path)}")
+        if written.step_summary is not None:
+            print(f"Appended a summary to {display_path(written.step_summary)}")
 
 
 class ProgressPrinter:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from traingate.pipeline.schema import Severity
+from traingate.pipeline.schema import Category, Severity
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -149,6 +150,55 @@ class PolicyConfig(BaseModel):
     amp_memory_reduction_min: float = 0.40
     amp_accuracy_tolerance: float = 0.01
     block_on: list[Severity] = Field(default_factory=lambda: [Severity.CRITICAL, Severity.HIGH])
+    # A test that could not run here (network, missing package): high (blocks) when true,
+    # low otherwise; the stage's summary says the suite was incomplete either way.
+    test_environment_blocks: bool = False
+    # "new": with a --baseline, only findings whose id the baseline lacks block.
+    block: Literal["all", "new"] = "all"
+    # The target writes its own waivers, so the CI may switch them off.
+    allow_waivers: bool = True
+
+
+# Integrity failures of the gate itself: no waiver and no baseline can accept them.
+NEVER_WAIVABLE = frozenset({Category.TARGET_MODIFIED, Category.STAGE_ERROR, Category.HANG, Category.LEFTOVER_PROCESS})
+
+
+class WaiverConfig(BaseModel):
+    """One `[[tool.traingate.waive]]` entry: a finding id, or a category at a path (and line or function)."""
+
+    model_config = _STRICT
+    id: str | None = None
+    category: Category | None = None
+    path: str | None = None
+    line: int | None = Field(default=None, ge=1)
+    function: str | None = None
+    reason: str
+    expires: date | None = None
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _known_category(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in {c.value for c in Category}:
+            raise ValueError(f"unknown category {value!r} (`traingate explain` lists them)")
+        return value
+
+    @field_validator("reason")
+    @classmethod
+    def _says_why(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("a waiver needs a reason: say why the finding is accepted")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _one_way_to_match(self) -> WaiverConfig:
+        by_place = self.category is not None or self.path is not None or self.line is not None or self.function is not None
+        if self.id is not None and by_place:
+            raise ValueError("give either `id` or `category` + `path` (with `line` or `function`), not both")
+        if self.id is None and (self.category is None or self.path is None):
+            raise ValueError("a waiver needs `id` (a finding id), or `category` and `path`")
+        if self.category in NEVER_WAIVABLE:
+            raise ValueError(f"{self.category.value if self.category else ''} findings cannot be waived")
+        return self
 
 
 class PerformanceConfig(BaseModel):
@@ -178,6 +228,20 @@ class TargetConfig(BaseModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+    waive: list[WaiverConfig] = Field(default_factory=list)
+    # Filled by load_config, never from TOML: the configuration file and the inline
+    # `# traingate: ignore[...]` comments found in the target's sources.
+    _file: str | None = PrivateAttr(default=None)
+    _inline_waivers: list[Any] = PrivateAttr(default_factory=list)
+
+    @property
+    def config_file(self) -> str | None:
+        return self._file
+
+    @property
+    def inline_waivers(self) -> list[Any]:
+        """`traingate.pipeline.waivers.InlineWaiver`s, in file and line order."""
+        return self._inline_waivers
 
     @field_validator("tests")
     @classmethod
@@ -211,18 +275,31 @@ def load_config(root: Path) -> tuple[TargetConfig, str | None]:
     """Return the configuration and the file it came from (None when the target has none)."""
     source, raw, prefix = _read_raw(root)
     if source is None:
-        return TargetConfig(), None
+        return _with_waiver_sources(TargetConfig(), root, None), None
     try:
         config = TargetConfig.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join([prefix, *(str(p) for p in err["loc"])])
         raise ConfigError(source, key, err["msg"].removeprefix("Value error, ")) from None
-    if config.entrypoint is not None:
-        _check_callable(root, source, f"{prefix}.entrypoint.call", config.entrypoint.call)
-        if config.entrypoint.setup:
-            _check_callable(root, source, f"{prefix}.entrypoint.setup", config.entrypoint.setup)
-    return config, source
+    ep = config.entrypoint
+    if ep is not None:
+        if ep.script is not None:
+            _check_script(root, source, f"{prefix}.entrypoint.script", ep.script)
+        if ep.call is not None:
+            _check_callable(root, source, f"{prefix}.entrypoint.call", ep.call, has_setup=ep.setup is not None)
+        if ep.setup:
+            _check_callable(root, source, f"{prefix}.entrypoint.setup", ep.setup)
+    return _with_waiver_sources(config, root, source), source
+
+
+def _with_waiver_sources(config: TargetConfig, root: Path, source: str | None) -> TargetConfig:
+    # Imported here: the waivers module builds on this one.
+    from traingate.pipeline.waivers import scan_inline_waivers
+
+    config._file = source
+    config._inline_waivers = scan_inline_waivers(root)
+    return config
 
 
 def _read_raw(root: Path) -> tuple[str | None, dict[str, Any], str]:
@@ -250,9 +327,19 @@ def _read_raw(root: Path) -> tuple[str | None, dict[str, Any], str]:
     return None, {}, ""
 
 
-def _check_callable(root: Path, source: str, key: str, spec: str) -> None:
-    """Resolve module:function by reading the target's files, without importing them."""
-    module, _, func = spec.partition(":")
+def _check_script(root: Path, source: str, key: str, script: str) -> None:
+    path = root / script
+    if not path.is_file():
+        raise ConfigError(source, key, f"no file {script!r} under the target root")
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise ConfigError(source, key, f"{script!r} leads outside the target root")
+
+
+def _check_callable(root: Path, source: str, key: str, spec: str, *, has_setup: bool = True) -> None:
+    """Resolve module:function or module:Class.method by reading the target's files, without
+    importing them."""
+    module, _, attr = spec.partition(":")
+    func, *members = attr.split(".")
     parts = module.split(".")
     base = root.joinpath(*parts)
     candidates = [base.with_suffix(".py"), base / "__init__.py"]
@@ -265,9 +352,39 @@ def _check_callable(root: Path, source: str, key: str, spec: str) -> None:
         # Importing would fail; the smoke call reports the crash with its location.
         del exc
         return
+    rel = file.relative_to(root).as_posix()
     if func not in _top_level_names(tree) and not _has_dynamic_names(tree):
-        rel = file.relative_to(root).as_posix()
         raise ConfigError(source, key, f"{rel} defines no {func!r}")
+    if members:
+        _check_method(source, key, rel, tree, [func, *members], has_setup)
+
+
+def _check_method(source: str, key: str, rel: str, tree: ast.Module, path: list[str], has_setup: bool) -> None:
+    """`Class.method` (or `Outer.Inner.method`): each class found by reading its body. A class
+    with bases may inherit the method, and a name bound other than by `class` cannot be read:
+    both are left to the smoke call."""
+    scope: list[ast.stmt] = tree.body
+    owner: ast.stmt | None = None
+    for depth, name in enumerate(path):
+        node = next((n for n in scope if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+        last = depth == len(path) - 1
+        if node is None:
+            assigned = {t.id for n in scope if isinstance(n, (ast.Assign, ast.AnnAssign)) for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+            if isinstance(owner, ast.ClassDef) and not owner.bases and name not in assigned:
+                raise ConfigError(source, key, f"{rel}: class {'.'.join(path[:depth])} defines no {name!r}")
+            return
+        if not last and not isinstance(node, ast.ClassDef):
+            raise ConfigError(source, key, f"{rel}: {'.'.join(path[: depth + 1])} is not a class")
+        owner, scope = node, node.body
+    if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) and not has_setup and not _is_static_or_class_method(owner):
+        raise ConfigError(
+            source, key,
+            f"{'.'.join(path)} is a method: give `setup`, a module:function returning the instance to call it on (or a dict with the instance under 'self' and keyword arguments)",
+        )
+
+
+def _is_static_or_class_method(func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod") for d in func.decorator_list)
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

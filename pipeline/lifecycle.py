@@ -26,6 +26,8 @@ from traingate.pipeline.processes import kill_descendants
 
 LOCK_NAME = ".traingate.lock"
 WORK_DIR = "work"
+# Every report file a run may write (pipeline/outputs.py), removed before a run and after an interruption.
+REPORT_FILES = ("report.json", "report.md", "report.sarif", "report.junit.xml")
 
 
 class OutputBusy(Exception):
@@ -96,7 +98,7 @@ def claim_output(out: Path, stage_names: Iterable[str]) -> OutputClaim:
         raise
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
-    claim = OutputClaim(out, fd, ["report.json", "report.md", *(f"{name}.md" for name in stage_names)])
+    claim = OutputClaim(out, fd, [*REPORT_FILES, *(f"{name}.md" for name in stage_names)])
     claim.clear_reports()
     claim.clear_work()
     _current = claim

@@ -45,6 +45,7 @@ from traingate.pipeline.registry import Stage
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
+from traingate.pipeline.waivers import Adjudicator
 
 ANY_STAGE_CATEGORIES = frozenset(
     {Category.HANG, Category.STAGE_ERROR, Category.CONFIG_ERROR, Category.LEFTOVER_PROCESS, Category.TARGET_MODIFIED}
@@ -86,6 +87,8 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
         snapshot.take()
     except SnapshotError as exc:  # nothing can be checked: fail closed, naming the file
         return config_error_report(request, str(request.root), "", str(exc))
+    # Waivers and the new-findings rule: applied here, to what each stage handed back.
+    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
     with snapshot:
         for index, name in enumerate(request.stages, start=1):
             for obs in request.observers:
@@ -94,12 +97,12 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
             if skip is not None:
                 report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
             else:
-                report = run_stage(name, registry[name], request, config, snapshot)
+                report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator)
             reports.append(report)
             for obs in request.observers:
                 obs.stage_finished(report)
-    report = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
-    return report.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports)})
+    assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
+    return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
 
 
 def stages_not_run(known: list[str], reports: list[StageReport]) -> list[StageNotRun]:
@@ -153,7 +156,9 @@ def _skip_reason(name: str, done: list[StageReport]) -> str | None:
     return None
 
 
-def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None) -> StageReport:
+def run_stage(
+    name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None, *, adjudicator: Adjudicator | None = None
+) -> StageReport:
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
     budget = float(config.timeout_s)
@@ -190,6 +195,8 @@ def run_stage(name: str, stage: Stage, request: RunRequest, config: TargetConfig
     if snapshot is not None:
         snapshot.discard(root)
     findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
+    if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
+        findings = adjudicator.apply(findings)
     status = stage_status(findings, outcome.skipped_reason)
     return StageReport(
         name=name,
@@ -322,6 +329,7 @@ def compare_baseline(request: RunRequest, reports: list[StageReport]) -> Baselin
         version=base.get("version"),
         new_findings=sorted(new_ids - old_ids),
         fixed_findings=sorted(old_ids - new_ids),
+        persisting_findings=sorted(old_ids & new_ids),
         metric_deltas=deltas,
     )
 

@@ -7,7 +7,9 @@ target may only tighten that floor:
 
 - `block_on`: the union (the target can add severities that block, never remove one);
 - `amp_speedup_min`, `amp_memory_reduction_min`: the larger value;
-- `amp_accuracy_tolerance`: the smaller value.
+- `amp_accuracy_tolerance`: the smaller value;
+- `block`: "all" over "new" (only the CI can let persisting findings through);
+- `allow_waivers`: false over true (only the CI can allow the target's waivers, and it may forbid them).
 
 A target value that would loosen the floor is ignored and listed in the report. Only a CI
 policy file can set a value below a default.
@@ -39,10 +41,13 @@ CI = "ci-policy"
 TARGET = "target"
 
 # For each threshold: which of two values is the stricter one.
-_STRICTER: dict[str, Callable[[float, float], float]] = {
+_STRICTER: dict[str, Callable[[Any, Any], Any]] = {
     "amp_speedup_min": max,
     "amp_memory_reduction_min": max,
     "amp_accuracy_tolerance": min,
+    "test_environment_blocks": max,  # True (blocking) is the stricter
+    "block": lambda a, b: "all" if "all" in (a, b) else "new",
+    "allow_waivers": lambda a, b: bool(a and b),
 }
 
 

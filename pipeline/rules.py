@@ -70,9 +70,22 @@ RULES: tuple[Rule, ...] = (
         "Run them where their condition holds (for example a CUDA runner), or remove the skip if it no longer applies.",
     ),
     Rule(
+        Category.TEST_ENVIRONMENT, "execution", Severity.LOW,
+        "a test could not run here: it needs the network or a package that is not installed",
+        "Reads the exception of every failing test (and the exceptions it was raised from) as the pytest plugin recorded it.",
+        "A network error while resolving or connecting (socket.gaierror, ConnectionError, urllib's URLError, requests' ConnectionError, "
+        "an OSError from a socket call), or an ImportError of a module that is neither installed nor part of the target's tree. "
+        "An assertion is always the test's own verdict: it stays a `test-failure`.",
+        "Low severity by default, so it does not block; `test_environment_blocks = true` in the policy makes it high (blocking by default). "
+        "The stage's summary says how many tests could not run.",
+        "What these tests check was not verified in this run; the suite was incomplete.",
+        "Mark the tests (for example `@pytest.mark.network`) and deselect them in `tests` (`-m \"not network\"`), "
+        "or install the missing package in the CI environment.",
+    ),
+    Rule(
         Category.ENTRYPOINT_CRASH, "execution", Severity.CRITICAL,
         "the smoke call of the entrypoint raised or died; located at the innermost frame in the target's own code",
-        "Calls the configured entrypoint once, seeded, with its setup and kwargs, in a fresh child process.",
+        "Calls the configured entrypoint once, seeded, in a fresh child process: a function or a method with its setup and kwargs, or a script run as `__main__` with its args.",
         "The exception and traceback the harness records, or the stack dumped when the process died.",
         _POLICY,
         "Training crashes as soon as anyone runs it; the tests passing does not mean the training function works.",
@@ -82,7 +95,7 @@ RULES: tuple[Rule, ...] = (
         Category.ENTRYPOINT_UNTESTED, "execution", Severity.MEDIUM,
         "the test suite never executes the entrypoint",
         "Runs the suite under coverage of the entrypoint's file.",
-        "The statements of the entrypoint function that the tests execute.",
+        "The statements of the code the entrypoint reaches (a function's or method's body; a script's module-level code, `__main__` block and function bodies) that the tests execute.",
         _POLICY,
         "A defect in the training function itself (a KeyError on its first lines, a wrong argument) passes the test suite.",
         "Add a test that calls the entrypoint on tiny inputs (a few steps, a tiny model) and checks its result.",

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from traingate.stages.contract.text import strip_ansi
+
 SCHEMA_VERSION = "1.1"
 
 
@@ -22,6 +24,7 @@ class Category(str, Enum):
     COLLECTION_ERROR = "collection-error"
     NO_TESTS = "no-tests"
     SKIPPED_TESTS = "skipped-tests"
+    TEST_ENVIRONMENT = "test-environment"
     ENTRYPOINT_CRASH = "entrypoint-crash"
     ENTRYPOINT_UNTESTED = "entrypoint-untested"
     DEPRECATED_API = "deprecated-api"
@@ -96,6 +99,16 @@ class Evidence(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict, description="Numbers, call sites, sequences")
 
 
+class WaiverMark(BaseModel):
+    """Why a finding that would block was accepted: the waiver that matched it."""
+
+    model_config = _FROZEN
+    reason: str
+    source: str = Field(description="config (a [[waive]] entry) | inline (a `# traingate: ignore[...]` comment)")
+    origin: str = Field(description="where the waiver is written: the configuration entry or the source line")
+    expires: str | None = Field(default=None, description="ISO date after which the waiver no longer applies")
+
+
 class Finding(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     id: str = Field(description="Fingerprint, stable across versions for the same defect")
@@ -109,6 +122,10 @@ class Finding(BaseModel):
     fix: str
     evidence: Evidence
     blocking: bool
+    waived: WaiverMark | None = Field(default=None, description="the waiver that accepted this finding; a waived finding never blocks")
+    baseline_status: str | None = Field(
+        default=None, description="new | persisting: whether the baseline had this id (null without a baseline)"
+    )
 
     @model_validator(mode="after")
     def _evidence_rules(self) -> Finding:
@@ -118,6 +135,8 @@ class Finding(BaseModel):
                 raise ValueError("a finding with static evidence is at most medium")
             if self.blocking:
                 raise ValueError("a finding with static evidence never blocks")
+        if self.waived is not None and self.blocking:
+            raise ValueError("a waived finding never blocks")
         return self
 
     @classmethod
@@ -144,6 +163,11 @@ class Finding(BaseModel):
         """
         if evidence.kind is EvidenceKind.STATIC and severity.rank < Severity.MEDIUM.rank:
             severity = Severity.MEDIUM
+        # Messages and tracebacks come from the target's output: no terminal escape codes in a report.
+        title, problem, impact, fix = (strip_ansi(t) for t in (title, problem, impact, fix))
+        evidence = evidence.model_copy(
+            update={"summary": strip_ansi(evidence.summary), "traceback": strip_ansi(evidence.traceback) if evidence.traceback else evidence.traceback}
+        )
         blocking = (
             not never_blocks
             and evidence.kind is not EvidenceKind.STATIC
@@ -214,6 +238,9 @@ class StageReport(BaseModel):
     metrics: list[Metric] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
+    environment: Environment | None = Field(
+        default=None, description="where this stage ran, when it differs per stage (a merged split run)"
+    )
 
 
 class TargetInfo(BaseModel):
@@ -237,6 +264,7 @@ class BaselineComparison(BaseModel):
     version: str | None = None
     new_findings: list[str] = Field(default_factory=list, description="ids not in the baseline")
     fixed_findings: list[str] = Field(default_factory=list, description="baseline ids now gone")
+    persisting_findings: list[str] = Field(default_factory=list, description="ids in both the baseline and this report")
     metric_deltas: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -274,6 +302,35 @@ class StageNotRun(BaseModel):
     reason: str = Field(description="\"not requested with --stages\", or \"skipped: \" and the stage's reason")
 
 
+class WaiverEntry(BaseModel):
+    """One waiver the target wrote, and what became of it in this run."""
+
+    model_config = ConfigDict(extra="forbid")
+    origin: str = Field(description="the configuration entry (`pyproject.toml [[tool.traingate.waive]] #1`) or the source line")
+    source: str = Field(description="config | inline")
+    id: str | None = None
+    categories: list[str] = Field(default_factory=list)
+    path: str | None = None
+    line: int | None = None
+    function: str | None = None
+    reason: str
+    expires: str | None = None
+    status: str = Field(description="applied | unused | expired | refused | disallowed")
+    matched: list[str] = Field(default_factory=list, description="ids of the findings it matched")
+    note: str = ""
+
+
+class Acceptance(BaseModel):
+    """What the gate accepted without blocking: waived findings and, with policy.block = "new",
+    findings the baseline already had."""
+
+    model_config = ConfigDict(extra="forbid")
+    block: str = Field(default="all", description="all | new: the rule applied (new only with a baseline)")
+    block_note: str = ""
+    waivers_allowed: bool = True
+    waivers: list[WaiverEntry] = Field(default_factory=list)
+
+
 class PipelineReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     schema_version: str = SCHEMA_VERSION
@@ -290,6 +347,11 @@ class PipelineReport(BaseModel):
     baseline: BaselineComparison | None = None
     policy: PolicyProvenance | None = Field(default=None, description="the policy the decision used, value by value with its source")
     stages_not_run: list[StageNotRun] = Field(default_factory=list, description="stages whose checks did not run, and why: a PASS vouches only for the stages that ran")
+    acceptance: Acceptance | None = Field(default=None, description="waivers and the new-findings rule, and what they accepted")
 
     def findings(self) -> list[Finding]:
         return sorted((f for s in self.stages for f in s.findings), key=Finding.sort_key)
+
+
+# StageReport names Environment, defined after it.
+StageReport.model_rebuild()

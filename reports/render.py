@@ -9,6 +9,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateNotFound
 
 from traingate.pipeline.schema import Finding, PipelineReport, StageReport
+from traingate.reports.clip import REPORT_MD_LIMIT, fit
 
 SEVERITY_MARK = {"critical": "🛑", "high": "🔴", "medium": "🟠", "low": "🟡", "info": "ℹ️"}
 STATUS_MARK = {"passed": "✅ passed", "blocked": "⛔ blocked", "skipped": "⏭️ skipped", "error": "💥 error"}
@@ -60,7 +61,12 @@ def table_cell(value: Any) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def render_report_md(report: PipelineReport) -> str:
+def render_report_md(report: PipelineReport, limit: int = REPORT_MD_LIMIT) -> str:
+    """The combined report, short enough for a pull-request comment (evidence cut, never findings)."""
+    return fit(_render_report_md, report, limit)
+
+
+def _render_report_md(report: PipelineReport) -> str:
     return _env().get_template("report.md.j2").render(report=report, findings=report.findings())
 
 

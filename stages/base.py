@@ -176,6 +176,8 @@ def run_entrypoint(
     fields: dict[str, Any] = {
         "target_root": str(ctx.root),
         "call": ep.call,
+        "script": ep.script,
+        "args": ep.script_argv(amp),
         "setup": ep.setup,
         "kwargs": {**ep.kwargs, **(kwargs_override or {})},
         "amp_flag": ep.amp_flag,

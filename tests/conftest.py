@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -52,9 +53,12 @@ def line_of(path: Path, text: str) -> int:
 
 def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateRun:
     """Run `traingate run` exactly as a CI job would, in a subprocess."""
+    # When this suite itself runs in GitHub Actions, the runs it makes must not annotate the
+    # real job or append to its step summary.
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "TRAINGATE_POLICY")}
     done = subprocess.run(
         [*TRAINGATE, "run", str(target), "--out", str(out), *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
     )
     report_path = out / "report.json"
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}

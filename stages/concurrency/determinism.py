@@ -18,6 +18,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, StageContext
+from traingate.stages.contract.text import clip_line, strip_ansi
 
 CATEGORY = Category.NONDETERMINISM
 # Returned values that legitimately differ between two identical runs.
@@ -55,8 +56,20 @@ class Divergence:
         if self.where == "step":
             return f"optimizer step {self.step + 1 if self.step is not None else '?'}: loss {_fmt(self.first)} vs {_fmt(self.second)}"
         if self.where == "returned":
+            if isinstance(self.first, str) and isinstance(self.second, str) and ("\n" in self.first + self.second or len(self.first + self.second) > 160):
+                return f"returned `{self.key}`: {text_difference(self.first, self.second)}"
             return f"returned `{self.key}`: {_fmt(self.first)} vs {_fmt(self.second)}"
         return f"outcome: {self.first} vs {self.second}"
+
+    def shown_values(self) -> list[Any]:
+        """The two values as evidence: for the text of a returned object, the lines that differ."""
+        if self.where == "returned" and isinstance(self.first, str) and isinstance(self.second, str):
+            a, b = self.first.splitlines() or [""], self.second.splitlines() or [""]
+            for x, y in zip(a, b, strict=False):
+                if x != y:
+                    return [clip_line(strip_ansi(x), 300), clip_line(strip_ansi(y), 300)]
+            return [f"{len(a)} lines", f"{len(b)} lines"]
+        return [self.first, self.second]
 
 
 def _fmt(value: Any) -> str:
@@ -64,7 +77,18 @@ def _fmt(value: Any) -> str:
         value = value[0]
     if isinstance(value, float):
         return repr(value)
-    return str(value)[:200]
+    return clip_line(strip_ansi(str(value)), 200)
+
+
+def text_difference(first: str, second: str) -> str:
+    """Where two texts (the summarised repr of a returned object, a table) first differ, as the
+    line that differs in each, never a truncated repr of the whole object."""
+    a, b = strip_ansi(first).splitlines() or [""], strip_ansi(second).splitlines() or [""]
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return f"line {index + 1} of its text differs: {clip_line(x.strip(), 120)!r} vs {clip_line(y.strip(), 120)!r}"
+    n = min(len(a), len(b))
+    return f"{len(a)} vs {len(b)} lines of text; the first {n} agree"
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -223,7 +247,7 @@ def nondeterminism_finding(
                 "kind": kind,
                 "where": divergence.where,
                 "first_divergent_step": divergence.step + 1 if divergence.step is not None else None,
-                "values": [divergence.first, divergence.second],
+                "values": divergence.shown_values(),
                 "returned_key": divergence.key,
                 "hash_seeds": [a.hash_seed, b.hash_seed],
                 "runs": [a.label, b.label],

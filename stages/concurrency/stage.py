@@ -71,7 +71,7 @@ class _Session:
         assert ctx.config.entrypoint is not None
         self.ctx = ctx
         self.entrypoint = ctx.config.entrypoint
-        self.fallback = entrypoint_location(ctx.root, self.entrypoint.call)
+        self.fallback = entrypoint_location(ctx.root, self.entrypoint.call) if self.entrypoint.call else Location(path=self.entrypoint.script or "")
         self.cuda = ctx.device == "cuda"
         self.findings: list[Finding] = []
         self.runs: list[dict[str, Any]] = []
@@ -90,7 +90,7 @@ class _Session:
         run = run_entrypoint(
             self.ctx,
             label=label,
-            amp=True if self.entrypoint.amp_flag else None,
+            amp=True if self.entrypoint.amp_switch else None,
             instruments=instruments,
             options=options,
             deterministic=deterministic,

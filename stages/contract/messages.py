@@ -58,8 +58,13 @@ class AgentReply(Strict):
 
 
 class EntrypointRequest(Strict):
+    """Exactly one of `call` (module:function or module:Class.method) and `script` (a .py
+    file relative to the target root, run as `__main__` with `sys.argv = [script, *args]`)."""
+
     target_root: str
-    call: str  # module:function
+    call: str | None
+    script: str | None = None
+    args: list[str] = Field(default_factory=list)  # the script's arguments, AMP setting included
     setup: str | None
     kwargs: dict[str, Any]
     amp_flag: str | None
@@ -70,6 +75,12 @@ class EntrypointRequest(Strict):
     instrument_options: dict[str, Any]
     deterministic: bool
     channel: ChannelSpec
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> EntrypointRequest:
+        if (self.call is None) == (self.script is None):
+            raise ValueError("an entrypoint request names exactly one of call and script")
+        return self
 
 
 class TargetFrame(Strict):

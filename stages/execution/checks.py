@@ -13,6 +13,7 @@ from typing import Any
 from traingate.pipeline.isolation import crash_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame, location_of
+from traingate.stages.contract.text import clip_line, clip_text, first_line
 from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, TestOutcome, group_skips, inconsistencies
 
 _TAIL = 6000
@@ -121,6 +122,9 @@ def test_failures(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list
             continue
         if test.outcome == "crashed" and run.child.timed_out:
             continue  # the hang finding carries this test's stacks
+        if test.environment is not None:
+            findings.append(environment_failure(ctx, run, test))
+            continue
         location, evidence = _failure_site(ctx, run, test)
         verb = {"failed": "fails", "error": "errors", "crashed": "kills the test process", "interrupted": "stops the test run"}[test.outcome]
         findings.append(
@@ -129,13 +133,48 @@ def test_failures(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list
                 severity=Severity.HIGH,
                 title=f"{test.nodeid} {verb}",
                 location=location,
-                problem=f"{test.nodeid} {verb}: {test.message or 'no message'}.",
+                problem=f"{test.nodeid} {verb}: {_full_message(test)}",
                 fix="Run `python -m pytest " + test.nodeid + "` locally and fix the code or the test it points at.",
                 evidence=evidence,
                 key=test.nodeid,
             )
         )
     return findings
+
+
+def environment_failure(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> Finding:
+    """`test-environment`: a test that failed because this environment lacks the network or a
+    package. Low severity unless the policy's `test_environment_blocks` says it blocks; the
+    stage's summary counts these tests as not run here."""
+    env = test.environment or {}
+    location, evidence = _failure_site(ctx, run, test)
+    evidence = evidence.model_copy(update={"data": {**evidence.data, "environment": env}})
+    if env.get("kind") == "missing-package":
+        need = f"the package {env.get('package')!r} (import of {env.get('module')!r}), which is not installed here"
+        fix = (
+            f"Install {env.get('package')!r} in the CI environment if the test must run there; otherwise skip it when the package is missing "
+            f"(`pytest.importorskip({env.get('package')!r})`) or deselect it in `tests`."
+        )
+        key = f"missing-package {env.get('package')}"
+    else:
+        need = f"the network ({env.get('type', 'a network error')})"
+        fix = (
+            "Mark the test (for example `@pytest.mark.network`, registered in the pytest configuration) and deselect it in "
+            "`tests` (`tests = [\"tests\", \"-m\", \"not network\"]`), or give it a local stand-in for the remote resource."
+        )
+        key = "network"
+    blocks = ctx.config.policy.test_environment_blocks
+    return ctx.finding(
+        category=Category.TEST_ENVIRONMENT,
+        severity=Severity.HIGH if blocks else Severity.LOW,
+        title=f"{test.nodeid} could not run here: it needs {'the network' if key == 'network' else repr(env.get('package'))}",
+        location=location,
+        problem=f"{test.nodeid} failed because it needs {need}: {test.message or 'no message'}. This is a limit of the environment the gate ran in, not a defect it found in the code.",
+        impact="What this test checks was not verified in this run; the suite was incomplete." + (" The policy (`test_environment_blocks = true`) blocks on it." if blocks else ""),
+        fix=fix,
+        evidence=evidence,
+        key=f"{test.nodeid} {key}",
+    )
 
 
 def _failure_site(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> tuple[Location | None, Evidence]:
@@ -154,7 +193,7 @@ def _failure_site(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> tuple[
     location = location_of(failure.get("target_frame")) or own
     return location, Evidence(
         kind=EvidenceKind.OBSERVED,
-        summary=f"{test.outcome}: {test.message}"[:300],
+        summary=clip_line(f"{test.outcome}: {first_line(test.message, 300)}", 300),
         traceback=test.longrepr or failure.get("traceback") or None,
         data={"nodeid": test.nodeid, "outcome": test.outcome, "duration_s": test.duration_s, "code": (failure.get("target_frame") or {}).get("code")},
     )
@@ -240,10 +279,13 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
     """`no-tests`: no test ran — none collected, all deselected, all skipped, or a pytest
     that ended (even with status 0) without a record of any test. Blocking: a suite that
     ran nothing verified nothing."""
-    if run.child.timed_out or result.ran > 0:
+    environment = len(result.environment_failures())
+    if run.child.timed_out or result.ran - environment > 0:
         return []
     code = run.child.returncode
-    if _missing_paths(run):
+    if environment:
+        why = f"every test that ran ({environment}) could not run here: it needed the network or a package that is not installed"
+    elif _missing_paths(run):
         why = f"pytest found none of the test paths ({_usage_message(run)})"
     elif not result.started:
         why = f"pytest exited with status {code} before its session started: nothing was collected or reported"
@@ -335,9 +377,17 @@ def _usage_message(run: SuiteRun) -> str:
     return _first_line(run.child.stderr) or "no message"
 
 
+def _full_message(test: TestOutcome) -> str:
+    """The failure's message in whole lines (a multi-line assertion diff stays readable), cut
+    at a line boundary with the number of lines left out; the traceback holds all of it."""
+    failure = test.failure or {}
+    if not failure.get("message"):
+        return f"{test.message or 'no message'}."
+    return f"{failure.get('type')}: " + clip_text(str(failure["message"]), 800, max_lines=12)
+
+
 def _first_line(text: Any) -> str:
-    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
-    return lines[0][:300] if lines else ""
+    return first_line(str(text or ""), 300)
 
 
 def _tail(text: str) -> str:

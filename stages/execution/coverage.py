@@ -1,8 +1,18 @@
-"""Does the test suite ever execute the entrypoint's body? (`entrypoint-untested`)
+"""Does the test suite ever execute the code the entrypoint reaches? (`entrypoint-untested`)
 
-The entrypoint's function is found by reading its module with `ast` (never importing it);
-the lines its body spans are compared with the lines coverage saw executed while the
-suite ran. The `def` line itself runs whenever the module is imported, so it does not count.
+The entrypoint's code is found by reading its file with `ast` (never importing it); the lines
+it spans are compared with the lines coverage saw executed while the suite ran. What counts:
+
+- a function (`module:function`): its body;
+- a method (`module:Class.method`): the method's body, the class found by its name (nested
+  classes by their dotted path);
+- a script (`script = "train.py"`): what running it executes beyond importing it — its
+  module-level statements other than imports, `def`/`class` lines and the docstring, the body
+  of its `if __name__ == "__main__":` block, and the bodies of the functions and methods it
+  defines.
+
+Lines that run whenever the file is imported (a `def` line, an import) never count, and the
+harness that makes the smoke call is not the target's code, so it is never counted either.
 """
 
 from __future__ import annotations
@@ -12,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traingate.pipeline.config import EntrypointConfig
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+
+FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(frozen=True)
@@ -22,10 +35,16 @@ class EntrypointSource:
 
     file: Path
     rel: str  # relative to the target root
-    function: str
-    def_line: int | None  # None: the function is not defined by a plain `def` in the module
-    statements: frozenset[int] = field(default_factory=frozenset)  # first lines of the body's statements
-    span: frozenset[int] = field(default_factory=frozenset)  # every line of the body, nested defs' bodies excluded
+    function: str  # the function or Class.method; for a script, its path
+    def_line: int | None  # None: not defined by a plain `def` in the file (and for a script)
+    statements: frozenset[int] = field(default_factory=frozenset)  # first lines of the counted statements
+    span: frozenset[int] = field(default_factory=frozenset)  # every counted line, nested defs' bodies excluded
+    script: bool = False
+
+    @property
+    def first_line(self) -> int | None:
+        """Where a finding about the whole entrypoint points: its `def`, or a script's first counted line."""
+        return self.def_line if self.def_line is not None or not self.statements else min(self.statements)
 
 
 def module_file(root: Path, module: str) -> Path | None:
@@ -33,41 +52,114 @@ def module_file(root: Path, module: str) -> Path | None:
     return next((c for c in (base.with_suffix(".py"), base / "__init__.py") if c.is_file()), None)
 
 
-def entrypoint_source(root: Path, call: str) -> EntrypointSource | None:
-    """Read `module:function` from the target's files; None when the module file is not there."""
-    module, _, function = call.partition(":")
+def entrypoint_source(root: Path, entrypoint: EntrypointConfig | str) -> EntrypointSource | None:
+    """Read the entrypoint's code from the target's files; None when its file is not there.
+    A string is a `call` (module:function or module:Class.method)."""
+    call = entrypoint if isinstance(entrypoint, str) else entrypoint.call
+    if not isinstance(entrypoint, str) and entrypoint.script is not None:
+        return _script_source(root, entrypoint.script)
+    module, _, function = (call or "").partition(":")
     file = module_file(root, module)
     if file is None:
         return None
     rel = file.relative_to(root).as_posix()
-    try:
-        tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
-    except (SyntaxError, UnicodeDecodeError, ValueError):
-        return EntrypointSource(file=file, rel=rel, function=function, def_line=None)
-    node = _find_def(tree, function.split(".")[-1])
+    tree = _parse(file)
+    node = _find_def(tree, function.split(".")) if tree is not None else None
     if node is None:
         return EntrypointSource(file=file, rel=rel, function=function, def_line=None)
     statements, span = body_lines(node)
     return EntrypointSource(file=file, rel=rel, function=function, def_line=node.lineno, statements=frozenset(statements), span=frozenset(span))
 
 
-def _find_def(tree: ast.Module, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The module-level `def name`, else the first `def name` anywhere (a method, a nested def)."""
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node
+def _script_source(root: Path, script: str) -> EntrypointSource | None:
+    file = root / script
+    if not file.is_file():
+        return None
+    rel = Path(script).as_posix()
+    tree = _parse(file)
+    if tree is None:
+        return EntrypointSource(file=file, rel=rel, function=rel, def_line=None, script=True)
+    statements, span = script_lines(tree)
+    return EntrypointSource(file=file, rel=rel, function=rel, def_line=None, statements=frozenset(statements), span=frozenset(span), script=True)
+
+
+def _parse(file: Path) -> ast.Module | None:
+    try:
+        return ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
+    except (SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _find_def(tree: ast.Module, path: list[str]) -> FuncNode | None:
+    """`function` at module level, or `Class.method` through the classes' bodies; for a single
+    name not defined at module level, the first `def` of that name anywhere."""
+    scope: list[ast.stmt] = tree.body
+    for depth, name in enumerate(path):
+        last = depth == len(path) - 1
+        kinds: tuple[type, ...] = (ast.FunctionDef, ast.AsyncFunctionDef) if last else (ast.ClassDef,)
+        node = next((n for n in scope if isinstance(n, kinds) and getattr(n, "name", None) == name), None)
+        if node is None:
+            break
+        if last:
+            return node  # type: ignore[return-value]
+        scope = node.body  # type: ignore[attr-defined]
+    if len(path) > 1:
+        return None
+    for found in ast.walk(tree):
+        if isinstance(found, (ast.FunctionDef, ast.AsyncFunctionDef)) and found.name == path[-1]:
+            return found
     return None
 
 
-def body_lines(func: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[int], set[int]]:
+def body_lines(func: FuncNode) -> tuple[set[int], set[int]]:
     """(first line of each statement, every line) of the body, without its docstring and
     without the bodies of functions or classes defined inside it (they run only when called)."""
-    body = list(func.body)
+    return block_lines(_without_docstring(func.body))
+
+
+def script_lines(tree: ast.Module) -> tuple[set[int], set[int]]:
+    """(first line of each statement, every line) that running the script executes beyond
+    importing it: see the module's docstring."""
+    statements: set[int] = set()
+    span: set[int] = set()
+
+    def add(lines: tuple[set[int], set[int]]) -> None:
+        statements.update(lines[0])
+        span.update(lines[1])
+
+    for stmt in _without_docstring(tree.body):
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            add(body_lines(stmt))
+        elif isinstance(stmt, ast.ClassDef):
+            for member in stmt.body:
+                if isinstance(member, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    add(body_lines(member))
+        elif _is_main_guard(stmt):
+            assert isinstance(stmt, ast.If)
+            add(block_lines(stmt.body))
+        else:
+            add(block_lines([stmt]))
+    return statements, span
+
+
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+        return False
+    names = [stmt.test.left, *stmt.test.comparators]
+    return any(isinstance(n, ast.Name) and n.id == "__name__" for n in names) and any(isinstance(n, ast.Constant) and n.value == "__main__" for n in names)
+
+
+def _without_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
-        body = body[1:]
+        return body[1:]
+    return list(body)
+
+
+def block_lines(body: list[ast.stmt]) -> tuple[set[int], set[int]]:
+    """(first line of each statement, every line) of `body`, without the bodies of functions
+    or classes defined inside it (they run only when called)."""
     statements: set[int] = set()
     span: set[int] = set()
     nested: set[int] = set()
@@ -121,16 +213,26 @@ def untested_finding(ctx: StageContext, source: EntrypointSource, executed: set[
     """
     if not source.span or source.span & executed:
         return None
+    if source.script:
+        code = f"the script {source.rel}'s training code (its module-level statements, `__main__` block and function bodies)"
+        fix = (
+            f"Add a test that runs {source.rel} in the test process on tiny arguments "
+            f"(`runpy.run_path({source.rel!r}, run_name='__main__')` with `sys.argv` set, or a call of its main function) "
+            "and checks its result; a script started in a subprocess is not measured."
+        )
+    else:
+        code = f"{source.function}'s body ({source.rel})"
+        fix = f"Add a test that calls {source.function} on tiny inputs (a few steps, a tiny model) and checks its result."
     return ctx.finding(
         category=Category.ENTRYPOINT_UNTESTED,
         severity=Severity.MEDIUM,
         title=f"The test suite never executes {source.function}",
-        location=Location(path=source.rel, line=source.def_line, function=source.function),
-        problem=f"While the suite ran, none of the {len(source.statements)} statements of {source.function}'s body ({source.rel}) was executed.",
-        fix=f"Add a test that calls {source.function} on tiny inputs (a few steps, a tiny model) and checks its result.",
+        location=Location(path=source.rel, line=source.first_line, function=None if source.script else source.function),
+        problem=f"While the suite ran, none of the {len(source.statements)} statements of {code} was executed.",
+        fix=fix,
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"coverage of the suite's run: 0 of {len(source.statements)} body statements executed",
+            summary=f"coverage of the suite's run: 0 of {len(source.statements)} entrypoint statements executed",
             data={"path": source.rel, "body_lines": [min(source.span), max(source.span)], "executed_body_lines": [], "command": command},
         ),
         key=f"untested {source.function}",

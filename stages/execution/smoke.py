@@ -37,12 +37,12 @@ def smoke_plan(ctx: StageContext) -> tuple[list[tuple[str, bool | None]], list[s
     """The calls to make, and why any AMP setting is left out."""
     ep = ctx.config.entrypoint
     assert ep is not None
-    if not ep.amp_flag:
+    if not ep.amp_switch:
         return [("smoke", None)], []
     plan: list[tuple[str, bool | None]] = [("amp-off", False)]
     if ctx.device == "cuda":
         return plan + [("amp-on", True)], []
-    return plan, [f"The AMP-on smoke call ({ep.amp_flag}=True) was not run: the device is {ctx.device}, and mixed precision is only exercised as users run it on CUDA."]
+    return plan, [f"The AMP-on smoke call ({ep.amp_setting(True)}) was not run: the device is {ctx.device}, and mixed precision is only exercised as users run it on CUDA."]
 
 
 def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResult:
@@ -57,7 +57,7 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResu
             continue
         run = run_entrypoint(ctx, label=label, amp=amp, env=env)
         result.runs.append((label, amp, run))
-        what = f"The entrypoint smoke call {ep.call}" + (f" ({ep.amp_flag}={amp})" if amp is not None else "")
+        what = f"The entrypoint smoke call {ep.label}" + (f" ({ep.amp_setting(amp)})" if amp is not None else "")
         if run.child.timed_out:
             result.findings.append(hang_finding(ctx, run.child, what, run=SMOKE_CALL_RUN, key=label))
         elif not run.ok:
@@ -88,7 +88,7 @@ def crash_finding(ctx: StageContext, run: EntrypointRun, what: str, source: Entr
         traceback = run.child.stacks[-20000:] if frames else None
         phase = "call"
     if location is None and source is not None:
-        location = Location(path=source.rel, line=source.def_line, function=source.function)
+        location = Location(path=source.rel, line=source.first_line, function=None if source.script else source.function)
         no_trace = " The location is the entrypoint itself: the process left no trace of where it stopped."
     where = f" at {location.path}:{location.line}" if location and location.line else ""
     return ctx.finding(

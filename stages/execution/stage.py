@@ -3,8 +3,8 @@ tests reach the entrypoint, and report the deprecated PyTorch APIs they hit.
 
 The test suite and the smoke call run side by side in two child processes, each under the
 stage's remaining budget, so a hang in one never starves the other of time. Neither runs
-in this process. Categories: test-failure, collection-error, no-tests, skipped-tests
-(`execution_checks`), entrypoint-crash (`execution_smoke`), entrypoint-untested
+in this process. Categories: test-failure, collection-error, no-tests, skipped-tests,
+test-environment (`execution_checks`), entrypoint-crash (`execution_smoke`), entrypoint-untested
 (`execution_coverage`), deprecated-api (`execution_warnings`), plus hang and stage-error.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
+from traingate.stages.contract.text import first_line
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
 from traingate.stages.execution.smoke import SmokeResult, smoke_calls
@@ -33,6 +34,7 @@ class ExecutionStage:
             Category.COLLECTION_ERROR,
             Category.NO_TESTS,
             Category.SKIPPED_TESTS,
+            Category.TEST_ENVIRONMENT,
             Category.ENTRYPOINT_CRASH,
             Category.ENTRYPOINT_UNTESTED,
             Category.DEPRECATED_API,
@@ -41,7 +43,7 @@ class ExecutionStage:
 
     def run(self, ctx: StageContext) -> StageOutcome:
         ep = ctx.config.entrypoint
-        source = entrypoint_source(ctx.root, ep.call) if ep else None
+        source = entrypoint_source(ctx.root, ep) if ep else None
         include = [str(source.file)] if source is not None and source.span else []
         # `tests = false`: the repo declares it has no suite; pytest is not run, and every
         # report says so (an info finding and the summary), so the stage is never silently green.
@@ -114,7 +116,7 @@ def pytest_details(suite: SuiteRun, result: SuiteResult) -> dict[str, Any]:
         "tests_omitted": max(0, len(ordered) - MAX_TEST_ROWS),
         "skips": group_skips(result.tests),
         "collection_errors": [
-            {"nodeid": e.get("nodeid"), "type": e.get("type"), "message": str(e.get("message") or "")[:300]} for e in result.collection_errors
+            {"nodeid": e.get("nodeid"), "type": e.get("type"), "message": first_line(str(e.get("message") or ""), 300)} for e in result.collection_errors
         ],
         "stdout_tail": suite.child.stdout[-3000:],
     }
@@ -124,7 +126,11 @@ def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> dict[str, Any
     ep = ctx.config.entrypoint
     if ep is None or smoke is None:
         return {"configured": False, "runs": [], "notes": ["No smoke call: no entrypoint is configured ([tool.traingate.entrypoint] call)."]}
-    return {"configured": True, "call": ep.call, "setup": ep.setup, "kwargs": ep.kwargs, "amp_flag": ep.amp_flag, "seed": ep.seed, "device": ctx.device, **smoke.details()}
+    return {
+        "configured": True, "label": ep.label, "call": ep.call, "script": ep.script, "args": ep.args,
+        "amp_args": ep.amp_args.model_dump() if ep.amp_args else None, "setup": ep.setup, "kwargs": ep.kwargs, "amp_flag": ep.amp_flag,
+        "seed": ep.seed, "device": ctx.device, **smoke.details(),
+    }
 
 
 def metrics(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> list[Metric]:
@@ -136,6 +142,7 @@ def metrics(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | No
         Metric(id="tests.failed", name="tests_failed", value=c["failed"]),
         Metric(id="tests.errors", name="tests_errors", value=c["errors"], note=f"{c['collection_errors']} collection error(s)" if c["collection_errors"] else ""),
         Metric(id="tests.skipped", name="tests_skipped", value=c["skipped"]),
+        Metric(id="tests.environment", name="tests_not_runnable_here", value=c["environment"], note="failed for want of the network or a package (counted in tests_failed/tests_errors too)"),
         Metric(id="pytest.duration_s", name="pytest_duration_s", value=round(suite.child.duration_s, 3), unit="s", note="wall time of the pytest process, under coverage of the entrypoint's file"),
     ]
     for run in (smoke.details()["runs"] if smoke else []):
@@ -167,6 +174,8 @@ def summary(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | No
         tests = f"{c['passed']} passed, {c['failed']} failed, {c['errors']} errors, {c['skipped']} skipped of {c['collected']} collected (pytest exit {suite.child.returncode})"
         if c["collection_errors"]:
             tests += f", {c['collection_errors']} collection error(s)"
+        if c["environment"]:
+            tests += f"; suite incomplete: {c['environment']} test(s) could not run here (network or missing package)"
     parts = [tests]
     if smoke is None:
         parts.append("no entrypoint configured")

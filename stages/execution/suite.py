@@ -24,6 +24,7 @@ from typing import Any
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_records
+from traingate.stages.contract.text import clip_line, first_line, strip_ansi
 from traingate.stages.contract.messages import PYTEST_EVENT, PYTEST_EVENT_KINDS, CoverageSpec, PytestRequest
 
 if sys.version_info >= (3, 11):
@@ -180,6 +181,12 @@ class TestOutcome:
     longrepr: str = ""
     skip: dict[str, Any] | None = None
 
+    @property
+    def environment(self) -> dict[str, Any] | None:
+        """Why the test could not run in this environment, as the plugin classified its
+        exception (`kind`: network, missing-package); None for a failure of the code."""
+        return (self.failure or {}).get("environment") or None
+
 
 @dataclass
 class SuiteResult:
@@ -200,6 +207,10 @@ class SuiteResult:
 
     def count(self, *outcomes: str) -> int:
         return sum(t.outcome in outcomes for t in self.tests)
+
+    def environment_failures(self) -> list[TestOutcome]:
+        """Failed tests that could not run here (network, missing package): not code defects."""
+        return [t for t in self.tests if t.outcome in ("failed", "error") and t.environment is not None]
 
     @property
     def ran(self) -> int:
@@ -311,12 +322,11 @@ def _take_failure(test: TestOutcome, phase: dict[str, Any]) -> None:
     test.failure = failure or None
     test.longrepr = phase.get("longrepr", "")
     if failure:
-        first = (str(failure.get("message") or "").strip().splitlines() or [""])[0]
-        test.message = f"{failure.get('type')}: {first}".strip().rstrip(":")
+        # One line: the message labels the test in tables and titles; the traceback has the rest.
+        test.message = clip_line(f"{failure.get('type')}: {first_line(str(failure.get('message') or ''), 500)}".strip().rstrip(":"), 500)
     else:
-        lines = [ln for ln in test.longrepr.splitlines() if ln.startswith("E ")]
-        test.message = lines[-1][1:].strip() if lines else (test.longrepr.strip().splitlines() or [""])[-1]
-    test.message = test.message[:500]
+        lines = [ln for ln in strip_ansi(test.longrepr).splitlines() if ln.startswith("E ")]
+        test.message = clip_line(lines[-1][1:].strip() if lines else (test.longrepr.strip().splitlines() or [""])[-1], 500)
 
 
 def skip_reason(skip: dict[str, Any] | None) -> str:
@@ -358,4 +368,5 @@ def counts(result: SuiteResult) -> dict[str, int]:
         "xfailed": result.count("xfailed"),
         "xpassed": result.count("xpassed"),
         "collection_errors": len(result.collection_errors) + (1 if result.conftest_error else 0),
+        "environment": len(result.environment_failures()),
     }

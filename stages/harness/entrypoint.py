@@ -3,8 +3,9 @@
     python -P -m traingate.stages.harness.entrypoint < EntrypointRequest (JSON on stdin)
 
 The request (`traingate.stages.contract.messages.EntrypointRequest`) names the target root,
-the `module:function` to call, the optional `setup` callable, literal kwargs, the AMP flag
-and its value, the seed, the instruments to install (`traingate.stages.contract.instruments`,
+the entrypoint — a `module:function` or `module:Class.method` to call, with the optional
+`setup` callable (run before the entrypoint's module is imported), literal kwargs and the AMP
+flag and its value; or a `script` run as `__main__` with its arguments — the seed, the instruments to install (`traingate.stages.contract.instruments`,
 each giving an object with `install(ctx)` and `collect() -> dict`) and the channel to hand the
 result back on. It comes on stdin, so the target finds no request file; the channel's
 descriptor is moved out of sight before any target code runs. Instruments are installed
@@ -21,9 +22,11 @@ import json
 import math
 import os
 import random
+import runpy
 import sys
 import time
 import traceback
+import types
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,11 +191,75 @@ def exception_record(exc: BaseException, root: Path) -> dict[str, Any]:
     }
 
 
+def run_script(path: Path, args: list[str]) -> None:
+    """Run the script as `python path args...` would: as `__main__`, with `sys.argv` set.
+
+    `sys.exit(0)` and `sys.exit()` end a script normally; any other exit status is raised on
+    as a crash, located at the script's `sys.exit` line. Afterwards the script's namespace
+    stays `__main__`, so that what it defined (a Dataset class) pickles for a `spawn` worker
+    as it does under `python train.py` (the DataLoader probes run after the call).
+    """
+    sys.argv = [str(path), *args]
+    namespace: dict[str, Any] | None = None
+    try:
+        namespace = runpy.run_path(str(path), run_name="__main__")
+    except SystemExit as exc:
+        namespace = _script_globals(exc, path)
+        if exc.code not in (None, 0):
+            raise
+    finally:
+        if namespace is not None:
+            main = types.ModuleType("__main__")
+            main.__dict__.update(namespace)
+            sys.modules["__main__"] = main
+
+
+def _script_globals(exc: BaseException, path: Path) -> dict[str, Any] | None:
+    """The script's module globals, from the frame of its module-level code in the traceback."""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "<module>" and os.path.abspath(code.co_filename) == str(path):
+            return tb.tb_frame.f_globals
+        tb = tb.tb_next
+    return None
+
+
+def bind_setup(spec: str, target: Any, made: Any, setup: str | None) -> tuple[Any, dict[str, Any]]:
+    """The function to call and the keyword arguments, from the resolved `target` and what
+    `setup` returned (`made`).
+
+    `module:function`: `setup` returns a dict of keyword arguments. `module:Class.method`:
+    `setup` returns the instance, or a dict with the instance under 'self' and keyword
+    arguments; the method is looked up on that instance. Without an instance (no setup, or no
+    'self'), the method is called as found on the class (a static or class method).
+    """
+    module, _, attr = spec.partition(":")
+    owner_path, _, method = attr.rpartition(".")
+    if setup is not None and made is None:
+        raise TypeError(f"setup {setup} returned None: return a dict of keyword arguments" + (", the instance, or {'self': instance, **kwargs}" if owner_path else ""))
+    if not owner_path:
+        if made is not None and not isinstance(made, dict):
+            raise TypeError(f"setup {setup} returned {type(made).__name__}, not a dict")
+        return target, dict(made or {})
+    kwargs = {str(k): v for k, v in made.items() if k != "self"} if isinstance(made, dict) else {}
+    instance = made.get("self") if isinstance(made, dict) else made
+    if instance is None:
+        return target, kwargs
+    owner = resolve(f"{module}:{owner_path}")
+    if not isinstance(owner, type) or not isinstance(instance, owner):
+        raise TypeError(f"setup {setup} returned {type(instance).__name__}, not an instance of {owner_path}, to call {method} on")
+    return getattr(instance, method), kwargs
+
+
 def run(request: EntrypointRequest) -> dict[str, Any]:
     """Call the entrypoint; the result as a `HarnessResult` dict."""
     root = Path(request.target_root).resolve()
     os.chdir(root)
     sys.path.insert(0, str(root))
+    if request.script is not None:
+        # As `python train.py` has it: the script's own folder first.
+        sys.path.insert(0, str((root / request.script).parent))
     warning_log = WarningLog(root)
     warnings.simplefilter("default")
     warnings.showwarning = warning_log
@@ -203,22 +270,25 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     for instrument in instruments.values():
         instrument.install(ctx)
 
-    result: dict[str, Any] = {"ok": False, "exception": None, "returned": None, "phase": "import"}
+    result: dict[str, Any] = {"ok": False, "exception": None, "returned": None, "phase": "setup"}
     started = time.perf_counter()
     try:
-        func = resolve(request.call)
-        result["phase"] = "setup"
-        kwargs: dict[str, Any] = {}
-        if request.setup:
-            made = resolve(request.setup)()
-            if not isinstance(made, dict):
-                raise TypeError(f"setup {request.setup} returned {type(made).__name__}, not a dict")
-            kwargs.update(made)
-        kwargs.update(request.kwargs)
-        if request.amp_flag and request.amp is not None:
-            kwargs[request.amp_flag] = request.amp
-        result["phase"] = "call"
-        returned = func(**kwargs)
+        if request.script is not None:
+            result["phase"] = "call"
+            run_script(root / request.script, request.args)
+            returned = None
+        else:
+            # Setup first: it may prepare what the entrypoint's module reads when imported.
+            made = resolve(request.setup)() if request.setup else None
+            result["phase"] = "import"
+            target = resolve(request.call or "")
+            result["phase"] = "setup"
+            func, kwargs = bind_setup(request.call or "", target, made, request.setup)
+            kwargs.update(request.kwargs)
+            if request.amp_flag and request.amp is not None:
+                kwargs[request.amp_flag] = request.amp
+            result["phase"] = "call"
+            returned = func(**kwargs)
         result["ok"] = True  # it returned: whatever its value does while summarised is not a crash
         result["returned"], result["returned_truncated"] = summarise_returned(returned)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are crashes too

@@ -12,6 +12,7 @@ the target's own code, read from the real exception (pytest's report text is tri
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -79,7 +80,75 @@ def describe_exception(exc: BaseException, root: Path) -> dict[str, Any]:
         "message": str(exc)[:MAX_TEXT],
         "traceback": text[-MAX_TEXT:],
         "target_frame": site,
+        "environment": environment_cause(exc, root),
     }
+
+
+# Exception classes, by module-qualified name, that mean "the network could not be reached"
+# in the libraries tests commonly use; matched along the class's MRO so that subclasses count.
+_NETWORK_CLASSES = frozenset(
+    {
+        "socket.gaierror",
+        "socket.herror",
+        "builtins.ConnectionError",
+        "urllib.error.URLError",
+        "requests.exceptions.ConnectionError",
+        "urllib3.exceptions.NewConnectionError",
+        "urllib3.exceptions.MaxRetryError",
+        "urllib3.exceptions.NameResolutionError",
+        "httpx.ConnectError",
+        "aiohttp.client_exceptions.ClientConnectorError",
+    }
+)
+_NETWORK_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENETUNREACH", "EHOSTUNREACH", "ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "ENETDOWN", "EHOSTDOWN") if hasattr(errno, name)
+)
+# Functions of the socket module that resolve or connect: an OSError raised under one of them
+# is a network failure whatever its errno.
+_SOCKET_CALLS = frozenset({"getaddrinfo", "gethostbyname", "gethostbyname_ex", "create_connection", "connect", "connect_ex"})
+
+
+def environment_cause(exc: BaseException, root: Path) -> dict[str, Any] | None:
+    """Why the test could not run *here*, when the failure is one of the environment's and not
+    of the code: the network could not be reached, or an optional package is not installed.
+    Looks along the exception's chain (a library often re-raises the socket error as its own).
+    None for every other failure."""
+    seen: set[int] = set()
+    current: BaseException | None = original_exception(exc)
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        # An assertion (or pytest.fail) is the test's own verdict, even when it is raised
+        # while a network error was being handled: that is a real failure.
+        if isinstance(current, (AssertionError, pytest.fail.Exception)):
+            return None
+        found = _network_cause(current) or _missing_package(current, root)
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _network_cause(exc: BaseException) -> dict[str, Any] | None:
+    names = {f"{c.__module__}.{c.__qualname__}" for c in type(exc).__mro__}
+    if names & _NETWORK_CLASSES:
+        return {"kind": "network", "type": f"{type(exc).__module__}.{type(exc).__qualname__}", "detail": str(exc)[:500]}
+    if isinstance(exc, OSError):
+        calls = {f.name for f in traceback.extract_tb(exc.__traceback__) if os.path.basename(f.filename) == "socket.py"}
+        if exc.errno in _NETWORK_ERRNOS or calls & _SOCKET_CALLS:
+            return {"kind": "network", "type": f"{type(exc).__module__}.{type(exc).__qualname__}", "detail": str(exc)[:500]}
+    return None
+
+
+def _missing_package(exc: BaseException, root: Path) -> dict[str, Any] | None:
+    """An import of a module that is neither installed nor part of the target's own tree (a
+    missing module of the target itself is a defect of the code, not of the environment)."""
+    if not isinstance(exc, ImportError) or not exc.name:
+        return None
+    top = exc.name.split(".")[0]
+    for base in (root, root / "src"):
+        if (base / top).is_dir() or (base / f"{top}.py").is_file():
+            return None
+    return {"kind": "missing-package", "module": exc.name, "package": top, "detail": str(exc)[:500]}
 
 
 class EventRecorder:

@@ -1,0 +1,3 @@
+import os
+
+os.environ.setdefault("TRAINLIB_DEVICE", "cpu")
