@@ -128,7 +128,8 @@ class EntrypointRun:
         return self.result.get("exception") if self.result else None
 
     def instrument(self, spec: str) -> dict[str, Any]:
-        return (self.result or {}).get("instruments", {}).get(spec, {})
+        data: dict[str, Any] = (self.result or {}).get("instruments", {}).get(spec, {})
+        return data
 
     def failure(self) -> str | None:
         """None when the call returned; otherwise what went wrong, in a few words."""

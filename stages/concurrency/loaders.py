@@ -28,7 +28,7 @@ def _location(site: dict[str, Any] | None, fallback: Location | None) -> Locatio
 
 
 def _code(site: dict[str, Any] | None) -> str:
-    return (site or {}).get("code", "")
+    return str((site or {}).get("code", ""))
 
 
 def loader_findings(ctx: StageContext, watch: dict[str, Any], fallback: Location | None) -> list[Finding]:

@@ -70,6 +70,11 @@ def _scopes(tree: ast.Module) -> Iterator[tuple[str, list[ast.stmt]]]:
             yield node.name, node.body
 
 
+def _line_of(node: ast.AST) -> int:
+    """1-based line of a node; every node these checks report (calls, loops) has one."""
+    return int(getattr(node, "lineno", 0))
+
+
 def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
     """Nodes of a scope, nested function and class bodies left to their own scope."""
     stack: list[ast.AST] = list(reversed(body))
@@ -154,10 +159,10 @@ def _copy_hits(path: str, lines: list[str], function: str, block: list[ast.stmt]
     for node in _own_nodes([stmt]):
         if not is_host_copy(node):
             continue
-        code = lines[node.lineno - 1].strip()
+        code = lines[_line_of(node) - 1].strip()
         immediate = _immediate_read(stmt, node)
         if immediate:
-            found.append(SourceHit(path, node.lineno, function, code, f"read at once by {immediate}, line {node.lineno}"))
+            found.append(SourceHit(path, _line_of(node), function, code, f"read at once by {immediate}, line {_line_of(node)}"))
             continue
         target = _assigned_name(stmt, node)
         if target is None:
@@ -166,7 +171,7 @@ def _copy_hits(path: str, lines: list[str], function: str, block: list[ast.stmt]
             if any(_is_sync(n) for n in ast.walk(later)) or isinstance(later, ast.Return):
                 break  # synchronised, or handed to the caller: not known to be read here
             if _reads(later, target):
-                found.append(SourceHit(path, node.lineno, function, code, f"`{target}` read at line {later.lineno}: {lines[later.lineno - 1].strip()}"))
+                found.append(SourceHit(path, _line_of(node), function, code, f"`{target}` read at line {later.lineno}: {lines[later.lineno - 1].strip()}"))
                 break
             if _stores(later, target):
                 break
@@ -242,7 +247,7 @@ def set_iterations(root: Path, only: set[str] | None = None) -> list[SourceHit]:
             for node in _own_nodes(body):
                 iterated = _iterated_set(node, names)
                 if iterated is not None:
-                    hits.append(SourceHit(path, node.lineno, function, lines[node.lineno - 1].strip(), iterated))
+                    hits.append(SourceHit(path, _line_of(node), function, lines[_line_of(node) - 1].strip(), iterated))
     unique = {(h.path, h.line): h for h in sorted(hits, key=lambda h: h.detail, reverse=True)}
     return sorted(unique.values(), key=lambda h: (h.path, h.line))
 

@@ -102,7 +102,7 @@ def pytest_args(ctx: StageContext, config_file: Path | None) -> list[str]:
         config_file = ctx.scratch / "empty-pytest.ini"
         config_file.write_text("[pytest]\n")
     return [
-        *ctx.config.tests,
+        *(ctx.config.tests or []),  # run only when a suite is declared
         f"--rootdir={ctx.root}",
         "-c", str(config_file),
         f"--confcutdir={ctx.root}",
@@ -115,7 +115,7 @@ def pytest_args(ctx: StageContext, config_file: Path | None) -> list[str]:
 def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> SuiteRun:
     """Run pytest on the target under the stage's remaining budget."""
     ctx.scratch.mkdir(parents=True, exist_ok=True)
-    config_file = find_pytest_config(ctx.root, ctx.config.tests)
+    config_file = find_pytest_config(ctx.root, ctx.config.tests or [])
     args = pytest_args(ctx, config_file)
     coverage_file = ctx.scratch / f"{name}.coverage" if coverage_include else None
     coverage = CoverageSpec(data_file=str(coverage_file), include=coverage_include) if coverage_file else None

@@ -89,7 +89,7 @@ class WarningLog:
         self._seen: set[tuple[str, str, int]] = set()
 
     def __call__(self, message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
-        frame = sys._getframe(1)
+        frame: types.FrameType | None = sys._getframe(1)
         stack: list[tuple[str, int, str]] = []
         while frame is not None:
             stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))

@@ -173,7 +173,7 @@ class StreamSanitizer:
                 sanitizer.record(error)
             return []  # recorded; the run goes on so its other checks still observe it
 
-        _sanitizer.EventHandler._handle_kernel_launch = handle_kernel_launch
+        _sanitizer.EventHandler._handle_kernel_launch = handle_kernel_launch  # type: ignore[method-assign,assignment]
         _sanitizer.enable_cuda_sanitizer()
 
     def _target_frame(self, stack: Any) -> dict[str, Any] | None:

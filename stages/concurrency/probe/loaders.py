@@ -82,7 +82,8 @@ class LoaderWatch:
         @functools.wraps(init)
         def __init__(loader: Any, *args: Any, **kwargs: Any) -> None:
             if watch._internal():
-                return init(loader, *args, **kwargs)
+                init(loader, *args, **kwargs)
+                return
             assert watch.sites is not None
             site = watch.sites.innermost()
             try:

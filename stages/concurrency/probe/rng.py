@@ -78,7 +78,7 @@ class RngSites:
         recorder = self
         random.seed = self._wrap("random.seed", random.seed, lambda a=None, *r, **k: a)
 
-        class Random(random.Random):  # type: ignore[misc, valid-type]
+        class Random(random.Random):
             def __init__(self, x: Any = None) -> None:
                 recorder._record("random.Random()", x, entropy=x is None)
                 super().__init__(x)
@@ -91,7 +91,7 @@ class RngSites:
         nprandom.seed = self._wrap("numpy.random.seed", nprandom.seed, lambda seed=None, *a, **k: seed)
         nprandom.default_rng = self._wrap("numpy.random.default_rng", nprandom.default_rng, lambda seed=None, *a, **k: seed)
 
-        class RandomState(nprandom.RandomState):  # type: ignore[misc, valid-type]
+        class RandomState(nprandom.RandomState):  # type: ignore[name-defined]  # numpy is untyped here: a runtime base class
             def __init__(self, seed: Any = None) -> None:
                 recorder._record("numpy.random.RandomState()", seed, entropy=seed is None)
                 super().__init__(seed)
