@@ -52,7 +52,9 @@ def format_number(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         if value != 0 and (abs(value) >= 1e6 or abs(value) < 10 ** -digits):
             return f"{value:.{digits}g}"
-        return f"{value:,.{digits}f}".rstrip("0").rstrip(".") if "." in f"{value:.{digits}f}" else f"{value}"
+        text = f"{value:,.{digits}f}"
+        # digits=0 has no decimal point to trim: "13.89" shows as "14", never unrounded.
+        return text.rstrip("0").rstrip(".") if "." in text else text
     return str(value)
 
 

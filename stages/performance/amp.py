@@ -8,6 +8,11 @@ dtype at the dispatcher: AMP that is on but never computed a matmul in float16/b
 `amp-inactive`. The loss drift is relative: |final_amp - final_fp32| / |final_fp32|, the
 final loss being the mean of the last few steps' losses. Speed and memory targets gate on
 CUDA only; on a CPU they are measured and shown as not applicable.
+
+The speedup is a ratio of median step times with its bootstrap interval over the steps
+(stages/performance/spread.py); "within noise" when that interval covers 1. When AMP was on
+but no matrix product ran in reduced precision, both timing runs computed in fp32: no
+speedup or memory reduction is reported, only that AMP was not active.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from typing import Any
 from traingate.pipeline.config import PolicyConfig
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
 from traingate.stages.base import StageContext
-from traingate.stages.performance.timing import step_stats
+from traingate.stages.performance.spread import RatioSpread, ratio_of_medians
+from traingate.stages.performance.timing import step_stats, step_times
 
 FINAL_STEPS = 5
 NOT_ON_CPU = "not applicable on cpu: gates on CUDA only"
+NOT_A_RATIO = "; a ratio between two fp32 runs is noise, not an AMP effect"
 
 
 def final_loss(losses: list[float | None]) -> tuple[float | None, int]:
@@ -30,8 +37,19 @@ def final_loss(losses: list[float | None]) -> tuple[float | None, int]:
     return (sum(tail) / len(tail), len(tail)) if tail else (None, 0)
 
 
-def compare(fp32: dict[str, Any], amp: dict[str, Any], warmup: int, min_steps: int, device: str) -> dict[str, Any]:
-    """The side-by-side numbers (JSON-safe)."""
+def amp_active(amp_counts: dict[str, Any] | None) -> bool | None:
+    """Did the AMP run compute in reduced precision? From the instrumented AMP run's matrix
+    products by dtype: None when they were not counted or there were none."""
+    if not amp_counts:
+        return None
+    total = sum(amp_counts["matmul_dtypes_in_steps"].values())
+    return None if total == 0 else amp_counts["reduced_in_steps"] > 0
+
+
+def compare(fp32: dict[str, Any], amp: dict[str, Any], warmup: int, min_steps: int, device: str, active: bool | None = None) -> dict[str, Any]:
+    """The side-by-side numbers (JSON-safe). With `active` False (no matrix product ran in
+    reduced precision with AMP on) both runs computed in fp32: their time and memory ratios
+    are noise between two like runs, not what AMP does, so none is reported."""
     sides = {}
     for label, clock in (("fp32", fp32), ("amp", amp)):
         stats = step_stats(clock, warmup, min_steps)
@@ -45,12 +63,26 @@ def compare(fp32: dict[str, Any], amp: dict[str, Any], warmup: int, min_steps: i
             "losses": clock.get("losses", []),
         }
     s32, samp = sides["fp32"]["step"], sides["amp"]["step"]
-    speedup = s32["median_ms"] / samp["median_ms"] if s32 and samp and samp["median_ms"] > 0 else None
+    spread = ratio_of_medians(step_times(fp32, warmup), step_times(amp, warmup)) if s32 and samp and active is not False else None
+    speedup = spread.ratio if spread else None
     p32, pamp = sides["fp32"]["peak_memory_bytes"], sides["amp"]["peak_memory_bytes"]
-    reduction = 1 - pamp / p32 if p32 and pamp is not None else None
+    reduction = 1 - pamp / p32 if p32 and pamp is not None and active is not False else None
     l32, lamp = sides["fp32"]["final_loss"], sides["amp"]["final_loss"]
     drift = abs(lamp - l32) / abs(l32) if l32 not in (None, 0) and lamp is not None else None
-    return {"device": device, "sides": sides, "speedup": speedup, "memory_reduction": reduction, "loss_drift": drift}
+    return {
+        "device": device,
+        "sides": sides,
+        "active": active,
+        "speedup": speedup,
+        "speedup_spread": spread.record() if spread else None,
+        "memory_reduction": reduction,
+        "loss_drift": drift,
+    }
+
+
+def _speedup_spread(comparison: dict[str, Any]) -> RatioSpread | None:
+    record = comparison.get("speedup_spread")
+    return RatioSpread(record["ratio"], record["low"], record["high"], record["method"]) if record else None
 
 
 def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[str, Any] | None) -> list[Metric]:
@@ -58,12 +90,16 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[s
     cuda = device == "cuda"
     out = []
     speedup = comparison["speedup"]
-    if speedup is None:
+    spread = _speedup_spread(comparison)
+    inactive = comparison.get("active") is False
+    if inactive:
+        speed_note = f"not measured: AMP was not active (no matrix product ran in float16/bfloat16 with AMP on), so both timing runs computed in fp32{NOT_A_RATIO}"
+    elif speedup is None or spread is None:
         speed_note = "not measured: fewer profiled steps than performance.min_steps"
     elif cuda:
-        speed_note = "CUDA event timing, medians over the steps after warm-up"
+        speed_note = f"{spread.describe()}, ratio of median step times, CUDA event timing over the steps after warm-up"
     else:
-        speed_note = f"measured {speedup:.2f}x on cpu, {NOT_ON_CPU}"
+        speed_note = f"measured {spread.describe()} on cpu, {NOT_ON_CPU}"
     out.append(Metric(
         id="amp.speedup",
         name="AMP speedup (fp32 median step / AMP median step)",
@@ -81,7 +117,11 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[s
         unit="fraction",
         threshold=policy.amp_memory_reduction_min,
         passed=(reduction >= policy.amp_memory_reduction_min) if cuda and reduction is not None else None,
-        note="torch.cuda.max_memory_allocated of each timing run" if cuda else f"not measured on cpu (no allocator statistics without instrumenting every allocation, which would distort the timing runs); {NOT_ON_CPU}",
+        note=(
+            f"not measured: AMP was not active{NOT_A_RATIO}" if inactive
+            else "torch.cuda.max_memory_allocated of each timing run" if cuda
+            else f"not measured on cpu (no allocator statistics without instrumenting every allocation, which would distort the timing runs); {NOT_ON_CPU}"
+        ),
     ))
     drift = comparison["loss_drift"]
     out.append(Metric(
@@ -191,6 +231,7 @@ def target_findings(ctx: StageContext, comparison: dict[str, Any], policy: Polic
     out = []
     sides = comparison["sides"]
     speedup = comparison["speedup"]
+    spread = _speedup_spread(comparison)
     if speedup is not None and speedup < policy.amp_speedup_min:
         out.append(ctx.finding(
             category=Category.AMP_SPEEDUP,
@@ -199,9 +240,9 @@ def target_findings(ctx: StageContext, comparison: dict[str, Any], policy: Polic
             location=location,
             problem=(
                 f"Median step {sides['fp32']['step']['median_ms']:.2f} ms in fp32 against {sides['amp']['step']['median_ms']:.2f} ms with AMP "
-                f"over {sides['amp']['step']['steps']} steps after warm-up (CUDA event timing)."
+                f"over {sides['amp']['step']['steps']} steps after warm-up (CUDA event timing): {spread.describe() if spread else f'{speedup:.2f}x'}."
             ),
-            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{speedup:.3f}x on cuda", data={"speedup": speedup, "fp32": sides["fp32"]["step"], "amp": sides["amp"]["step"], "threshold": policy.amp_speedup_min}),
+            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{speedup:.3f}x on cuda", data={"speedup": speedup, "speedup_spread": comparison.get("speedup_spread"), "fp32": sides["fp32"]["step"], "amp": sides["amp"]["step"], "threshold": policy.amp_speedup_min}),
             key="amp-speedup",
         ))
     reduction = comparison["memory_reduction"]

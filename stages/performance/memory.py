@@ -14,6 +14,11 @@ A tensor bound to a name whose autograd graph keeps growing between checks (a ru
 `total = total + loss`) is a leak too, though backward has freed its saved tensors: the
 graph's nodes stay. It is found by counting the graph's nodes at a few step boundaries.
 
+One verdict covers both measures, bytes held per step and autograd nodes held per step: a
+leak found from either is the verdict's, the metric's and the report's, whatever the other
+measure says; both are shown. Node counts stop at the probe's walk cap (10,000 nodes), so
+graphs larger than that are not followed from check to check.
+
 Severity: high when the growth is steady (r^2 >= 0.9, or a significant Mann-Kendall trend
 with r^2 >= 0.5) and large (at least a quarter of what
 was held when profiling began, or 1 MiB per step) or when the retained tensors keep their
@@ -61,11 +66,50 @@ def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: i
     findings = [_graph_finding(ctx, g, memory, device) for g in graphs if g["growing"]]
     kept = kept_graphs(memory)
     details["kept_graphs"] = kept
+    nodes = node_growth(graphs, kept if verdict.steps >= min_steps else None)
     if verdict.leak:
-        findings.insert(0, _finding(ctx, verdict, attribution, memory, device))
+        findings.insert(0, _finding(ctx, verdict, attribution, memory, device, nodes=nodes))
     elif kept is not None and verdict.steps >= min_steps:
-        findings.insert(0, _finding(ctx, verdict, attribution, memory, device, kept))
+        findings.insert(0, _finding(ctx, verdict, attribution, memory, device, kept, nodes=nodes))
+    details["verdict"] = combined_verdict(verdict, nodes, leak=bool(findings))
     return details, findings
+
+
+def node_growth(graphs: list[dict[str, Any]], kept: dict[str, Any] | None) -> dict[str, Any]:
+    """The second measure: autograd nodes held between steps, per step, from the checks.
+    The fastest-growing holder: a named tensor whose graph keeps growing, or a container
+    that keeps each step's tensors with their graphs. `leak` when one of them is a leak."""
+    series = [(g["holder"]["description"], g["points"]) for g in graphs if g["growing"]]
+    if kept is not None:
+        series.append((kept["description"], [[p["step"], p["nodes"]] for p in kept["points"] if p.get("nodes") is not None]))
+    measured = []
+    for description, points in series:
+        if len(points) >= 2:
+            (first_step, first), (last_step, last) = points[0], points[-1]
+            measured.append({"held_by": description, "per_step": (last - first) / max(1, last_step - first_step), "points": points})
+        else:
+            measured.append({"held_by": description, "per_step": None, "points": points})
+    leak = bool(series)
+    if not measured:
+        return {"leak": False, "per_step": None, "held_by": None, "points": []}
+    best = max(measured, key=lambda m: m["per_step"] if m["per_step"] is not None else -1.0)
+    return {"leak": leak, **best}
+
+
+def combined_verdict(bytes_verdict: LeakVerdict, nodes: dict[str, Any], leak: bool) -> dict[str, Any]:
+    """One verdict over both measures: a leak when the bytes held grow or an autograd graph
+    held between steps grows. The bytes verdict's statistics stay, under their own names."""
+    record = bytes_verdict.record()
+    if bytes_verdict.leak:
+        reason = bytes_verdict.reason
+    elif leak and nodes.get("held_by"):
+        per_step = f"{nodes['per_step']:,.0f} autograd nodes per step" if nodes.get("per_step") is not None else "autograd nodes"
+        reason = f"{nodes['held_by']} keeps {per_step} (tensor bytes: {bytes_verdict.reason})"
+    elif leak:
+        reason = f"autograd graphs held between steps grow (tensor bytes: {bytes_verdict.reason})"
+    else:
+        reason = bytes_verdict.reason
+    return {**record, "leak": leak, "reason": reason, "bytes_leak": bytes_verdict.leak, "bytes_reason": bytes_verdict.reason, "nodes": nodes}
 
 
 def kept_graphs(memory: dict[str, Any]) -> dict[str, Any] | None:
@@ -77,7 +121,7 @@ def kept_graphs(memory: dict[str, Any]) -> dict[str, Any] | None:
         holder = check.get("holder")
         if holder and holder.get("graph") and holder.get("chain") and check.get("sites"):
             top = check["sites"][0]
-            points.append({"step": check["step"], "description": holder["description"], "storages": top["storages"], "steps": top["steps"], "span": check["span"]})
+            points.append({"step": check["step"], "description": holder["description"], "storages": top["storages"], "steps": top["steps"], "span": check["span"], "nodes": holder.get("nodes")})
     if len(points) < 2 or len({p["description"] for p in points[-2:]}) != 1:
         return None
     a, b = points[-2], points[-1]
@@ -180,7 +224,7 @@ def severity_for(verdict: LeakVerdict, graph: bool) -> Severity:
     return Severity.HIGH if steady and large else Severity.MEDIUM
 
 
-def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any], memory: dict[str, Any], device: str, kept: dict[str, Any] | None = None) -> Finding:
+def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any], memory: dict[str, Any], device: str, kept: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None) -> Finding:
     holder = attribution.get("holder")
     growth = attribution.get("growth")
     graph = bool(holder and holder.get("graph"))
@@ -204,6 +248,8 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
             f"The tensor bytes alone stay under the {MIN_SLOPE_BYTES:.0f} bytes/step floor ({verdict.reason}), but the kept tensors, "
             f"each with its graph, keep accumulating: {counts}."
         )
+    if nodes and nodes.get("per_step") is not None:
+        sentences.append(f"Autograd nodes held by {nodes['held_by']}: {nodes['per_step']:,.0f} more per step ({_points(nodes['points'])}).")
     key_code = (growth or {}).get("site", {}).get("code") or (location.function if location else "")
     return ctx.finding(
         category=CATEGORY,
@@ -223,6 +269,9 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
             ),
             data={
                 **verdict.record(),
+                "leak": True,
+                "bytes_leak": verdict.leak,
+                "nodes_per_step": nodes.get("per_step") if nodes else None,
                 "device": device,
                 "measured_as": memory.get("source"),
                 "held_by": holder,
@@ -233,6 +282,10 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
         ),
         key=f"{_holder_key(holder)}\x1f{key_code}",
     )
+
+
+def _points(points: list[list[int]]) -> str:
+    return ", ".join(f"{n:,} at step {step}" for step, n in points)
 
 
 def chart(held: list[int], warmup: int) -> dict[str, Any]:

@@ -5,6 +5,8 @@ only when the baseline was measured on the same kind of device (a CPU step time 
 about a GPU's). A step time regresses when it is slower by more than max(10 %, 3 x the
 relative spread (IQR / median) of either run); a peak memory when it is larger by more than
 10 % (memory measurements repeat to the byte or the allocator block). 50 % or worse is high.
+Each step-time ratio is shown with the interval both runs' IQRs allow, "within noise" when
+it covers 1.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.performance.spread import ratio_from_iqr
 
 CATEGORY = Category.PERF_REGRESSION
 # Metric ids of peak-memory measurements start with this.
@@ -59,10 +62,28 @@ def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], d
             continue
         regressed = ratio - 1 > allowed
         row = {"metric": metric.name, "metric_id": metric_id, "unit": metric.unit, "baseline": before["value"], "current": metric.value, "ratio": round(ratio, 4), "allowed": round(allowed, 4), "regressed": regressed}
+        row["spread"] = _ratio_spread(metric_id, spreads, current, old, float(metric.value), float(before["value"]))
         compared.append(row)
         if regressed:
             findings.append(_finding(ctx, kind, row, spread_now, spread_then, device, baseline.get("version")))
     return {"compared": compared, "note": None if compared else "the baseline has no performance metrics of the same ids"}, findings
+
+
+def _ratio_spread(metric_id: str, spreads: dict[str, str], current: dict[str, Metric], old: dict[str, dict[str, Any]], now: float, then: float) -> dict[str, Any] | None:
+    """The step-time ratio's interval from both runs' IQRs (the baseline keeps no per-step
+    times); None for metrics without a spread."""
+    if metric_id not in spreads:
+        return None
+    iqr_now, iqr_then = _value(current.get(spreads[metric_id])), _value(old.get(spreads[metric_id]))
+    if iqr_now is None or iqr_then is None:
+        return None
+    spread = ratio_from_iqr(now, iqr_now, then, iqr_then)
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in spread.record().items()} if spread else None
+
+
+def _value(metric: Any) -> float | None:
+    value = metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _relative(spread: Any, centre: Any) -> float:

@@ -52,7 +52,7 @@ class PerformanceStage:
                 summary="nothing to profile",
                 skipped_reason="no entrypoint is configured ([tool.traingate.entrypoint] call = \"module:function\"), so there is no training loop to profile",
             )
-        flag = entrypoint.amp_flag
+        flag = entrypoint.amp_switch  # the keyword, or `amp_args` for a script
         settings = ctx.config.performance
         warmup = settings.warmup_steps
         timing_plan = [("fp32", False), ("amp", True)] if flag else [("default", None)]
@@ -100,14 +100,28 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     memory, leaks = perf_memory.analyse(ctx, profile["memory"], warmup, min_steps, device)
     findings += leaks
     verdict = memory["verdict"]
+    # One verdict over both measures (bytes held, autograd nodes held): a leak found from
+    # either one fails this metric, whatever the other says.
+    decided = verdict["leak"] or verdict["steps"] >= min_steps
     metrics.append(Metric(
         id="memory.held_growth",
         name="memory held between steps, growth",
         value=round(verdict["slope_bytes_per_step"], 1),
         unit="bytes/step",
         threshold=MIN_SLOPE_BYTES,
-        passed=None if verdict["steps"] < min_steps else not verdict["leak"],
-        note=f"{verdict['reason']}; r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
+        passed=not verdict["leak"] if decided else None,
+        note=f"{'leak' if verdict['leak'] else 'no leak'}: {verdict['reason']}; bytes r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
+    ))
+    nodes = verdict["nodes"]
+    metrics.append(Metric(
+        id="memory.graph_nodes_growth",
+        name="autograd nodes held between steps, growth",
+        value=round(nodes["per_step"], 1) if nodes["per_step"] is not None else None,
+        unit="nodes/step",
+        note=(
+            f"held by {nodes['held_by']}, counted at steps {', '.join(str(p[0]) for p in nodes['points'])}" if nodes["held_by"]
+            else "no named tensor or container was seen holding a growing autograd graph at the checks"
+        ),
     ))
     if verdict["steps"] < min_steps:
         not_measured.append(f"Memory leak: {verdict['reason']}.")
@@ -137,7 +151,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     amp_details = None
     amp_counts = profile.get("amp") if flag else None
     if flag and "fp32" in timings and "amp" in timings:
-        comparison = perf_amp.compare(timings["fp32"], timings["amp"], warmup, min_steps, device)
+        comparison = perf_amp.compare(timings["fp32"], timings["amp"], warmup, min_steps, device, perf_amp.amp_active(amp_counts))
         amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
         metrics += amp_metrics
         location = perf_amp.amp_location(amp_counts, clock.get("forward_sites", []))
@@ -151,7 +165,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
                 not_measured.append(f"{m.name}: {m.note}.")
         amp_details = {**comparison, "counts": amp_counts, "location": location.model_dump() if location else None}
     elif not flag:
-        not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag is configured, so AMP was not compared.")
+        not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
 
     primary = "amp" if flag else "default"
     primary_clock = timings.get(primary) or next(iter(timings.values()), None)

@@ -41,10 +41,16 @@ def profiled(values: list[float], warmup: int) -> list[float]:
     return values[warmup:] if len(values) > warmup else []
 
 
+def step_times(clock: dict[str, Any], warmup: int) -> list[float]:
+    """The step times after warm-up, in seconds: CUDA events where the run has them, else host."""
+    source = clock["device"] if clock.get("device") else clock["host"]
+    return profiled(source["step"], warmup)
+
+
 def step_stats(clock: dict[str, Any], warmup: int, min_steps: int) -> StepStats | None:
     """Median and spread of the step time; None with fewer than `min_steps` after warm-up."""
-    source, name = (clock["device"], "cuda events") if clock.get("device") else (clock["host"], "host")
-    times = profiled(source["step"], warmup)
+    name = "cuda events" if clock.get("device") else "host"
+    times = step_times(clock, warmup)
     if len(times) < max(min_steps, 2):
         return None
     q1, _, q3 = quantiles(times, n=4, method="inclusive")

@@ -43,6 +43,7 @@ class FrameIndex:
         self.root = root
         self._target: dict[CodeType, bool] = {}
         self._transparent: dict[CodeType, bool] = {}
+        self._paths: dict[CodeType, str] = {}  # relative path per code object: on every new storage
         self._plumbing = _torch_plumbing_files()
 
     def is_target(self, code: CodeType) -> bool:
@@ -62,7 +63,11 @@ class FrameIndex:
         return known
 
     def site(self, frame: FrameType) -> Site:
-        return (relative(frame.f_code.co_filename, self.root), frame.f_lineno, frame.f_code.co_name)
+        code = frame.f_code
+        path = self._paths.get(code)
+        if path is None:
+            path = self._paths[code] = relative(code.co_filename, self.root)
+        return (path, frame.f_lineno, code.co_name)
 
     def innermost(self, frame: FrameType | None) -> Site | None:
         """The innermost target frame at or above `frame`."""
@@ -103,10 +108,24 @@ def site_record(site: Site | None, root: Path) -> dict[str, Any] | None:
     return {"path": path, "line": line, "function": function, "code": code}
 
 
-def graph_size(tensor: Any, limit: int = 50000) -> int:
+# Nodes one graph walk visits at most. It bounds the walk's cost on very large graphs, and
+# more: every node reached through `next_functions` gets a Python wrapper, and a long chain
+# of wrapped nodes is later freed recursively: a 50,000-node chain walked whole crashes the
+# process (stack overflow) when the graph is released.
+MAX_WALK_NODES = 10_000
+
+
+def graph_size(tensor: Any, limit: int = MAX_WALK_NODES) -> int:
     """Autograd nodes reachable from `tensor.grad_fn`, counted up to `limit`."""
+    return graphs_size([tensor], limit)
+
+
+def graphs_size(tensors: list[Any], limit: int = MAX_WALK_NODES) -> int:
+    """Autograd nodes reachable from any of `tensors`' grad_fn (shared nodes once), counted
+    up to `limit` and never past MAX_WALK_NODES: a count equal to it means "at least"."""
+    limit = min(limit, MAX_WALK_NODES)
     seen: set[int] = set()
-    todo = [tensor.grad_fn]
+    todo = [getattr(t, "grad_fn", None) for t in tensors]
     while todo and len(seen) < limit:
         node = todo.pop()
         if node is None or id(node) in seen:

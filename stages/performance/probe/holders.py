@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from traingate.stages.contract.frames import relative
-from traingate.stages.performance.probe.frame_index import FrameIndex, Site, graph_size
+from traingate.stages.performance.probe.frame_index import FrameIndex, Site, graph_size, graphs_size
 
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
 _CO_OPTIMIZED = 0x0001  # a function frame: its f_locals is a snapshot, not a namespace
@@ -223,6 +223,28 @@ def _attribute(owner: Any, child: Any, sample: Any, chain: list[Any]) -> tuple[t
     if name is None:
         name = next((slot for slot in getattr(type(owner), "__slots__", ()) if getattr(owner, slot, None) is child), None)
     return ((name, child) if name else None), chain
+
+
+def held_graph_nodes(container: Any, limit: int, max_items: int = 100_000) -> int:
+    """Autograd nodes kept alive by the tensors inside `container` (through nested lists,
+    dicts, tuples, sets and deques), shared nodes counted once, up to `limit`."""
+    tensors: list[Any] = []
+    todo, seen = [container], set()
+    while todo and len(seen) < max_items:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if _has_graph(obj):
+            tensors.append(obj)
+        elif isinstance(obj, dict):
+            todo.extend(obj.values())
+        elif isinstance(obj, _CONTAINERS):
+            todo.extend(obj)
+    try:
+        return graphs_size(tensors, limit)
+    finally:
+        tensors.clear()
 
 
 def _has_graph(obj: Any) -> bool:

@@ -16,7 +16,7 @@ import torch
 
 from traingate.stages.performance.probe.clock import StepClock
 from traingate.stages.performance.probe.frame_index import FrameIndex, site_record
-from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, named_graphs, target_stack
+from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, held_graph_nodes, named_graphs, target_stack
 from traingate.stages.performance.probe.sampler import Sampler
 from traingate.stages.performance.probe.syncs import SyncCounter
 from traingate.stages.performance.probe.tracker import Entry, Tracker
@@ -111,12 +111,18 @@ class FullProbe:
             if holder is not None:
                 check["holder"] = holder.record()
                 check["holder"]["created_at"] = site_record(self.tracker.site_of(holder.tensor), self.root)
+                if holder.graph and holder.containers:
+                    # The nodes the kept tensors' graphs hold: the second measure of the leak.
+                    check["holder"]["nodes"] = held_graph_nodes(holder.containers[-1], limit=self._node_limit())
                 holder.tensor = None
                 if holder.containers:
                     tracer = GrowthTracer(self.frames, holder.containers)
                     if tracer.arm(target_stack(self.frames)):
                         self._tracer, self._tracer_holder = tracer, holder
         self.checks.append(check)
+
+    def _node_limit(self) -> int:
+        return max(1, self.clock.step_graph_nodes) * 5000
 
     def _graphs(self) -> list[dict[str, Any]]:
         """Named tensors whose autograd graph spans several steps, with its size now."""
