@@ -149,6 +149,11 @@ class PolicyConfig(BaseModel):
     amp_speedup_min: float = 1.5
     amp_memory_reduction_min: float = 0.40
     amp_accuracy_tolerance: float = 0.01
+    # grad-accumulation: relative difference of the gradient of k accumulated micro-batches
+    # from that of one batch k times as large.
+    grad_accumulation_tolerance: float = 0.05
+    # no-learning with overfit_steps: the fraction by which the loss must fall on one batch.
+    overfit_min_reduction: float = 0.5
     block_on: list[Severity] = Field(default_factory=lambda: [Severity.CRITICAL, Severity.HIGH])
     # A test that could not run here (network, missing package): high (blocks) when true,
     # low otherwise; the stage's summary says the suite was incomplete either way.
@@ -218,6 +223,25 @@ class ConcurrencyConfig(BaseModel):
     dataloader_start_methods: list[str] = Field(default_factory=lambda: ["fork", "spawn"])
 
 
+class CorrectnessConfig(BaseModel):
+    """`[tool.traingate.correctness]`: the opt-in checks that call the entrypoint with other kwargs."""
+
+    model_config = _STRICT
+    # The entrypoint's keywords for gradient-accumulation steps and the micro-batch size; with
+    # both, one update with `accumulation` micro-batches is compared with one large batch.
+    accumulation_kwarg: str | None = None
+    batch_size_kwarg: str | None = None
+    accumulation: int = Field(default=4, ge=2)
+    # The one-batch overfit check: that many optimizer steps on the first batch repeated.
+    overfit_steps: int | None = Field(default=None, ge=2)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> CorrectnessConfig:
+        if (self.accumulation_kwarg is None) != (self.batch_size_kwarg is None):
+            raise ValueError("the gradient-accumulation check needs both `accumulation_kwarg` and `batch_size_kwarg`")
+        return self
+
+
 class TargetConfig(BaseModel):
     model_config = _STRICT
     task: str | None = None
@@ -228,6 +252,7 @@ class TargetConfig(BaseModel):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
     waive: list[WaiverConfig] = Field(default_factory=list)
     # Filled by load_config, never from TOML: the configuration file and the inline
     # `# traingate: ignore[...]` comments found in the target's sources.

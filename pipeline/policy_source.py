@@ -6,8 +6,8 @@ allowed to make the gate more lenient. The floor is the CI policy file (`--polic
 target may only tighten that floor:
 
 - `block_on`: the union (the target can add severities that block, never remove one);
-- `amp_speedup_min`, `amp_memory_reduction_min`: the larger value;
-- `amp_accuracy_tolerance`: the smaller value;
+- `amp_speedup_min`, `amp_memory_reduction_min`, `overfit_min_reduction`: the larger value;
+- `amp_accuracy_tolerance`, `grad_accumulation_tolerance`: the smaller value;
 - `block`: "all" over "new" (only the CI can let persisting findings through);
 - `allow_waivers`: false over true (only the CI can allow the target's waivers, and it may forbid them).
 
@@ -45,6 +45,8 @@ _STRICTER: dict[str, Callable[[Any, Any], Any]] = {
     "amp_speedup_min": max,
     "amp_memory_reduction_min": max,
     "amp_accuracy_tolerance": min,
+    "grad_accumulation_tolerance": min,
+    "overfit_min_reduction": max,
     "test_environment_blocks": max,  # True (blocking) is the stricter
     "block": lambda a, b: "all" if "all" in (a, b) else "new",
     "allow_waivers": lambda a, b: bool(a and b),

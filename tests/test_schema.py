@@ -13,6 +13,7 @@ SPEC_CATEGORIES = {
     "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "test-environment", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
     "performance": {"memory-leak", "host-sync", "amp-speedup", "amp-memory", "amp-accuracy", "amp-inactive", "input-stall", "perf-regression"},
     "concurrency": {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"},
+    "correctness": {"ineffective-step", "unused-parameter", "grad-accumulation", "unshuffled-training", "no-learning"},
     "any": {"hang", "stage-error", "config-error", "leftover-process", "target-modified"},
 }
 
@@ -31,7 +32,7 @@ def test_categories_are_exactly_the_spec_list() -> None:
 
 def test_each_stage_conforms_and_owns_its_spec_categories() -> None:
     registry = build_registry()
-    assert tuple(registry) == ("execution", "performance", "concurrency")
+    assert tuple(registry) == ("execution", "performance", "concurrency", "correctness")
     for name, stage in registry.items():
         assert isinstance(stage.name, str) and stage.name == name
         assert callable(stage.run)

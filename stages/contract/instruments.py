@@ -17,6 +17,12 @@ CONCURRENCY_LOADERS = "traingate.stages.concurrency.probe.loaders:LoaderWatch"
 CONCURRENCY_NONBLOCKING = "traingate.stages.concurrency.probe.cuda:NonBlockingWatch"
 CONCURRENCY_STREAMS = "traingate.stages.concurrency.probe.cuda:StreamSanitizer"
 
+CORRECTNESS_STEPS = "traingate.stages.correctness.probe.steps:StepWatch"
+CORRECTNESS_LOSSES = "traingate.stages.correctness.probe.losses:LossWatch"
+CORRECTNESS_LOADERS = "traingate.stages.correctness.probe.loaders:LoaderWatch"
+CORRECTNESS_FIRST_UPDATE = "traingate.stages.correctness.probe.update:FirstUpdate"
+CORRECTNESS_ONE_BATCH = "traingate.stages.correctness.probe.overfit:OneBatch"
+
 ALL = frozenset(
     {
         PERFORMANCE_FULL,
@@ -27,6 +33,11 @@ ALL = frozenset(
         CONCURRENCY_LOADERS,
         CONCURRENCY_NONBLOCKING,
         CONCURRENCY_STREAMS,
+        CORRECTNESS_STEPS,
+        CORRECTNESS_LOSSES,
+        CORRECTNESS_LOADERS,
+        CORRECTNESS_FIRST_UPDATE,
+        CORRECTNESS_ONE_BATCH,
     }
 )
 # What an instrument hands back when its collect() raised.

@@ -1,0 +1,123 @@
+"""Wall time of the correctness stage over the bare entrypoint runs it needs.
+
+    python benchmarks/correctness_overhead.py [--target tests/targets/corr_clean] [--heavy] [--repeat 3]
+
+Per repetition, `traingate run --stages correctness` runs on the target, then the same runs
+bare: plain `python -c` calls of the entrypoint with each run's kwargs (the configured ones,
+and for the gradient-accumulation runs the accumulated and the large-batch kwargs), no
+harness, no instruments. The stage ends its gradient-accumulation runs after the first
+optimizer step while their bare counterparts train to the end, so the ratio over all runs
+flatters the stage a little; the instrumented run against its own bare run does not.
+`--heavy` writes a target with a 4M-parameter MLP and 60 steps, where the per-step cost of
+the parameter fingerprints shows rather than process start-up.
+Printed: the stage's duration (its agent process, as in report.json), the bare runs' total,
+the instrumented run against its bare run, and the ratios (goal <= 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from traingate.pipeline.config import load_config  # noqa: E402
+
+GOAL = 1.5
+
+HEAVY_PYPROJECT = """[tool.traingate]
+task = "CORR-HEAVY"
+timeout_s = 600
+
+[tool.traingate.entrypoint]
+call = "train:train"
+kwargs = { steps = 60 }
+"""
+HEAVY_TRAIN = """import torch
+
+
+def train(steps: int = 60) -> float:
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU()) for _ in range(4)], torch.nn.Linear(1024, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x, y = torch.randn(64, 1024), torch.randn(64, 1)
+    for _ in range(steps):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return loss.item()
+"""
+
+
+def bare_run(target: Path, kwargs: dict[str, object]) -> float:
+    """One plain call of the configured entrypoint with `kwargs` over the configured ones."""
+    config, _ = load_config(target)
+    ep = config.entrypoint
+    assert ep is not None and ep.call, "the target has no callable entrypoint"
+    module, _, function = ep.call.partition(":")
+    merged = {**ep.kwargs, **kwargs}
+    code = f"import sys, torch; sys.path.insert(0, '.'); torch.manual_seed({ep.seed:d})\nfrom {module} import {function} as f\nf(**{merged!r})\n"
+    env = {**os.environ, "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": ""}
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=target, env=env, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def stage_run(target: Path, out: Path) -> tuple[float, list[dict[str, object]]]:
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("traingate")), "run", str(target), "--stages", "correctness", "--device", "cpu", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True,
+    )
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"traingate failed ({done.returncode}): {done.stderr[-2000:]}")
+    report = json.loads((out / "report.json").read_text())
+    stage = next(s for s in report["stages"] if s["name"] == "correctness")
+    return float(stage["duration_s"]), stage["details"].get("runs", [])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", type=Path, default=REPO / "tests" / "targets" / "corr_clean")
+    parser.add_argument("--heavy", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        target = args.target.resolve()
+        if args.heavy:
+            target = Path(tmp) / "heavy"
+            target.mkdir()
+            (target / "pyproject.toml").write_text(HEAVY_PYPROJECT)
+            (target / "train.py").write_text(HEAVY_TRAIN)
+        stage_s, bare_s, ratios, first_ratios = [], [], [], []
+        for index in range(args.repeat):
+            duration, runs = stage_run(target, Path(tmp) / f"out{index}")
+            bare_runs = [bare_run(target, dict(r.get("kwargs") or {})) for r in runs]  # type: ignore[call-overload]
+            bare = sum(bare_runs)
+            instrumented = float(runs[0]["duration_s"])  # type: ignore[arg-type]
+            stage_s.append(duration)
+            bare_s.append(bare)
+            ratios.append(duration / bare)
+            first_ratios.append(instrumented / bare_runs[0])
+            print(
+                f"repeat {index + 1}: stage {duration:.2f}s ({len(runs)} runs: {', '.join(str(r['label']) for r in runs)}), bare runs {bare:.2f}s, "
+                f"ratio {duration / bare:.2f}x; instrumented run {instrumented:.2f}s vs bare {bare_runs[0]:.2f}s ({instrumented / bare_runs[0]:.2f}x)",
+                flush=True,
+            )
+        ratio = statistics.median(ratios)
+        print(f"\ntarget {'heavy MLP' if args.heavy else target.name}, {args.repeat} repetition(s), medians:")
+        print(f"  correctness stage         {statistics.median(stage_s):7.2f} s")
+        print(f"  bare entrypoint runs      {statistics.median(bare_s):7.2f} s")
+        print(f"  instrumented run / bare   {statistics.median(first_ratios):7.2f}x")
+        print(f"  ratio stage / bare        {ratio:7.2f}x  (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'missed'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""grad-accumulation: k accumulated micro-batches of b must give the gradient of one batch of k*b.
+
+The gradient the first `step()` applies is compared, not the update: an adaptive optimizer
+(Adam) normalises the first update, so a loss k times too large would leave it unchanged
+while every later update (and any gradient clipping) is off.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import StageContext
+from traingate.stages.correctness import located
+
+CATEGORY = Category.GRAD_ACCUMULATION
+
+
+def compare_first_updates(accumulated: dict[str, Any], large: dict[str, Any]) -> dict[str, Any] | None:
+    """The relative difference of the sampled gradients and the ratio of the full gradient
+    norms (accumulated over large batch); None when the two runs' parameters do not line up."""
+    a_params, b_params = accumulated.get("params", []), large.get("params", [])
+    if not a_params or len(a_params) != len(b_params):
+        return None
+    diff2 = ref2 = a_norm2 = b_norm2 = 0.0
+    update_ratio_num = update_ratio_den = 0.0
+    for a, b in zip(a_params, b_params, strict=True):
+        if a["numel"] != b["numel"] or (a["grad_sample"] is None) != (b["grad_sample"] is None):
+            return None
+        if a["grad_sample"] is None:
+            continue
+        diff2 += sum((x - y) ** 2 for x, y in zip(a["grad_sample"], b["grad_sample"], strict=True))
+        ref2 += sum(y * y for y in b["grad_sample"])
+        a_norm2 += a["grad_norm"] ** 2
+        b_norm2 += b["grad_norm"] ** 2
+        update_ratio_num += a.get("update_norm", 0.0) ** 2
+        update_ratio_den += b.get("update_norm", 0.0) ** 2
+    if ref2 == 0.0 or b_norm2 == 0.0:
+        return None
+    return {
+        "relative_difference": math.sqrt(diff2 / ref2),
+        "gradient_norm_ratio": math.sqrt(a_norm2 / b_norm2),
+        "update_norm_ratio": math.sqrt(update_ratio_num / update_ratio_den) if update_ratio_den else None,
+        "parameters": len(a_params),
+    }
+
+
+def accumulation_finding(
+    ctx: StageContext, comparison: dict[str, Any], losses: dict[str, Any], setup: dict[str, Any], fallback: Location
+) -> list[Finding]:
+    tolerance = ctx.config.policy.grad_accumulation_tolerance
+    difference = comparison["relative_difference"]
+    if difference <= tolerance:
+        return []
+    k, ratio = setup["accumulation"], comparison["gradient_norm_ratio"]
+    backward_sites = losses.get("backward_sites", [])
+    site = backward_sites[0] if backward_sites else None
+    scale = f" The accumulated gradient is {ratio:.3g}x the large batch's" + (f" (about k = {k}: the loss is not divided by the accumulation steps)." if abs(ratio - k) / k < 0.1 else ".")
+    return [
+        ctx.finding(
+            category=CATEGORY,
+            severity=Severity.HIGH,
+            title=f"Accumulating {k} micro-batches gives a gradient {difference:.0%} off one batch of {k * setup['batch_size']} (tolerance {tolerance:.0%})",
+            location=located.location(losses, site, fallback),
+            problem=(
+                f"One update with {setup['accumulation_kwarg']}={k} and {setup['batch_size_kwarg']}={setup['batch_size']} was compared with one with "
+                f"{setup['accumulation_kwarg']}=1 and {setup['batch_size_kwarg']}={k * setup['batch_size']}, same data and seeds: the gradients "
+                f"the first step applied differ by {difference:.2%} (relative), above the policy's {tolerance:.2%}." + scale
+            ),
+            evidence=Evidence(
+                kind=EvidenceKind.MEASURED,
+                summary=f"relative gradient difference {difference:.4f}, norm ratio {ratio:.4f}, tolerance {tolerance}",
+                data={**comparison, **setup, "tolerance": tolerance, "backward_site": located.site(losses, site), "backward_calls": losses.get("calls")},
+            ),
+            key="grad-accumulation",
+        )
+    ]

@@ -1,0 +1,1 @@
+"""Instruments of the correctness stage; they run inside the target's child process."""

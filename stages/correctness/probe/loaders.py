@@ -1,0 +1,112 @@
+"""Instrument recording which DataLoaders fed optimizer steps, and how they order their data.
+
+`DataLoader.__init__` is wrapped to keep where each loader was built; `DataLoader.__iter__`
+(one call per epoch) and the iterator's `__next__` to know which loader handed out the batch
+before each optimizer step; `DistributedSampler.set_epoch` to count its calls. A loader that
+drives steps with a `SequentialSampler` sees its data in the same order every epoch; a
+`DistributedSampler` whose `set_epoch` is never called shuffles every epoch the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+from traingate.stages.correctness.probe.sites import SiteTable
+
+MAX_LOADERS = 200
+
+
+class LoaderWatch:
+    def __init__(self) -> None:
+        self.sites: SiteTable | None = None
+        self.loaders: list[dict[str, Any]] = []
+        self._records: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._iterators: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+        self._set_epoch: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._kept: list[Any] = []  # the loaders, read once more at the end
+        self.current: dict[str, Any] | None = None
+
+    def install(self, ctx: Any) -> None:
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
+        from torch.utils.data import DataLoader, DistributedSampler
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        self.sites = SiteTable(ctx.root)
+        watch = self
+        original_init, original_iter, original_next = DataLoader.__init__, DataLoader.__iter__, _BaseDataLoaderIter.__next__
+        original_set_epoch = DistributedSampler.set_epoch
+
+        @functools.wraps(original_init)
+        def init(loader: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(loader, *args, **kwargs)
+            if len(watch.loaders) < MAX_LOADERS:
+                assert watch.sites is not None
+                record = {"site": watch.sites.innermost(1), "epochs": 0, "batches": 0, "steps": 0}
+                watch.loaders.append(record)
+                watch._records[loader] = record
+                watch._kept.append(loader)
+
+        @functools.wraps(original_iter)
+        def iterate(loader: Any) -> Any:
+            iterator = original_iter(loader)
+            record = watch._records.get(loader)
+            if record is not None:
+                record["epochs"] += 1
+                watch._iterators[iterator] = record
+            return iterator
+
+        @functools.wraps(original_next)
+        def next_batch(iterator: Any) -> Any:
+            batch = original_next(iterator)
+            record = watch._iterators.get(iterator)
+            if record is not None:
+                record["batches"] += 1
+                watch.current = record
+            return batch
+
+        @functools.wraps(original_set_epoch)
+        def set_epoch(sampler: Any, epoch: int) -> None:
+            watch._set_epoch[sampler] = watch._set_epoch.get(sampler, 0) + 1
+            original_set_epoch(sampler, epoch)
+
+        DataLoader.__init__ = init
+        DataLoader.__iter__ = iterate
+        _BaseDataLoaderIter.__next__ = next_batch
+        DistributedSampler.set_epoch = set_epoch
+        register_optimizer_step_pre_hook(self._on_step)
+
+    def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.current is not None:
+            self.current["steps"] += 1
+
+    def collect(self) -> dict[str, Any]:
+        assert self.sites is not None
+        for loader in self._kept:
+            record = self._records.get(loader)
+            if record is not None:
+                record.update(_ordering(loader, self._set_epoch))
+        return {"loaders": self.loaders, "sites": self.sites.sites}
+
+
+def _ordering(loader: Any, set_epoch_calls: Any) -> dict[str, Any]:
+    """How the loader orders its data: its sampler's class, and for a DistributedSampler
+    whether it shuffles and how often its epoch was set."""
+    sampler = loader.sampler
+    batch_sampler = loader.batch_sampler
+    custom_batches = batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler"
+    inner = getattr(batch_sampler, "sampler", None) if custom_batches else sampler
+    try:
+        length: int | None = len(loader)
+    except TypeError:
+        length = None
+    return {
+        "sampler": type(inner).__name__ if inner is not None else type(batch_sampler).__name__,
+        "sampler_module": type(inner).__module__ if inner is not None else type(batch_sampler).__module__,
+        "batch_sampler": type(batch_sampler).__name__ if batch_sampler is not None else None,
+        "sampler_shuffles": bool(getattr(inner, "shuffle", False)),
+        "set_epoch_calls": set_epoch_calls.get(inner, 0) if inner is not None else 0,
+        "length": length,
+        "iterable_dataset": type(sampler).__name__ == "_InfiniteConstantSampler",
+    }

@@ -1,0 +1,271 @@
+"""Instrument watching every optimizer step: did it change its parameters, which parameters
+ever received a gradient, and which model parameters no optimizer holds.
+
+Step pre/post hooks (`torch.optim.optimizer.register_optimizer_step_{pre,post}_hook`) take a
+fingerprint of each parameter before and after `step()`: its sum, its L2 norm and up to
+`SAMPLES` evenly spaced elements, exactly, on the parameter's device (no copy of the weights,
+one host read per step). A parameter whose fingerprint is identical after the step did not
+change: a dense update moves the sampled elements, a sparse one (a few embedding rows) the
+sum and norm. The fingerprint after one step is reused as the one before the next, so each
+step costs one pass over the parameters; a target that changes parameters between steps can
+only hide an ineffective step that way, never invent one.
+
+`torch.nn.Module.__init__` is wrapped to keep each module the run constructs, with the line of
+the target that constructed it, so that a parameter can be named by its qualified name in
+its root module (`encoder.layers.3.attn.proj.weight`) and located where its module is built.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from traingate.stages.correctness.probe.sites import SiteTable
+
+SAMPLES = 32
+MAX_STEP_RECORDS = 200  # ineffective steps kept in full; the rest are counted
+MAX_MODULES = 20_000
+MAX_NAMED = 200
+# The first steps also look at the gradients of parameters no optimizer holds (they are never
+# zeroed by the optimizer, so a gradient once received stays visible until the run ends).
+FOREIGN_GRAD_CHECKS = 2
+
+
+class StepWatch:
+    def __init__(self) -> None:
+        self.sites: SiteTable | None = None
+        self.modules: list[tuple[Any, int | None]] = []  # (module, construction site); kept alive to name parameters at the end
+        self.optimizers: list[Any] = []
+        self._optimizer_index: dict[int, int] = {}
+        self._before: dict[int, Any] = {}
+        self._last: dict[int, tuple[list[int], Any]] = {}  # optimizer -> (parameter ids, fingerprint after its last step)
+        self._samples: dict[tuple[int, int], Any] = {}  # (parameter id, numel) -> sampled indexes
+        self.grad_seen: set[int] = set()
+        self.changed: set[int] = set()
+        self.steps = 0
+        self.ineffective: list[dict[str, Any]] = []
+        self.ineffective_count = 0
+        self.step_sites: dict[int, int] = {}  # site -> steps made there
+        self.schedulers: list[tuple[int, str, int | None]] = []  # (id(optimizer), class, construction site)
+
+    # -- installation -----------------------------------------------------------------------------
+    def install(self, ctx: Any) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.torch = torch
+        self.sites = SiteTable(ctx.root)
+        watch = self
+        original_init = torch.nn.Module.__init__
+
+        @functools.wraps(original_init)
+        def module_init(module: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(module, *args, **kwargs)
+            if len(watch.modules) < MAX_MODULES:
+                assert watch.sites is not None
+                watch.modules.append((module, watch.sites.innermost(1)))
+
+        torch.nn.Module.__init__ = module_init
+        scheduler_init = torch.optim.lr_scheduler.LRScheduler.__init__
+
+        @functools.wraps(scheduler_init)
+        def scheduler_made(scheduler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            assert watch.sites is not None
+            watch.schedulers.append((id(optimizer), type(scheduler).__name__, watch.sites.innermost(1)))
+            scheduler_init(scheduler, optimizer, *args, **kwargs)
+
+        torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_made
+        register_optimizer_step_pre_hook(self._pre)
+        register_optimizer_step_post_hook(self._post)
+
+    # -- the hooks ----------------------------------------------------------------------------------
+    def _params(self, optimizer: Any) -> list[Any]:
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def _fingerprint(self, params: list[Any]) -> tuple[Any, list[int]]:
+        """One flat tensor of every parameter's [sum, norm, samples...] and each one's end offset."""
+        torch = self.torch
+        parts, ends, end = [], [], 0
+        with torch.no_grad():
+            for p in params:
+                flat = p.detach().reshape(-1)
+                key = (id(p), flat.numel())
+                index = self._samples.get(key)
+                if index is None or index.device != flat.device:
+                    count = min(SAMPLES, flat.numel())
+                    index = self._samples[key] = torch.linspace(0, max(flat.numel() - 1, 0), steps=count, device=flat.device).long()
+                part = torch.cat((flat.sum(dtype=torch.float32).reshape(1), torch.linalg.vector_norm(flat, dtype=torch.float32).reshape(1), flat[index].float()))
+                parts.append(part)
+                end += part.numel()
+                ends.append(end)
+            if len({part.device for part in parts}) > 1:  # parameters on several devices
+                parts = [part.cpu() for part in parts]
+            return (torch.cat(parts) if parts else torch.zeros(0)), ends
+
+    def _moved(self, before: Any, after: Any, ends: list[int]) -> list[bool]:
+        torch = self.torch
+        if before.shape != after.shape:
+            return [True] * len(ends)  # a parameter was resized: not comparable, never called ineffective
+        if before.device != after.device:
+            before, after = before.cpu(), after.cpu()
+        differs = torch.cat((torch.zeros(1, dtype=torch.long, device=after.device), (before != after).long().cumsum(0)))
+        stops = torch.tensor(ends, device=after.device)
+        starts = torch.cat((torch.zeros(1, dtype=torch.long, device=after.device), stops[:-1]))
+        return ((differs[stops] - differs[starts]) > 0).tolist()  # one host read per step
+
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        key = id(optimizer)
+        if key not in self._optimizer_index:
+            self._optimizer_index[key] = len(self.optimizers)
+            self.optimizers.append(optimizer)
+        params = self._params(optimizer)
+        for p in params:
+            if p.grad is not None:
+                self.grad_seen.add(id(p))
+        if self.steps < FOREIGN_GRAD_CHECKS:
+            self._note_foreign_grads()
+        ids = [id(p) for p in params]
+        last = self._last.get(key)
+        self._before[key] = last if last is not None and last[0] == ids else (ids, self._fingerprint(params)[0])
+
+    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        assert self.sites is not None
+        saved = self._before.pop(id(optimizer), None)
+        params = self._params(optimizer)
+        index = self.steps
+        self.steps += 1
+        site = self.sites.innermost(1)
+        if site is not None:
+            self.step_sites[site] = self.step_sites.get(site, 0) + 1
+        ids = [id(p) for p in params]
+        if saved is None or saved[0] != ids:
+            self._last.pop(id(optimizer), None)
+            return  # the groups changed inside step(): nothing comparable
+        after, ends = self._fingerprint(params)
+        self._last[id(optimizer)] = (ids, after)
+        moved = self._moved(saved[1], after, ends) if params else []
+        for p, did in zip(params, moved, strict=True):
+            if did:
+                self.changed.add(id(p))
+        if any(moved) or not params:
+            return
+        self.ineffective_count += 1
+        if len(self.ineffective) < MAX_STEP_RECORDS:
+            self.ineffective.append(
+                {
+                    "step": index,
+                    "optimizer": self._optimizer_index[id(optimizer)],
+                    "site": site,
+                    "lrs": [_number(group.get("lr")) for group in optimizer.param_groups],
+                    "schedulers": [{"class": name, "site": site} for key, name, site in self.schedulers if key == id(optimizer)],
+                    "grads_present": sum(1 for p in params if p.grad is not None),
+                    "params": len(params),
+                }
+            )
+
+    def _note_foreign_grads(self) -> None:
+        for module, _site in self.modules:
+            for p in module.parameters(recurse=False):
+                if p.grad is not None:
+                    self.grad_seen.add(id(p))
+
+    # -- the result ----------------------------------------------------------------------------------
+    def collect(self) -> dict[str, Any]:
+        assert self.sites is not None
+        self._note_foreign_grads()
+        names = self._names()
+        in_group: dict[int, tuple[int, int]] = {}
+        optimizers = []
+        for o_index, optimizer in enumerate(self.optimizers):
+            groups = []
+            for g_index, group in enumerate(optimizer.param_groups):
+                for p in group["params"]:
+                    in_group.setdefault(id(p), (o_index, g_index))
+                groups.append({"lr": _number(group.get("lr")), "params": len(group["params"])})
+            optimizers.append({"class": type(optimizer).__name__, "groups": groups})
+        outside, no_grad, never_changed = [], [], []
+        for o_index, optimizer in enumerate(self.optimizers):
+            for g_index, group in enumerate(optimizer.param_groups):
+                for p in group["params"]:
+                    if not p.requires_grad or in_group.get(id(p)) != (o_index, g_index):
+                        continue
+                    record = {**self._describe(p, names), "optimizer": o_index, "group": g_index, "lr": _number(group.get("lr"))}
+                    if id(p) not in self.grad_seen:
+                        no_grad.append(record)
+                    elif id(p) not in self.changed and self.steps:
+                        never_changed.append(record)
+        if self.optimizers:
+            for p_id, (p, _) in names.items():
+                if p.requires_grad and p_id not in in_group and p_id in self.grad_seen:
+                    outside.append(self._describe(p, names))
+        return {
+            "steps": self.steps,
+            "optimizers": optimizers,
+            "ineffective": self.ineffective,
+            "ineffective_count": self.ineffective_count,
+            "step_sites": [{"site": site, "steps": count} for site, count in self.step_sites.items()],
+            "not_in_optimizer": outside[:MAX_NAMED],
+            "not_in_optimizer_count": len(outside),
+            "no_gradient": no_grad[:MAX_NAMED],
+            "no_gradient_count": len(no_grad),
+            "never_changed": never_changed[:MAX_NAMED],
+            "never_changed_count": len(never_changed),
+            "modules_seen": len(self.modules),
+            "non_finite_params": self._non_finite(),
+            "sites": self.sites.sites,
+        }
+
+    def _non_finite(self) -> list[str]:
+        """The optimizers' parameters holding NaN or inf when the run ended (named where known)."""
+        torch = self.torch
+        names = self._names()
+        found = []
+        with torch.no_grad():
+            for optimizer in self.optimizers:
+                for p in self._params(optimizer):
+                    if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+                        found.append(self._describe(p, names)["name"] or f"<parameter of shape {tuple(p.shape)}>")
+        return found[:MAX_NAMED]
+
+    def _names(self) -> dict[int, tuple[Any, dict[str, Any]]]:
+        """id(parameter) -> (parameter, {name, root, module, site}) over the root modules: the
+        constructed modules that are no other constructed module's submodule."""
+        site_of = {id(module): site for module, site in self.modules}
+        children: set[int] = set()
+        for module, _ in self.modules:
+            for _name, sub in module.named_modules():
+                if sub is not module:
+                    children.add(id(sub))
+        names: dict[int, tuple[Any, dict[str, Any]]] = {}
+        for root, root_site in self.modules:
+            if id(root) in children:
+                continue
+            for module_name, module in root.named_modules():
+                for param_name, p in module.named_parameters(recurse=False):
+                    if id(p) in names:
+                        continue
+                    names[id(p)] = (
+                        p,
+                        {
+                            "name": f"{module_name}.{param_name}" if module_name else param_name,
+                            "root": type(root).__name__,
+                            "root_site": root_site,
+                            "module": type(module).__name__,
+                            "site": site_of.get(id(module), root_site),
+                            "shape": list(p.shape),
+                        },
+                    )
+        return names
+
+    def _describe(self, p: Any, names: dict[int, tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+        known = names.get(id(p))
+        if known is not None:
+            return dict(known[1])
+        return {"name": None, "root": None, "root_site": None, "module": None, "site": None, "shape": list(p.shape)}
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

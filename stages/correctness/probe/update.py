@@ -1,0 +1,75 @@
+"""Instrument recording the first optimizer update, then ending the run.
+
+At the first `step()` it keeps, for each parameter of the optimizer's groups (in group
+order), the gradient the step is about to apply and, after it, the parameter's change: the
+full L2 norm of each and up to `SAMPLES` evenly spaced elements. Then it ends the entrypoint
+by raising `FirstStepReached` (a BaseException, so the target's `except Exception` lets it
+through): one update is all the gradient-accumulation comparison needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SAMPLES = 64
+STOP = "FirstStepReached"
+
+
+class FirstStepReached(BaseException):
+    """Raised by the instrument after the first optimizer step; the stage expects it."""
+
+
+class FirstUpdate:
+    def __init__(self) -> None:
+        self.params: list[dict[str, Any]] = []
+        self._before: list[Any] = []
+        self.done = False
+
+    def install(self, ctx: Any) -> None:
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.torch = torch
+        register_optimizer_step_pre_hook(self._pre)
+        register_optimizer_step_post_hook(self._post)
+
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.done:
+            return
+        torch = self.torch
+        with torch.no_grad():
+            for group_index, group in enumerate(optimizer.param_groups):
+                for p in group["params"]:
+                    flat = p.detach().reshape(-1)
+                    index = _sample_index(torch, flat.numel(), flat.device)
+                    grad = p.grad.detach().reshape(-1) if p.grad is not None else None
+                    self.params.append(
+                        {
+                            "group": group_index,
+                            "numel": flat.numel(),
+                            "grad_norm": float(torch.linalg.vector_norm(grad, dtype=torch.float64)) if grad is not None else None,
+                            "grad_sample": grad[index].double().cpu().tolist() if grad is not None else None,
+                        }
+                    )
+                    self._before.append((p, flat.clone(), index))
+
+    def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.done:
+            return
+        self.done = True
+        torch = self.torch
+        with torch.no_grad():
+            for record, (p, before, index) in zip(self.params, self._before, strict=True):
+                change = p.detach().reshape(-1) - before
+                record["update_norm"] = float(torch.linalg.vector_norm(change, dtype=torch.float64))
+                record["update_sample"] = change[index].double().cpu().tolist()
+        self._before.clear()
+        raise FirstStepReached("the first optimizer step was recorded")
+
+    def collect(self) -> dict[str, Any]:
+        return {"stepped": self.done, "params": self.params, "stop": STOP}
+
+
+def _sample_index(torch: Any, numel: int, device: Any) -> Any:
+    count = min(SAMPLES, numel)
+    return torch.linspace(0, max(numel - 1, 0), steps=count, device=device).long() if count else torch.zeros(0, dtype=torch.long, device=device)

@@ -1,0 +1,294 @@
+"""The correctness stage: training bugs that run fine, pass the tests and no speed check sees.
+
+Runs (each a child process with the stage's remaining budget; past it, `hang`):
+1. the instrumented run: optimizer step hooks fingerprinting the parameters, the modules the
+   run constructs, the loss of every backward call and the DataLoaders that fed the steps
+   (ineffective-step, unused-parameter, no-learning, unshuffled-training);
+2. only with `accumulation_kwarg` and `batch_size_kwarg` configured: two runs ended after the
+   first optimizer step, one accumulating k micro-batches of b, one with a batch of k*b
+   (grad-accumulation);
+3. only with `overfit_steps` configured: a run where every DataLoader repeats its first
+   batch, ended after that many optimizer steps (no-learning: the loss must fall).
+A finding exists only when it was observed or measured; a run that makes no optimizer step
+is a stage-error (fail closed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint, with_leftover_findings
+from traingate.stages.contract import instruments
+from traingate.stages.correctness import accumulation, ineffective, located, nonfinite, overfit, shuffling, unused
+
+STEPS = instruments.CORRECTNESS_STEPS
+LOSSES = instruments.CORRECTNESS_LOSSES
+LOADERS = instruments.CORRECTNESS_LOADERS
+FIRST_UPDATE = instruments.CORRECTNESS_FIRST_UPDATE
+ONE_BATCH = instruments.CORRECTNESS_ONE_BATCH
+FIRST_STEP_REACHED = "FirstStepReached"
+OVERFIT_STEPS_DONE = "OverfitStepsDone"
+
+
+class CorrectnessStage:
+    name = "correctness"
+    order = 40
+    categories: frozenset[Category] = frozenset(
+        {ineffective.CATEGORY, unused.CATEGORY, nonfinite.CATEGORY, shuffling.CATEGORY, accumulation.CATEGORY}
+    )
+
+    def run(self, ctx: StageContext) -> StageOutcome:
+        if ctx.config.entrypoint is None:
+            return StageOutcome(
+                summary="not run: no entrypoint configured",
+                skipped_reason=(
+                    "no entrypoint is configured: the correctness checks observe the training function's optimizer steps, "
+                    "so set [tool.traingate.entrypoint] call = \"module:function\" to enable them"
+                ),
+            )
+        return with_leftover_findings(ctx, _Session(ctx).run())
+
+
+class _Session:
+    def __init__(self, ctx: StageContext) -> None:
+        assert ctx.config.entrypoint is not None
+        self.ctx = ctx
+        self.entrypoint = ctx.config.entrypoint
+        self.fallback = _entrypoint_location(self.entrypoint.call, self.entrypoint.script)
+        self.findings: list[Finding] = []
+        self.runs: list[dict[str, Any]] = []
+        self.checks: dict[str, Any] = {}
+        self.stopped: str | None = None
+
+    def _run(self, label: str, purpose: str, specs: list[str], kwargs: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> EntrypointRun | None:
+        run = run_entrypoint(
+            self.ctx, label=label, amp=True if self.entrypoint.amp_switch else None, instruments=specs, kwargs_override=kwargs, options=options
+        )
+        self.runs.append(
+            {
+                "label": label,
+                "purpose": purpose,
+                "kwargs": kwargs or {},
+                "duration_s": round(run.child.duration_s, 2),
+                "outcome": "returned" if run.ok else (run.failure() or "failed"),
+            }
+        )
+        if run.child.timed_out:
+            self.findings.append(hang_finding(self.ctx, run.child, f"The correctness stage's {label} run", run=label))
+            self.stopped = f"the {label} run did not finish within its budget"
+            return None
+        return run
+
+    def run(self) -> StageOutcome:
+        specs = [STEPS, LOSSES, LOADERS]
+        first = self._run("instrumented", "optimizer steps, parameters, losses, DataLoaders", specs)
+        if first is None:
+            return self._outcome()
+        if first.result is None:
+            self._fail(first, "the instrumented run ended without reporting", reason="no-result")
+            return self._outcome()
+        broken = [spec for spec in specs if instruments.ERROR_KEY in first.instrument(spec)]
+        if broken:
+            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument(broken[0])[instruments.ERROR_KEY])
+            return self._outcome()
+        steps, losses, loaders = first.instrument(STEPS), first.instrument(LOSSES), first.instrument(LOADERS)
+        main_site = located.location(steps, located.main_step_site(steps), self.fallback)
+        self.findings += ineffective.ineffective_findings(self.ctx, steps, main_site)
+        self.findings += unused.unused_findings(self.ctx, steps, main_site)
+        self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
+        self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
+        self.checks["observed"] = {
+            "steps": steps.get("steps", 0),
+            "optimizers": steps.get("optimizers", []),
+            "modules": steps.get("modules_seen", 0),
+            "backward_calls": losses.get("calls", 0),
+            "loaders": [{**loader, "site": located.site(loaders, loader["site"])} for loader in loaders.get("loaders", [])],
+        }
+        if not steps.get("steps"):
+            if first.ok:
+                self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
+            else:
+                self._fail(first, f"the entrypoint {first.failure()}", reason="entrypoint-failed")
+            return self._outcome()
+        if not first.ok and not any(f.category is Category.NO_LEARNING for f in self.findings):
+            self._fail(first, f"the entrypoint {first.failure()}", reason="entrypoint-failed")
+            return self._outcome()
+        self._accumulation(first)
+        self._overfit(first)
+        return self._outcome()
+
+    # -- overfit one batch --------------------------------------------------------------------------
+    def _overfit(self, first: EntrypointRun) -> None:
+        limit = self.ctx.config.correctness.overfit_steps
+        if limit is None:
+            self.checks["overfit"] = {"ran": False, "note": "not configured: set overfit_steps in [tool.traingate.correctness]"}
+            return
+        if self.stopped:
+            return
+        if self.ctx.child_budget() < first.child.duration_s + 2.0:
+            self._fail(first, "no budget left for the one-batch overfit run", reason="out-of-budget", key="overfit")
+            return
+        run = self._run("overfit-one-batch", f"no-learning: {limit} steps on one repeated batch", [ONE_BATCH, LOSSES], options={"correctness": {"overfit_steps": limit}})
+        if run is None:
+            return
+        watch, losses = run.instrument(ONE_BATCH), run.instrument(LOSSES)
+        stopped_here = (run.exception or {}).get("type") == OVERFIT_STEPS_DONE
+        if not (run.ok or stopped_here) or instruments.ERROR_KEY in watch:
+            self._fail(run, "the one-batch overfit run failed", reason="overfit-run-failed", key="overfit")
+            return
+        if not watch.get("loaders") or not watch.get("batches_repeated"):
+            self._fail(run, "the one-batch overfit run repeated no DataLoader batch (the entrypoint feeds its batches without a DataLoader)", reason="overfit-no-dataloader", key="overfit")
+            return
+        curve = overfit.step_losses(losses)
+        fraction = overfit.reduction(curve)
+        self.checks["overfit"] = {
+            "ran": fraction is not None,
+            "steps": watch.get("steps", 0),
+            "limit": limit,
+            "reduction": fraction,
+            "required": self.ctx.config.policy.overfit_min_reduction,
+            "first_loss": curve[0] if curve else None,
+            "last_losses": curve[-overfit.TAIL:],
+            "note": None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
+        }
+        if fraction is not None:
+            self.findings += overfit.overfit_finding(self.ctx, curve, fraction, losses, watch.get("steps", 0), self.fallback)
+
+    # -- grad-accumulation --------------------------------------------------------------------------
+    def _accumulation(self, first: EntrypointRun) -> None:
+        config = self.ctx.config.correctness
+        if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
+            self.checks["grad_accumulation"] = {"ran": False, "note": "not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]"}
+            return
+        batch = self.entrypoint.kwargs.get(config.batch_size_kwarg)
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            self._config_error(f"[tool.traingate.entrypoint] kwargs sets no integer `{config.batch_size_kwarg}`: the micro-batch size b is unknown")
+            return
+        k = config.accumulation
+        setup = {"accumulation_kwarg": config.accumulation_kwarg, "batch_size_kwarg": config.batch_size_kwarg, "accumulation": k, "batch_size": batch}
+        specs = [FIRST_UPDATE, LOSSES]
+        runs = []
+        for label, kwargs in (
+            ("accumulated", {config.accumulation_kwarg: k, config.batch_size_kwarg: batch}),
+            ("large-batch", {config.accumulation_kwarg: 1, config.batch_size_kwarg: k * batch}),
+        ):
+            if self.ctx.child_budget() < first.child.duration_s + 2.0:
+                self.stopped = f"no budget left for the {label} run"
+                self._fail(first, f"no budget left for the gradient-accumulation {label} run", reason="out-of-budget", key="grad-accumulation")
+                return
+            run = self._run(label, "grad-accumulation: one update", specs, kwargs)
+            if run is None:
+                return
+            update = run.instrument(FIRST_UPDATE)
+            if (run.exception or {}).get("type") != FIRST_STEP_REACHED or not update.get("stepped"):
+                self._fail(run, f"the gradient-accumulation {label} run made no optimizer step", reason="accumulation-run-failed", key=label)
+                return
+            runs.append(run)
+        accumulated, large = runs
+        comparison = accumulation.compare_first_updates(accumulated.instrument(FIRST_UPDATE), large.instrument(FIRST_UPDATE))
+        if comparison is None:
+            self._fail(accumulated, "the two gradient-accumulation runs' parameters do not line up, or the large batch's gradient is zero", reason="accumulation-incomparable")
+            return
+        losses = accumulated.instrument(LOSSES)
+        self.checks["grad_accumulation"] = {"ran": True, **setup, **comparison, "tolerance": self.ctx.config.policy.grad_accumulation_tolerance, "backward_calls_before_step": losses.get("calls")}
+        self.findings += accumulation.accumulation_finding(self.ctx, comparison, losses, setup, self.fallback)
+
+    # -- failing closed ----------------------------------------------------------------------------
+    def _config_error(self, what: str) -> None:
+        self.stopped = what
+        self.findings.append(
+            self.ctx.stage_error(
+                what,
+                reason="accumulation-setup",
+                key="grad-accumulation",
+                title="The correctness stage could not set up the gradient-accumulation check",
+                problem=f"{what}; the check did not run.",
+                impact="Gradient accumulation was not checked although the configuration asks for it, so the gate blocks (fail closed).",
+                fix="Give the micro-batch size in [tool.traingate.entrypoint] kwargs under the name `batch_size_kwarg` names.",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=what),
+            )
+        )
+
+    def _fail(self, run: EntrypointRun, what: str, *, reason: str, key: str = "", detail: str | None = None, observed_nothing: bool = False) -> None:
+        exc = run.exception or {}
+        frame = exc.get("target_frame")
+        location = Location(path=frame["path"], line=frame["line"], function=frame.get("function")) if frame else self.fallback
+        self.stopped = self.stopped or what
+        self.findings.append(
+            self.ctx.stage_error(
+                what,
+                reason=reason,
+                key=key,
+                title=f"The correctness stage could not observe the training: {what}",
+                location=location,
+                problem=f"{what}: there was no training loop to observe, so no check could run." if observed_nothing else f"{what} ({run.failure() or 'returned'}); the checks that depend on it did not run.",
+                impact="Nothing this stage would have checked can be vouched for, so the gate blocks (fail closed).",
+                fix="Point [tool.traingate.entrypoint] at a function that trains for a few steps." if observed_nothing else "Run the execution stage for the entrypoint's own failure; if the failure only happens here, report it with this report.json.",
+                evidence=Evidence(
+                    kind=EvidenceKind.OBSERVED,
+                    summary=run.failure() or what,
+                    traceback=detail or exc.get("traceback") or (run.child.stderr[-8000:] or None),
+                    data={"returncode": run.child.returncode},
+                ),
+            )
+        )
+
+    # -- the outcome -------------------------------------------------------------------------------
+    def _check_metrics(self) -> list[Metric]:
+        """The opt-in checks' measurements against their policy thresholds, when they ran."""
+        metrics = []
+        accumulation = self.checks.get("grad_accumulation", {})
+        if accumulation.get("ran"):
+            difference, tolerance = accumulation["relative_difference"], accumulation["tolerance"]
+            metrics.append(
+                Metric(
+                    id="grad_accumulation.relative_difference", name="gradient: accumulated vs one large batch", value=round(difference, 6),
+                    threshold=tolerance, passed=difference <= tolerance, note=f"k={accumulation['accumulation']}, b={accumulation['batch_size']}",
+                )
+            )
+        overfit_check = self.checks.get("overfit", {})
+        if overfit_check.get("ran"):
+            reduction, required = overfit_check["reduction"], overfit_check["required"]
+            metrics.append(
+                Metric(
+                    id="overfit.loss_reduction", name="loss reduction on one repeated batch", value=round(reduction, 4),
+                    threshold=required, passed=reduction >= required, note=f"{overfit_check['steps']} steps",
+                )
+            )
+        return metrics
+
+    def _outcome(self) -> StageOutcome:
+        observed = self.checks.get("observed", {})
+        for check in ("grad_accumulation", "overfit"):
+            self.checks.setdefault(check, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
+        counts = {c: sum(1 for f in self.findings if f.category is c) for c in CorrectnessStage.categories}
+        metrics = [
+            Metric(id="steps.observed", name="optimizer steps observed", value=observed.get("steps", 0), note="in the instrumented run"),
+            Metric(id="backward.observed", name="backward calls observed", value=observed.get("backward_calls", 0)),
+            Metric(id="modules.observed", name="modules constructed", value=observed.get("modules", 0)),
+            Metric(id="dataloaders.observed", name="DataLoaders observed", value=len(observed.get("loaders", []))),
+            *self._check_metrics(),
+            Metric(id="child_runs.wall_s", name="child runs wall time", value=round(sum(r["duration_s"] for r in self.runs), 2), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
+        ]
+        summary = [f"{len(self.runs)} run(s) on {self.ctx.device}", f"{observed.get('steps', 0)} optimizer step(s) observed"]
+        summary += [f"{n} {c.value}" for c, n in sorted(counts.items(), key=lambda item: item[0].value) if n]
+        if self.checks["grad_accumulation"].get("ran"):
+            summary.append(f"gradient accumulation compared ({self.checks['grad_accumulation']['relative_difference']:.2%} off)")
+        if self.stopped:
+            summary.append(f"stopped: {self.stopped}")
+        return StageOutcome(
+            summary="; ".join(summary),
+            metrics=metrics,
+            findings=self.findings,
+            details={"device": self.ctx.device, "budget_s": self.ctx.config.timeout_s, "runs": self.runs, "checks": self.checks, "stopped": self.stopped},
+        )
+
+
+def _entrypoint_location(call: str | None, script: str | None) -> Location:
+    """Where the entrypoint is, as a fallback location: its module file (the function's line is
+    not known without reading the source)."""
+    if call:
+        module, _, function = call.partition(":")
+        return Location(path=module.replace(".", "/") + ".py", function=function or None)
+    return Location(path=script or "")

@@ -1,0 +1,188 @@
+"""The correctness stage end to end: one `traingate run --stages correctness` per fixture
+target, every assertion on its report; expected lines come from `# marker:` comments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import TARGETS, GateRun, line_of, run_gate
+
+pytestmark = pytest.mark.slow
+
+
+def marker_line(case: str, marker: str) -> int:
+    return line_of(TARGETS / case / "train.py", f"# marker: {marker}")
+
+
+def gate(case: str, tmp_path: Path) -> GateRun:
+    return run_gate(TARGETS / case, tmp_path / "out", "--stages", "correctness", timeout=300)
+
+
+def located(finding: dict[str, Any]) -> tuple[str, int]:
+    return finding["location"]["path"], finding["location"]["line"]
+
+
+def test_clean_training_passes_every_check_including_accumulation(tmp_path: Path) -> None:
+    run = gate("corr_clean", tmp_path)
+    assert run.returncode == 0 and run.report["decision"] == "PASS"
+    stage = run.stage("correctness")
+    assert stage["status"] == "passed" and run.findings() == []
+    checks = stage["details"]["checks"]
+    assert checks["observed"]["steps"] == 12
+    accumulation = checks["grad_accumulation"]
+    assert accumulation["ran"] is True and accumulation["backward_calls_before_step"] == 4
+    assert accumulation["relative_difference"] < accumulation["tolerance"]
+    assert [r["label"] for r in stage["details"]["runs"]] == ["instrumented", "accumulated", "large-batch"]
+
+
+def test_warmup_that_starts_at_lr_zero_is_an_ineffective_first_step(tmp_path: Path) -> None:
+    run = gate("corr_lr_warmup", tmp_path)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "ineffective-step" and finding["severity"] == "high" and finding["blocking"] is True
+    assert located(finding) == ("train.py", marker_line("corr_lr_warmup", "step"))
+    data = finding["evidence"]["data"]
+    assert data["ineffective_steps"] == [0] and data["steps"] == 12
+    assert data["first"]["lrs"] == [0.0]
+    assert "lr = 0" in finding["title"]
+
+
+def test_parameters_outside_the_optimizer_and_without_gradients_are_named_where_built(tmp_path: Path) -> None:
+    run = gate("corr_unused", tmp_path)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    findings = {f["evidence"]["data"]["reason"]: f for f in run.findings("unused-parameter")}
+    assert set(findings) == {"not-in-optimizer", "no-gradient"} and len(run.findings()) == 2
+    late, dead = findings["not-in-optimizer"], findings["no-gradient"]
+    assert located(late) == ("train.py", marker_line("corr_unused", "late-head"))
+    assert {p["qualified_name"] for p in late["evidence"]["data"]["parameters"]} == {"head.weight", "head.bias"}
+    assert located(dead) == ("train.py", marker_line("corr_unused", "gate"))
+    assert {p["qualified_name"] for p in dead["evidence"]["data"]["parameters"]} == {"encoder.gate.weight", "encoder.gate.bias"}
+    assert all(f["blocking"] and f["severity"] == "high" for f in (late, dead))
+
+
+def test_a_loss_that_overflows_is_reported_at_its_first_non_finite_step(tmp_path: Path) -> None:
+    run = gate("corr_nan", tmp_path)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "no-learning" and finding["severity"] == "critical" and finding["blocking"] is True
+    assert located(finding) == ("train.py", marker_line("corr_nan", "backward"))
+    first = finding["evidence"]["data"]["first"]
+    assert first["value"] in ("inf", "nan") and 0 < first["step"] < 30
+    assert all(v < float("inf") for v in finding["evidence"]["data"]["losses_before"])
+
+
+def test_unshuffled_training_loaders_are_reported_without_blocking(tmp_path: Path) -> None:
+    run = gate("corr_unshuffled", tmp_path)
+    assert run.returncode == 0 and run.report["decision"] == "PASS"
+    findings = run.findings("unshuffled-training")
+    assert len(findings) == 2 and len(run.findings()) == 2
+    by_kind = {f["evidence"]["data"]["kind"]: f for f in findings}
+    assert located(by_kind["sequential"]) == ("train.py", marker_line("corr_unshuffled", "sequential"))
+    assert located(by_kind["set-epoch"]) == ("train.py", marker_line("corr_unshuffled", "distributed"))
+    assert all(f["severity"] == "medium" and f["blocking"] is False and f["evidence"]["kind"] == "observed" for f in findings)
+
+
+def test_accumulated_loss_not_divided_gives_a_k_times_larger_gradient(tmp_path: Path) -> None:
+    run = gate("corr_accum", tmp_path)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "grad-accumulation" and finding["blocking"] is True
+    assert located(finding) == ("train.py", marker_line("corr_accum", "backward"))
+    data = finding["evidence"]["data"]
+    assert data["accumulation"] == 4 and data["batch_size"] == 4
+    assert data["gradient_norm_ratio"] == pytest.approx(4.0, rel=1e-3)
+    assert data["relative_difference"] > data["tolerance"]
+
+
+def test_a_run_without_optimizer_steps_fails_closed(tmp_path: Path) -> None:
+    target = tmp_path / "no_steps"
+    target.mkdir()
+    (target / "pyproject.toml").write_text('[tool.traingate]\ntask = "CORR-NO-STEPS"\ntimeout_s = 60\n\n[tool.traingate.entrypoint]\ncall = "train:train"\n')
+    (target / "train.py").write_text("import torch\n\n\ndef train():\n    return {'loss': torch.nn.Linear(2, 1)(torch.ones(1, 2)).item()}\n")
+    run = run_gate(target, tmp_path / "out", "--stages", "correctness", timeout=300)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "stage-error" and finding["blocking"] is True
+    assert "without a single optimizer step" in finding["title"]
+
+
+def test_without_an_entrypoint_the_stage_is_skipped_with_a_reason(tmp_path: Path) -> None:
+    run = gate("conc_no_entrypoint", tmp_path)
+    stage = run.stage("correctness")
+    assert stage["status"] == "skipped" and "no entrypoint is configured" in stage["skipped_reason"]
+
+
+def test_the_stage_is_skipped_after_the_entrypoint_hung_in_the_execution_stage(tmp_path: Path) -> None:
+    from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding
+    from traingate.pipeline.isolation import ChildResult
+    from traingate.pipeline.orchestrator import _skip_reason
+    from traingate.pipeline.schema import Severity, StageReport, StageStatus
+
+    child = ChildResult(argv=["python"], returncode=-9, timed_out=True, duration_s=5.0, stdout="", stderr="hung")
+    hang = hang_finding("execution", {Severity.CRITICAL, Severity.HIGH}, tmp_path, child, "The entrypoint smoke call", run=SMOKE_CALL_RUN)
+    done = [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang])]
+    assert "nothing to observe" in (_skip_reason("correctness", done) or "")
+
+
+def test_an_overflow_the_scaler_skips_is_not_a_loss_that_cannot_go_down(tmp_path: Path) -> None:
+    # One iteration's loss is multiplied by inf on purpose; the guard skips that step and the
+    # parameters stay finite, so training recovered.
+    run = gate("conc_clean_amp", tmp_path)
+    assert run.returncode == 0 and run.report["decision"] == "PASS"
+    assert run.findings() == []
+    assert run.stage("correctness")["details"]["checks"]["observed"]["steps"] == 3
+
+
+def test_a_model_that_cannot_fit_one_batch_is_no_learning(tmp_path: Path) -> None:
+    run = gate("corr_overfit", tmp_path)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "no-learning" and finding["severity"] == "high" and finding["blocking"] is True
+    assert finding["evidence"]["kind"] == "measured"
+    assert located(finding) == ("train.py", marker_line("corr_overfit", "backward"))
+    data = finding["evidence"]["data"]
+    assert data["reduction"] < data["required"] == 0.5
+    assert data["step_losses"][0] > data["step_losses"][-1] * 0.5  # measured: barely falls
+
+
+def test_a_model_that_fits_one_batch_passes_and_the_run_stops_at_overfit_steps(tmp_path: Path) -> None:
+    run = gate("corr_overfit_clean", tmp_path)
+    assert run.returncode == 0 and run.report["decision"] == "PASS" and run.findings() == []
+    details = run.stage("correctness")["details"]
+    check = details["checks"]["overfit"]
+    assert check["ran"] is True and check["steps"] == check["limit"] == 12
+    assert check["reduction"] >= check["required"]
+    assert details["runs"][-1]["label"] == "overfit-one-batch"
+
+
+def test_correctness_configuration_and_policy(tmp_path: Path) -> None:
+    from traingate.pipeline.config import ConfigError, PolicyConfig, load_config
+    from traingate.pipeline.policy_source import resolve_policy
+
+    (tmp_path / "pyproject.toml").write_text('[tool.traingate.correctness]\naccumulation_kwarg = "accum"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path)
+    assert "batch_size_kwarg" in info.value.message
+    # The target may tighten the correctness thresholds, never loosen them.
+    tighter = PolicyConfig.model_validate({"grad_accumulation_tolerance": 0.01, "overfit_min_reduction": 0.9})
+    looser = PolicyConfig.model_validate({"grad_accumulation_tolerance": 0.5, "overfit_min_reduction": 0.1})
+    policy, _ = resolve_policy(tighter, "pyproject.toml", None)
+    assert (policy.grad_accumulation_tolerance, policy.overfit_min_reduction) == (0.01, 0.9)
+    policy, provenance = resolve_policy(looser, "pyproject.toml", None)
+    assert (policy.grad_accumulation_tolerance, policy.overfit_min_reduction) == (0.05, 0.5)
+    assert {"grad_accumulation_tolerance", "overfit_min_reduction"} <= {i.key for i in provenance.ignored}
+
+
+def test_a_lambda_lr_warmup_from_zero_names_the_scheduler(tmp_path: Path) -> None:
+    run = gate("corr_sched_warmup", tmp_path)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "ineffective-step" and finding["blocking"] is True
+    assert located(finding) == ("train.py", marker_line("corr_sched_warmup", "step"))
+    first = finding["evidence"]["data"]["first"]
+    assert first["step"] == 0 and first["lrs"] == [0.0]
+    assert first["schedulers"] == [f"LambdaLR (built at train.py:{marker_line('corr_sched_warmup', 'scheduler')})"]
+    assert "LambdaLR" in finding["problem"]
