@@ -50,6 +50,9 @@ from traingate.pipeline.waivers import Adjudicator
 ANY_STAGE_CATEGORIES = frozenset(
     {Category.HANG, Category.STAGE_ERROR, Category.CONFIG_ERROR, Category.LEFTOVER_PROCESS, Category.TARGET_MODIFIED}
 )
+# Owned by one stage (its rule, its JUnit case), yet any stage that runs the target's code may
+# report it: a crash of the target in a stage's own run is the target's defect, not the gate's.
+TARGET_CODE_CATEGORIES = frozenset({Category.ENTRYPOINT_CRASH})
 NEVER_BLOCKING = frozenset({Category.DEPRECATED_API})
 
 
@@ -150,7 +153,7 @@ def _skip_reason(name: str, done: list[StageReport]) -> str | None:
         for f in report.findings:
             where = f" at {f.location.path}:{f.location.line}" if f.location else ""
             if f.category is Category.ENTRYPOINT_CRASH and f.blocking:
-                return f"the entrypoint crashed in the execution stage{where}; nothing to {purpose}"
+                return f"the entrypoint crashed in the {report.name} stage{where}; nothing to {purpose}"
             if f.category is Category.HANG and f.stage == "execution" and f.evidence.data.get("run") == SMOKE_CALL_RUN:
                 return f"the entrypoint's smoke call did not finish in the execution stage{where}; nothing to {purpose}"
     return None
@@ -247,7 +250,7 @@ def _read_outcome(ctx: GateView, stage: Stage, child: ChildResult, nonce: str) -
 
 
 def _inconsistency(ctx: GateView, stage: Stage, outcome: StageOutcome) -> str | None:
-    allowed = stage.categories | ANY_STAGE_CATEGORIES
+    allowed = stage.categories | ANY_STAGE_CATEGORIES | TARGET_CODE_CATEGORIES
     for f in outcome.findings:
         if f.stage != ctx.stage:
             return f"finding {f.id} claims stage {f.stage!r}"

@@ -107,8 +107,9 @@ def test_set_of_strings_diverges_only_across_hash_seeds(tmp_path: Path) -> None:
 def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(tmp_path: Path) -> None:
     run = gate("conc_lambda_dataset", tmp_path)
     assert run.returncode == 1
+    # One lambda breaks two loaders: one finding, at the lambda (the fix), listing both loaders.
     [finding] = run.findings("dataloader-hazard")
-    assert located(finding) == ("train.py", marker_line("conc_lambda_dataset", "loader"))
+    assert located(finding) == ("train.py", marker_line("conc_lambda_dataset", "lambda"))
     assert_observed_blocking(finding)
     data = finding["evidence"]["data"]
     assert data["start_method"] == "spawn" and data["used"] == "fork" and data["batches_under_used"] > 0
@@ -116,6 +117,9 @@ def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(tmp_pat
     culprit = data["pickle"]["culprit"]
     assert culprit["attribute"] == "dataset.transform"
     assert culprit["defined_at"]["line"] == marker_line("conc_lambda_dataset", "lambda")
+    loader_lines = sorted(loader["site"]["line"] for loader in data["loaders"])
+    assert loader_lines == sorted(marker_line("conc_lambda_dataset", m) for m in ("train-loader", "val-loader"))
+    assert "2 DataLoaders" in finding["title"]
     assert run.categories() == {"dataloader-hazard"}
 
 

@@ -47,7 +47,7 @@ def config_error(root: Path, entrypoint_toml: str, files: dict[str, str] | None 
 def test_a_training_script_passes_every_stage(gate):
     run = gate("entry_script")
     assert (run.returncode, run.report["decision"]) == (0, "PASS"), run.stdout
-    assert {s["name"]: s["status"] for s in run.report["stages"]} == {"execution": "passed", "performance": "passed", "concurrency": "passed"}
+    assert {s["name"]: s["status"] for s in run.report["stages"]} == {"execution": "passed", "performance": "passed", "concurrency": "passed", "correctness": "passed"}
     assert run.findings() == []
     smoke_details = run.stage("execution")["details"]["smoke"]
     assert smoke_details["script"] == "train.py" and smoke_details["runs"][0]["ok"] is True

@@ -1,5 +1,11 @@
 """`nondeterminism`: the same training run twice, with the same seeds, compared exactly.
 
+What is compared is what training computes: the loss at each optimizer step and the
+parameters' fingerprints after it (probe/params.py), step by step, naming the first step and
+tensor that differ. Returned values are compared only after leaving out anything time-like
+(keys, dataclass fields and table columns named like durations, timestamps, throughput); a
+difference only there, with identical losses and parameters, is reported as info, never blocking.
+
 A divergence is what was measured; where it comes from is told apart by more runs:
 - runs with different PYTHONHASHSEED diverge but a run with the first one's hash seed
   reproduces it exactly: the results depend on hash order (iterating a set of strings);
@@ -35,6 +41,12 @@ class RunData:
     run: EntrypointRun
     losses: list[list[Any]]
     rng: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)  # the probe's parameter fingerprints
+
+    @property
+    def trained(self) -> bool:
+        """Whether any optimizer step was observed (so training itself was compared)."""
+        return bool(self.losses or self.params.get("steps"))
 
     @property
     def outcome(self) -> str:
@@ -53,6 +65,8 @@ class Divergence:
     key: str | None = None
 
     def describe(self) -> str:
+        if self.where == "parameters":
+            return f"optimizer step {self.step + 1 if self.step is not None else '?'}: parameter `{self.key}` (float64 sum, L2 norm) {_fmt(self.first)} vs {_fmt(self.second)}"
         if self.where == "step":
             return f"optimizer step {self.step + 1 if self.step is not None else '?'}: loss {_fmt(self.first)} vs {_fmt(self.second)}"
         if self.where == "returned":
@@ -102,8 +116,39 @@ def same_value(a: Any, b: Any) -> bool:
     return a == b and type(a) is type(b)
 
 
+_FIELD = re.compile(r"\b(?P<name>[A-Za-z_]\w*)=(?P<value>'[^']*'|\"[^\"]*\"|[^,()\[\]{}]*)")
+
+
+def without_volatile_text(text: str) -> tuple[str, list[str]]:
+    """The text of a returned object (a dataclass's repr, a printed table) with time-like
+    fields and columns left out, and their names: `EpochStats(loss=0.5, epoch_duration=1.2)`
+    loses `epoch_duration=…`; a table whose header names `epoch_duration` loses that column."""
+    ignored: list[str] = []
+
+    def field_value(match: re.Match[str]) -> str:
+        if VOLATILE_KEY.search(match.group("name")):
+            ignored.append(match.group("name"))
+            return f"{match.group('name')}=…"
+        return match.group(0)
+
+    text = _FIELD.sub(field_value, text)
+    lines = text.splitlines()
+    if len(lines) >= 2:
+        header = lines[0].split()
+        drop = [i for i, name in enumerate(header) if VOLATILE_KEY.search(name)]
+        body = [line.split() for line in lines[1:] if line.strip()]
+        # A table as pandas prints it: each row is its index, then one value per header column.
+        if drop and body and all(len(row) == len(header) + 1 for row in body):
+            ignored += [header[i] for i in drop]
+            keep = [i for i in range(len(header)) if i not in drop]
+            lines = [" ".join(header[i] for i in keep)] + [" ".join([row[0], *(row[i + 1] for i in keep)]) for row in body]
+            text = "\n".join(lines)
+    return text, ignored
+
+
 def comparable_leaves(value: Any, prefix: str = "") -> tuple[dict[str, Any], list[str]]:
-    """Leaves of a returned value by key path; keys that hold timings or memory left out."""
+    """Leaves of a returned value by key path; keys that hold timings or memory left out, and
+    time-like fields or columns of an object's text (see `without_volatile_text`)."""
     kept: dict[str, Any] = {}
     ignored: list[str] = []
     if isinstance(value, dict):
@@ -120,16 +165,30 @@ def comparable_leaves(value: Any, prefix: str = "") -> tuple[dict[str, Any], lis
             sub_kept, sub_ignored = comparable_leaves(item, f"{prefix}[{index}]")
             kept.update(sub_kept)
             ignored += sub_ignored
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        texts = [without_volatile_text(v) for v in value]  # e.g. a list of dataclasses, each summarised as its repr
+        kept[prefix or "(value)"] = [text for text, _ in texts]
+        ignored += [f"{prefix}[].{name}" if prefix else f"[].{name}" for name in dict.fromkeys(n for _, names in texts for n in names)]
+    elif isinstance(value, str) and ("=" in value or "\n" in value):
+        text, dropped = without_volatile_text(value)
+        kept[prefix or "(value)"] = text
+        ignored += [f"{prefix}.{name}" if prefix else name for name in dict.fromkeys(dropped)]
     else:
         kept[prefix or "(value)"] = value
     return kept, ignored
 
 
 def compare(a: RunData, b: RunData) -> Divergence | None:
-    """The first difference between two runs: a step's loss, a returned value, the outcome."""
-    for index, (x, y) in enumerate(zip(a.losses, b.losses, strict=False)):
-        if not same_value(x, y):
-            return Divergence("step", index, x, y)
+    """The first difference between two runs: a step's loss or the parameters after it, then
+    a returned value, then the outcome."""
+    steps_a, steps_b = a.params.get("steps", []), b.params.get("steps", [])
+    for index in range(max(len(a.losses), len(b.losses), len(steps_a), len(steps_b))):
+        if index < len(a.losses) and index < len(b.losses) and not same_value(a.losses[index], b.losses[index]):
+            return Divergence("step", index, a.losses[index], b.losses[index])
+        if index < len(steps_a) and index < len(steps_b):
+            moved = _parameter_difference(a.params, b.params, index)
+            if moved is not None:
+                return moved
     if len(a.losses) != len(b.losses):
         n = min(len(a.losses), len(b.losses))
         return Divergence("step", n, a.losses[n] if n < len(a.losses) else "no step", b.losses[n] if n < len(b.losses) else "no step")
@@ -143,6 +202,23 @@ def compare(a: RunData, b: RunData) -> Divergence | None:
     if a.outcome != b.outcome:
         return Divergence("outcome", None, a.outcome, b.outcome)
     return None
+
+
+def _parameter_difference(a: dict[str, Any], b: dict[str, Any], index: int) -> Divergence | None:
+    """The first parameter whose fingerprint differs after step `index`, named when the step is
+    one of those recorded per parameter, else its group."""
+    x, y = a["steps"][index], b["steps"][index]
+    if same_value(x.get("groups"), y.get("groups")) and same_value(x.get("params"), y.get("params")) and x.get("optimizer") == y.get("optimizer"):
+        return None
+    optimizer = x.get("optimizer", 0)
+    names = (a.get("names") or [[]])[optimizer] if optimizer < len(a.get("names") or []) else []
+    for i, (p, q) in enumerate(zip(x.get("params") or [], y.get("params") or [], strict=False)):
+        if not same_value(p, q):
+            return Divergence("parameters", index, p, q, names[i] if i < len(names) else f"parameter {i}")
+    for g, (p, q) in enumerate(zip(x.get("groups") or [], y.get("groups") or [], strict=False)):
+        if not same_value(p, q):
+            return Divergence("parameters", index, p, q, f"optimizer {optimizer}, param group {g} (summed)")
+    return Divergence("parameters", index, x.get("groups"), y.get("groups"), f"optimizer {optimizer}")
 
 
 def side_by_side(a: RunData, b: RunData, divergence: Divergence | None, before: int = 8, limit: int = 40) -> list[dict[str, Any]]:
@@ -255,4 +331,30 @@ def nondeterminism_finding(
             },
         ),
         key=f"{kind}:{location.path if location else ''}:{data.get('site_code', '')}",
+    )
+
+
+def returned_only_finding(ctx: StageContext, divergence: Divergence, pair: tuple[RunData, RunData], location: Location | None) -> Finding:
+    """Two runs trained identically (same losses, same parameters step by step) and returned
+    something different: not what training computes, so info, never blocking."""
+    a, b = pair
+    steps = len(a.params.get("steps", []))
+    return ctx.finding(
+        category=CATEGORY,
+        severity=Severity.INFO,
+        title="A returned value differs between two identical training runs",
+        location=location,
+        problem=(
+            f"Two runs with the same seed (PYTHONHASHSEED={a.hash_seed} and {b.hash_seed}) computed the same {len(a.losses)} step losses and the same "
+            f"parameters after each of {steps} optimizer steps, but returned different values: {divergence.describe()}. "
+            "Training is reproducible; the returned value holds something that is not (a timing or a counter under another name?)."
+        ),
+        impact="None for training; anything that compares returned values between runs (a regression check, a cache key) sees a difference.",
+        fix="Nothing to fix in training. If the value is a timing, name it like one (`*_duration`, `*_time`, `*_per_sec`) so comparisons leave it out.",
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"{a.label} vs {b.label}: identical losses and parameters; returned `{divergence.key}` differs",
+            data={"kind": "returned-only", "where": divergence.where, "values": divergence.shown_values(), "returned_key": divergence.key, "hash_seeds": [a.hash_seed, b.hash_seed], "runs": [a.label, b.label]},
+        ),
+        key=f"returned-only:{divergence.key}",
     )

@@ -6,7 +6,8 @@ Reported only from observations of `traingate.stages.concurrency.probe.loaders.L
 - a worker that died, timed out or raised while the training iterated the loader;
 - a loader that works under the start method the run used (fork on Linux) but not under
   another one (spawn, the default on macOS and Windows and under CUDA-safe launchers): its
-  dataset, collate_fn or worker_init_fn cannot be pickled, or the worker fails to load a batch;
+  dataset, collate_fn or worker_init_fn cannot be pickled (one finding per unpicklable object,
+  at the line that defines it, listing every loader it breaks), or the worker fails to load a batch;
 - a loader with persistent_workers=True re-created at the same line, which restarts its
   workers each time (medium), and leaks them when the live worker count keeps growing (high).
 """
@@ -35,11 +36,9 @@ def loader_findings(ctx: StageContext, watch: dict[str, Any], fallback: Location
     findings: list[Finding] = []
     findings += [_rejected(ctx, e, fallback) for e in watch.get("construction_errors", [])]
     findings += [_worker_failure(ctx, e, fallback) for e in watch.get("errors", []) if e.get("kind") != "other"]
-    loaders = {(loader["site"] or {}).get("line"): loader for loader in watch.get("loaders", [])}
-    for check in watch.get("start_method_checks", []):
-        failure = _start_method_failure(ctx, check, loaders.get((check.get("site") or {}).get("line")), fallback)
-        if failure is not None:
-            findings.append(failure)
+    loaders = {_site_key(loader["site"]): loader for loader in watch.get("loaders", [])}
+    for group in _start_method_groups(watch.get("start_method_checks", [])):
+        findings.append(_start_method_failure(ctx, group, [loaders.get(_site_key(c.get("site"))) for c in group], fallback))
     for loader in watch.get("loaders", []):
         recreated = _recreated_persistent(ctx, loader, fallback)
         if recreated is not None:
@@ -93,34 +92,72 @@ def _where(site: dict[str, Any] | None) -> str:
     return f"{site['path']}:{site['line']}" if site else "an unknown line"
 
 
-def _start_method_failure(ctx: StageContext, check: dict[str, Any], loader: dict[str, Any] | None, fallback: Location | None) -> Finding | None:
+def _site_key(site: dict[str, Any] | None) -> tuple[Any, Any]:
+    return (site or {}).get("path"), (site or {}).get("line")
+
+
+def _start_method_groups(checks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Failed start-method checks, one group per fix: every loader broken by the same object
+    that cannot be pickled (one lambda breaks the train and the val loader) is one group;
+    a worker that fails for another reason is a group of its own."""
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for check in checks:
+        if (check.get("batch") or {"ok": True})["ok"]:
+            continue  # the pickling probe alone is a hint; a worker that loads a batch is the answer
+        culprit = _culprit_of(check)
+        defined = (culprit or {}).get("defined_at")
+        if defined:
+            key: Any = ("defined", _site_key(defined))
+        elif culprit:
+            key = ("attribute", culprit.get("type"), culprit.get("attribute"), check.get("method"))
+        else:
+            key = ("site", _site_key(check.get("site")), check.get("method"))
+        groups.setdefault(key, []).append(check)
+    return list(groups.values())
+
+
+def _culprit_of(check: dict[str, Any]) -> dict[str, Any] | None:
+    pickled = check.get("pickle") or {"ok": True}
+    return None if pickled["ok"] else (pickled.get("culprit") or None)
+
+
+def _start_method_failure(ctx: StageContext, group: list[dict[str, Any]], loaders: list[dict[str, Any] | None], fallback: Location | None) -> Finding:
+    check, loader = group[0], loaders[0]
     pickled = check.get("pickle") or {"ok": True}
     batch = check.get("batch") or {"ok": True}
-    if batch["ok"]:
-        return None  # the pickling probe alone is a hint; a worker that loads a batch is the answer
     method, used = check["method"], check.get("used") or "fork"
+    methods = list(dict.fromkeys(c["method"] for c in group))
     batches = loader["batches"] if loader else 0
     works = f"it loaded {batches} batch(es) under `{used}` in the same run" if batches else f"the run used `{used}`"
+    sites = list(dict.fromkeys(_where(c.get("site")) for c in group))
+    broken = f"the DataLoader built at {sites[0]}" if len(sites) == 1 else f"{len(sites)} DataLoaders (built at {', '.join(sites)})"
+    site = check.get("site")
     if not pickled["ok"]:
         culprit = pickled.get("culprit") or {}
         defined = culprit.get("defined_at")
         what = f"`{culprit['attribute']}` ({culprit['type']}{', defined at ' + _where(defined) if defined else ''})" if culprit else f"the {pickled['object']}"
         problem = (
-            f"Under the `{method}` start method each worker receives the {pickled['object']} pickled, and {what} cannot be pickled: "
-            f"{pickled['error']}. Loading one batch with multiprocessing_context=\"{method}\" failed with {batch['error'][:200]}. {works[0].upper() + works[1:]}."
+            f"Under the `{'`/`'.join(methods)}` start method each worker receives the {pickled['object']} pickled, and {what} cannot be pickled: "
+            f"{pickled['error']}. This breaks {broken}. Loading one batch with multiprocessing_context=\"{method}\" failed with {batch['error'][:200]}. {works[0].upper() + works[1:]}."
         )
         fix = "Replace lambdas and local functions held by the dataset (or passed as collate_fn/worker_init_fn) with module-level functions or callable classes, so the loader works under every start method."
         error_text = pickled["error"]
+        location = _location(defined, None) or _location(site, fallback)
+        loaders_text = "its DataLoader fails" if len(sites) == 1 else f"{len(sites)} DataLoaders fail"
+        title = f"{what.split(' (')[0]} cannot be pickled: {loaders_text} under `{method}` (fine under `{used}`)"
+        key = f"start-method:unpicklable:{_code(defined) or culprit.get('attribute', '')}" if culprit else f"start-method:{method}:{_code(site)}"
     else:
         problem = f"A worker started with `{method}` failed to load one batch ({batch['error'][:300]}); {works}."
         fix = "Make the dataset self-contained: state set up at run time in the main process (globals, open handles) is not there in a spawned worker; build it in __init__ or worker_init_fn."
         error_text = batch["error"]
-    site = check.get("site")
+        location = _location(site, fallback)
+        title = f"DataLoader works under `{used}` but fails under `{method}`"
+        key = f"start-method:{method}:{_code(site)}"
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH,
-        title=f"DataLoader works under `{used}` but fails under `{method}`",
-        location=_location(site, fallback),
+        title=title,
+        location=location,
         problem=problem,
         impact=f"The training crashes at its first batch wherever workers start with `{method}`: macOS and Windows by default, Python 3.14 on Linux (forkserver), and launchers that avoid fork with CUDA.",
         fix=fix,
@@ -128,9 +165,18 @@ def _start_method_failure(ctx: StageContext, check: dict[str, Any], loader: dict
             kind=EvidenceKind.OBSERVED,
             summary=f"{method}: {error_text.splitlines()[0][:200] if error_text else 'failed'}",
             traceback=batch.get("error") if not batch["ok"] else None,
-            data={"start_method": method, "used": used, "batches_under_used": batches, "pickle": pickled, "batch": check.get("batch"), "settings": (loader or {}).get("settings")},
+            data={
+                "start_method": method,
+                "start_methods": methods,
+                "used": used,
+                "batches_under_used": batches,
+                "pickle": pickled,
+                "batch": check.get("batch"),
+                "settings": (loader or {}).get("settings"),
+                "loaders": [{"site": c.get("site"), "method": c["method"], "settings": (lo or {}).get("settings")} for c, lo in zip(group, loaders, strict=True)],
+            },
         ),
-        key=f"start-method:{method}:{_code(site)}",
+        key=key,
     )
 
 

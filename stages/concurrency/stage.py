@@ -19,6 +19,7 @@ from typing import Any
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.contract import instruments
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint, with_leftover_findings
+from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency import cuda as conc_cuda, determinism as conc_determinism, loaders as conc_loaders, protocol as conc_protocol
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.concurrency.determinism import (
@@ -27,6 +28,7 @@ from traingate.stages.concurrency.determinism import (
     compare,
     deterministic_op,
     nondeterminism_finding,
+    returned_only_finding,
     rng_causes,
     side_by_side,
 )
@@ -124,7 +126,10 @@ class _Session:
         if first is None:
             return self._outcome(None)
         if first.result is None:
-            self._fail(first, "the instrumented run ended without reporting", reason="no-result")
+            if is_target_crash(self.ctx, first):
+                self._crash_or_fail(first)
+            else:
+                self._fail(first, "the instrumented run ended without reporting", reason="no-result")
             return self._outcome(first)
         broken = [spec for spec in instruments if "error" in first.instrument(spec)]
         if broken:
@@ -182,7 +187,7 @@ class _Session:
 
     # -- determinism -------------------------------------------------------------------------------
     def _determinism(self, first: EntrypointRun) -> None:
-        base = RunData(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first, _losses(first), first.instrument(RNG))
+        base = RunData(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first, _losses(first), first.instrument(RNG), _params(first))
         details: dict[str, Any] = {"ran": False, "compared": []}
         self.checks["determinism"] = details
         divergence, other = None, None
@@ -194,7 +199,7 @@ class _Session:
             run = self._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
             if run is None:
                 return
-            other = RunData(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run, _losses(run), run.instrument(RNG))
+            other = RunData(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run, _losses(run), run.instrument(RNG), _params(run))
             details["compared"].append(other.label)
             divergence = compare(base, other)
             if divergence is not None:
@@ -205,8 +210,15 @@ class _Session:
         details["returned_ignored"] = ignored
         details["curves"] = side_by_side(base, other, divergence)
         details["labels"] = [base.label, other.label]
+        fingerprinted = len(base.params.get("steps", []))
         if divergence is None:
-            details["verdict"] = f"identical: {len(base.losses)} optimizer step losses and the returned values matched exactly"
+            details["verdict"] = f"identical: {len(base.losses)} optimizer step losses, the parameters after {fingerprinted} steps and the returned values matched exactly"
+            return
+        if divergence.where == "returned" and base.trained and other.trained:
+            # Training computed the same thing; only something returned differs: worth saying, never a block.
+            details["verdict"] = f"identical training ({len(base.losses)} step losses, parameters after {fingerprinted} steps); returned values differ at {divergence.describe()}"
+            details["kind"] = "returned-only"
+            self.findings.append(returned_only_finding(self.ctx, divergence, (base, other), self.fallback))
             return
         details["verdict"] = f"diverged at {divergence.describe()}"
         self._classify(first, base, other, divergence, details)
@@ -219,7 +231,7 @@ class _Session:
         run = self._run("rerun-same-hashseed", "determinism: same PYTHONHASHSEED as run 1", [LOSSES, RNG], FIRST_HASH_SEED)
         if run is None:
             return
-        same = RunData(f"run {len(details['compared']) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run, _losses(run), run.instrument(RNG))
+        same = RunData(f"run {len(details['compared']) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run, _losses(run), run.instrument(RNG), _params(run))
         details["compared"].append(same.label)
         same_divergence = compare(base, same)
         if same_divergence is None:
@@ -337,8 +349,17 @@ class _Session:
             return False
         if any(f.category is Category.STAGE_ERROR for f in self.findings):
             return True
-        self._fail(first, f"the entrypoint {first.failure()}", reason="entrypoint-failed")
+        self._crash_or_fail(first)
         return True
+
+    def _crash_or_fail(self, run: EntrypointRun) -> None:
+        """A crash of the target's own code is its `entrypoint-crash`; anything else, the gate's."""
+        if is_target_crash(self.ctx, run):
+            setting = f" ({self.entrypoint.amp_setting(True)})" if self.entrypoint.amp_switch else ""
+            what = f"The concurrency stage's instrumented run of {self.entrypoint.label}{setting}"
+            self.findings.append(entrypoint_crash_finding(self.ctx, run, what, fallback=self.fallback))
+            return
+        self._fail(run, f"the entrypoint {run.failure()}", reason="entrypoint-failed")
 
     # -- the outcome -------------------------------------------------------------------------------
     def _outcome(self, first: EntrypointRun | None) -> StageOutcome:
@@ -383,3 +404,11 @@ def _losses(run: EntrypointRun) -> list[list[Any]]:
         if "losses" in data:
             return list(data["losses"])
     return []
+
+
+def _params(run: EntrypointRun) -> dict[str, Any]:
+    for spec in (TRACE, LOSSES):
+        data = run.instrument(spec)
+        if "params" in data:
+            return dict(data["params"])
+    return {}

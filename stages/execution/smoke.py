@@ -1,25 +1,24 @@
 """Smoke-call the configured entrypoint in fresh child processes (`entrypoint-crash`, `hang`).
 
-One seeded call with the configured setup and kwargs; with an AMP flag, once with AMP off
-and, on CUDA only, once with AMP on (on a CPU the AMP-on path is not the one users run, so
-the call is left out and the details say so).
+One seeded call with the configured setup and kwargs; with an AMP flag, one call per AMP
+setting, the configured one first (the kwargs' value of the flag, else AMP off), on every
+device: a crash in the AMP path (`scaler.step()` twice without `update()`) is a crash
+whatever the device. A crash in either call is reported; the same crash in both, once.
 """
 
 from __future__ import annotations
 
 import json
-import linecache
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from traingate.pipeline.findings import SMOKE_CALL_RUN
-from traingate.pipeline.isolation import crash_frames
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, innermost_target_frame, location_of, run_entrypoint
+from traingate.pipeline.schema import Category, Finding, Location
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
+from traingate.stages.crash import entrypoint_crash_finding, head
 from traingate.stages.execution.coverage import EntrypointSource
 
-_STDOUT_LINES = 20
 _SYNTAX_AT = re.compile(r"\((?P<file>[^()]+), line (?P<line>\d+)\)")
 
 
@@ -34,15 +33,16 @@ class SmokeResult:
 
 
 def smoke_plan(ctx: StageContext) -> tuple[list[tuple[str, bool | None]], list[str]]:
-    """The calls to make, and why any AMP setting is left out."""
+    """The calls to make, configured setting first, and notes on how the order was chosen."""
     ep = ctx.config.entrypoint
     assert ep is not None
     if not ep.amp_switch:
         return [("smoke", None)], []
-    plan: list[tuple[str, bool | None]] = [("amp-off", False)]
-    if ctx.device == "cuda":
-        return plan + [("amp-on", True)], []
-    return plan, [f"The AMP-on smoke call ({ep.amp_setting(True)}) was not run: the device is {ctx.device}, and mixed precision is only exercised as users run it on CUDA."]
+    configured = ep.kwargs.get(ep.amp_flag) if ep.amp_flag else None
+    first = bool(configured) if isinstance(configured, bool) else False
+    order = [first, not first]
+    why = f"the configured {ep.amp_flag}={configured!r}" if isinstance(configured, bool) else "AMP off (the kwargs do not set it)"
+    return [(f"amp-{'on' if amp else 'off'}", amp) for amp in order], [f"Both AMP settings were called, {why} first."]
 
 
 def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResult:
@@ -52,8 +52,8 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResu
     assert ep is not None
     env = ctx.child_env(PYTHONDONTWRITEBYTECODE="1")
     for label, amp in plan:
-        if result.findings:
-            result.notes.append(f"The {label} smoke call was not run: the previous call already failed.")
+        if any(f.category is Category.HANG for f in result.findings):
+            result.notes.append(f"The {label} smoke call was not run: the previous call did not finish within its budget.")
             continue
         run = run_entrypoint(ctx, label=label, amp=amp, env=env)
         result.runs.append((label, amp, run))
@@ -61,60 +61,32 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResu
         if run.child.timed_out:
             result.findings.append(hang_finding(ctx, run.child, what, run=SMOKE_CALL_RUN, key=label))
         elif not run.ok:
-            result.findings.append(crash_finding(ctx, run, what, source))
+            _add_crash(result, crash_finding(ctx, run, what, source), label)
     return result
 
 
+def _add_crash(result: SmokeResult, finding: Finding, label: str) -> None:
+    """The same crash at the same line under both AMP settings is one defect: one finding."""
+    same = [f for f in result.findings if f.id == finding.id]
+    if same:
+        result.notes.append(f"The {label} smoke call crashed the same way ({finding.evidence.summary[:120]}).")
+        return
+    result.findings.append(finding)
+
+
 def crash_finding(ctx: StageContext, run: EntrypointRun, what: str, source: EntrypointSource | None) -> Finding:
-    """`entrypoint-crash`: the smoke call raised or its process died.
-
-    Located at the innermost frame of the target's code: from the exception's traceback,
-    or from the stack the guard dumped when the process killed itself; when the process
-    left no trace at all, at the entrypoint's `def` line, and the finding says so.
-    """
-    exc = run.exception
-    no_trace = ""
-    failure = run.failure() or "ended before reporting"
-    if exc is not None:
-        frame = exc.get("target_frame")
-        location = location_of(frame) or _syntax_error_site(exc, source)
-        code = (frame or {}).get("code", "")
-        traceback = exc.get("traceback")
-        phase = (run.result or {}).get("phase", "call")
-    else:
-        frames = crash_frames(run.child.stacks)
-        location = innermost_target_frame(frames, ctx.root)
-        code = _line_text(ctx, location)
-        traceback = run.child.stacks[-20000:] if frames else None
-        phase = "call"
-    if location is None and source is not None:
-        location = Location(path=source.rel, line=source.first_line, function=None if source.script else source.function)
-        no_trace = " The location is the entrypoint itself: the process left no trace of where it stopped."
-    where = f" at {location.path}:{location.line}" if location and location.line else ""
-    return ctx.finding(
-        category=Category.ENTRYPOINT_CRASH,
-        severity=Severity.CRITICAL,
-        title=f"{what} {failure.split(':')[0]}{where}",
-        location=location,
-        problem=f"{what} {failure}{' while ' + _PHASES.get(phase, phase) if phase != 'call' else ''}{(': `' + code + '`') if code else ''}.{no_trace}",
-        evidence=Evidence(
-            kind=EvidenceKind.OBSERVED,
-            summary=failure[:300],
-            traceback=traceback or _tail(run.child.stderr) or None,
-            data={"exit_status": run.child.returncode, "signal": run.child.signal_name, "phase": phase, "code": code, "stdout_head": _head(run.child.stdout)},
-        ),
-        key=f"{_ending(run)}\x1f{code}",
+    """`entrypoint-crash`: the smoke call raised or its process died (see
+    `traingate.stages.crash`); a module that does not parse is located from the message, and
+    a process that left no trace at all at the entrypoint's `def` line, saying so."""
+    fallback = None
+    if source is not None:
+        fallback = Location(path=source.rel, line=source.first_line, function=None if source.script else source.function)
+    return entrypoint_crash_finding(
+        ctx, run, what,
+        site=_syntax_error_site(run.exception, source) if run.exception else None,
+        fallback=fallback,
+        fallback_note=" The location is the entrypoint itself: the process left no trace of where it stopped.",
     )
-
-
-_PHASES = {"import": "importing its module", "setup": "running its setup"}
-
-
-def _ending(run: EntrypointRun) -> str:
-    """How the call ended, as data: the exception type, the signal, or the exit status."""
-    if run.exception:
-        return str(run.exception.get("type"))
-    return run.child.signal_name or f"exit-status-{run.child.returncode}"
 
 
 def _syntax_error_site(exc: dict[str, Any], source: EntrypointSource | None) -> Location | None:
@@ -125,12 +97,6 @@ def _syntax_error_site(exc: dict[str, Any], source: EntrypointSource | None) -> 
     if match and source.file.name == match.group("file").rsplit("/", 1)[-1]:
         return Location(path=source.rel, line=int(match.group("line")))
     return None
-
-
-def _line_text(ctx: StageContext, location: Location | None) -> str:
-    if location is None or not location.line:
-        return ""
-    return linecache.getline(str(ctx.root / location.path), location.line).strip()
 
 
 def run_details(label: str, amp: bool | None, run: EntrypointRun) -> dict[str, Any]:
@@ -144,14 +110,6 @@ def run_details(label: str, amp: bool | None, run: EntrypointRun) -> dict[str, A
         "duration_s": round(float(result["duration_s"]), 3) if "duration_s" in result else None,
         "wall_s": round(run.child.duration_s, 3),
         "returned": json.dumps(returned, default=str)[:500] if returned is not None else None,
-        "stdout_head": _head(run.child.stdout),
+        "stdout_head": head(run.child.stdout),
         "exit_status": run.child.returncode,
     }
-
-
-def _head(text: str) -> str:
-    return "\n".join(text.splitlines()[:_STDOUT_LINES])
-
-
-def _tail(text: str) -> str:
-    return text[-6000:].strip()

@@ -17,6 +17,8 @@ speedup or memory reduction is reported, only that AMP was not active.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.config import PolicyConfig
@@ -153,8 +155,101 @@ def amp_location(amp_counts: dict[str, Any] | None, forward_sites: list[Any]) ->
     return Location(path=site[0], line=site[1], function=site[2]) if site else None
 
 
-def inactive_finding(ctx: StageContext, amp_counts: dict[str, Any], forward_sites: list[Any], flag: str, device: str) -> Finding | None:
-    """`amp-inactive`: AMP switched on, yet no matrix product ran in reduced precision."""
+def cuda_only_gate(root: Path, names: set[str], files: list[str]) -> dict[str, Any] | None:
+    """Where the target switches AMP on only on CUDA: an `and` of the flag with a CUDA check
+    (`use_amp and torch.cuda.is_available()`, `self.use_amp and device.type == "cuda"`), in
+    the files the training ran through (then the rest of the target's files, a bounded few)."""
+    seen: set[Path] = set()
+    candidates = [root / f for f in files] + sorted(p for p in root.rglob("*.py") if not _skipped(p.relative_to(root)))[:_MAX_SCANNED_FILES]
+    for path in candidates:
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        try:
+            source = path.read_text(errors="replace")
+            tree = ast.parse(source)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+                flagged = any(_names_flag(value, names) for value in node.values)
+                if flagged and any(_checks_cuda(value) for value in node.values):
+                    code = ast.get_source_segment(source, node) or ""
+                    return {"path": str(path.relative_to(root)), "line": node.lineno, "code": code[:200]}
+    return None
+
+
+_MAX_SCANNED_FILES = 200
+
+
+def _skipped(rel: Path) -> bool:
+    return any(part.startswith(".") or part in ("tests", "test", "venv", "site-packages", "node_modules", "__pycache__") for part in rel.parts)
+
+
+def _names_flag(node: ast.AST, names: set[str]) -> bool:
+    return (isinstance(node, ast.Name) and node.id in names) or (isinstance(node, ast.Attribute) and node.attr in names)
+
+
+def _checks_cuda(node: ast.AST) -> bool:
+    """`torch.cuda.is_available()`, a comparison with "cuda", `x.is_cuda`, `on_cuda`-like names."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and (sub.attr in ("is_cuda",) or (sub.attr == "is_available" and isinstance(sub.value, ast.Attribute) and sub.value.attr == "cuda")):
+            return True
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.startswith("cuda"):
+            return True
+        if isinstance(sub, ast.Name) and "cuda" in sub.id.lower():
+            return True
+    return False
+
+
+def amp_flag_names(flag: str, amp_on_args: list[str]) -> set[str]:
+    """The names the target's code may read the AMP switch by: the keyword, or for a script
+    the option names of its `amp_args.on` (`--amp` is `args.amp`)."""
+    if flag != "amp_args":
+        return {flag}
+    return {arg.split("=", 1)[0].lstrip("-").replace("-", "_") for arg in amp_on_args if arg.startswith("-")}
+
+
+def not_applicable_metric(gate: dict[str, Any], flag: str, device: str) -> Metric:
+    """The `amp-inactive` check on a device where the target deliberately leaves AMP off."""
+    return Metric(
+        id="amp.active",
+        name="AMP active (reduced-precision matrix products with AMP on)",
+        value=None,
+        note=(
+            f"not applicable on {device}: the target enables AMP only on CUDA (`{gate['code']}` at {gate['path']}:{gate['line']}), "
+            f"so with {flag} on it computed in fp32 here as intended; check it on a GPU runner with "
+            "`traingate run <target> --device cuda --stages performance`"
+        ),
+    )
+
+
+def inactive_check(ctx: StageContext, amp_counts: dict[str, Any] | None, forward_sites: list[Any], flag: str, device: str) -> tuple[Finding | None, list[Metric]]:
+    """`amp-inactive` and, where the target deliberately leaves AMP off on this device, the
+    metric that says the check is not applicable here and how to run it where it is."""
+    if not amp_counts:
+        return None, []
+    gate = None
+    if device != "cuda" and amp_active(amp_counts) is False:
+        ep = ctx.config.entrypoint
+        on_args = list(ep.amp_args.on) if ep is not None and ep.amp_args is not None else []
+        files = [str(site[0][0]) for site in forward_sites if site and site[0]] + [str(u["site"][0]) for u in amp_counts.get("autocast", []) if u.get("site")]
+        gate = cuda_only_gate(ctx.root, amp_flag_names(flag, on_args), list(dict.fromkeys(files)))
+    finding = inactive_finding(ctx, amp_counts, forward_sites, flag, device, gate)
+    if finding is None and gate is not None:
+        return None, [not_applicable_metric(gate, flag, device)]
+    return finding, []
+
+
+def inactive_finding(
+    ctx: StageContext, amp_counts: dict[str, Any], forward_sites: list[Any], flag: str, device: str, cuda_gate: dict[str, Any] | None = None
+) -> Finding | None:
+    """`amp-inactive`: AMP switched on, yet no matrix product ran in reduced precision.
+
+    Not on a device other than CUDA when autocast was never entered (or entered disabled) and
+    the target's code switches AMP on only on CUDA (`cuda_gate`): there it is not applicable
+    (the caller says so in a metric). Autocast entered while the forward pass runs outside it
+    is reported on every device."""
     dtypes = amp_counts["matmul_dtypes_in_steps"]
     total = sum(dtypes.values())
     if total == 0 or amp_counts["reduced_in_steps"] > 0:
@@ -162,6 +257,8 @@ def inactive_finding(ctx: StageContext, amp_counts: dict[str, Any], forward_site
     uses = [u for u in amp_counts.get("autocast", []) if u["site"]]
     empty = sorted((u for u in uses if u["enabled"]), key=lambda u: -u["entries"])
     disabled = [u for u in uses if not u["enabled"]]
+    if not empty and device != "cuda" and cuda_gate is not None:
+        return None
     if empty:
         use = empty[0]
         site = use["site"]

@@ -260,16 +260,16 @@ class LoaderWatch:
         return {"ok": True}
 
     def _culprit(self, name: str, obj: Any) -> dict[str, Any] | None:
-        """The attribute that cannot be pickled, and where it was defined when it is a function."""
+        """The innermost object that cannot be pickled, and where it was defined when it is
+        a function: the pickler's path is walked down through attributes, containers,
+        partials and bound methods, so the fix (a lambda's line) is named, not its holder."""
         assert self.sites is not None
-        if callable(obj) and hasattr(obj, "__code__"):
-            return {"attribute": name, "type": type(obj).__name__, "defined_at": self.sites.definition(obj)}
-        for attr, value in list(getattr(obj, "__dict__", {}).items()):
-            try:
-                _dumps(value)
-            except Exception:  # noqa: BLE001
-                return {"attribute": f"{name}.{attr}", "type": type(value).__name__, "defined_at": self.sites.definition(value)}
-        return None
+        found = _innermost_unpicklable(obj, name)
+        if found is None:
+            return None
+        path, culprit = found
+        defined = self.sites.definition(culprit) or self.sites.definition(getattr(culprit, "__func__", None))
+        return {"attribute": path, "type": type(culprit).__name__, "defined_at": defined, "qualname": getattr(culprit, "__qualname__", None)}
 
     def _start_probe(self, inputs: dict[str, Any], method: str) -> dict[str, Any]:
         """A one-worker loader over the same dataset, started with `method`."""
@@ -316,6 +316,39 @@ class LoaderWatch:
             "errors": [{k: v for k, v in e.items() if k != "key"} for e in self.errors],
             "start_method_checks": checks,
         }
+
+
+_WALK_DEPTH = 6
+_WALK_CHILDREN = 200
+
+
+def _children(obj: Any, path: str) -> list[tuple[str, Any]]:
+    """What pickling `obj` would pickle next, named as a reader would write it."""
+    if isinstance(obj, functools.partial):
+        return [(f"{path}.func", obj.func), *((f"{path}.args[{i}]", a) for i, a in enumerate(obj.args)), *((f"{path}.keywords[{k!r}]", v) for k, v in obj.keywords.items())]
+    if hasattr(obj, "__self__") and hasattr(obj, "__func__"):  # a bound method pickles its instance
+        return [(f"{path}.__self__", obj.__self__), (f"{path}.__func__", obj.__func__)]
+    if isinstance(obj, dict):
+        return [(f"{path}[{k!r}]", v) for k, v in list(obj.items())[:_WALK_CHILDREN]]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [(f"{path}[{i}]", v) for i, v in enumerate(list(obj)[:_WALK_CHILDREN])]
+    state = getattr(obj, "__dict__", None)
+    if isinstance(state, dict) and not callable(obj):
+        return [(f"{path}.{k}", v) for k, v in list(state.items())[:_WALK_CHILDREN]]
+    return []
+
+
+def _innermost_unpicklable(obj: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
+    """(path, object) of the deepest part of `obj` that alone cannot be pickled; `obj`
+    itself when none of its parts fails (or the walk is as deep as it goes)."""
+    if depth >= _WALK_DEPTH:
+        return path, obj
+    for child_path, child in _children(obj, path):
+        try:
+            _dumps(child)
+        except Exception:  # noqa: BLE001 - any failure is what the worker would hit
+            return _innermost_unpicklable(child, child_path, depth + 1)
+    return path, obj
 
 
 def _dumps(obj: Any) -> None:

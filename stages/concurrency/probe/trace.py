@@ -3,7 +3,8 @@
 `ProtocolTrace` records, in call order, every `scale`, `backward`, `unscale_`, gradient
 clipping, `scaler.step`, `optimizer.step`, `update` and `zero_grad`, each with the innermost
 frame of the target that made it, plus the loss per optimizer step. `LossTrace` records only
-the loss per optimizer step (the rerun that checks determinism needs nothing else).
+the loss per optimizer step and the parameters' fingerprints after it (probe/params.py): what
+the rerun that checks determinism compares.
 
 Neither changes numerics: they wrap calls and keep a copy of the loss at each step, read only
 after the entrypoint returned (reading it at each step would synchronise a GPU, and hide the
@@ -19,6 +20,7 @@ import weakref
 from typing import Any
 from collections.abc import Callable
 
+from traingate.stages.concurrency.probe.params import ParamFingerprints
 from traingate.stages.concurrency.probe.sites import SiteTable
 
 MAX_EVENTS = 50_000
@@ -44,6 +46,7 @@ class LossTrace:
         self.steps = 0
         self._tls = threading.local()
         self.sites: SiteTable | None = None
+        self.params = ParamFingerprints()
 
     # -- installation ---------------------------------------------------------------------
     def install(self, ctx: Any) -> None:
@@ -53,6 +56,7 @@ class LossTrace:
         self.sites = SiteTable(ctx.root)
         self._wrap_backward(torch)
         register_optimizer_step_pre_hook(self._on_step)
+        self.params.install()
 
     def _wrap_backward(self, torch: Any) -> None:
         tensor_backward = torch.Tensor.backward
@@ -93,7 +97,7 @@ class LossTrace:
 
     def collect(self) -> dict[str, Any]:
         losses = [[_loss_value(t) for t in step] for step in self.losses]
-        return {"losses": losses, "steps": self.steps, "truncated": self.steps > len(self.losses)}
+        return {"losses": losses, "steps": self.steps, "truncated": self.steps > len(self.losses), "params": self.params.collect()}
 
 
 class ProtocolTrace(LossTrace):

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> float:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
-    loader = DataLoader(Regression(args.steps * args.batch_size), batch_size=args.batch_size)
+    loader = DataLoader(Regression(args.steps * args.batch_size), batch_size=args.batch_size, shuffle=True)
     running = torch.zeros(())
     for x, y in loader:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.amp):

@@ -17,7 +17,7 @@ class Trainer:
         generator = torch.Generator().manual_seed(2)
         x = torch.randn(samples, 16, generator=generator)
         y = x.sum(dim=1, keepdim=True) / 4
-        self.loader = DataLoader(TensorDataset(x, y), batch_size=batch_size)
+        self.loader = DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=True)
         self.model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1)).to(DEVICE)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
 

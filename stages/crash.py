@@ -1,0 +1,99 @@
+"""`entrypoint-crash` from any stage: the target's own code raised or died in one of its runs.
+
+Every stage calls the entrypoint; when the target's code crashes there, the fix is in the
+target, so the finding is an `entrypoint-crash` at the target's line (with the run named in
+its title), not a `stage-error`, which stays for failures of the gate itself.
+"""
+
+from __future__ import annotations
+
+import linecache
+from traingate.pipeline.isolation import crash_frames
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import EntrypointRun, StageContext, innermost_target_frame, location_of
+
+_STDOUT_LINES = 20
+_PHASES = {"import": "importing its module", "setup": "running its setup"}
+
+
+def is_target_crash(ctx: StageContext, run: EntrypointRun) -> bool:
+    """The run failed in the target's own code: it raised with a frame of the target on the
+    stack (or while importing or setting up the target), or its process died inside the target."""
+    if run.ok or run.child.timed_out or run.channel_problem:
+        return False
+    exc = run.exception
+    if exc is not None:
+        return bool(exc.get("target_frame")) or (run.result or {}).get("phase") in _PHASES
+    return innermost_target_frame(crash_frames(run.child.stacks), ctx.root) is not None
+
+
+def entrypoint_crash_finding(
+    ctx: StageContext,
+    run: EntrypointRun,
+    what: str,
+    *,
+    fallback: Location | None = None,
+    fallback_note: str = "",
+    site: Location | None = None,
+) -> Finding:
+    """`entrypoint-crash` for `run`, described as `what` ("The entrypoint smoke call f (use_amp=True)").
+
+    Located at the innermost frame of the target's code: from the exception's traceback, or
+    from the stack the guard dumped when the process killed itself; else at `site` (a place
+    the caller read from the message, e.g. a SyntaxError's), else at `fallback` with
+    `fallback_note` said in the problem.
+    """
+    exc = run.exception
+    no_trace = ""
+    failure = run.failure() or "ended before reporting"
+    if exc is not None:
+        frame = exc.get("target_frame")
+        location = location_of(frame) or site
+        code = (frame or {}).get("code", "")
+        traceback = exc.get("traceback")
+        phase = (run.result or {}).get("phase", "call")
+    else:
+        frames = crash_frames(run.child.stacks)
+        location = innermost_target_frame(frames, ctx.root)
+        code = line_text(ctx, location)
+        traceback = run.child.stacks[-20000:] if frames else None
+        phase = "call"
+    if location is None and fallback is not None:
+        location = fallback
+        no_trace = fallback_note
+    where = f" at {location.path}:{location.line}" if location and location.line else ""
+    return ctx.finding(
+        category=Category.ENTRYPOINT_CRASH,
+        severity=Severity.CRITICAL,
+        title=f"{what} {failure.split(':')[0]}{where}",
+        location=location,
+        problem=f"{what} {failure}{' while ' + _PHASES.get(phase, phase) if phase != 'call' else ''}{(': `' + code + '`') if code else ''}.{no_trace}",
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=failure[:300],
+            traceback=traceback or _tail(run.child.stderr) or None,
+            data={"exit_status": run.child.returncode, "signal": run.child.signal_name, "phase": phase, "code": code, "stdout_head": head(run.child.stdout)},
+        ),
+        key=f"{ending(run)}\x1f{code}",
+    )
+
+
+def ending(run: EntrypointRun) -> str:
+    """How the call ended, as data: the exception type, the signal, or the exit status."""
+    if run.exception:
+        return str(run.exception.get("type"))
+    return run.child.signal_name or f"exit-status-{run.child.returncode}"
+
+
+def line_text(ctx: StageContext, location: Location | None) -> str:
+    if location is None or not location.line:
+        return ""
+    return linecache.getline(str(ctx.root / location.path), location.line).strip()
+
+
+def head(text: str) -> str:
+    return "\n".join(text.splitlines()[:_STDOUT_LINES])
+
+
+def _tail(text: str) -> str:
+    return text[-6000:].strip()
