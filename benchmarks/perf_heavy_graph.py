@@ -8,8 +8,12 @@ about N autograd nodes per step, default 50,000) and prints, medians over R repe
   instrumented run's probes (`full`), and the ratios full/bare and light/bare;
 - the median step time under each, and the time `full` spent at step boundaries (held bytes,
   graph counts, holder searches: `instrument_s`);
+- how many steps the per-operator instruments saw: on a loop this heavy they stop once the
+  window the leak and sync verdicts need (warm-up + max(min_steps, 16) steps) is covered, so
+  a run shorter than that window is instrumented throughout;
 - with --stage, the stage's wall time (`traingate run --stages performance`) against the bare
   entrypoint processes it needs.
+The default of 40 steps is the label model's loop this target stands for.
 Every process gets OMP_NUM_THREADS=1 (see benchmarks/perf_overhead.py). Asserts nothing.
 """
 
@@ -70,7 +74,7 @@ def write_target(dest: Path, nodes: int, steps: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=50_000)
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--stage", action="store_true", help="also time the whole performance stage")
     args = parser.parse_args()
@@ -84,6 +88,7 @@ def main() -> None:
         walls: list[float] = []
         boundary_s: list[float] = []
         graph_nodes = 0
+        window: dict[str, object] = {}
         for i in range(args.repeat):
             for label, instruments in (("bare", []), ("light", [LIGHT]), ("full", [FULL])):
                 wall, result = harness_run(target, instruments, None, scratch, f"{label}-{i}")
@@ -96,12 +101,14 @@ def main() -> None:
                 if label == "full":
                     boundary_s.append(float(data.get("instrument_s") or 0.0))
                     graph_nodes = int(data["memory"].get("step_graph_nodes") or 0)
+                    window = data.get("instrumentation") or {}
         bare = med(calls["bare"])
         print(f"target: {args.steps} steps, about {args.nodes:,} autograd nodes per step (measured {graph_nodes:,}); {args.repeat} repeat(s), cpu, OMP_NUM_THREADS=1")
         print(f"entrypoint call: bare {bare:.2f} s, light {med(calls['light']):.2f} s, full {med(calls['full']):.2f} s")
         print(f"  instrumented/bare {med(calls['full']) / bare:.2f}x, light/bare {med(calls['light']) / bare:.2f}x")
         print(f"median step: light {med(steps['light']) * 1e3:.1f} ms, full {med(steps['full']) * 1e3:.1f} ms ({med(steps['full']) / med(steps['light']):.2f}x)")
         print(f"full: {med(boundary_s):.2f} s at step boundaries (held bytes, graph counts, holder searches)")
+        print(f"full: {window.get('ops_per_step')} operators per warm-up step; tracker and sync counter on for {window.get('instrumented_steps')} of {args.steps} steps")
         if args.stage:
             config = load_config(target)[0]
             runs = 1 + config.performance.timing_runs

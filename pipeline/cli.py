@@ -392,7 +392,8 @@ def emit_outputs(report: PipelineReport, inputs: RunInputs, args: argparse.Names
     written = write_reports(report, inputs.out, inputs.formats, facts)
     print(written.annotations, end="", flush=True)
     if args.verbose:
-        print(f"Paths in CI outputs are relative to {display_path(repository_root(inputs.root) or inputs.root)}")
+        base = display_path(repository_root(inputs.root) or inputs.root)
+        print(f"Paths in CI outputs are relative to {'the current folder' if str(base) == '.' else base}")
         for path in written.files:
             print(f"Wrote {display_path(path)}")
         if written.step_summary is not None:

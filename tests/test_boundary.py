@@ -74,7 +74,8 @@ def test_request_on_stdin_and_result_over_the_channel(tmp_path: Path) -> None:
     argv = _child(tmp_path, """
         import json, os, sys
         request = json.loads(sys.stdin.read())
-        assert str(request["fd"]) not in "".join(os.environ.values())
+        # The descriptor's number reaches the child on stdin only, never through its environment.
+        assert str(request["fd"]) not in os.environ.values()
         os.write(request["fd"], (json.dumps({"echo": request["word"]}) + "\\n").encode())
     """)
     result = run_child(

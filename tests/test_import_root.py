@@ -67,7 +67,7 @@ def test_target_code_importing_its_own_stages_package_runs_in_every_stage(gate) 
     run = gate("clash_stages", timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.report["decision"] == "PASS"
-    assert [s["name"] for s in run.report["stages"]] == ["execution", "performance", "concurrency"]
+    assert [s["name"] for s in run.report["stages"]] == ["execution", "performance", "concurrency", "correctness"]
     for stage in run.report["stages"]:
         assert stage["status"] == "passed", (stage["name"], stage["summary"], stage["findings"])
     assert "stage-error" not in run.categories()

@@ -14,7 +14,7 @@ from traingate.pipeline.merge import MergeError, merge_reports
 from traingate.pipeline.policy import decide
 from traingate.pipeline.schema import Acceptance, BaselineComparison, Category, PipelineReport, Severity, WaiverEntry
 
-KNOWN = ["execution", "performance", "concurrency"]
+KNOWN = ["execution", "performance", "concurrency", "correctness"]
 
 
 def merge(*args: str) -> subprocess.CompletedProcess[str]:
@@ -24,7 +24,7 @@ def merge(*args: str) -> subprocess.CompletedProcess[str]:
 def _split_run(tmp_path: Path) -> tuple[Path, Path]:
     cpu = report([stage("execution")], device="cpu")
     sync = measured("performance", Category.HOST_SYNC, Severity.HIGH, "loop.py", "loss.item()")
-    gpu = report([stage("performance", [sync]), stage("concurrency")], device="cuda")
+    gpu = report([stage("performance", [sync]), stage("concurrency"), stage("correctness")], device="cuda")
     return write(cpu, tmp_path / "cpu" / "report.json"), write(gpu, tmp_path / "gpu" / "report.json")
 
 
@@ -42,7 +42,7 @@ def test_a_split_run_merges_into_one_decision(tmp_path: Path) -> None:
     assert (merged.decision, merged.score) == decide(merged.stages)
     assert merged.decision.value == "BLOCK" and merged.score <= 69
     devices = {s.name: s.environment.device for s in merged.stages if s.environment}
-    assert devices == {"execution": "cpu", "performance": "cuda", "concurrency": "cuda"}
+    assert devices == {"execution": "cpu", "performance": "cuda", "concurrency": "cuda", "correctness": "cuda"}
     assert merged.environment.device == "cpu + cuda"
     for name in ("report.md", "execution.md", "performance.md", "concurrency.md"):
         assert (tmp_path / "merged" / name).is_file()
@@ -55,13 +55,13 @@ def test_a_requested_stage_that_no_part_holds_blocks(tmp_path: Path) -> None:
     assert done.returncode == 1
     merged = json.loads((tmp_path / "merged" / "report.json").read_text())
     errors = {f["stage"]: f for s in merged["stages"] for f in s["findings"] if f["category"] == "stage-error"}
-    assert set(errors) == {"performance", "concurrency"} and all(f["blocking"] for f in errors.values())
-    assert {s["name"]: s["status"] for s in merged["stages"]} == {"execution": "passed", "performance": "error", "concurrency": "error"}
+    assert set(errors) == {"performance", "concurrency", "correctness"} and all(f["blocking"] for f in errors.values())
+    assert {s["name"]: s["status"] for s in merged["stages"]} == {"execution": "passed", "performance": "error", "concurrency": "error", "correctness": "error"}
 
     only_execution = merge(str(cpu), "--stages", "execution", "--out", str(tmp_path / "merged-exec"))
     assert only_execution.returncode == 0, only_execution.stderr
     merged = json.loads((tmp_path / "merged-exec" / "report.json").read_text())
-    assert merged["decision"] == "PASS" and [n["name"] for n in merged["stages_not_run"]] == ["performance", "concurrency"]
+    assert merged["decision"] == "PASS" and [n["name"] for n in merged["stages_not_run"]] == ["performance", "concurrency", "correctness"]
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,7 @@ def test_a_real_cpu_part_merges_with_a_gpu_part(tmp_path: Path) -> None:
     cpu = run_gate(TARGETS / "exec_clean", tmp_path / "cpu", "--stages", "execution", "--version", "v1")
     assert cpu.returncode == 0, cpu.stderr
     real = PipelineReport.model_validate(cpu.report)
-    gpu = report([stage("performance"), stage("concurrency")], device="cuda", task=real.task, version=real.version, commit=real.target.commit)
+    gpu = report([stage("performance"), stage("concurrency"), stage("correctness")], device="cuda", task=real.task, version=real.version, commit=real.target.commit)
     gpu = gpu.model_copy(update={"policy": real.policy})
     done = merge(str(cpu.out / "report.json"), str(write(gpu, tmp_path / "gpu.json")), "--out", str(tmp_path / "merged"))
     assert done.returncode == 0, done.stderr

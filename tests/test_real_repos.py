@@ -41,7 +41,7 @@ def test_empty_tests_list_is_a_configuration_error(gate):
 def test_stages_left_out_are_listed_with_their_reason(gate):
     run = gate("exec_no_suite", "--stages", "execution")
     not_run = {n["name"]: n["reason"] for n in run.report["stages_not_run"]}
-    assert not_run == {"performance": "not requested with --stages", "concurrency": "not requested with --stages"}
+    assert not_run == {"performance": "not requested with --stages", "concurrency": "not requested with --stages", "correctness": "not requested with --stages"}
     report_md = (run.out / "report.md").read_text()
     assert "**performance**: not requested with --stages" in report_md
     assert any(line.split()[:3] == ["concurrency", "not", "run"] for line in run.stdout.splitlines())

@@ -28,7 +28,7 @@ def _step_findings(ctx: StageContext, steps: dict[str, Any], fallback: Location)
     total, count = steps.get("steps", 0), steps.get("ineffective_count", len(records))
     zero_lr = all(lr == 0 for lr in first["lrs"] if lr is not None) and any(lr is not None for lr in first["lrs"])
     schedulers = [
-        f"{s['class']} (built at {where['path']}:{where['line']})" if (where := located.site(steps, s["site"])) else s["class"]
+        f"{s['class']} (built at {built['path']}:{built['line']})" if (built := located.site(steps, s["site"])) else s["class"]
         for s in first.get("schedulers", [])
     ]
     schedule = f"the scheduler {', '.join(schedulers)}" if schedulers else "the schedule"

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Any
 
+from traingate.stages.performance.sign_test import sign_test
+
 MIN_SLOPE_BYTES = 64.0
 NOISE_FACTOR = 3.0
 SEGMENTS = 3
@@ -114,7 +116,11 @@ def decide(series: list[float], min_steps: int) -> LeakVerdict:
     values = [float(v) for v in series]
     n = len(values)
     if n < max(min_steps, SEGMENTS * 2):
-        return _verdict(False, f"only {n} profiled steps after warm-up; at least {max(min_steps, SEGMENTS * 2)} are needed to decide", values)
+        short = _short_series(values)
+        if short is not None:
+            return short
+        needed = max(min_steps, SEGMENTS * 2)
+        return _verdict(False, f"not enough steps to decide (only {n} of {needed} profiled steps after warm-up), and they do not all rise by the floor", values)
     slope, intercept = theil_sen(values)
     residuals = [v - (intercept + slope * i) for i, v in enumerate(values)]
     noise = 1.4826 * median(abs(r - median(residuals)) for r in residuals)
@@ -132,6 +138,20 @@ def decide(series: list[float], min_steps: int) -> LeakVerdict:
         reason = "not steady: the segments' lows and highs do not both rise (a plateau, a bounded cycle or a one-off jump)"
         return _verdict(False, reason, values, slope, noise, parts)
     return _verdict(True, f"grows {slope:.0f} bytes/step, steadily, over {n} steps", values, slope, noise, parts)
+
+
+def _short_series(values: list[float]) -> LeakVerdict | None:
+    """Too few steps for the segment test, yet decisive: every step-to-step change is a rise
+    of at least the floor, and the one-sided sign test over those changes (p = 0.5^changes)
+    is under 0.05, so 6 steps (5 rises) decide."""
+    diffs = [b - a for a, b in pairwise(values)]
+    if not diffs or any(d < MIN_SLOPE_BYTES for d in diffs):
+        return None
+    test = sign_test(diffs, 0.0)
+    if not test.decisive_above:
+        return None
+    reason = f"grows at every one of {len(diffs)} step-to-step changes, each at least {MIN_SLOPE_BYTES:.0f} bytes ({test.statement('rose')})"
+    return _verdict(True, reason, values, noise=0.0)
 
 
 def _verdict(leak: bool, reason: str, values: list[float], slope: float | None = None, noise: float = 0.0, parts: list[tuple[float, float]] | None = None) -> LeakVerdict:

@@ -36,6 +36,7 @@ from typing import Any
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.performance.leak import MIN_SLOPE_BYTES, LeakVerdict, decide
+from traingate.stages.performance.stores import storing_lines
 
 CATEGORY = Category.MEMORY_LEAK
 STEADY_R2 = 0.9
@@ -51,8 +52,11 @@ TABLE_ROWS = 12
 def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: int, device: str) -> tuple[dict[str, Any], list[Finding]]:
     held = [int(v) for v in memory.get("held_bytes", [])]
     series = held[warmup:]
-    verdict = decide(series, min_steps)
+    verdict = decide([float(v) for v in series], min_steps)
     attribution = attribute(memory)
+    holder = attribution.get("holder")
+    attribution["stores"] = storing_lines(ctx.root, holder) if holder else []
+    attribution["stored_at"] = stored_at(attribution)
     graphs = growing_graphs(memory)
     details = {
         "source": memory.get("source"),
@@ -202,8 +206,21 @@ def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, A
     )
 
 
+def stored_at(attribution: dict[str, Any]) -> dict[str, Any] | None:
+    """The line that stores into the holder: the one seen growing it when the source agrees
+    (or has no store the parser recognises), else the first store found in the source."""
+    observed = (attribution.get("growth") or {}).get("site")
+    stores = attribution.get("stores") or []
+    if observed and (not stores or any((s["path"], s["line"]) == (observed["path"], observed["line"]) for s in stores)):
+        return {**observed, "how": "observed growing the holder while one step was traced" + (" and found in the source" if stores else "")}
+    if stores:
+        return {**stores[0], "how": "found in the source: a store into the holder"}
+    return None
+
+
 def _location(attribution: dict[str, Any]) -> Location | None:
     candidates = [
+        attribution.get("stored_at"),
         (attribution.get("growth") or {}).get("site"),
         (attribution.get("holder") or {}).get("created_at"),
         next((s["site"] for s in attribution.get("sites", []) if s.get("site")), None),
@@ -231,6 +248,7 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
     location = _location(attribution)
     created = [f"{s['site']['path']}:{s['site']['line']} (`{s['site']['code']}`, {s['bytes']:,} bytes from {s['steps']} steps)" for s in attribution.get("sites", []) if s.get("site")][:3]
     held_by = holder["description"] if holder else None
+    stored = attribution.get("stored_at")
     sentences = [
         f"Memory held at the step boundary grew from {_mib(verdict.start_bytes)} to {_mib(verdict.start_bytes + verdict.total_growth_bytes)} "
         f"over {verdict.steps} steps after warm-up: {verdict.slope_bytes_per_step:,.0f} bytes per step (r^2 {verdict.r2:.2f}, "
@@ -238,8 +256,12 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
     ]
     if created:
         sentences.append("The retained tensors were created at " + "; ".join(created) + ".")
-    if held_by:
-        sentences.append(f"They are held by {held_by}" + (f", which grows at `{growth['site']['code']}`" if growth else "") + ".")
+    if holder and held_by:
+        reference = f" (`{holder['reference']}`)" if holder.get("reference") else ""
+        where = f", stored into at {stored['path']}:{stored['line']} `{stored['code']}`" if stored else (f", which grows at `{growth['site']['code']}`" if growth else "")
+        sentences.append(f"They are held by {held_by}{reference}{where}.")
+    elif attribution.get("sites"):
+        sentences.append("No holder was found (no named variable, global or attribute was reached from the retained tensors), so the finding points at where they were created.")
         if graph:
             sentences.append("The held tensors still carry their autograd graphs, so every step also keeps its graph nodes alive.")
     if kept is not None:
@@ -250,7 +272,7 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
         )
     if nodes and nodes.get("per_step") is not None:
         sentences.append(f"Autograd nodes held by {nodes['held_by']}: {nodes['per_step']:,.0f} more per step ({_points(nodes['points'])}).")
-    key_code = (growth or {}).get("site", {}).get("code") or (location.function if location else "")
+    key_code = (stored or {}).get("code") or (growth or {}).get("site", {}).get("code") or (location.function if location else "")
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH if kept is not None else severity_for(verdict, graph),
@@ -276,6 +298,9 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
                 "measured_as": memory.get("source"),
                 "held_by": holder,
                 "grows_at": growth["site"] if growth else None,
+                "stored_at": stored,
+                "holder_reference": holder.get("reference") if holder else None,
+                "holder_found": holder is not None,
                 "retained_by_creation_site": attribution.get("sites"),
                 "kept_with_graphs": kept,
             },

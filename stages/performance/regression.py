@@ -15,6 +15,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.performance.sign_test import sign_test
 from traingate.stages.performance.spread import ratio_from_iqr
 
 CATEGORY = Category.PERF_REGRESSION
@@ -67,6 +68,36 @@ def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], d
         if regressed:
             findings.append(_finding(ctx, kind, row, spread_now, spread_then, device, baseline.get("version")))
     return {"compared": compared, "note": None if compared else "the baseline has no performance metrics of the same ids"}, findings
+
+
+def few_steps(ctx: StageContext, label: str, times_s: list[float], device: str) -> tuple[dict[str, Any] | None, Finding | None]:
+    """Fewer profiled steps than a median needs: each step against the baseline's median step
+    time plus the allowed 10 %, by a one-sided sign test. Every one of 5 steps slower is a
+    regression at p = 0.031; anything less decides nothing. The step time stays unreported
+    as a metric (no median on so few steps)."""
+    baseline = ctx.baseline
+    if not baseline or not times_s:
+        return None, None
+    base_env = baseline.get("environment", {}) or {}
+    if base_env.get("device") and base_env.get("device") != device:
+        return None, None
+    metric_id = f"step_time.median.{label}"
+    before = _baseline_metrics(baseline).get(metric_id)
+    if before is None or not isinstance(before.get("value"), (int, float)) or before["value"] <= 0:
+        return None, None
+    limit_ms = float(before["value"]) * (1 + MIN_RELATIVE)
+    steps_ms = [t * 1e3 for t in times_s]
+    test = sign_test(steps_ms, limit_ms)
+    current = sorted(steps_ms)[len(steps_ms) // 2]
+    row = {
+        "metric": f"step time, median ({label})", "metric_id": metric_id, "unit": "ms", "baseline": before["value"],
+        "current": round(current, 4), "ratio": round(current / float(before["value"]), 4), "allowed": MIN_RELATIVE,
+        "regressed": test.decisive_above, "spread": None, "steps": len(steps_ms),
+        "sign_test": test.record(f"slower than the baseline median + {MIN_RELATIVE:.0%}"),
+    }
+    if not test.decisive_above:
+        return row, None
+    return row, _finding(ctx, "step time", row, 0.0, 0.0, device, baseline.get("version"))
 
 
 def _ratio_spread(metric_id: str, spreads: dict[str, str], current: dict[str, Metric], old: dict[str, dict[str, Any]], now: float, then: float) -> dict[str, Any] | None:

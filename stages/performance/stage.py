@@ -7,8 +7,9 @@ Child processes, each a fresh call of the configured entrypoint:
    else one with its own settings.
 From them: `memory-leak` (perf_memory), `host-sync` (perf_sync), `amp-*` (perf_amp),
 `input-stall` and the time breakdown (perf_timing), `perf-regression` (perf_regression).
-A run that overruns is a `hang`; one that raises, or trains without a single optimizer
-step, is a blocking `stage-error`: nothing was profiled, and that never passes.
+A run that overruns is a `hang`; one that crashes in the target's own code is an
+`entrypoint-crash` at its line; one that fails otherwise, or trains without a single
+optimizer step, is a blocking `stage-error`: nothing was profiled, and that never passes.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, StageOutcome
+from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.contract import instruments
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
+from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import MIN_SLOPE_BYTES
 
 FULL = instruments.PERFORMANCE_FULL
@@ -55,12 +58,12 @@ class PerformanceStage:
         flag = entrypoint.amp_switch  # the keyword, or `amp_args` for a script
         settings = ctx.config.performance
         warmup = settings.warmup_steps
-        timing_plan = [("fp32", False), ("amp", True)] if flag else [("default", None)]
+        timing_plan: list[tuple[str, bool | None]] = [("fp32", False), ("amp", True)] if flag else [("default", None)]
         timing_plan = [(label, amp) for label, amp in timing_plan for _ in range(settings.timing_runs)]
 
         profile_run = run_entrypoint(
             ctx, label="profile", amp=True if flag else None, instruments=[FULL],
-            options={"warmup_steps": warmup}, budget_s=ctx.child_budget() * (0.6 if len(timing_plan) > 1 else 0.7),
+            options={"warmup_steps": warmup, "min_steps": settings.min_steps}, budget_s=ctx.child_budget() * (0.6 if len(timing_plan) > 1 else 0.7),
         )
         broken = _broken(ctx, profile_run, FULL, "The instrumented training run", run_id="profile")
         if broken is not None:
@@ -93,7 +96,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     device = "cuda" if str(clock["training_device"]).startswith("cuda") else "cpu"
     findings: list[Finding] = []
     metrics: list[Metric] = [
-        Metric(id="steps.profiled", name="training steps observed", value=steps, unit="steps", note=f"optimizer steps in the instrumented run; the first {warmup} are warm-up"),
+        Metric(id="steps.profiled", name="training steps observed", value=steps, unit="steps", note=f"optimizer steps in the instrumented run; the first {warmup} are warm-up" + _window_note(profile, steps)),
     ]
     not_measured: list[str] = []
 
@@ -123,22 +126,31 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
             else "no named tensor or container was seen holding a growing autograd graph at the checks"
         ),
     ))
-    if verdict["steps"] < min_steps:
+    if verdict["steps"] < min_steps and not verdict["leak"]:
         not_measured.append(f"Memory leak: {verdict['reason']}.")
     if device == "cpu":
         metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile["memory"]["peak_tracked_bytes"], unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
 
-    sync_summary, sync_findings = perf_sync.analyse(ctx, profile["syncs"], steps, device, _code_reader(ctx.root))
+    # On a heavy loop syncs are counted over the instrumented window only: rates are per counted step.
+    sync_steps = min(steps, int(profile["syncs"].get("steps_counted") or steps))
+    sync_summary, sync_findings = perf_sync.analyse(ctx, profile["syncs"], sync_steps, device, _code_reader(ctx.root))
     findings += sync_findings
     metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
     metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
 
     spreads: dict[str, str] = {}
     timing_details: dict[str, Any] = {}
+    few_step_rows: list[dict[str, Any]] = []
     for label, run_clock in timings.items():
         stats = perf_timing.step_stats(run_clock, warmup, min_steps)
         if stats is None:
-            not_measured.append(f"Step time ({label}): fewer than {min_steps} steps after warm-up.")
+            # Too few steps for a median, but every one of them may still be slower than the baseline.
+            few, few_finding = perf_regression.few_steps(ctx, label, perf_timing.step_times(run_clock, warmup), device)
+            findings += [few_finding] if few_finding else []
+            if few is not None:
+                few_step_rows.append(few)
+            if few_finding is None:
+                not_measured.append(f"Step time ({label}): not enough steps to decide ({len(perf_timing.step_times(run_clock, warmup))} of {min_steps}) after warm-up" + (f"; {few['sign_test']['statement']}" if few else "") + ".")
             continue
         median_id, iqr_id = f"step_time.median.{label}", f"step_time.iqr.{label}"
         spreads[median_id] = iqr_id
@@ -155,8 +167,9 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
         metrics += amp_metrics
         location = perf_amp.amp_location(amp_counts, clock.get("forward_sites", []))
-        inactive = perf_amp.inactive_finding(ctx, amp_counts, clock.get("forward_sites", []), flag, device) if amp_counts else None
+        inactive, not_applicable = perf_amp.inactive_check(ctx, amp_counts, clock.get("forward_sites", []), flag, device)
         findings += [inactive] if inactive else []
+        metrics += not_applicable
         accuracy = perf_amp.accuracy_finding(ctx, comparison, policy, location)
         findings += [accuracy] if accuracy else []
         findings += perf_amp.target_findings(ctx, comparison, policy, location)
@@ -175,7 +188,13 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         stall, stall_finding = perf_timing.input_stall(ctx, primary_clock, warmup, min_steps, primary, data_sites)
         findings += [stall_finding] if stall_finding else []
         if stall["median_share"] is not None and stall["loader"]:
-            metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=stall["median_share"] <= perf_timing.STALL_SHARE, note="time in DataLoader iteration / step time, host clock"))
+            decided = stall.get("decided", True)
+            test = stall.get("sign_test") or {}
+            note = "time in DataLoader iteration / step time, host clock" + (f"; {test['statement']}" if test else "")
+            if not decided:
+                note = f"not enough steps to decide ({stall['steps']} of {stall['min_steps']}); " + note
+                not_measured.append(f"Input stall: not enough steps to decide ({stall['steps']} of {stall['min_steps']}), and the sign test was not decisive either way.")
+            metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=(stall_finding is None) if decided else None, note=note))
         if not stall["loader"]:
             not_measured.append("Input stall: the loop iterates no DataLoader, so data waits were not timed (the time before each forward is in the breakdown's rest).")
         breakdown = perf_timing.breakdown(primary_clock, warmup)
@@ -185,13 +204,21 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
 
     regression, regression_findings = perf_regression.compare(ctx, metrics, spreads, device)
     findings += regression_findings
+    if few_step_rows:
+        regression = {**regression, "compared": [*regression.get("compared", []), *few_step_rows]}
+        if any(r["regressed"] for r in few_step_rows):
+            regression["note"] = None
     if regression.get("note"):
         not_measured.append(f"Performance regression: {regression['note']}.")
+
+    for line in perf_consistency.undecided_misses(metrics, findings):
+        not_measured.append(line)
 
     details = {
         "device": clock["training_device"],
         "device_kind": device,
-        "steps": {"observed": steps, "warmup": warmup, "profiled": max(0, steps - warmup), "truncated": clock.get("truncated", False)},
+        "steps": {"observed": steps, "warmup": warmup, "profiled": max(0, steps - warmup), "truncated": clock.get("truncated", False), "instrumented": _instrumented_steps(profile, steps)},
+        "instrumentation": profile.get("instrumentation"),
         "runs": runs,
         "memory": memory,
         "syncs": sync_summary,
@@ -212,6 +239,20 @@ def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timi
     times = ", ".join(f"{label} {t['median_ms']:.2f} ms/step" for label, t in timing.items())
     found = ", ".join(sorted({f.category.value for f in findings})) or "no findings"
     return f"Profiled {max(0, steps - warmup)} training steps (after {warmup} warm-up) on {device}" + (f"; {times}" if times else "") + f"; {found}."
+
+
+def _instrumented_steps(profile: dict[str, Any], steps: int) -> int:
+    """Steps whose operators the storage tracker and the sync counter saw (all of them
+    unless the loop was heavy enough for a bounded window)."""
+    return int((profile.get("instrumentation") or {}).get("instrumented_steps") or steps)
+
+
+def _window_note(profile: dict[str, Any], steps: int) -> str:
+    counted = _instrumented_steps(profile, steps)
+    if counted >= steps:
+        return ""
+    ops = (profile.get("instrumentation") or {}).get("ops_per_step")
+    return f"; about {ops:,} operators per step, so memory and syncs were measured over the first {counted} steps only (step times over all)"
 
 
 def _fastest(clocks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
@@ -252,6 +293,10 @@ def _broken(ctx: StageContext, run: EntrypointRun, spec: str, what: str, run_id:
     data = run.instrument(spec) if run.result else {}
     if run.ok and data and "error" not in data:
         return None
+    if is_target_crash(ctx, run):
+        # The target's own code crashed: its defect, at its line, not a failure of the gate.
+        crash = entrypoint_crash_finding(ctx, run, f"The performance stage's {what[4:] if what.startswith('The ') else what} of {_entrypoint_label(ctx)}")
+        return StageOutcome(summary=f"{what} crashed in the target's code", findings=[crash])
     if run.ok:
         problem = f"{what} finished, but its instrument reported no data" + (f": {data['error'][-500:]}" if data.get("error") else "")
         traceback, location = data.get("error"), None
@@ -272,6 +317,11 @@ def _broken(ctx: StageContext, run: EntrypointRun, spec: str, what: str, run_id:
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=problem[:300], traceback=traceback, data={"returncode": run.child.returncode, "phase": (run.result or {}).get("phase")}),
     )
     return StageOutcome(summary=f"{what} failed", findings=[finding])
+
+
+def _entrypoint_label(ctx: StageContext) -> str:
+    ep = ctx.config.entrypoint
+    return ep.label if ep is not None else "the entrypoint"
 
 
 def _no_steps(ctx: StageContext, run: EntrypointRun, clock: dict[str, Any]) -> StageOutcome:

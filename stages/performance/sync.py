@@ -17,6 +17,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.performance.sign_test import sign_test
 
 CATEGORY = Category.HOST_SYNC
 PER_STEP_FRACTION = 0.5  # a site counts as "in the step" when it syncs in this share of steps
@@ -50,10 +51,10 @@ def by_site(records: list[dict[str, Any]], steps: int, direct: bool, code_of: An
     for r in records:
         if r["direct"] is not direct or not r["site"]:
             continue
-        key = tuple(r["site"])
-        item = sites.get(key)  # type: ignore[arg-type]
+        key = (str(r["site"][0]), int(r["site"][1]), str(r["site"][2]))
+        item = sites.get(key)
         if item is None:
-            item = sites[key] = SiteSyncs(key, code_of(key))  # type: ignore[index]
+            item = sites[key] = SiteSyncs(key, code_of(key))
         item.kinds.add(r["kind"] if direct else f"{r['kind']} in {r['via']}")
         item.explicit |= bool(r["explicit"])
         for step, n in r["per_step"].items():
@@ -152,6 +153,9 @@ def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: 
                 "outside_steps": s.outside,
                 "device": device,
                 "code": s.code,
+                # How decisive the per-step count is on few steps: steps with a sync
+                # against steps without one.
+                "sign_test": sign_test([float(s.per_step.get(i, 0) > 0) - 0.5 for i in (range(1, steps) if steps > 1 else range(steps))], 0.0).record("with a sync"),
             },
         ),
         key=f"host-sync {kinds} {s.code}",

@@ -14,6 +14,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.performance.sign_test import sign_test
 
 PHASES = ("data", "forward", "backward", "optimizer", "rest")
 STALL_SHARE = 0.5  # input-stall: the median step waits for data more than half its time
@@ -102,11 +103,17 @@ def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps
     loader = training_loader(clock)
     shares = wait_shares(clock, warmup, loader) if loader else []
     public = {k: v for k, v in loader.items() if k != "step_waits"} if loader else None
-    summary: dict[str, Any] = {"steps": len(shares), "median_share": median(shares) if shares else None, "loader": public}
-    if loader is None or len(shares) < min_steps:
+    summary: dict[str, Any] = {"steps": len(shares), "median_share": median(shares) if shares else None, "loader": public, "min_steps": min_steps}
+    if loader is None or not shares:
+        summary["decided"] = False
         return summary, None
+    # Enough steps decide by the median; fewer decide when the sign test is decisive
+    # either way (every one of 5 steps above the threshold: p = 0.031).
+    test = sign_test(shares, STALL_SHARE)
+    summary["sign_test"] = test.record("wait on data above the threshold")
     share = median(shares)
-    if share <= STALL_SHARE:
+    summary["decided"] = len(shares) >= min_steps or test.decisive_above or test.decisive_below
+    if not summary["decided"] or share <= STALL_SHARE or (len(shares) < min_steps and not test.decisive_above):
         return summary, None
     location = _loader_location(loader)
     host = clock["host"]
@@ -127,17 +134,18 @@ def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps
         problem=(
             f"Over {len(shares)} steps after warm-up ({label} run), the median step spent {data_ms:.1f} ms of {step_ms:.1f} ms "
             f"waiting for its batch ({share:.0%}); the loader uses num_workers={settings.get('num_workers')}, "
-            f"batch_size={settings.get('batch_size')}. The time goes to {where}."
+            f"batch_size={settings.get('batch_size')}. The time goes to {where}. Decided by the {test.statement('above the ' + format(STALL_SHARE, '.0%') + ' threshold')}."
         ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
-            summary=f"median wait {data_ms:.2f} ms of a {step_ms:.2f} ms step ({share:.0%}) over {len(shares)} steps",
+            summary=f"median wait {data_ms:.2f} ms of a {step_ms:.2f} ms step ({share:.0%}) over {len(shares)} steps; sign test p = {test.p_value:.3g}",
             data={
                 "median_wait_share": round(share, 4),
                 "median_wait_ms": round(data_ms, 3),
                 "median_step_ms": round(step_ms, 3),
                 "steps": len(shares),
                 "threshold_share": STALL_SHARE,
+                "sign_test": test.record(f"above the {STALL_SHARE:.0%} threshold"),
                 "loader": {"dataset": loader["dataset"], "created_at": loader["site"], **settings},
                 "run": label,
                 "clock": "host",

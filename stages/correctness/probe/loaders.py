@@ -71,10 +71,10 @@ class LoaderWatch:
             watch._set_epoch[sampler] = watch._set_epoch.get(sampler, 0) + 1
             original_set_epoch(sampler, epoch)
 
-        DataLoader.__init__ = init
-        DataLoader.__iter__ = iterate
-        _BaseDataLoaderIter.__next__ = next_batch
-        DistributedSampler.set_epoch = set_epoch
+        DataLoader.__init__ = init  # type: ignore[method-assign,assignment]  # patched while the run lasts
+        DataLoader.__iter__ = iterate  # type: ignore[method-assign]  # patched while the run lasts
+        _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign,assignment]  # patched while the run lasts
+        DistributedSampler.set_epoch = set_epoch  # type: ignore[method-assign,assignment]
         register_optimizer_step_pre_hook(self._on_step)
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -49,7 +49,7 @@ class LossWatch:
             first = tensors if isinstance(tensors, torch.Tensor) else next(iter(tensors), None)
             return self._call(autograd_backward, first, tensors, *args, **kwargs)
 
-        torch.Tensor.backward = backward
+        torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]  # patched while the run lasts
         torch.autograd.backward = autograd
         original_scale = torch.amp.GradScaler.scale
 
@@ -60,7 +60,7 @@ class LossWatch:
                 setattr(scaled, UNSCALED_TAG, outputs.detach())
             return scaled
 
-        torch.amp.GradScaler.scale = scale
+        torch.amp.GradScaler.scale = scale  # type: ignore[method-assign,assignment]  # patched while the run lasts
         register_optimizer_step_pre_hook(self._on_step)
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

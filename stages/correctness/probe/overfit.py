@@ -51,7 +51,7 @@ class OneBatch:
             watch.batches_repeated += 1
             return tree_map(copy, first[key])
 
-        _BaseDataLoaderIter.__next__ = next_batch
+        _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign,assignment]  # patched while the run lasts
         register_optimizer_step_post_hook(self._on_step)
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:

@@ -65,7 +65,7 @@ class StepWatch:
                 assert watch.sites is not None
                 watch.modules.append((module, watch.sites.innermost(1)))
 
-        torch.nn.Module.__init__ = module_init
+        torch.nn.Module.__init__ = module_init  # type: ignore[method-assign,assignment]  # patched while the run lasts
         scheduler_init = torch.optim.lr_scheduler.LRScheduler.__init__
 
         @functools.wraps(scheduler_init)
@@ -74,7 +74,7 @@ class StepWatch:
             watch.schedulers.append((id(optimizer), type(scheduler).__name__, watch.sites.innermost(1)))
             scheduler_init(scheduler, optimizer, *args, **kwargs)
 
-        torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_made
+        torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_made  # type: ignore[method-assign,assignment]
         register_optimizer_step_pre_hook(self._pre)
         register_optimizer_step_post_hook(self._post)
 
@@ -111,7 +111,8 @@ class StepWatch:
         differs = torch.cat((torch.zeros(1, dtype=torch.long, device=after.device), (before != after).long().cumsum(0)))
         stops = torch.tensor(ends, device=after.device)
         starts = torch.cat((torch.zeros(1, dtype=torch.long, device=after.device), stops[:-1]))
-        return ((differs[stops] - differs[starts]) > 0).tolist()  # one host read per step
+        changed: list[bool] = ((differs[stops] - differs[starts]) > 0).tolist()  # one host read per step
+        return changed
 
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         key = id(optimizer)

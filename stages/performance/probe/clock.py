@@ -229,7 +229,7 @@ class StepClock:
             return run_backward(lambda: autograd_backward(tensors, *args, **kwargs), loss)
 
         torch.Tensor.backward = backward  # type: ignore[method-assign]
-        torch.autograd.backward = autograd_backward_wrapper  # type: ignore[assignment]
+        torch.autograd.backward = autograd_backward_wrapper
 
     def _wrap_grad_scaler(self) -> None:
         clock = self
@@ -317,7 +317,7 @@ class StepClock:
             "device": device,
             "losses": [_as_float(v) for v in self.losses],
             "loaders": [_loader_record(info) for info in self.loaders.values()],
-            "forward_sites": sorted(([list(s), n] for s, n in self.forward_sites.items()), key=lambda x: -x[1])[:5],
+            "forward_sites": [[list(s), n] for s, n in sorted(self.forward_sites.items(), key=lambda item: -item[1])[:5]],
             "peak_memory_bytes": peak,
             "truncated": self.completed >= MAX_STEPS,
         }

@@ -43,6 +43,13 @@ class Holder:
     containers: list[Any] = field(default_factory=list)  # innermost first
     graph: bool = False
     tensor: Any = None  # one held tensor, to look up where it was created; dropped after
+    keys: list[str] = field(default_factory=list)  # outermost first: `[<int>]`, `["embeddings"]`
+
+    def reference(self) -> str:
+        """The reference chain from the named root down to the tensor:
+        `ClassificationTracker._outputs[<int>]["embeddings"]`."""
+        root = f"{self.owner}.{self.name}" if self.kind == "attribute" else self.name
+        return root + "".join(self.keys)
 
     def describe(self) -> str:
         what = f"{self.held_type}"
@@ -63,6 +70,7 @@ class Holder:
             "chain": [type(c).__name__ for c in self.containers],
             "graph": self.graph,
             "description": self.describe(),
+            "reference": self.reference(),
         }
 
 
@@ -109,7 +117,7 @@ def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]],
                 name, frame = hit
                 code = frame.f_code
                 path = relative(code.co_filename, frames.root)
-                return Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(obj), chain, _has_graph(sample), sample)
+                return Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(obj), chain, _has_graph(sample), sample, chain_keys(chain, sample))
         referrers = gc.get_referrers(*level)
         next_level: list[Any] = []
         mine |= {id(referrers), id(next_level)}
@@ -127,7 +135,7 @@ def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]],
                     module = modules[id(ref)]
                     name = next((str(k) for k, v in ref.items() if v is child), "?")
                     path = relative(module.__file__ or "", frames.root)
-                    return Holder("global", name, module.__name__, path, 1, _held_type(child), chain, _has_graph(sample), sample)
+                    return Holder("global", name, module.__name__, path, 1, _held_type(child), chain, _has_graph(sample), sample, chain_keys(chain, sample))
                 continue
             if id(ref) in foreign_modules:
                 continue
@@ -141,11 +149,56 @@ def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]],
             held, links = _attribute(ref, child, sample, chain)
             if held is not None and links:
                 path, line = _class_site(type(ref), frames)
-                return Holder("attribute", held[0], type(ref).__qualname__, path, line, _held_type(held[1]), links, _has_graph(sample), sample)
+                return Holder("attribute", held[0], type(ref).__qualname__, path, line, _held_type(held[1]), links, _has_graph(sample), sample, chain_keys(links, sample))
         level = next_level
         if not level:
             return None
     return None
+
+
+def chain_keys(containers: list[Any], tensor: Any) -> list[str]:
+    """How each container (innermost first) reaches the next object down, outermost first:
+    a dict key as `["name"]` or `[<int>]`, a list or deque position as `[<int>]`."""
+    keys: list[str] = []
+    child = tensor
+    for container in containers:
+        keys.append(_key_of(container, child))
+        child = container
+    return keys[::-1]
+
+
+def _key_of(container: Any, child: Any) -> str:
+    if isinstance(container, dict):
+        key = next((k for k, v in container.items() if v is child), None)
+        if isinstance(key, str):
+            return f'["{key}"]'
+        return f"[<{type(key).__name__}>]" if key is not None else "[?]"
+    if isinstance(container, (list, tuple, collections.deque)):
+        return "[<int>]"
+    return "{<item>}"
+
+
+def live_tensors_with(storage_keys: set[int], limit: int = 12) -> list[torch.Tensor]:
+    """Live tensors whose storage is one of `storage_keys`, from one scan of the objects the
+    collector tracks. The tensor an operator first returned is often gone (`x.detach()` keeps
+    the storage through a new tensor object), while what the loop keeps is a view of it."""
+    found: list[torch.Tensor] = []
+    objects = gc.get_objects()
+    try:
+        for obj in objects:
+            # type(), not isinstance(): a lazy module proxy answers __class__ with a warning.
+            if issubclass(type(obj), torch.Tensor):
+                try:
+                    key = obj.untyped_storage()._cdata
+                except Exception:  # noqa: BLE001 - sparse, meta or subclass tensors have no plain storage
+                    continue
+                if key in storage_keys:
+                    found.append(obj)
+                    if len(found) >= limit:
+                        break
+    finally:
+        objects.clear()
+    return found
 
 
 def _direct(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex, step_nodes: int) -> Holder | None:
@@ -229,7 +282,8 @@ def held_graph_nodes(container: Any, limit: int, max_items: int = 100_000) -> in
     """Autograd nodes kept alive by the tensors inside `container` (through nested lists,
     dicts, tuples, sets and deques), shared nodes counted once, up to `limit`."""
     tensors: list[Any] = []
-    todo, seen = [container], set()
+    todo: list[Any] = [container]
+    seen: set[int] = set()
     while todo and len(seen) < max_items:
         obj = todo.pop()
         if id(obj) in seen:

@@ -5,6 +5,14 @@
 - `full`: the step clock plus the storage tracker (a dispatch mode), the sync counter, the
   main-thread sampler and, at a few step boundaries, the search for what holds retained
   tensors. Used once per stage run.
+
+The tracker and the sync counter cost a few microseconds per operator. On a loop whose step
+runs more than `HEAVY_OPS_PER_STEP` operators (a long chain of small ones: a label model
+with 50,000 autograd nodes) that multiplies the step time several times over, so there they
+are switched off once the window the leak and sync verdicts need is covered: warm-up plus
+max(min_steps, `WINDOW_STEPS`) steps. The step clock and the sampler keep running; the held
+memory series, the checks and the sync counts end with the window, and the run reports how
+many steps were instrumented.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import torch
 
 from traingate.stages.performance.probe.clock import StepClock
 from traingate.stages.performance.probe.frame_index import FrameIndex, site_record
-from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, held_graph_nodes, named_graphs, target_stack
+from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, held_graph_nodes, live_tensors_with, named_graphs, target_stack
 from traingate.stages.performance.probe.sampler import Sampler
 from traingate.stages.performance.probe.syncs import SyncCounter
 from traingate.stages.performance.probe.tracker import Entry, Tracker
@@ -25,7 +33,14 @@ from traingate.stages.performance.probe.tracker import Entry, Tracker
 # gc scans, so only a handful per run).
 CHECKPOINTS = (8, 16, 32, 64, 128, 256, 512)
 MIN_STEPS_COVERED = 4
+# Checks that may scan every tracked object for the tensors holding retained storages.
+MAX_OBJECT_SCANS = 2
 COVERAGE = 0.75
+# Operators per step above which the per-operator instruments run for a bounded window only
+# (tens of milliseconds of instrumentation per step from this size on), and that window's
+# length after warm-up.
+HEAVY_OPS_PER_STEP = 10_000
+WINDOW_STEPS = 16
 
 
 class LightProbe:
@@ -52,10 +67,16 @@ class FullProbe:
         self._tracer: GrowthTracer | None = None
         self._tracer_holder: Holder | None = None
         self._instrument_s = 0.0
+        self._object_scans = MAX_OBJECT_SCANS
+        self.min_steps = 8
+        self.ops_per_step: int | None = None  # operators in the last warm-up step
+        self.window_end: int | None = None  # step count at which per-operator work stops; None: never
+        self._ops_mark = 0
 
     def install(self, ctx: Any) -> None:
         self.root = ctx.root
         self.warmup = int(ctx.options.get("warmup_steps", 3))
+        self.min_steps = int(ctx.options.get("min_steps", self.min_steps))
         self.frames = FrameIndex(ctx.root)
         self.clock = StepClock(self.frames, measure_graph=True)
         self.syncs = SyncCounter(self.frames, self.clock)
@@ -74,10 +95,24 @@ class FullProbe:
         started = time.perf_counter()
         if self._tracer is not None:
             self._finish_tracer()  # first: tracing keeps a snapshot of the loop's locals
-        self.series.append(self.tracker.held_bytes(self.clock.training_device))
-        if completed - self.warmup in CHECKPOINTS:
-            self._checkpoint(completed)
+        if self.tracker.active:
+            self.series.append(self.tracker.held_bytes(self.clock.training_device))
+            if completed - self.warmup in CHECKPOINTS:
+                self._checkpoint(completed)
+            self._plan_window(completed)
         self._instrument_s += time.perf_counter() - started
+
+    def _plan_window(self, completed: int) -> None:
+        """At the end of warm-up, size the loop by the operators its last warm-up step ran;
+        on a heavy loop, end the per-operator work once its window is covered."""
+        step_ops, self._ops_mark = self.tracker.ops - self._ops_mark, self.tracker.ops
+        if self.ops_per_step is None and completed >= max(1, self.warmup):
+            self.ops_per_step = step_ops
+            if step_ops > HEAVY_OPS_PER_STEP:
+                self.window_end = self.warmup + max(self.min_steps, WINDOW_STEPS)
+        if self.window_end is not None and completed >= self.window_end:
+            self.tracker.pause()
+            self.syncs.stop(completed)
 
     def _checkpoint(self, now: int) -> None:
         """Which creation sites have tensors surviving from most earlier steps, and what
@@ -104,7 +139,12 @@ class FullProbe:
             "graphs": self._graphs(),
         }
         if sites:
-            samples = _samples(sites)
+            samples = _samples(sites, last)
+            if not samples and self._object_scans > 0:
+                # The tensors first seen with these storages are gone; what keeps the storages
+                # is another tensor object (a detached view). One scan finds it.
+                self._object_scans -= 1
+                samples = live_tensors_with(_storage_keys(sites, last))
             stack = target_stack(self.frames)
             holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes)
             del samples
@@ -169,23 +209,31 @@ class FullProbe:
             "amp": self.tracker.amp_record(),
             "sampler": self.sampler.collect(steps),
             "instrument_s": round(self._instrument_s, 4),
+            "instrumentation": {
+                "ops_per_step": self.ops_per_step,
+                "heavy_ops_per_step": HEAVY_OPS_PER_STEP,
+                "window_end": self.window_end,
+                # Steps whose operators the tracker and sync counter saw.
+                "instrumented_steps": steps if self.window_end is None else min(steps, self.window_end),
+            },
         }
 
     def _retained_at_end(self, steps: int, device: str) -> list[dict[str, Any]]:
         groups = self.tracker.survivors(self.warmup, max(self.warmup, steps - 1), device)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for site, entries in groups.items():
             rows.append({"site": site_record(site, self.root), "storages": len(entries), "bytes": sum(e.nbytes for e in entries), "steps": len({e.step for e in entries})})
         return sorted(rows, key=lambda r: -r["bytes"])[:8]
 
 
-def _samples(sites: list[tuple[Any, list[Entry], set[int]]]) -> list[torch.Tensor]:
-    """A few retained tensors per accumulating site, newest first, that still have a
-    Python object (activations saved in a graph often have none)."""
+def _samples(sites: list[tuple[Any, list[Entry], set[int]]], last: int) -> list[torch.Tensor]:
+    """A few retained tensors per accumulating site, newest first up to step `last` (the
+    latest steps' tensors are still the loop's own variables), that still have a Python
+    object (activations saved in a graph often have none)."""
     out: list[torch.Tensor] = []
     for _, entries, _ in sites[:4]:
         taken = 0
-        for entry in sorted(entries, key=lambda e: -e.step):
+        for entry in sorted((e for e in entries if e.step <= last), key=lambda e: -e.step):
             tensor = entry.tensor() if entry.tensor is not None else None
             if tensor is not None:
                 out.append(tensor)
@@ -193,6 +241,18 @@ def _samples(sites: list[tuple[Any, list[Entry], set[int]]]) -> list[torch.Tenso
                 if taken == 3:
                     break
     return out
+
+
+def _storage_keys(sites: list[tuple[Any, list[Entry], set[int]]], last: int) -> set[int]:
+    """The storages of the newest few retained entries (up to step `last`) of each
+    accumulating site."""
+    keys: set[int] = set()
+    for _, entries, _ in sites[:4]:
+        for entry in sorted((e for e in entries if e.step <= last), key=lambda e: -e.step)[:3]:
+            storage = entry.ref()
+            if storage is not None:
+                keys.add(storage._cdata)
+    return keys
 
 
 def light() -> LightProbe:

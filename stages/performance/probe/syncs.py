@@ -52,6 +52,9 @@ _DISPATCH_SYNCS: dict[Any, str] = {
     aten.is_nonzero: "scalar read (bool/int/float of a tensor)",
 }
 _MASK_INDEXING = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_}
+# Identities of every packet `on_dispatch` looks at: packets hash in Python, so the tracker's
+# per-operator test is on their ids (each packet is one object for the process's life).
+WATCHED_PACKETS = frozenset(id(p) for p in (*_DISPATCH_SYNCS, *_MASK_INDEXING, aten.repeat_interleave))
 _SYNC_WARNING = re.compile(r"called a synchronizing CUDA operation")
 
 
@@ -91,6 +94,15 @@ class SyncCounter:
         # follows that); without a tracker every tensor counts.
         self.bound: Callable[[Any], bool] = lambda tensor: True
         self.mark_bound: Callable[[Any], None] = lambda tensor: None
+        # Step intervals counted: all of them, unless `stop` ended counting at a boundary
+        # (the instrumented window of a heavy loop); rates are taken over these only.
+        self.recording = True
+        self.steps_counted: int | None = None
+
+    def stop(self, completed: int) -> None:
+        """Count nothing from step interval `completed` on."""
+        self.recording = False
+        self.steps_counted = completed
 
     # -- bookkeeping --------------------------------------------------------------------
     def _busy(self) -> bool:
@@ -112,7 +124,7 @@ class SyncCounter:
     def note(self, kind: str, explicit: bool) -> None:
         """Count one sync; its caller is the first frame above the instruments' own
         (which, like torch's dunder plumbing, are transparent to `FrameIndex.caller`)."""
-        if not self.clock.mine():
+        if not self.recording or not self.clock.mine():
             return
         if self.clock.in_data():
             self.in_data += 1
@@ -137,7 +149,10 @@ class SyncCounter:
         key = id(tensor)
         copies = self._host_copies
         try:
-            copies[key] = weakref.ref(tensor, lambda _, key=key: copies.pop(key, None))
+            def forget(_: object, key: int = key) -> None:
+                copies.pop(key, None)
+
+            copies[key] = weakref.ref(tensor, forget)
         except TypeError:
             pass
 
@@ -186,7 +201,7 @@ class SyncCounter:
                     counter.mark_bound(result)
                 return result
 
-            torch.Tensor.to = to_on_cpu  # type: ignore[method-assign]
+            torch.Tensor.to = to_on_cpu  # type: ignore[method-assign,assignment]  # patched while the run lasts
             return
 
         def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -196,7 +211,7 @@ class SyncCounter:
             with counter.quiet():
                 return original(self, *args, **kwargs)
 
-        torch.Tensor.to = to  # type: ignore[method-assign]
+        torch.Tensor.to = to  # type: ignore[method-assign,assignment]
 
     def _wrap_explicit(self, owner: Any, name: str, kind: str) -> None:
         original = getattr(owner, name, None)
@@ -216,7 +231,7 @@ class SyncCounter:
     # -- the dispatcher -----------------------------------------------------------------
     def on_dispatch(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Called by the tracker's dispatch mode for every operator, after it ran."""
-        if self._busy():
+        if not self.recording:
             return
         packet = func.overloadpacket
         kind = _DISPATCH_SYNCS.get(packet)
@@ -227,6 +242,8 @@ class SyncCounter:
                 kind = "repeat_interleave"
             else:
                 return
+        if self._busy():  # after the operator test: most operators are not syncs
+            return
         operands = [a for a in args[:2] if isinstance(a, torch.Tensor)]
         if len(args) > 1 and isinstance(args[1], (list, tuple)):
             operands += [i for i in args[1] if isinstance(i, torch.Tensor)]
@@ -246,7 +263,7 @@ class SyncCounter:
 
         def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
             if _SYNC_WARNING.search(str(message)):
-                if counter.clock.mine() and counter.clock.started and not counter.clock.in_data() and not counter._busy():
+                if counter.recording and counter.clock.mine() and counter.clock.started and not counter.clock.in_data() and not counter._busy():
                     site = counter.frames.innermost(caller_frame(2))
                     steps = counter.debug_warnings.setdefault(site, {})
                     steps[counter.clock.completed] = steps.get(counter.clock.completed, 0) + 1
@@ -270,6 +287,7 @@ class SyncCounter:
                 for r in self.records.values()
             ],
             "in_data_loading": self.in_data,
+            "steps_counted": self.steps_counted,
             "sync_debug_mode": None
             if not self.cuda_run
             else [{"site": list(s) if s else None, "per_step": {str(k): v for k, v in c.items()}} for s, c in self.debug_warnings.items()],

@@ -14,7 +14,10 @@ library, so neither says whether the loop holds more tensors over time. The opti
   fires when the memory is released, not before). The sum of live registered storages is the
   memory held, exact to the byte, graph-saved tensors included.
 The second is used; it makes the instrumented run's steps about 5x slower than the timing
-runs' on that example, which is why no time is taken from that run. It does not see
+runs' on that example, which is why no time is taken from that run (on a loop of many
+small operators the window planner in instrument.py pauses it after the steps the verdicts
+need: `pause`). The per-operator path avoids Python-level hashing of operator packets and,
+inside backward, walks the stack once per backward call. It does not see
 storages made outside operators (`torch.from_numpy`, batches a worker process hands over
 in shared memory); those are inputs, not what a loop accumulates. On CUDA the held memory is `torch.cuda.memory_allocated`, and the registry only
 names where retained tensors come from.
@@ -34,11 +37,11 @@ from typing import Any
 
 import torch
 import torch.nn.modules.module as module_hooks
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from traingate.stages.performance.probe.clock import StepClock
 from traingate.stages.performance.probe.frame_index import FrameIndex, Site
-from traingate.stages.performance.probe.syncs import SyncCounter
+from traingate.stages.performance.probe.syncs import WATCHED_PACKETS, SyncCounter
 
 aten = torch.ops.aten
 _MATMULS = {
@@ -47,10 +50,17 @@ _MATMULS = {
     aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_efficient_attention,
     aten._scaled_dot_product_flash_attention_for_cpu, aten._scaled_dot_product_cudnn_attention,
 }
+_MATMUL_IDS = frozenset(id(p) for p in _MATMULS)
+_WATCHED_IDS = _MATMUL_IDS | WATCHED_PACKETS
 _REDUCED = {torch.float16, torch.bfloat16}
+# The frame that runs the autograd engine: every operator of a C++ backward node is called
+# from it, so one backward call's storages share one creation site.
+_ENGINE_RUN = getattr(getattr(torch.autograd, "graph", None), "_engine_run_backward", None)
+_ENGINE_CODE = getattr(_ENGINE_RUN, "__code__", None)
+_ENGINE_SEARCH = 4  # frames between the dispatch mode and the engine's (torch's wrappers)
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One live storage."""
 
@@ -83,7 +93,7 @@ class _Mode(TorchDispatchMode):
         out = func(*args, **kwargs)
         tracker = self.tracker
         # The main thread, or the autograd engine's device threads while the main thread waits in backward.
-        if os.getpid() == tracker.pid and (threading.get_ident() == tracker.clock.main_thread or tracker.clock._in_backward):
+        if tracker.active and os.getpid() == tracker.pid and (threading.get_ident() == tracker.clock.main_thread or tracker.clock._in_backward):
             tracker.on_op(func, args, kwargs, out)
         return out
 
@@ -111,6 +121,12 @@ class Tracker:
         # `.to(device)`, and every operator output with such an input.
         self.follow_device = not torch.cuda.is_available()
         self._seen_modules: set[int] = set()
+        # Operators observed so far (the window planner reads it per step) and whether they
+        # are still observed: `pause` ends the per-operator work once its window is covered.
+        self.ops = 0
+        self.active = True
+        self._engine_key: tuple[int, int] | None = None  # (backward call, engine frame id)
+        self._engine_site: Site | None = None
 
     def install(self) -> None:
         self._wrap_autocast()
@@ -119,6 +135,16 @@ class Tracker:
         self._mode = _Mode(self)
         self._mode.__enter__()
 
+    def pause(self) -> None:
+        """Stop the per-operator work for the rest of the run. The mode leaves the dispatch
+        stack when it is on top of it (no cost at all from then on); under a mode the target
+        entered later it stays as a pass-through, since popping it would pop the target's.
+        Storages already registered keep their release callbacks, so what the window made
+        and the loop still holds stays visible."""
+        self.active = False
+        if self._mode is not None and _get_current_dispatch_mode() is self._mode:
+            self.uninstall()
+
     def uninstall(self) -> None:
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
@@ -126,10 +152,12 @@ class Tracker:
 
     # -- per operator -------------------------------------------------------------------
     def on_op(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        self.syncs.on_dispatch(func, args, kwargs)
-        packet = func.overloadpacket
-        if packet in _MATMULS:
-            self._count_matmul(args)
+        self.ops += 1
+        packet = id(func.overloadpacket)
+        if packet in _WATCHED_IDS:
+            self.syncs.on_dispatch(func, args, kwargs)
+            if packet in _MATMUL_IDS:
+                self._count_matmul(args)
         bound = self.follow_device and self._any_bound(args, kwargs)
         if isinstance(out, torch.Tensor):
             self._register(out, bound)
@@ -155,9 +183,15 @@ class Tracker:
             return None
 
     def _any_bound(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        for value in (*args, *kwargs.values()):
+        # Inlined registry lookups: this runs for every operator of a CPU run.
+        registry = self.registry
+        for value in (*args, *kwargs.values()) if kwargs else args:
             if isinstance(value, torch.Tensor):
-                if self.bound(value):
+                try:
+                    entry = registry.get(value.untyped_storage()._cdata)
+                except Exception:  # noqa: BLE001 - no plain storage
+                    continue
+                if entry is not None and entry.bound:
                     return True
             elif isinstance(value, (list, tuple)):
                 for item in value:
@@ -196,9 +230,7 @@ class Tracker:
         nbytes = storage.nbytes()
         if nbytes == 0:
             return
-        site = self.frames.innermost(sys._getframe(3))
-        if site is None and self.clock._in_backward:
-            site = self.clock.backward_site
+        site = self._creation_site(sys._getframe(3))
         if site is not None:
             site = self._sites.setdefault(site, site)
         try:
@@ -222,6 +254,25 @@ class Tracker:
         self.live_bytes += nbytes
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
+
+    def _creation_site(self, frame: Any) -> Site | None:
+        """The innermost target frame above the operator's caller `frame`. Inside backward,
+        operators called by the autograd engine itself share the engine frame's answer,
+        found once per backward call instead of by a walk up the stack per operator."""
+        clock = self.clock
+        if clock._in_backward:
+            probe = frame
+            for _ in range(_ENGINE_SEARCH):
+                if probe is None:
+                    break
+                if probe.f_code is _ENGINE_CODE:
+                    key = (clock.backward_calls, id(probe))
+                    if key != self._engine_key:
+                        self._engine_key, self._engine_site = key, self.frames.innermost(probe)
+                    return self._engine_site or clock.backward_site
+                probe = probe.f_back
+            return self.frames.innermost(frame) or clock.backward_site
+        return self.frames.innermost(frame)
 
     def site_of(self, tensor: Any) -> Site | None:
         """Where the storage under `tensor` was created, if it was registered."""
