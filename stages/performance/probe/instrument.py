@@ -140,13 +140,15 @@ class FullProbe:
         }
         if sites:
             samples = _samples(sites, last)
-            if not samples and self._object_scans > 0:
-                # The tensors first seen with these storages are gone; what keeps the storages
-                # is another tensor object (a detached view). One scan finds it.
+            stack = target_stack(self.frames)
+            holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes) if samples else None
+            if holder is None and self._object_scans > 0:
+                # The tensors first seen with these storages are gone, or what still holds them
+                # is not the leak (a cycle awaiting collection): what keeps the storages is
+                # another tensor object (a detached view). One scan finds it.
                 self._object_scans -= 1
                 samples = live_tensors_with(_storage_keys(sites, last))
-            stack = target_stack(self.frames)
-            holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes)
+                holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes)
             del samples
             if holder is not None:
                 check["holder"] = holder.record()
