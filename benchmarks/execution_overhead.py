@@ -88,7 +88,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     amp_settings: list[bool | None] = [None]
     if config.entrypoint and config.entrypoint.amp_flag:
-        amp_settings = [False, True] if device == "cuda" else [False]
+        # The stage smoke-calls both AMP settings on every device (a crash in either is a crash).
+        amp_settings = [False, True]
 
     runs: dict[str, list[float]] = {"stage": [], "pytest": [], "entrypoint": [], "launcher": [], "launcher+coverage": []}
     source = entrypoint_source(root, config.entrypoint.call) if config.entrypoint else None
