@@ -151,6 +151,18 @@ class EntrypointRun:
         return f"died by {self.child.signal_name}" if self.child.signal_name else f"exited with status {self.child.returncode}"
 
 
+
+def no_entrypoint_outcome(checks: str) -> StageOutcome:
+    """A stage that observes the training function, on a target that configures none: skipped,
+    saying what would enable it (`checks` says what the stage does with the function)."""
+    return StageOutcome(
+        summary="not run: no entrypoint configured",
+        skipped_reason=(
+            f"no entrypoint is configured: {checks}, so set [tool.traingate.entrypoint] "
+            'call = "module:function" (or script = "train.py") to enable them'
+        ),
+    )
+
 def run_entrypoint(
     ctx: StageContext,
     *,

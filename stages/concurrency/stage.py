@@ -18,7 +18,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.contract import instruments
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency import cuda as conc_cuda, determinism as conc_determinism, loaders as conc_loaders, protocol as conc_protocol
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
@@ -56,13 +56,7 @@ class ConcurrencyStage:
 
     def run(self, ctx: StageContext) -> StageOutcome:
         if ctx.config.entrypoint is None:
-            return StageOutcome(
-                summary="not run: no entrypoint configured",
-                skipped_reason=(
-                    "no entrypoint is configured: the concurrency checks observe and rerun the training function, "
-                    "so set [tool.traingate.entrypoint] call = \"module:function\" to enable them"
-                ),
-            )
+            return no_entrypoint_outcome("the concurrency checks observe and rerun the training function")
         return with_leftover_findings(ctx, _Session(ctx).run())
 
 

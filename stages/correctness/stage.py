@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, StageContext, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.correctness import accumulation, ineffective, located, nonfinite, overfit, shuffling, unused
 
@@ -40,13 +40,7 @@ class CorrectnessStage:
 
     def run(self, ctx: StageContext) -> StageOutcome:
         if ctx.config.entrypoint is None:
-            return StageOutcome(
-                summary="not run: no entrypoint configured",
-                skipped_reason=(
-                    "no entrypoint is configured: the correctness checks observe the training function's optimizer steps, "
-                    "so set [tool.traingate.entrypoint] call = \"module:function\" to enable them"
-                ),
-            )
+            return no_entrypoint_outcome("the correctness checks observe the training function's optimizer steps")
         return with_leftover_findings(ctx, _Session(ctx).run())
 
 
