@@ -7,7 +7,6 @@ arise. Fingerprint keys are data (a reason code, a run name), never the prose sh
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,8 @@ from typing import Any
 from traingate.pipeline.isolation import ChildResult, Frame
 from traingate.pipeline.rules import rule_for
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.contract.frames import is_target_file, relative
 
-# Folders inside a target root that hold other people's code (same rule as the stages' frame filter).
-_FOREIGN_PARTS = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox"}
 # `evidence.data["run"]` of a hang in the entrypoint's smoke call: later stages skip on it.
 SMOKE_CALL_RUN = "smoke-call"
 _TRACEBACK_TAIL = 8000
@@ -134,14 +132,8 @@ def hang_finding(stage: str, block_on: Iterable[Severity], root: Path, child: Ch
 def target_location(frames: list[Frame], root: Path) -> Location | None:
     """Location of the innermost frame (frames innermost first) in the target's own code."""
     for frame in frames:
-        if not frame.path or frame.path.startswith("<"):
-            continue
-        try:
-            rel = Path(os.path.abspath(frame.path)).relative_to(root)
-        except ValueError:
-            continue
-        if not _FOREIGN_PARTS & set(rel.parts):
-            return Location(path=rel.as_posix(), line=frame.line, function=frame.function)
+        if is_target_file(frame.path, root):
+            return Location(path=relative(frame.path, root), line=frame.line, function=frame.function)
     return None
 
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from traingate.pipeline import findings
 from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.isolation import ChildResult, Frame, python_argv, run_child
+from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.pipeline.schema import (
     Category,
     Evidence,
@@ -29,7 +29,6 @@ from traingate.pipeline.schema import (
     StageOutcome,
 )
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
-from traingate.stages.contract.frames import is_target_file, relative
 from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
 
 
@@ -236,12 +235,8 @@ def read_harness_result(child: ChildResult, nonce: str) -> tuple[HarnessResult |
         return None, f"a malformed result: {exc.error_count()} error(s), first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}"
 
 
-def innermost_target_frame(frames: list[Frame], root: Path) -> Location | None:
-    """Location of the innermost frame (frames innermost first) in the target's code."""
-    for f in frames:
-        if is_target_file(f.path, root):
-            return Location(path=relative(f.path, root), line=f.line, function=f.function)
-    return None
+# Location of the innermost frame (frames innermost first) in the target's code.
+innermost_target_frame = findings.target_location
 
 
 def location_of(frame: dict[str, Any] | None) -> Location | None:

@@ -55,7 +55,7 @@ def _step_findings(ctx: StageContext, steps: dict[str, Any], fallback: Location)
             ),
             evidence=Evidence(
                 kind=EvidenceKind.OBSERVED,
-                summary=f"{count} of {total} step(s) left every parameter's float64 sum and norm unchanged",
+                summary=f"{count} of {total} step(s) left every parameter's sum, norm and sampled elements unchanged",
                 data={"first": {**first, "site": located.site(steps, first["site"]), "schedulers": schedulers}, "ineffective_steps": [r["step"] for r in records], "ineffective_count": count, "steps": total},
             ),
             key="steps",
