@@ -55,22 +55,26 @@ class AmpArgs(BaseModel):
     off: list[str] = Field(default_factory=list, description="appended to args for the full-precision runs")
 
 
-# Keys that only mean something for one shape of entrypoint.
-_CALL_ONLY = ("setup", "kwargs", "amp_flag")
+# Keys that only mean something for one shape of entrypoint (`setup` serves both).
+_CALL_ONLY = ("kwargs", "amp_flag")
 _SCRIPT_ONLY = ("args", "amp_args")
 
 
 class EntrypointConfig(BaseModel):
     """The training code to smoke-call and profile: exactly one of `call` (a function, or a
     method `Class.method` on the instance `setup` returns) and `script` (a file run as
-    `python script args...` would run it)."""
+    `python script args...` would run it, after `setup` when one is given)."""
 
     model_config = _STRICT
     call: str | None = Field(default=None, description="module:function or module:Class.method, target root on sys.path")
     script: str | None = Field(default=None, description="a .py file under the target root, run as __main__")
     args: list[str] = Field(default_factory=list, description="the script's command-line arguments")
     amp_args: AmpArgs | None = Field(default=None, description="script arguments switching mixed precision on/off")
-    setup: str | None = Field(default=None, description="module:function returning kwargs, the instance, or {'self': instance, **kwargs}")
+    setup: str | None = Field(
+        default=None,
+        description="module:function run first: for `call`, returning kwargs, the instance, or {'self': instance, **kwargs}; "
+        "for `script`, preparing files or the environment (its return value is not used)",
+    )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="merged over setup's dict")
     amp_flag: str | None = Field(default=None, description="keyword switching mixed precision on/off")
     seed: int = 0
@@ -242,6 +246,21 @@ class CorrectnessConfig(BaseModel):
         return self
 
 
+# More ranks than this on one machine is not a check any more but a job.
+MAX_NPROC = 8
+
+
+class DistributedConfig(BaseModel):
+    """`[tool.traingate.distributed]`: run the entrypoint under torchrun with `nproc` ranks on
+    this machine (gloo on the CPU, NCCL on CUDA, one GPU a rank) and compare the ranks."""
+
+    model_config = _STRICT
+    nproc: int = Field(ge=2, le=MAX_NPROC)
+    # Seconds the whole distributed run may take; past it, the ranks still running are a `hang`
+    # (all ranks' stacks are dumped first). Must leave the stage budget room to report.
+    timeout_s: float = Field(default=120, gt=0, le=MAX_TIMEOUT_S)
+
+
 class TargetConfig(BaseModel):
     model_config = _STRICT
     task: str | None = None
@@ -253,6 +272,7 @@ class TargetConfig(BaseModel):
     performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
+    distributed: DistributedConfig | None = None
     waive: list[WaiverConfig] = Field(default_factory=list)
     # Filled by load_config, never from TOML: the configuration file and the inline
     # `# traingate: ignore[...]` comments found in the target's sources.
@@ -275,6 +295,15 @@ class TargetConfig(BaseModel):
         if value == []:
             raise ValueError("an empty list runs no suite; give the pytest arguments (the default is [\"tests\"]), or `tests = false` to declare that the repo has no test suite")
         return value
+
+    @model_validator(mode="after")
+    def _distributed_fits_the_budget(self) -> TargetConfig:
+        if self.distributed is not None and self.distributed.timeout_s >= self.timeout_s:
+            raise ValueError(
+                f"distributed.timeout_s ({self.distributed.timeout_s:g}) must be below timeout_s ({self.timeout_s:g}): "
+                "the correctness stage runs the entrypoint once on its own first, then the distributed run within the same budget"
+            )
+        return self
 
     @property
     def has_test_suite(self) -> bool:

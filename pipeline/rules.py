@@ -45,7 +45,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.COLLECTION_ERROR, "execution", Severity.HIGH,
         "the suite could not be imported or collected",
-        "Collects the pytest suite and records every module or conftest that fails to import.",
+        "Collects the pytest suite and records every module or conftest that fails to import "
+        "(a test module whose own import of a package that is not installed fails is a `test-environment` instead).",
         "The collection reports of the pytest run, located at the innermost frame of the target's code.",
         _POLICY,
         "The tests in this module never run, so whatever they check is unverified.",
@@ -71,21 +72,26 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         Category.TEST_ENVIRONMENT, "execution", Severity.LOW,
-        "a test could not run here: it needs the network or a package that is not installed",
-        "Reads the exception of every failing test (and the exceptions it was raised from) as the pytest plugin recorded it.",
+        "a test or a test module could not run here: it needs the network or a package that is not installed",
+        "Reads the exception of every failing test (and the exceptions it was raised from) as the pytest plugin recorded it, "
+        "and the import error of every test module that fails to collect.",
         "A network error while resolving or connecting (socket.gaierror, ConnectionError, urllib's URLError, requests' ConnectionError, "
         "an OSError from a socket call), or an ImportError of a module that is neither installed nor part of the target's tree. "
+        "A test module counts when the failing import (or network access) is its own, at its top; the same failure inside the "
+        "target's code that the module imports stays a `collection-error`, since the code under test cannot load. "
         "An assertion is always the test's own verdict: it stays a `test-failure`.",
         "Low severity by default, so it does not block; `test_environment_blocks = true` in the policy makes it high (blocking by default). "
-        "The stage's summary says how many tests could not run.",
+        "The stage's summary says how many tests could not run. pytest runs no test at all when a test module cannot be imported, "
+        "so if nothing else ran, `no-tests` blocks as well: nothing was verified.",
         "What these tests check was not verified in this run; the suite was incomplete.",
         "Mark the tests (for example `@pytest.mark.network`) and deselect them in `tests` (`-m \"not network\"`), "
-        "or install the missing package in the CI environment.",
+        "or install the missing package in the CI environment. A test module that imports it at its top can skip without it "
+        "(`pytest.importorskip(\"package\")` in place of the import) or be left out with `--ignore=PATH` in `tests`.",
     ),
     Rule(
         Category.ENTRYPOINT_CRASH, "execution", Severity.CRITICAL,
         "the smoke call of the entrypoint raised or died; located at the innermost frame in the target's own code",
-        "Calls the configured entrypoint once, seeded, in a fresh child process: a function or a method with its setup and kwargs, or a script run as `__main__` with its args.",
+        "Calls the configured entrypoint once, seeded, in a fresh child process: a function or a method with its setup and kwargs, or a script run as `__main__` with its args (after its setup, when it has one).",
         "The exception and traceback the harness records, or the stack dumped when the process died.",
         _POLICY,
         "Training crashes as soon as anyone runs it; the tests passing does not mean the training function works.",
@@ -266,6 +272,20 @@ RULES: tuple[Rule, ...] = (
         "Medium by default, so it does not block: add `medium` to `policy.block_on` to block on it.",
         "Every epoch sees the data in the same order (sorted by class or time, often): gradients are biased and the model generalises worse.",
         "Pass shuffle=True (or a shuffling sampler) to the training DataLoader, and call sampler.set_epoch(epoch) at the start of every epoch with a DistributedSampler.",
+    ),
+    Rule(
+        Category.DDP_DIVERGENCE, "correctness", Severity.HIGH,
+        "under torchrun, the ranks' model parameters differ after training, or every rank trained on the same batches",
+        "With `[tool.traingate.distributed] nproc` configured: runs the entrypoint under torchrun (`torch.distributed` elastic launch, gloo on the CPU, NCCL on CUDA) with that many ranks, "
+        "then compares what each rank reports: every parameter and buffer of the modules it built (a digest of all bytes and evenly spaced samples), before the first and after the last optimizer step, "
+        "the digest of every batch its DataLoaders handed out, its `torch.manual_seed` calls and the DistributedDataParallel wrappers it built.",
+        "Observed: a parameter whose bytes differ between ranks after training (the first one named, with the largest difference over the compared elements), BatchNorm running statistics that differ "
+        "where nothing synchronises them, or a training DataLoader that handed every rank the same batches.",
+        _POLICY,
+        "Each rank trains its own model: the checkpoint rank 0 saves is one of several models that drifted apart, and a DataLoader without a DistributedSampler makes every rank compute the same gradients, "
+        "so N processes do the work of one.",
+        "Wrap the model in DistributedDataParallel (which broadcasts rank 0's weights and averages the gradients), seed the weights the same on every rank, use SyncBatchNorm (or DDP's broadcast_buffers) "
+        "for BatchNorm, and give the training DataLoader a DistributedSampler.",
     ),
     Rule(
         Category.NO_LEARNING, "correctness", Severity.CRITICAL,

@@ -46,6 +46,7 @@ class Category(str, Enum):
     GRAD_ACCUMULATION = "grad-accumulation"
     UNSHUFFLED_TRAINING = "unshuffled-training"
     NO_LEARNING = "no-learning"
+    DDP_DIVERGENCE = "ddp-divergence"
     HANG = "hang"
     STAGE_ERROR = "stage-error"
     CONFIG_ERROR = "config-error"

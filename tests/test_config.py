@@ -74,6 +74,32 @@ def test_bad_configuration_names_file_and_key(tmp_path: Path, text: str, key: st
     assert words in info.value.message
 
 
+def test_a_script_takes_a_setup_checked_like_a_calls(tmp_path: Path) -> None:
+    root = _target(tmp_path, '[tool.traingate.entrypoint]\nscript = "run.py"\nsetup = "pkg.train:tiny"\nargs = ["--steps", "2"]\n')
+    (root / "run.py").write_text("print('training')\n")
+    config, _ = load_config(root)
+    assert config.entrypoint is not None and config.entrypoint.setup == "pkg.train:tiny"
+    assert config.entrypoint.label == "python run.py --steps 2"
+
+
+@pytest.mark.parametrize(
+    ("setup", "words"),
+    [
+        ("pkg.train", "module:function"),
+        ("pkg.train:Trainer.make", "module:function"),
+        ("pkg.missing:tiny", "cannot import 'pkg.missing'"),
+        ("pkg.train:prepare", "defines no 'prepare'"),
+    ],
+)
+def test_a_scripts_bad_setup_names_the_setup_key(tmp_path: Path, setup: str, words: str) -> None:
+    root = _target(tmp_path, f'[tool.traingate.entrypoint]\nscript = "run.py"\nsetup = "{setup}"\n')
+    (root / "run.py").write_text("print('training')\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(root)
+    assert info.value.key == "tool.traingate.entrypoint.setup"
+    assert words in info.value.message
+
+
 def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(_target(tmp_path, traingate="task = \n"))
@@ -115,3 +141,31 @@ def test_names_that_are_not_one_folder_are_refused(name: str) -> None:
 def test_a_default_task_from_an_odd_folder_name_is_made_safe() -> None:
     assert check_safe_name(safe_name_from("my repo (copy)")) == "my_repo__copy_"
     assert safe_name_from("..") == "target"
+
+
+def test_distributed_section_in_pyproject_and_in_traingate_toml(tmp_path: Path) -> None:
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    config, _ = load_config(_target(tmp_path / "a", "[tool.traingate.distributed]\nnproc = 2\n"))
+    assert config.distributed is not None and (config.distributed.nproc, config.distributed.timeout_s) == (2, 120)
+    config, source = load_config(_target(tmp_path / "b", traingate="timeout_s = 90\n\n[distributed]\nnproc = 4\ntimeout_s = 30\n"))
+    assert source == "traingate.toml" and config.distributed is not None and (config.distributed.nproc, config.distributed.timeout_s) == (4, 30)
+    assert load_config(_target(tmp_path / "c"))[0].distributed is None
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "words"),
+    [
+        ("[tool.traingate.distributed]\nnproc = 1\n", "tool.traingate.distributed.nproc", "greater than or equal to 2"),
+        ("[tool.traingate.distributed]\nnproc = 9\n", "tool.traingate.distributed.nproc", "less than or equal to 8"),
+        ("[tool.traingate.distributed]\ntimeout_s = 30\n", "tool.traingate.distributed.nproc", "Field required"),
+        ("[tool.traingate.distributed]\nnproc = 2\nranks = 2\n", "tool.traingate.distributed.ranks", "Extra inputs"),
+        ("[tool.traingate.distributed]\nnproc = 2\ntimeout_s = 0\n", "tool.traingate.distributed.timeout_s", "greater than 0"),
+        ("[tool.traingate]\ntimeout_s = 60\n\n[tool.traingate.distributed]\nnproc = 2\n", "tool.traingate", "must be below timeout_s"),
+    ],
+)
+def test_bad_distributed_configuration_names_the_key(tmp_path: Path, text: str, key: str, words: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(_target(tmp_path, text))
+    assert (info.value.file, info.value.key) == ("pyproject.toml", key)
+    assert words in info.value.message

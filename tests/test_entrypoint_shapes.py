@@ -4,6 +4,7 @@ configuration checks, crash locations and test coverage that go with each."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -70,6 +71,25 @@ def test_a_script_that_raises_is_located_at_its_line(gate):
     # Importing the script in a test runs none of its training code.
     [untested] = run.findings("entrypoint-untested")
     assert untested["location"]["path"] == "train.py" and untested["blocking"] is False
+
+
+def test_a_scripts_setup_prepares_its_git_ignored_data_before_it_runs(gate, tmp_path: Path):
+    # train.py reads data/train.bin, which only the setup writes: the smoke call passes only if
+    # the setup ran first, in the target root.
+    run = gate("entry_script_setup", "--stages", "execution")
+    assert (run.returncode, run.report["decision"]) == (0, "PASS"), run.stdout
+    # `tests = false` is said as an info `no-tests`; nothing else is found.
+    assert [(f["category"], f["severity"]) for f in run.findings()] == [("no-tests", "info")]
+    smoke_details = run.stage("execution")["details"]["smoke"]
+    assert smoke_details["script"] == "train.py" and smoke_details["runs"][0]["ok"] is True
+    # The control: the same target without its setup crashes where the script reads the data.
+    bare = tmp_path / "bare"
+    shutil.copytree(TARGETS / "entry_script_setup", bare, ignore=shutil.ignore_patterns("data"))
+    toml = bare / "traingate.toml"
+    toml.write_text("\n".join(line for line in toml.read_text().splitlines() if not line.startswith("setup")))
+    [crash] = smoke(bare).findings
+    assert crash.category.value == "entrypoint-crash" and "FileNotFoundError" in crash.title
+    assert (crash.location.path, crash.location.line) == ("train.py", line_of(bare / "train.py", 'read_bytes()'))
 
 
 def test_a_trainer_method_passes_every_stage_with_setup_before_import(gate):
@@ -147,6 +167,45 @@ def test_what_a_script_defines_stays_picklable_after_it_ran(tmp_path: Path):
 
 
 # -- the harness: setup and methods ---------------------------------------------------------
+
+
+def test_a_scripts_setup_runs_first_in_the_target_root_and_its_return_value_is_unused(tmp_path: Path):
+    root = make_target(tmp_path, {
+        "traingate.toml": '[entrypoint]\nscript = "scripts/run.py"\nsetup = "prepare:env"\nargs = ["--fast"]\n',
+        "prepare.py": """
+            import os
+
+            def env():
+                os.environ["RUN_MODE"] = "tiny"
+                open("marker.txt", "w").write(os.getcwd())
+                return {"args": ["--slow"]}  # not used: the script's command line is `args`
+        """,
+        "scripts/run.py": """
+            import os, sys
+            assert os.environ["RUN_MODE"] == "tiny"
+            assert open("marker.txt").read() == os.getcwd()
+            assert sys.argv[1:] == ["--fast"], sys.argv
+        """,
+    })
+    result = smoke(root)
+    assert result.findings == [] and result.runs[0][2].ok
+    assert (root / "marker.txt").read_text() == str(root.resolve())
+
+
+def test_a_scripts_setup_that_raises_is_a_setup_crash_at_its_line(tmp_path: Path):
+    root = make_target(tmp_path, {
+        "traingate.toml": '[entrypoint]\nscript = "train.py"\nsetup = "prepare:download"\n',
+        "prepare.py": """
+            def download():
+                raise ConnectionError("no route to the dataset host")  # the setup's failing line
+        """,
+        "train.py": "open('ran.txt', 'w').write('the script ran')\n",
+    })
+    [crash] = smoke(root).findings
+    assert crash.category.value == "entrypoint-crash" and crash.evidence.data["phase"] == "setup"
+    assert (crash.location.path, crash.location.line) == ("prepare.py", line_of(root / "prepare.py", "the setup's failing line"))
+    assert "running its setup" in crash.problem
+    assert not (root / "ran.txt").exists()  # the script never ran after its setup failed
 
 
 def test_setup_runs_before_the_entrypoints_module_is_imported(tmp_path: Path):

@@ -3,6 +3,8 @@ and a run limited with --stages. End to end through the installed console script
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.conftest import TARGETS, line_of, run_gate
@@ -100,3 +102,91 @@ def test_only_environment_failures_pass_with_an_incomplete_suite(gate, tmp_path)
     assert run.returncode == 1
     [no_tests] = run.findings("no-tests")
     assert no_tests["blocking"] and "could not run here" in no_tests["problem"]
+
+
+HUB_TESTS = "tests/test_hub_weights.py"
+
+
+def test_module_importing_a_missing_package_is_the_environment_and_nothing_ran_blocks(gate):
+    # The shape of karpathy/minGPT's tests/test_huggingface_import.py (`from transformers import ...`
+    # at the top of the module, on a runner without transformers).
+    run = gate("real_hub_import_suite", "--stages", "execution")
+    assert run.returncode == 1, run.stdout
+    assert "collection-error" not in run.categories()
+    [env] = run.findings("test-environment")
+    assert env["severity"] == "low" and env["blocking"] is False
+    assert env["location"]["path"] == HUB_TESTS
+    assert env["location"]["line"] == line_of(TARGETS / "real_hub_import_suite" / HUB_TESTS, "# a package the CI lacks")
+    assert env["evidence"]["data"]["environment"]["package"] == "traingate_fixture_missing_hub_package"
+    assert f"--ignore={HUB_TESTS}" in env["fix"] and "pytest.importorskip('traingate_fixture_missing_hub_package')" in env["fix"]
+    # pytest runs no test once a module fails to collect, so the passing test did not run either:
+    # nothing was verified, and the stage fails closed.
+    [no_tests] = run.findings("no-tests")
+    assert no_tests["blocking"] and HUB_TESTS in no_tests["problem"] and "could not be imported here" in no_tests["problem"]
+    stage = run.stage("execution")
+    assert "suite incomplete: 1 test module(s) could not run here" in stage["summary"]
+    assert stage["details"]["pytest"]["counts"]["environment_modules"] == 1
+
+
+def test_leaving_the_module_out_lets_the_rest_of_the_suite_decide(gate, tmp_path):
+    target = tmp_path / "repo"
+    shutil.copytree(TARGETS / "real_hub_import_suite", target)
+    config = target / "traingate.toml"
+    config.write_text(config.read_text().replace('tests = ["tests"]', f'tests = ["tests", "--ignore={HUB_TESTS}"]'))
+    run = gate(target, "--stages", "execution")
+    assert run.returncode == 0, run.stdout
+    assert run.categories() == set(), run.stdout
+    assert "1 passed" in run.stage("execution")["summary"]
+
+
+def test_segmentation_loop_with_gradscaler_passes_and_its_item_is_the_sync(gate):
+    # The shape of milesial/Pytorch-UNet's train_model: unscale_ before clipping is the right
+    # protocol, and the per-step loss.item() is a real (low, non-blocking) host sync.
+    target = TARGETS / "real_onehot_segmentation"
+    run = gate("real_onehot_segmentation", "--stages", "performance,concurrency")
+    assert run.returncode == 0, run.stdout
+    assert not run.findings("gradscaler-protocol")
+    item_line = line_of(target / "segment.py", "# marker: item")
+    [item] = [f for f in run.findings("host-sync") if f["location"]["line"] == item_line]
+    assert item["severity"] == "low" and not item["blocking"]
+    assert "GradScaler protocol checked" in run.stage("concurrency")["summary"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stages/performance counts the CPU-only range checks of F.one_hot(y, n_classes) as host syncs that would happen on CUDA",
+)
+def test_one_hot_with_a_class_count_is_not_a_host_sync(gate):
+    target = TARGETS / "real_onehot_segmentation"
+    run = gate("real_onehot_segmentation", "--stages", "performance")
+    lines = {f["location"]["line"] for f in run.findings("host-sync")}
+    assert lines == {line_of(target / "segment.py", "# marker: item")}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stages/performance recognises a CUDA-only AMP gate only as `flag and <cuda check>`, not as "
+    "`nullcontext() if device_type == 'cpu' else torch.amp.autocast(...)`",
+)
+def test_autocast_chosen_by_device_is_not_applicable_on_a_cpu(gate):
+    # The shape of karpathy/nanoGPT's train.py: `--dtype=bfloat16` on a CPU enters no autocast, on purpose.
+    target = TARGETS / "real_device_gated_autocast"
+    run = gate("real_device_gated_autocast", "--stages", "performance", "--device", "cpu")
+    assert run.returncode == 0, run.stdout
+    assert not run.findings("amp-inactive")
+    note = {m["id"]: m for m in run.stage("performance")["metrics"]}["amp.active"]["note"]
+    assert note.startswith("not applicable on cpu") and f"train.py:{line_of(target / 'train.py', '# marker: device gate')}" in note
+
+
+def test_script_that_trains_at_import_is_called_through_its_setup(gate):
+    # The shape of locuslab/TCN's adding-problem script: argparse at import, training at module
+    # level. The setup sets a tiny command line with zero epochs; the gate calls train(1) once.
+    run = gate("real_argv_at_import", "--stages", "execution,concurrency")
+    assert run.returncode == 0, run.stdout
+    assert [r["ok"] for r in run.stage("execution")["details"]["smoke"]["runs"]] == [True]
+    concurrency = run.stage("concurrency")
+    # 320 samples in batches of 16: the 20 steps of train(1), none from the import.
+    assert concurrency["details"]["checks"]["gradscaler"]["steps"] == 20
+    assert "no GradScaler used (20 optimizer step(s) observed)" in concurrency["summary"]
+    assert "GradScaler protocol checked" not in concurrency["summary"]
+    assert not run.findings("nondeterminism")

@@ -380,8 +380,11 @@ class _Session:
     def _summary(self) -> str:
         parts = [f"{len(self.runs)} run(s) on {self.ctx.device}"]
         protocol = self.checks.get("gradscaler", {})
-        if protocol.get("ran"):
+        if protocol.get("ran") and protocol.get("scalers"):
             parts.append(f"GradScaler protocol checked over {protocol.get('iterations', 0)} iteration(s)")
+        elif protocol.get("ran"):
+            # Most training loops use no scaler; "protocol checked" would claim a check that had nothing to check.
+            parts.append(f"no GradScaler used ({protocol.get('steps', 0)} optimizer step(s) observed)")
         determinism = self.checks.get("determinism", {})
         if determinism.get("ran"):
             parts.append("runs " + determinism.get("verdict", "compared").split(":")[0])

@@ -23,6 +23,8 @@ from traingate.stages.contract.stacks import STACKS_ENV, main_header, self_signa
 _stream: TextIO | None = None
 _real_exit = os._exit
 _harness_done = False
+_main_pid = os.getpid()
+_wrapped = False
 
 
 def install() -> None:
@@ -37,6 +39,26 @@ def install() -> None:
     _wrap_self_kill()
 
 
+def install_in_worker(path: str) -> None:
+    """`install` for a worker process the harness started (a rank of a distributed run): its
+    dumps go to its own file, and this process, not its parent, is the one whose self-exit
+    is noted. Works in a forked worker (the parent's setup inherited) and a spawned one."""
+    global _stream, _main_pid, _harness_done
+    _stream = open(path, "a", buffering=1, encoding="utf-8")
+    _stream.write(main_header(os.getpid(), threading.main_thread().ident or 0))
+    faulthandler.register(signal.SIGUSR1, file=_stream, all_threads=True, chain=False)
+    faulthandler.enable(file=_stream, all_threads=True)
+    if not _wrapped:
+        _wrap_self_kill()
+    _main_pid, _harness_done = os.getpid(), False
+
+
+def mark_reported() -> None:
+    """The worker handed back its result: from here on, `os._exit(0)` is its normal end."""
+    global _harness_done
+    _harness_done = True
+
+
 def _note_self_signal(what: str) -> None:
     if _stream is None:
         return
@@ -47,6 +69,7 @@ def _note_self_signal(what: str) -> None:
 
 
 def _wrap_self_kill() -> None:
+    global _wrapped, _main_pid
     real_kill, real_abort, real_raise, real_exit = os.kill, os.abort, signal.raise_signal, os._exit
 
     def kill(pid: int, sig: int, /) -> None:
@@ -67,7 +90,7 @@ def _wrap_self_kill() -> None:
             _note_self_signal(f"os._exit({code})")
         return real_exit(code)
 
-    _main_pid = os.getpid()
+    _main_pid, _wrapped = os.getpid(), True
     os.kill, os.abort, signal.raise_signal, os._exit = kill, abort, raise_signal, _exit  # type: ignore[assignment]
 
 

@@ -22,6 +22,7 @@ CORRECTNESS_LOSSES = "traingate.stages.correctness.probe.losses:LossWatch"
 CORRECTNESS_LOADERS = "traingate.stages.correctness.probe.loaders:LoaderWatch"
 CORRECTNESS_FIRST_UPDATE = "traingate.stages.correctness.probe.update:FirstUpdate"
 CORRECTNESS_ONE_BATCH = "traingate.stages.correctness.probe.overfit:OneBatch"
+CORRECTNESS_RANKS = "traingate.stages.correctness.probe.ranks:RankWatch"
 
 ALL = frozenset(
     {
@@ -38,6 +39,7 @@ ALL = frozenset(
         CORRECTNESS_LOADERS,
         CORRECTNESS_FIRST_UPDATE,
         CORRECTNESS_ONE_BATCH,
+        CORRECTNESS_RANKS,
     }
 )
 # What an instrument hands back when its collect() raised.

@@ -57,6 +57,15 @@ class AgentReply(Strict):
 # -- one entrypoint call (stages.base.run_entrypoint <-> stages.harness.entrypoint) --------
 
 
+class DistributedSpec(Strict):
+    """Run the entrypoint under torchrun with `nproc` ranks on this machine instead of calling
+    it in the harness's own process (`traingate.stages.harness.distributed`)."""
+
+    nproc: int = Field(ge=2)
+    timeout_s: float = Field(gt=0)  # the whole run, from the launch; past it the ranks still running hang
+    backend: Literal["gloo", "nccl"]  # given to an init_process_group call that names none
+
+
 class EntrypointRequest(Strict):
     """Exactly one of `call` (module:function or module:Class.method) and `script` (a .py
     file relative to the target root, run as `__main__` with `sys.argv = [script, *args]`)."""
@@ -75,6 +84,7 @@ class EntrypointRequest(Strict):
     instrument_options: dict[str, Any]
     deterministic: bool
     channel: ChannelSpec
+    distributed: DistributedSpec | None = None
 
     @model_validator(mode="after")
     def _one_shape(self) -> EntrypointRequest:
@@ -112,10 +122,52 @@ class WarningRecord(Strict):
     filename: str
     lineno: int
     target_frame: TargetFrame | None
+    count: int = Field(default=1, ge=1)  # how often it was raised from this place in the run
+
+
+class RankResult(Strict):
+    """One rank of a distributed run, as its worker wrote it (`ok`, `phase`, `exception`,
+    `instruments` as in `HarnessResult`) or as the launcher found it (`ending`)."""
+
+    rank: int
+    pid: int | None
+    # "returned", "raised", "still running at the timeout", "exited with status N before reporting", ...
+    ending: str
+    reported: bool  # the worker's own record came back (with the run's nonce)
+    exit_status: int | None = None  # a rank that died before reporting: its exit status (negative: the signal)
+    ok: bool
+    phase: Literal["import", "setup", "call"] | None
+    exception: ExceptionRecord | None
+    duration_s: float | None
+    instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    stacks: str = ""  # faulthandler's dump of every thread, when the rank was still running at the timeout
+    # Its calls of torch.distributed's collectives by calling line: {function, path, line,
+    # target_function, code, calls}, counted as each call begins.
+    collectives: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class DistributedRecord(Strict):
+    """How the torchrun launch went, and every rank's result, in rank order."""
+
+    nproc: int
+    backend: str
+    start_method: str
+    timeout_s: float
+    timed_out: bool  # ranks were still running at the timeout: stacks dumped, every rank killed
+    # A rank that failed while others still ran: they were stopped after a grace period.
+    stopped_after_failure: int | None = None
+    launcher_error: str | None  # the launcher itself failed (not a rank's exception)
+    duration_s: float
+    ranks: list[RankResult]
 
 
 class HarnessResult(Strict):
-    """What the entrypoint harness hands back after the call."""
+    """What the entrypoint harness hands back after the call.
+
+    For a distributed run, `distributed` holds every rank's result; the top-level fields say
+    whether every rank returned, and `exception` is the first failing rank's (none when the
+    ranks failed without one: a timeout, or a rank that died before reporting).
+    """
 
     ok: bool  # the call returned (the gate also requires exit status 0 and the nonce)
     phase: Literal["import", "setup", "call"]
@@ -127,11 +179,16 @@ class HarnessResult(Strict):
     warnings_omitted: int = 0
     # spec -> the instrument's collect() result, or {"error": traceback} when it failed.
     instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    distributed: DistributedRecord | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> HarnessResult:
-        if self.ok == (self.exception is not None):
-            raise ValueError("a harness result is ok exactly when it holds no exception")
+        if self.ok and self.exception is not None:
+            raise ValueError("a harness result that is ok holds no exception")
+        if not self.ok and self.exception is None and self.distributed is None:
+            raise ValueError("a failed harness result holds its exception")
+        if self.ok and self.distributed is not None and not all(rank.ok for rank in self.distributed.ranks):
+            raise ValueError("a distributed run is ok only when every rank returned")
         return self
 
 

@@ -8,25 +8,33 @@ Runs (each a child process with the stage's remaining budget; past it, `hang`):
    first optimizer step, one accumulating k micro-batches of b, one with a batch of k*b
    (grad-accumulation);
 3. only with `overfit_steps` configured: a run where every DataLoader repeats its first
-   batch, ended after that many optimizer steps (no-learning: the loss must fall).
+   batch, ended after that many optimizer steps (no-learning: the loss must fall);
+4. only with `[tool.traingate.distributed] nproc` configured: a run under torchrun with that
+   many ranks, whose parameters, buffers and batches are compared across the ranks
+   (ddp-divergence); ranks still running at its timeout are a `hang` located where the waiting
+   rank waits, with every rank's stacks.
 A finding exists only when it was observed or measured; a run that makes no optimizer step
 is a stage-error (fail closed).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
-from traingate.stages.correctness import accumulation, ineffective, located, nonfinite, overfit, shuffling, unused
+from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
+from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
+from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 
 STEPS = instruments.CORRECTNESS_STEPS
 LOSSES = instruments.CORRECTNESS_LOSSES
 LOADERS = instruments.CORRECTNESS_LOADERS
 FIRST_UPDATE = instruments.CORRECTNESS_FIRST_UPDATE
 ONE_BATCH = instruments.CORRECTNESS_ONE_BATCH
+RANKS = instruments.CORRECTNESS_RANKS
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"
 
@@ -35,7 +43,7 @@ class CorrectnessStage:
     name = "correctness"
     order = 40
     categories: frozenset[Category] = frozenset(
-        {ineffective.CATEGORY, unused.CATEGORY, nonfinite.CATEGORY, shuffling.CATEGORY, accumulation.CATEGORY}
+        {ineffective.CATEGORY, unused.CATEGORY, nonfinite.CATEGORY, shuffling.CATEGORY, accumulation.CATEGORY, divergence.CATEGORY}
     )
 
     def run(self, ctx: StageContext) -> StageOutcome:
@@ -110,7 +118,82 @@ class _Session:
             return self._outcome()
         self._accumulation(first)
         self._overfit(first)
+        self._distributed(first)
         return self._outcome()
+
+    # -- distributed data parallel ------------------------------------------------------------------
+    def _distributed(self, first: EntrypointRun) -> None:
+        config = self.ctx.config.distributed
+        if config is None:
+            self.checks["distributed"] = {"ran": False, "note": "not configured: set nproc in [tool.traingate.distributed]"}
+            return
+        if self.stopped:
+            return
+        timeout = min(config.timeout_s, self.ctx.child_budget() - REPORT_ALLOWANCE_S)
+        if timeout < first.child.duration_s + 2.0:
+            self._fail(first, "no budget left for the distributed run", reason="out-of-budget", key="distributed")
+            return
+        label = "distributed"
+        amp = True if self.entrypoint.amp_switch else None
+        run = run_distributed(self.ctx, label=label, nproc=config.nproc, timeout_s=timeout, instruments=[RANKS], amp=amp)
+        record = (run.result or {}).get("distributed")
+        outcome = run.failure() or "returned"
+        if record is not None and not run.ok:
+            first_failed = _first_failure(record["ranks"])
+            if record["timed_out"]:
+                outcome = f"ranks still running at the {record['timeout_s']:g}s timeout"
+            elif first_failed is not None:
+                outcome = f"rank {first_failed['rank']} {first_failed['ending']}"
+        self.runs.append(
+            {"label": label, "purpose": f"ddp-divergence: {config.nproc} ranks under torchrun", "kwargs": {}, "duration_s": round(run.child.duration_s, 2), "outcome": outcome}
+        )
+        check: dict[str, Any] = {"ran": False, "nproc": config.nproc, "backend": backend_for(self.ctx.device), "timeout_s": round(timeout, 2)}
+        self.checks["distributed"] = check
+        what = f"The correctness stage's distributed run ({config.nproc} ranks under torchrun) of {self.entrypoint.label}"
+        if run.child.timed_out or record is None:
+            # The harness reports the ranks' timeout itself; the child overrunning its own budget,
+            # or handing back nothing, is the gate's failure.
+            self.stopped = f"the {label} run handed back no result"
+            self._fail(run, f"the {label} run handed back no result", reason="distributed-no-result", key=label)
+            return
+        check.update({"start_method": record["start_method"], "duration_s": round(record["duration_s"], 2), "ranks": [{k: r[k] for k in ("rank", "ending", "duration_s")} for r in record["ranks"]]})
+        if record["launcher_error"]:
+            self._fail(run, "torchrun could not launch the ranks", reason="distributed-launch", key=label, detail=record["launcher_error"])
+            return
+        if record["timed_out"]:
+            self.stopped = f"the {label} run did not finish within {record['timeout_s']:g}s"
+            self.findings.append(divergence.hang_finding(self.ctx, record, self.fallback, what))
+            return
+        failed = _first_failure(record["ranks"])
+        if failed is not None:
+            self.stopped = f"rank {failed['rank']} of the {label} run {failed['ending']}"
+            as_run = _rank_run(run, failed)
+            if is_target_crash(self.ctx, as_run):
+                self.findings.append(entrypoint_crash_finding(self.ctx, as_run, f"{what}, rank {failed['rank']},", fallback=self.fallback))
+            else:
+                self._fail(as_run, f"rank {failed['rank']} of the {label} run {failed['ending']}", reason="distributed-rank-failed", key=label, detail=failed.get("stacks") or None)
+            return
+        watches = [r["instruments"].get(RANKS, {}) for r in record["ranks"]]
+        broken = next((w for w in watches if instruments.ERROR_KEY in w or "tensors" not in w), None)
+        if broken is not None:
+            self._fail(run, f"instrument {RANKS} failed in the {label} run", reason="instrument-failed", key=RANKS, detail=broken.get(instruments.ERROR_KEY))
+            return
+        if not all(w.get("steps") for w in watches):
+            self._fail(run, f"a rank of the {label} run made no optimizer step", reason="no-optimizer-step", key=label)
+            return
+        found = divergence.divergence_findings(self.ctx, watches, self.fallback)
+        self.findings += found
+        check.update(
+            {
+                "ran": True,
+                "steps_per_rank": [w["steps"] for w in watches],
+                "ddp_wrapped": bool(watches[0].get("ddp")),
+                "tensors_compared": len(watches[0]["tensors"]),
+                "parameters_differing": divergence.differing_parameters(watches),
+                "loaders": [{"sampler": loader["sampler"], "steps": loader["steps"], "batches": loader["batches"]} for loader in watches[0].get("loaders", [])],
+                "findings": len(found),
+            }
+        )
 
     # -- overfit one batch --------------------------------------------------------------------------
     def _overfit(self, first: EntrypointRun) -> None:
@@ -250,11 +333,20 @@ class _Session:
                     threshold=required, passed=reduction >= required, note=f"{overfit_check['steps']} steps",
                 )
             )
+        distributed = self.checks.get("distributed", {})
+        if distributed.get("ran"):
+            differing = distributed["parameters_differing"]
+            metrics.append(
+                Metric(
+                    id="distributed.parameters_differing", name="parameters that differ across ranks after training", value=differing,
+                    threshold=0, passed=differing == 0, note=f"{distributed['nproc']} ranks under torchrun, {distributed['backend']}",
+                )
+            )
         return metrics
 
     def _outcome(self) -> StageOutcome:
         observed = self.checks.get("observed", {})
-        for check in ("grad_accumulation", "overfit"):
+        for check in ("grad_accumulation", "overfit", "distributed"):
             self.checks.setdefault(check, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
         counts = {c: sum(1 for f in self.findings if f.category is c) for c in CorrectnessStage.categories}
         metrics = [
@@ -277,6 +369,35 @@ class _Session:
             findings=self.findings,
             details={"device": self.ctx.device, "budget_s": self.ctx.config.timeout_s, "runs": self.runs, "checks": self.checks, "stopped": self.stopped},
         )
+
+
+def _first_failure(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank whose failure the others followed: one that died before reporting (the harness
+    catches every exception, so the target ended that process), else one that raised something
+    other than a collective's error (which a peer's death causes), else the first that failed."""
+    died = [r for r in ranks if not r["reported"] and r.get("exit_status") is not None]
+    raised = [r for r in ranks if r["exception"] is not None]
+    own = [r for r in raised if not _collective_error(r["exception"])]
+    for group in (died, own, raised, [r for r in ranks if not r["ok"]]):
+        if group:
+            return group[0]
+    return None
+
+
+def _collective_error(exception: dict[str, Any]) -> bool:
+    """An error a collective raises when a peer is gone (gloo's connection reset, NCCL's abort)."""
+    message = str(exception.get("message", ""))
+    return str(exception.get("type", "")).startswith("Dist") or "gloo" in message or "NCCL" in message
+
+
+def _rank_run(run: EntrypointRun, rank: dict[str, Any]) -> EntrypointRun:
+    """One rank of a distributed run seen as a run of its own: its exception, or its exit status
+    and its stack dumps, for the crash finding to be located in the rank's own code."""
+    child = dataclasses.replace(run.child, stacks=rank.get("stacks") or "", returncode=rank["exit_status"] if rank.get("exit_status") is not None else run.child.returncode)
+    if not rank["reported"]:
+        return EntrypointRun(child=child, result=None)
+    result = {**(run.result or {}), "ok": rank["ok"], "phase": rank["phase"] or "call", "exception": rank["exception"]}
+    return EntrypointRun(child=child, result=result)
 
 
 def _entrypoint_location(call: str | None, script: str | None) -> Location:

@@ -90,9 +90,17 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
     """
     findings = []
     not_run = f" pytest stops before running any test when collection fails: none of the {result.collected or 0} collected test(s) ran." if result.ran == 0 else ""
+    environmental = result.environment_collection_errors()
     for err in result.collection_errors:
         module = err.get("path") or err.get("nodeid") or "?"
         location = location_of(err.get("target_frame")) or Location(path=module, line=None)
+        if any(err is env_err for env_err in environmental):
+            # A test module that itself imports a package this environment lacks (`from
+            # transformers import ...` at its top) is a limit of the runner, like a test that
+            # needs the network. The same import in the target's own code, reached through
+            # the test module, stays a collection error: the code under test cannot load.
+            findings.append(_environment_module(ctx, err, module, location, not_run))
+            continue
         what = err.get("type") or "an error"
         message = _first_line(err.get("message")) or _first_line(err.get("longrepr"))
         findings.append(
@@ -149,25 +157,22 @@ def environment_failure(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> 
     env = test.environment or {}
     location, evidence = _failure_site(ctx, run, test)
     evidence = evidence.model_copy(update={"data": {**evidence.data, "environment": env}})
-    if env.get("kind") == "missing-package":
-        need = f"the package {env.get('package')!r} (import of {env.get('module')!r}), which is not installed here"
-        fix = (
-            f"Install {env.get('package')!r} in the CI environment if the test must run there; otherwise skip it when the package is missing "
-            f"(`pytest.importorskip({env.get('package')!r})`) or deselect it in `tests`."
-        )
-        key = f"missing-package {env.get('package')}"
-    else:
-        need = f"the network ({env.get('type', 'a network error')})"
+    need, key = _environment_need(env)
+    if key == "network":
         fix = (
             "Mark the test (for example `@pytest.mark.network`, registered in the pytest configuration) and deselect it in "
             "`tests` (`tests = [\"tests\", \"-m\", \"not network\"]`), or give it a local stand-in for the remote resource."
         )
-        key = "network"
+    else:
+        fix = (
+            f"Install {env.get('package')!r} in the CI environment if the test must run there; otherwise skip it when the package is missing "
+            f"(`pytest.importorskip({env.get('package')!r})`) or deselect it in `tests`."
+        )
     blocks = ctx.config.policy.test_environment_blocks
     return ctx.finding(
         category=Category.TEST_ENVIRONMENT,
         severity=Severity.HIGH if blocks else Severity.LOW,
-        title=f"{test.nodeid} could not run here: it needs {'the network' if key == 'network' else repr(env.get('package'))}",
+        title=f"{test.nodeid} could not run here: it needs {_needed(env, key)}",
         location=location,
         problem=f"{test.nodeid} failed because it needs {need}: {test.message or 'no message'}. This is a limit of the environment the gate ran in, not a defect it found in the code.",
         impact="What this test checks was not verified in this run; the suite was incomplete." + (" The policy (`test_environment_blocks = true`) blocks on it." if blocks else ""),
@@ -175,6 +180,55 @@ def environment_failure(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> 
         evidence=evidence,
         key=f"{test.nodeid} {key}",
     )
+
+
+def _environment_module(ctx: StageContext, err: dict[str, Any], module: str, location: Location, not_run: str) -> Finding:
+    """`test-environment` for a test module that could not be imported here. pytest then runs
+    no test at all, so `no-tests` still blocks when nothing else ran: an incomplete suite
+    verified nothing."""
+    env = err["environment"]
+    need, key = _environment_need(env)
+    leave_out = f"or leave the module out (`tests = [\"tests\", \"--ignore={module}\"]`)"
+    if key == "network":
+        fix = f"Move the network access out of import time (into a test marked and deselected with `-m \"not network\"`), {leave_out}."
+    else:
+        package = env.get("package")
+        fix = (
+            f"Install {package!r} in the CI environment if these tests must run there; otherwise make the module skip without it "
+            f"(`{package} = pytest.importorskip({package!r})` in place of the import) {leave_out}."
+        )
+    blocks = ctx.config.policy.test_environment_blocks
+    message = _first_line(err.get("message")) or _first_line(err.get("longrepr"))
+    return ctx.finding(
+        category=Category.TEST_ENVIRONMENT,
+        severity=Severity.HIGH if blocks else Severity.LOW,
+        title=f"{module} could not be imported here: it needs {_needed(env, key)}",
+        location=location,
+        problem=(
+            f"Collecting {module} raised {err.get('type') or 'an error'} ({message}): it needs {need}. "
+            f"This is a limit of the environment the gate ran in, not a defect it found in the code.{not_run}"
+        ),
+        impact="What the tests of this module check was not verified in this run; the suite was incomplete." + (" The policy (`test_environment_blocks = true`) blocks on it." if blocks else ""),
+        fix=fix,
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"{err.get('type')} while collecting {module}",
+            traceback=err.get("traceback") or err.get("longrepr"),
+            data={"nodeid": err.get("nodeid"), "environment": env},
+        ),
+        key=f"{module} {key}",
+    )
+
+
+def _environment_need(env: dict[str, Any]) -> tuple[str, str]:
+    """What the environment lacked, in words, and the finding key's part for it."""
+    if env.get("kind") == "missing-package":
+        return f"the package {env.get('package')!r} (import of {env.get('module')!r}), which is not installed here", f"missing-package {env.get('package')}"
+    return f"the network ({env.get('type', 'a network error')})", "network"
+
+
+def _needed(env: dict[str, Any], key: str) -> str:
+    return "the network" if key == "network" else repr(env.get("package"))
 
 
 def _failure_site(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> tuple[Location | None, Evidence]:
@@ -283,7 +337,13 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
     if run.child.timed_out or result.ran - environment > 0:
         return []
     code = run.child.returncode
-    if environment:
+    modules = [str(e.get("path") or e.get("nodeid")) for e in result.environment_collection_errors()]
+    if modules and result.ran == 0:
+        why = (
+            f"{len(modules)} test module(s) could not be imported here ({', '.join(modules[:5])}: a package that is not installed, or the network), "
+            "and pytest runs no test when a module cannot be collected"
+        )
+    elif environment:
         why = f"every test that ran ({environment}) could not run here: it needed the network or a package that is not installed"
     elif _missing_paths(run):
         why = f"pytest found none of the test paths ({_usage_message(run)})"
@@ -307,7 +367,11 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
             title="No test ran",
             location=location,
             problem=f"No test ran: {why}. Command: `{run.command}` in the target root.",
-            fix=f"Make sure the paths in `tests` ({' '.join(ctx.config.tests or ['tests'])}) hold tests pytest collects and that nothing ends or empties the run; a repo without a test suite declares it with `tests = false`.",
+            fix=(
+                "Leave out the modules that cannot be imported here, or make them skip without what they need (the `test-environment` findings say how), so the rest of the suite runs."
+                if modules and result.ran == 0
+                else f"Make sure the paths in `tests` ({' '.join(ctx.config.tests or ['tests'])}) hold tests pytest collects and that nothing ends or empties the run; a repo without a test suite declares it with `tests = false`."
+            ),
             evidence=Evidence(
                 kind=EvidenceKind.OBSERVED,
                 summary=why,

@@ -73,7 +73,7 @@ def gather(root: Path, test_warnings: list[dict[str, Any]], smoke_warnings: list
                     issued_at=f"{record.get('filename')}:{record.get('lineno')}",
                 )
             site.sources.add(source)
-            site.count += 1
+            site.count += int(record.get("count", 1))  # the harness counts repeats of a record
     return list(sites.values())
 
 

@@ -174,8 +174,10 @@ def summary(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | No
         tests = f"{c['passed']} passed, {c['failed']} failed, {c['errors']} errors, {c['skipped']} skipped of {c['collected']} collected (pytest exit {suite.child.returncode})"
         if c["collection_errors"]:
             tests += f", {c['collection_errors']} collection error(s)"
-        if c["environment"]:
-            tests += f"; suite incomplete: {c['environment']} test(s) could not run here (network or missing package)"
+        if c["environment"] or c["environment_modules"]:
+            not_here = [f"{c['environment']} test(s)"] if c["environment"] else []
+            not_here += [f"{c['environment_modules']} test module(s)"] if c["environment_modules"] else []
+            tests += f"; suite incomplete: {' and '.join(not_here)} could not run here (network or missing package)"
     parts = [tests]
     if smoke is None:
         parts.append("no entrypoint configured")

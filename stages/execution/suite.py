@@ -212,6 +212,12 @@ class SuiteResult:
         """Failed tests that could not run here (network, missing package): not code defects."""
         return [t for t in self.tests if t.outcome in ("failed", "error") and t.environment is not None]
 
+    def environment_collection_errors(self) -> list[dict[str, Any]]:
+        """Test modules that could not be imported here because their own import of a package
+        that is not installed (or of the network) failed: limits of the environment, not code
+        defects. Only where the failing line is in the test module itself."""
+        return [e for e in self.collection_errors if e.get("environment") and (e.get("target_frame") or {}).get("path") == e.get("path")]
+
     @property
     def ran(self) -> int:
         return self.count(*RAN)
@@ -369,4 +375,5 @@ def counts(result: SuiteResult) -> dict[str, int]:
         "xpassed": result.count("xpassed"),
         "collection_errors": len(result.collection_errors) + (1 if result.conftest_error else 0),
         "environment": len(result.environment_failures()),
+        "environment_modules": len(result.environment_collection_errors()),
     }

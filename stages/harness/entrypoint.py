@@ -2,10 +2,15 @@
 
     python -P -m traingate.stages.harness.entrypoint < EntrypointRequest (JSON on stdin)
 
+With `distributed` in the request, this process launches the ranks under torchrun instead of
+calling the entrypoint itself, and hands back their combined result
+(`traingate.stages.harness.distributed`).
+
 The request (`traingate.stages.contract.messages.EntrypointRequest`) names the target root,
 the entrypoint — a `module:function` or `module:Class.method` to call, with the optional
 `setup` callable (run before the entrypoint's module is imported), literal kwargs and the AMP
-flag and its value; or a `script` run as `__main__` with its arguments — the seed, the instruments to install (`traingate.stages.contract.instruments`,
+flag and its value; or a `script` run as `__main__` with its arguments, after the optional
+`setup` (whose return value is not used) — the seed, the instruments to install (`traingate.stages.contract.instruments`,
 each giving an object with `install(ctx)` and `collect() -> dict`) and the channel to hand the
 result back on. It comes on stdin, so the target finds no request file; the channel's
 descriptor is moved out of sight before any target code runs. Instruments are installed
@@ -80,13 +85,20 @@ def resolve(spec: str) -> Any:
 
 
 class WarningLog:
-    """Records warnings with the innermost frame of the target that led to them."""
+    """Records warnings with the innermost frame of the target that led to them.
+
+    Installed with the "always" action: Python's "default" shows a warning once per issuing
+    line, and that line is inside torch, so a deprecated API called from several lines of the
+    target would be seen at the first only. Repeats are dropped here instead, once per
+    category, message and target line, so that each calling line gets its own record and at
+    most MAX_WARNINGS distinct records are kept however often a loop warns.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.records: list[dict[str, Any]] = []
         self.omitted = 0
-        self._seen: set[tuple[str, str, int]] = set()
+        self._seen: dict[tuple[object, ...], dict[str, Any]] = {}
 
     def __call__(self, message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
         frame: types.FrameType | None = sys._getframe(1)
@@ -96,22 +108,26 @@ class WarningLog:
             frame = frame.f_back
         site = innermost_target(stack, self.root, innermost_first=True)
         text = _cut(safe_str(message), MAX_MESSAGE)
-        key = (category.__name__, text, lineno)
-        if key in self._seen:
+        # Where in the target it came from; a warning with no target frame, by where it was issued.
+        place = (site["path"], site["line"]) if site else (filename, lineno)
+        key = (category.__name__, text, *place)
+        seen = self._seen.get(key)
+        if seen is not None:
+            seen["count"] += 1
             return
         if len(self.records) >= MAX_WARNINGS:
             self.omitted += 1
             return
-        self._seen.add(key)
-        self.records.append(
-            {
-                "category": category.__name__,
-                "message": text,
-                "filename": relative(filename, self.root) if is_target_file(filename, self.root) else filename,
-                "lineno": lineno,
-                "target_frame": site,
-            }
-        )
+        record = {
+            "category": category.__name__,
+            "message": text,
+            "filename": relative(filename, self.root) if is_target_file(filename, self.root) else filename,
+            "lineno": lineno,
+            "target_frame": site,
+            "count": 1,
+        }
+        self._seen[key] = record
+        self.records.append(record)
 
 
 def json_safe(value: Any, depth: int = 0) -> Any:
@@ -257,11 +273,8 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     root = Path(request.target_root).resolve()
     os.chdir(root)
     sys.path.insert(0, str(root))
-    if request.script is not None:
-        # As `python train.py` has it: the script's own folder first.
-        sys.path.insert(0, str((root / request.script).parent))
     warning_log = WarningLog(root)
-    warnings.simplefilter("default")
+    warnings.simplefilter("always")  # WarningLog drops the repeats, per target line
     warnings.showwarning = warning_log
 
     ctx = HarnessContext(root=root, options=dict(request.instrument_options))
@@ -274,7 +287,15 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         if request.script is not None:
+            if request.setup:
+                # It prepares what the script reads (a data file the repo does not ship, an
+                # environment variable); the script's command line is `args`, so what setup
+                # returns is not used.
+                resolve(request.setup)()
             result["phase"] = "call"
+            # As `python train.py` has it: the script's own folder first. Added after setup,
+            # which is resolved from the target root, as the configuration check read it.
+            sys.path.insert(0, str((root / request.script).parent))
             run_script(root / request.script, request.args)
             returned = None
         else:
@@ -311,6 +332,16 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
 def main() -> None:
     guard.install()
     request, channel = receive_request(EntrypointRequest)
+    if request.distributed is not None:
+        from traingate.stages.harness.distributed import launch
+
+        def send(combined: dict[str, Any]) -> None:
+            channel.send(HARNESS_RESULT, combined)
+            channel.close()
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+        launch(request, send)  # reports and ends the process itself
     result = run(request)
     channel.send(HARNESS_RESULT, result)
     channel.close()

@@ -1,0 +1,33 @@
+"""Data-parallel training that averages its logged loss with an all_reduce only on rank 0:
+rank 1 skips the collective and returns, and rank 0 waits for it forever."""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def train(steps: int = 4) -> dict[str, float]:
+    distributed = "RANK" in os.environ
+    if distributed:
+        dist.init_process_group()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    data = TensorDataset(torch.randn(64, 4, generator=torch.Generator().manual_seed(1)), torch.randn(64, 1, generator=torch.Generator().manual_seed(2)))
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    if distributed:
+        model = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    logged = torch.zeros(1)
+    for step, (x, y) in zip(range(steps), loader):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        logged = loss.detach().reshape(1)
+        if distributed and (rank == 0 or step < steps - 1):
+            dist.all_reduce(logged)  # marker: waiting
+    return {"loss": logged.item() / world}
