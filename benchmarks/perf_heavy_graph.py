@@ -9,8 +9,10 @@ about N autograd nodes per step, default 50,000) and prints, medians over R repe
 - the median step time under each, and the time `full` spent at step boundaries (held bytes,
   graph counts, holder searches: `instrument_s`);
 - how many steps the per-operator instruments saw: on a loop this heavy they stop once the
-  window the leak and sync verdicts need (warm-up + max(min_steps, 16) steps) is covered, so
-  a run shorter than that window is instrumented throughout;
+  window the leak and sync verdicts need is covered: warm-up + max(min_steps, 8) steps when
+  those steps are steady (held memory flat, nothing retained, the same syncs every step),
+  else warm-up + max(min_steps, 16); a run shorter than that window is instrumented
+  throughout;
 - with --stage, the stage's wall time (`traingate run --stages performance`) against the bare
   entrypoint processes it needs.
 The default of 40 steps is the label model's loop this target stands for.
@@ -103,12 +105,13 @@ def main() -> None:
                     graph_nodes = int(data["memory"].get("step_graph_nodes") or 0)
                     window = data.get("instrumentation") or {}
         bare = med(calls["bare"])
-        print(f"target: {args.steps} steps, about {args.nodes:,} autograd nodes per step (measured {graph_nodes:,}); {args.repeat} repeat(s), cpu, OMP_NUM_THREADS=1")
+        print(f"target: {args.steps} steps, about {args.nodes:,} autograd nodes per step (measured {graph_nodes:,}{', the walk cap' if window.get('graph_walk_capped') else ''}); {args.repeat} repeat(s), cpu, OMP_NUM_THREADS=1")
         print(f"entrypoint call: bare {bare:.2f} s, light {med(calls['light']):.2f} s, full {med(calls['full']):.2f} s")
         print(f"  instrumented/bare {med(calls['full']) / bare:.2f}x, light/bare {med(calls['light']) / bare:.2f}x")
         print(f"median step: light {med(steps['light']) * 1e3:.1f} ms, full {med(steps['full']) * 1e3:.1f} ms ({med(steps['full']) / med(steps['light']):.2f}x)")
         print(f"full: {med(boundary_s):.2f} s at step boundaries (held bytes, graph counts, holder searches)")
-        print(f"full: {window.get('ops_per_step')} operators per warm-up step; tracker and sync counter on for {window.get('instrumented_steps')} of {args.steps} steps")
+        ended = "steady, ended early" if window.get("ended_steady") else "whole window"
+        print(f"full: {window.get('ops_per_step')} operators per warm-up step; tracker and sync counter on for {window.get('instrumented_steps')} of {args.steps} steps ({ended}; full window {window.get('window_planned')})")
         if args.stage:
             config = load_config(target)[0]
             runs = 1 + config.performance.timing_runs

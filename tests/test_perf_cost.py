@@ -13,11 +13,13 @@ from typing import Any
 from traingate.pipeline.config import TargetConfig
 from traingate.stages.base import StageContext, run_entrypoint
 from traingate.stages.contract import instruments
-from traingate.stages.performance.probe.instrument import HEAVY_OPS_PER_STEP, WINDOW_STEPS
+from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES
+from traingate.stages.performance.probe.instrument import HEAVY_OPS_PER_STEP, STEADY_WINDOW_STEPS, WINDOW_STEPS
 from traingate.stages.performance.stage import analyse
 
 WARMUP, MIN_STEPS, STEPS = 3, 8, 26
 WINDOW_END = WARMUP + max(MIN_STEPS, WINDOW_STEPS)
+STEADY_END = WARMUP + max(MIN_STEPS, STEADY_WINDOW_STEPS)
 
 # A chain of tiny elementwise operators (about 11 per link forward and backward), a loss read
 # with `.item()` every step (a host sync on CUDA) and, optionally, a list that keeps 4 KiB
@@ -39,19 +41,20 @@ class Chain(nn.Module):
         return x
 
 
-def train(steps: int, links: int, leak: bool = False) -> float:
+def train(steps: int, links: int, leak: bool = False, leak_from: int = 0, log_every: int = 1) -> float:
     torch.manual_seed(0)
     model = Chain(links)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     kept = []
     total = 0.0
-    for _ in range(steps):
+    for step in range(steps):
         optimizer.zero_grad()
         loss = model(torch.randn(2, 4)).pow(2).mean()
         loss.backward()
         optimizer.step()
-        total += loss.item()
-        if leak:
+        if step % log_every == 0:
+            total += loss.item()
+        if leak and step >= leak_from:
             kept.append(torch.zeros(1024))
     return total
 '''
@@ -62,11 +65,11 @@ def _context(root: Path, scratch: Path, call: str = "loop:train", kwargs: dict[s
     return StageContext(stage="performance", root=root, config=config, device="cpu", deadline=time.time() + 600, scratch=scratch)
 
 
-def _profile(tmp_path: Path, links: int, leak: bool) -> tuple[StageContext, dict[str, Any]]:
+def _profile(tmp_path: Path, links: int, leak: bool, **loop: int) -> tuple[StageContext, dict[str, Any]]:
     target = tmp_path / "target"
     target.mkdir(exist_ok=True)
     (target / "loop.py").write_text(LOOP)
-    ctx = _context(target, tmp_path / f"scratch-{links}-{leak}", kwargs={"steps": STEPS, "links": links, "leak": leak})
+    ctx = _context(target, tmp_path / f"scratch-{links}-{leak}", kwargs={"steps": STEPS, "links": links, "leak": leak, **loop})
     run = run_entrypoint(
         ctx, label="profile", instruments=[instruments.PERFORMANCE_FULL],
         options={"warmup_steps": WARMUP, "min_steps": MIN_STEPS}, env=ctx.child_env(OMP_NUM_THREADS="1"),
@@ -82,6 +85,7 @@ def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(tmp_path: Pa
     assert window["ops_per_step"] > HEAVY_OPS_PER_STEP
     assert window["window_end"] == WINDOW_END
     assert window["instrumented_steps"] == WINDOW_END
+    assert window["ended_steady"] is False  # held memory grows: the whole window is needed
     # The step clock runs on: every step is timed, the per-operator measures end with the window.
     assert profile["clock"]["steps"] == STEPS
     assert len(profile["clock"]["host"]["step"]) == STEPS
@@ -117,3 +121,65 @@ def test_a_light_loop_is_instrumented_at_every_step(tmp_path: Path) -> None:
     sync = next(f for f in outcome.findings if f.category.value == "host-sync")
     assert sync.evidence.data["steps_observed"] == STEPS
     assert outcome.details["steps"]["instrumented"] == STEPS
+
+
+def test_a_steady_heavy_loop_ends_its_window_after_the_shortest_one(tmp_path: Path) -> None:
+    """Nothing retained, held memory flat, one `.item()` per step: the per-operator
+    instruments stop after max(min_steps, STEADY_WINDOW_STEPS) steps past warm-up, and the
+    verdicts and notes say over how many steps they were measured and why."""
+    ctx, profile = _profile(tmp_path, HEAVY_OPS_PER_STEP // 8, leak=False)
+    window = profile["instrumentation"]
+    assert window["ops_per_step"] > HEAVY_OPS_PER_STEP
+    assert window["window_planned"] == WINDOW_END
+    assert window["ended_steady"] is True
+    assert window["window_end"] == window["instrumented_steps"] == STEADY_END < WINDOW_END
+    assert profile["clock"]["steps"] == STEPS
+    assert len(profile["memory"]["held_bytes"]) == STEADY_END
+    assert profile["syncs"]["steps_counted"] == STEADY_END
+    # One step's graph (a few thousand nodes) is under the walk cap: counted, not a lower bound.
+    assert 0 < profile["memory"]["step_graph_nodes"] < MAX_WALK_NODES
+    assert window["graph_walk_capped"] is False
+
+    outcome = analyse(ctx, profile, {}, [], None)
+    assert "memory-leak" not in {f.category.value for f in outcome.findings}
+    held = next(m for m in outcome.metrics if m.id == "memory.held_growth")
+    assert held.passed is True  # decided over min_steps points, not left undecided
+    sync = next(f for f in outcome.findings if f.category.value == "host-sync")
+    assert sync.evidence.data["steps_observed"] == STEADY_END
+    assert sync.evidence.data["per_step"] == 1.0
+    profiled = next(m for m in outcome.metrics if m.id == "steps.profiled")
+    assert f"first {STEADY_END} steps" in (profiled.note or "") and "did not change" in (profiled.note or "")
+
+
+def test_a_heavy_loop_whose_syncs_vary_keeps_the_whole_window(tmp_path: Path) -> None:
+    """`.item()` every other step: the per-step sync pattern is not steady, so the window is
+    not cut short (a rate over a few steps could miss a sync made every k-th step)."""
+    _, profile = _profile(tmp_path, HEAVY_OPS_PER_STEP // 8, leak=False, log_every=2)
+    window = profile["instrumentation"]
+    assert window["ended_steady"] is False
+    assert window["instrumented_steps"] == WINDOW_END
+
+
+def test_a_leak_that_starts_after_warm_up_keeps_the_whole_window(tmp_path: Path) -> None:
+    """A list that starts keeping 4 KiB per step a few steps after warm-up: the held memory
+    moves within the shortest window, so the window runs to its end and the leak is found."""
+    ctx, profile = _profile(tmp_path, HEAVY_OPS_PER_STEP // 8, leak=True, leak_from=WARMUP + 2)
+    window = profile["instrumentation"]
+    assert window["ended_steady"] is False
+    assert window["instrumented_steps"] == WINDOW_END
+    outcome = analyse(ctx, profile, {}, [], None)
+    assert "memory-leak" in {f.category.value for f in outcome.findings}
+
+
+def test_a_graph_larger_than_the_walk_cap_is_counted_up_to_it_and_says_so(tmp_path: Path) -> None:
+    """One step's autograd graph past MAX_WALK_NODES: the walk stops at the cap, the record
+    says the count is a lower bound, and the node-growth metric's note says graphs are not
+    followed by node count on this loop."""
+    links = MAX_WALK_NODES // 3 + 200  # three nodes per link: past the cap
+    ctx, profile = _profile(tmp_path, links, leak=False)
+    assert profile["memory"]["step_graph_nodes"] == MAX_WALK_NODES
+    window = profile["instrumentation"]
+    assert window["graph_walk_capped"] is True and window["graph_walk_cap"] == MAX_WALK_NODES
+    outcome = analyse(ctx, profile, {}, [], None)
+    nodes = next(m for m in outcome.metrics if m.id == "memory.graph_nodes_growth")
+    assert f"at least {MAX_WALK_NODES:,} nodes" in (nodes.note or "")

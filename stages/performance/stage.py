@@ -124,7 +124,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         note=(
             f"held by {nodes['held_by']}, counted at steps {', '.join(str(p[0]) for p in nodes['points'])}" if nodes["held_by"]
             else "no named tensor or container was seen holding a growing autograd graph at the checks"
-        ),
+        ) + _graph_walk_note(profile),
     ))
     if verdict["steps"] < min_steps and not verdict["leak"]:
         not_measured.append(f"Memory leak: {verdict['reason']}.")
@@ -251,8 +251,19 @@ def _window_note(profile: dict[str, Any], steps: int) -> str:
     counted = _instrumented_steps(profile, steps)
     if counted >= steps:
         return ""
-    ops = (profile.get("instrumentation") or {}).get("ops_per_step")
-    return f"; about {ops:,} operators per step, so memory and syncs were measured over the first {counted} steps only (step times over all)"
+    window = profile.get("instrumentation") or {}
+    note = f"; about {window.get('ops_per_step') or 0:,} operators per step, so memory and syncs were measured over the first {counted} steps only (step times over all)"
+    if window.get("ended_steady"):
+        note += f"; the window ended before its {window.get('window_planned')} steps because held memory, retained tensors and syncs per step did not change over them"
+    return note
+
+
+def _graph_walk_note(profile: dict[str, Any]) -> str:
+    """On a loop whose one step's graph reaches the walk cap, node counts are lower bounds."""
+    window = profile.get("instrumentation") or {}
+    if not window.get("graph_walk_capped"):
+        return ""
+    return f"; one step's autograd graph has at least {window.get('graph_walk_cap') or 0:,} nodes, where graph walks stop, so graphs held across steps are not followed by node count on this loop (retained bytes still are)"
 
 
 def _fastest(clocks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:

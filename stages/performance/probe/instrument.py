@@ -10,9 +10,14 @@ The tracker and the sync counter cost a few microseconds per operator. On a loop
 runs more than `HEAVY_OPS_PER_STEP` operators (a long chain of small ones: a label model
 with 50,000 autograd nodes) that multiplies the step time several times over, so there they
 are switched off once the window the leak and sync verdicts need is covered: warm-up plus
-max(min_steps, `WINDOW_STEPS`) steps. The step clock and the sampler keep running; the held
-memory series, the checks and the sync counts end with the window, and the run reports how
-many steps were instrumented.
+max(min_steps, `WINDOW_STEPS`) steps. The window ends sooner, after max(min_steps,
+`STEADY_WINDOW_STEPS`) steps past warm-up, when those steps show nothing for a longer one to
+find: the held memory has not moved (by `STEADY_BYTES` in all), no storage made after
+warm-up outlives the step after the one that made it, no check found retained tensors or a
+graph held across steps, and every step made the same syncs at the same sites. The step
+clock and the sampler keep running; the held memory series, the checks and the sync counts
+end with the window, and the run reports how many steps were instrumented and why the
+window ended where it did.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 import torch
 
 from traingate.stages.performance.probe.clock import StepClock
-from traingate.stages.performance.probe.frame_index import FrameIndex, site_record
+from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES, FrameIndex, site_record
 from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, held_graph_nodes, live_tensors_with, named_graphs, target_stack
 from traingate.stages.performance.probe.sampler import Sampler
 from traingate.stages.performance.probe.syncs import SyncCounter
@@ -41,6 +46,13 @@ COVERAGE = 0.75
 # length after warm-up.
 HEAVY_OPS_PER_STEP = 10_000
 WINDOW_STEPS = 16
+# The shortest window after warm-up on a heavy loop, taken when its steps are steady (an
+# instrumented step of a 50,000-node chain costs about four bare ones:
+# benchmarks/perf_heavy_graph.py).
+STEADY_WINDOW_STEPS = 8
+# Total movement of the held memory a steady window allows: the leak analysis's floor per
+# step (MIN_SLOPE_BYTES in stages/performance/leak.py, which the probe does not import).
+STEADY_BYTES = 64
 
 
 class LightProbe:
@@ -71,6 +83,8 @@ class FullProbe:
         self.min_steps = 8
         self.ops_per_step: int | None = None  # operators in the last warm-up step
         self.window_end: int | None = None  # step count at which per-operator work stops; None: never
+        self.window_planned: int | None = None  # the full window's end on a heavy loop
+        self.ended_steady = False  # the window ended early: its steps were steady
         self._ops_mark = 0
 
     def install(self, ctx: Any) -> None:
@@ -109,10 +123,28 @@ class FullProbe:
         if self.ops_per_step is None and completed >= max(1, self.warmup):
             self.ops_per_step = step_ops
             if step_ops > HEAVY_OPS_PER_STEP:
-                self.window_end = self.warmup + max(self.min_steps, WINDOW_STEPS)
-        if self.window_end is not None and completed >= self.window_end:
+                self.window_end = self.window_planned = self.warmup + max(self.min_steps, WINDOW_STEPS)
+        if self.window_end is None:
+            return
+        if self.warmup + max(self.min_steps, STEADY_WINDOW_STEPS) <= completed < self.window_end and self._steady(completed):
+            self.window_end, self.ended_steady = completed, True
+        if completed >= self.window_end:
             self.tracker.pause()
             self.syncs.stop(completed)
+
+    def _steady(self, completed: int) -> bool:
+        """Whether the steps since warm-up leave a longer window nothing to find: held memory
+        flat, nothing made after warm-up kept past the next step, no retained tensors or
+        graphs at the checks, the same syncs at every step."""
+        held = self.series[self.warmup :]
+        if not held or max(held) - min(held) >= STEADY_BYTES or self._tracer is not None:
+            return False
+        if any(c["sites"] or c["holder"] or c["graphs"] for c in self.checks):
+            return False
+        device = "cpu" if not self.clock.training_device.startswith("cuda") else "cuda"
+        if self.tracker.survivors(self.warmup, completed - 2, device):
+            return False
+        return self.syncs.steady(self.warmup, completed - 1)
 
     def _checkpoint(self, now: int) -> None:
         """Which creation sites have tensors surviving from most earlier steps, and what
@@ -215,8 +247,13 @@ class FullProbe:
                 "ops_per_step": self.ops_per_step,
                 "heavy_ops_per_step": HEAVY_OPS_PER_STEP,
                 "window_end": self.window_end,
+                "window_planned": self.window_planned,
+                "ended_steady": self.ended_steady,
                 # Steps whose operators the tracker and sync counter saw.
                 "instrumented_steps": steps if self.window_end is None else min(steps, self.window_end),
+                # One step's graph was counted up to the walk cap: its size is "at least" this.
+                "graph_walk_capped": self.clock.step_graph_nodes >= MAX_WALK_NODES,
+                "graph_walk_cap": MAX_WALK_NODES,
             },
         }
 
@@ -251,7 +288,7 @@ def _storage_keys(sites: list[tuple[Any, list[Entry], set[int]]], last: int) -> 
     keys: set[int] = set()
     for _, entries, _ in sites[:4]:
         for entry in sorted((e for e in entries if e.step <= last), key=lambda e: -e.step)[:3]:
-            storage = entry.ref()
+            storage = entry()
             if storage is not None:
                 keys.add(storage._cdata)
     return keys

@@ -45,6 +45,9 @@ class Sampler:
                 continue
             frame = sys._current_frames().get(main)
             site = self.frames.innermost(frame)
+            # Held until the next sample, the frame (and the frames above it) would keep the
+            # loop's tensors of that moment alive: memory the tracker would count as held.
+            frame = None
             key = (phase or "rest", site, self.clock.completed)
             self.counts[key] = self.counts.get(key, 0) + 1
             self.taken += 1

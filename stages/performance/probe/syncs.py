@@ -99,6 +99,11 @@ class SyncCounter:
         self.recording = True
         self.steps_counted: int | None = None
 
+    def steady(self, first: int, last: int) -> bool:
+        """Whether every step interval in [first, last] made the same syncs, site by site."""
+        patterns = {frozenset((key, r.per_step[step]) for key, r in self.records.items() if r.per_step.get(step)) for step in range(first, last + 1)}
+        return len(patterns) <= 1
+
     def stop(self, completed: int) -> None:
         """Count nothing from step interval `completed` on."""
         self.recording = False

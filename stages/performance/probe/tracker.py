@@ -60,17 +60,27 @@ _ENGINE_CODE = getattr(_ENGINE_RUN, "__code__", None)
 _ENGINE_SEARCH = 4  # frames between the dispatch mode and the engine's (torch's wrappers)
 
 
-@dataclass(slots=True)
-class Entry:
-    """One live storage."""
+class Entry(weakref.ref[Any]):
+    """One live storage: a weak reference to it (call the entry for the storage, None once
+    freed) carrying what was recorded when it was made. One object per storage, with one
+    shared release callback, instead of an entry, a reference and a closure: fewer objects
+    per operator for the garbage collector to track on a loop of many small operators."""
 
-    ref: Any  # weakref to the UntypedStorage
+    __slots__ = ("key", "nbytes", "site", "step", "tensor", "device", "bound")
+    key: int  # the storage's identity in the registry
     nbytes: int
     site: Site | None
     step: int  # interval it was created in; -1 before training
     tensor: Any  # weakref to the first tensor seen with it, or None
     device: str
-    bound: bool = False  # on a CPU run: holds model state or what was computed from it
+    bound: bool  # on a CPU run: holds model state or what was computed from it
+
+    def __new__(cls, storage: Any, callback: Any, *fields: Any) -> Entry:
+        return super().__new__(cls, storage, callback)
+
+    def __init__(self, storage: Any, callback: Any, key: int, nbytes: int, site: Site | None, step: int, tensor: Any, device: str, bound: bool = False) -> None:
+        # weakref.ref.__new__ made the reference; its __init__ only re-reads the arguments.
+        self.key, self.nbytes, self.site, self.step, self.tensor, self.device, self.bound = key, nbytes, site, step, tensor, device, bound
 
 
 @dataclass
@@ -92,8 +102,9 @@ class _Mode(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         tracker = self.tracker
-        # The main thread, or the autograd engine's device threads while the main thread waits in backward.
-        if tracker.active and os.getpid() == tracker.pid and (threading.get_ident() == tracker.clock.main_thread or tracker.clock._in_backward):
+        # The main thread, or the autograd engine's device threads while the main thread waits
+        # in backward. A process forked from this one (a DataLoader worker) has `active` off.
+        if tracker.active and (threading.get_ident() == tracker.clock.main_thread or tracker.clock._in_backward):
             tracker.on_op(func, args, kwargs, out)
         return out
 
@@ -127,6 +138,13 @@ class Tracker:
         self.active = True
         self._engine_key: tuple[int, int] | None = None  # (backward call, engine frame id)
         self._engine_site: Site | None = None
+        self._release = self._released  # one bound method for every storage's weak reference
+        # Checked once at fork instead of `os.getpid()` per operator.
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        if os.getpid() != self.pid:
+            self.active = False
 
     def install(self) -> None:
         self._wrap_autocast()
@@ -237,23 +255,20 @@ class Tracker:
             tensor_ref = weakref.ref(tensor)
         except TypeError:
             tensor_ref = None
-        registry = self.registry
-
-        def released(_: Any, key: int = key) -> None:
-            entry = registry.pop(key, None)
-            if entry is not None:
-                self.live_bytes -= entry.nbytes
-
+        step = self.clock.completed if self.clock.started else -1
         try:
-            ref = weakref.ref(storage, released)
+            self.registry[key] = Entry(storage, self._release, key, nbytes, site, step, tensor_ref, storage.device.type, bound)
         except TypeError:
             return
-        step = self.clock.completed if self.clock.started else -1
-        self.registry[key] = Entry(ref, nbytes, site, step, tensor_ref, storage.device.type, bound)
         self.registered += 1
         self.live_bytes += nbytes
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
+
+    def _released(self, freed: Entry) -> None:
+        if self.registry.get(freed.key) is freed:
+            del self.registry[freed.key]
+            self.live_bytes -= freed.nbytes
 
     def _creation_site(self, frame: Any) -> Site | None:
         """The innermost target frame above the operator's caller `frame`. Inside backward,
@@ -289,7 +304,7 @@ class Tracker:
             return int(torch.cuda.memory_allocated(torch.device(device)))
         total = 0
         for entry in list(self.registry.values()):
-            storage = entry.ref()
+            storage = entry()
             if storage is None:
                 continue
             try:
