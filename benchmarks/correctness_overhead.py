@@ -1,6 +1,7 @@
 """Wall time of the correctness stage over the bare entrypoint runs it needs.
 
     python benchmarks/correctness_overhead.py [--target tests/targets/corr_clean] [--heavy] [--repeat 3]
+    python benchmarks/correctness_overhead.py --target tests/targets/corr_ddp_clean --repeat 3
 
 Per repetition, `traingate run --stages correctness` runs on the target, then the same runs
 bare: plain `python -c` calls of the entrypoint with each run's kwargs (the configured ones,
@@ -10,8 +11,13 @@ optimizer step while their bare counterparts train to the end, so the ratio over
 flatters the stage a little; the instrumented run against its own bare run does not.
 `--heavy` writes a target with a 4M-parameter MLP and 60 steps, where the per-step cost of
 the parameter fingerprints shows rather than process start-up.
+A target with a `[tool.traingate.distributed]` section gets, for the stage's distributed run,
+one bare distributed run instead: `python -m torch.distributed.run --standalone
+--nproc-per-node N` on a script that calls the entrypoint with the configured kwargs
+(OMP_NUM_THREADS=1, torchrun's own default for more than one rank, set to keep its warning out).
 Printed: the stage's duration (its agent process, as in report.json), the bare runs' total,
-the instrumented run against its bare run, and the ratios (goal <= 1.5x).
+the instrumented run against its bare run, the distributed run (the stage's harness child)
+against the bare torchrun run where there is one, and the ratios (goal <= 1.5x).
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ sys.path.insert(0, str(REPO))
 from traingate.pipeline.config import load_config  # noqa: E402
 
 GOAL = 1.5
+# torch's gloo teardown can abort a rank at interpreter exit after the training finished (the
+# stage's ranks never reach that teardown); such a bare torchrun run is tried again.
+TEARDOWN_ABORT = "terminate called without an active exception"
+DISTRIBUTED_TRIES = 3
 
 HEAVY_PYPROJECT = """[tool.traingate]
 task = "CORR-HEAVY"
@@ -57,18 +67,43 @@ def train(steps: int = 60) -> float:
 """
 
 
-def bare_run(target: Path, kwargs: dict[str, object]) -> float:
-    """One plain call of the configured entrypoint with `kwargs` over the configured ones."""
+def bare_code(target: Path, kwargs: dict[str, object]) -> str:
+    """Python source that calls the configured entrypoint with `kwargs` over the configured ones."""
     config, _ = load_config(target)
     ep = config.entrypoint
     assert ep is not None and ep.call, "the target has no callable entrypoint"
     module, _, function = ep.call.partition(":")
     merged = {**ep.kwargs, **kwargs}
-    code = f"import sys, torch; sys.path.insert(0, '.'); torch.manual_seed({ep.seed:d})\nfrom {module} import {function} as f\nf(**{merged!r})\n"
-    env = {**os.environ, "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": ""}
+    return f"import sys, torch; sys.path.insert(0, '.'); torch.manual_seed({ep.seed:d})\nfrom {module} import {function} as f\nf(**{merged!r})\n"
+
+
+def timed(argv: list[str], target: Path, **extra_env: str) -> float:
+    """Wall time of `argv` run in the target's folder, on the CPU."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "", **extra_env}
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], cwd=target, env=env, check=True, capture_output=True)
+    subprocess.run(argv, cwd=target, env=env, check=True, capture_output=True, text=True)
     return time.perf_counter() - started
+
+
+def bare_run(target: Path, kwargs: dict[str, object]) -> float:
+    """One plain call of the configured entrypoint with `kwargs` over the configured ones."""
+    return timed([sys.executable, "-c", bare_code(target, kwargs)], target)
+
+
+def bare_distributed_run(target: Path, nproc: int, script: Path) -> float:
+    """The configured entrypoint under torchrun with `nproc` ranks, as `torchrun --standalone`
+    starts it; `script` is written here (torchrun runs a file, not `-c`)."""
+    script.write_text(bare_code(target, {}))
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script)]
+    attempt = 1
+    while True:
+        try:
+            return timed(argv, target, OMP_NUM_THREADS="1")
+        except subprocess.CalledProcessError as failed:
+            if TEARDOWN_ABORT not in failed.stderr or attempt == DISTRIBUTED_TRIES:
+                raise SystemExit(f"bare torchrun run failed ({failed.returncode}): {failed.stderr[-2000:]}") from failed
+            print(f"  (bare torchrun try {attempt}: a rank aborted at exit, {TEARDOWN_ABORT!r}; trying again)", flush=True)
+            attempt += 1
 
 
 def stage_run(target: Path, out: Path) -> tuple[float, list[dict[str, object]]]:
@@ -96,10 +131,16 @@ def main() -> None:
             target.mkdir()
             (target / "pyproject.toml").write_text(HEAVY_PYPROJECT)
             (target / "train.py").write_text(HEAVY_TRAIN)
-        stage_s, bare_s, ratios, first_ratios = [], [], [], []
+        distributed = load_config(target)[0].distributed
+        script = Path(tmp) / "bare_distributed.py"
+        stage_s, bare_s, ratios, first_ratios, distributed_ratios = [], [], [], [], []
         for index in range(args.repeat):
             duration, runs = stage_run(target, Path(tmp) / f"out{index}")
-            bare_runs = [bare_run(target, dict(r.get("kwargs") or {})) for r in runs]  # type: ignore[call-overload]
+            bare_runs = [
+                bare_distributed_run(target, distributed.nproc, script) if distributed is not None and r["label"] == "distributed"
+                else bare_run(target, dict(r.get("kwargs") or {}))  # type: ignore[call-overload]
+                for r in runs
+            ]
             bare = sum(bare_runs)
             instrumented = float(runs[0]["duration_s"])  # type: ignore[arg-type]
             stage_s.append(duration)
@@ -111,11 +152,18 @@ def main() -> None:
                 f"ratio {duration / bare:.2f}x; instrumented run {instrumented:.2f}s vs bare {bare_runs[0]:.2f}s ({instrumented / bare_runs[0]:.2f}x)",
                 flush=True,
             )
+            for run, bare_one in zip(runs, bare_runs, strict=True):
+                if distributed is not None and run["label"] == "distributed":
+                    staged = float(run["duration_s"])  # type: ignore[arg-type]
+                    distributed_ratios.append(staged / bare_one)
+                    print(f"  distributed run {staged:.2f}s vs bare torchrun {bare_one:.2f}s ({staged / bare_one:.2f}x)", flush=True)
         ratio = statistics.median(ratios)
         print(f"\ntarget {'heavy MLP' if args.heavy else target.name}, {args.repeat} repetition(s), medians:")
         print(f"  correctness stage         {statistics.median(stage_s):7.2f} s")
         print(f"  bare entrypoint runs      {statistics.median(bare_s):7.2f} s")
         print(f"  instrumented run / bare   {statistics.median(first_ratios):7.2f}x")
+        if distributed is not None and distributed_ratios:
+            print(f"  distributed run / torchrun{statistics.median(distributed_ratios):7.2f}x  ({distributed.nproc} ranks, {len(distributed_ratios)} of {args.repeat} repetition(s))")
         print(f"  ratio stage / bare        {ratio:7.2f}x  (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'missed'})")
 
 

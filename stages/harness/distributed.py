@@ -323,9 +323,13 @@ def rank_main(request: EntrypointRequest, folder: str, nonce: str) -> None:
     where = Path(folder)
     guard.install_in_worker(str(_rank_file(where, rank, "stacks")))
     _write(_rank_file(where, rank, "pid"), str(os.getpid()))
-    if request.device == "cuda":
-        import torch
+    import torch
 
+    if "OMP_NUM_THREADS" not in os.environ:
+        # What torchrun does for more than one rank: one thread each, so N ranks do not
+        # oversubscribe the cores (a forked rank inherits the launcher's thread pool size).
+        torch.set_num_threads(1)
+    if request.device == "cuda":
         torch.cuda.set_device(local_rank)
     _default_backend(request.distributed.backend)
     counter = _CollectiveCounter(Path(request.target_root).resolve(), _rank_file(where, rank, "collectives"))
