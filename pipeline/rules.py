@@ -274,6 +274,17 @@ RULES: tuple[Rule, ...] = (
         "Pass shuffle=True (or a shuffling sampler) to the training DataLoader, and call sampler.set_epoch(epoch) at the start of every epoch with a DistributedSampler.",
     ),
     Rule(
+        Category.NO_LEARNING, "correctness", Severity.CRITICAL,
+        "the loss became NaN or inf during training, or (opt-in) does not fall when training on one repeated batch",
+        "Runs the entrypoint with every backward call's loss kept; with `overfit_steps` configured, once more with every DataLoader repeating its first batch, for that many optimizer steps.",
+        "Observed: the first backward call whose loss (unscaled, when a GradScaler scaled it) is not finite, with its optimizer step and the line that called backward; "
+        "reported when the run never recovers (its last loss or a parameter is still NaN or inf at the end), not for an overflow a GradScaler or guard skipped. "
+        "On one batch: the first step's loss against the mean of the last three, against `overfit_min_reduction`.",
+        _POLICY,
+        "From that step on the gradients are NaN or inf and every update corrupts the weights: the run trains nothing.",
+        "Find what produces the non-finite value before the step shown (log of 0, division by 0, a learning rate too high, fp16 overflow without a GradScaler).",
+    ),
+    Rule(
         Category.DDP_DIVERGENCE, "correctness", Severity.HIGH,
         "under torchrun, the ranks' model parameters differ after training, or every rank trained on the same batches",
         "With `[tool.traingate.distributed] nproc` configured: runs the entrypoint under torchrun (`torch.distributed` elastic launch, gloo on the CPU, NCCL on CUDA) with that many ranks, "
@@ -286,17 +297,6 @@ RULES: tuple[Rule, ...] = (
         "so N processes do the work of one.",
         "Wrap the model in DistributedDataParallel (which broadcasts rank 0's weights and averages the gradients), seed the weights the same on every rank, use SyncBatchNorm (or DDP's broadcast_buffers) "
         "for BatchNorm, and give the training DataLoader a DistributedSampler.",
-    ),
-    Rule(
-        Category.NO_LEARNING, "correctness", Severity.CRITICAL,
-        "the loss became NaN or inf during training, or (opt-in) does not fall when training on one repeated batch",
-        "Runs the entrypoint with every backward call's loss kept; with `overfit_steps` configured, once more with every DataLoader repeating its first batch, for that many optimizer steps.",
-        "Observed: the first backward call whose loss (unscaled, when a GradScaler scaled it) is not finite, with its optimizer step and the line that called backward; "
-        "reported when the run never recovers (its last loss or a parameter is still NaN or inf at the end), not for an overflow a GradScaler or guard skipped. "
-        "On one batch: the first step's loss against the mean of the last three, against `overfit_min_reduction`.",
-        _POLICY,
-        "From that step on the gradients are NaN or inf and every update corrupts the weights: the run trains nothing.",
-        "Find what produces the non-finite value before the step shown (log of 0, division by 0, a learning rate too high, fp16 overflow without a GradScaler).",
     ),
     Rule(
         Category.HANG, ANY_STAGE, Severity.CRITICAL,
