@@ -177,3 +177,20 @@ def test_batchnorm_statistics_that_nothing_synchronises_are_reported(tmp_path: P
     assert finding.evidence.data["buffers"] == [{"name": "m.1.running_mean", "max_abs_difference": 0.25}]
     # Identical buffers are no finding whatever the wrapping.
     assert divergence_findings(ctx, [watches[0], watches[0]], Location(path="train.py")) == []
+
+
+def test_unsynchronised_batchnorm_statistics_end_to_end(gate) -> None:
+    # DDP keeps the weights identical (no parameter differs), but with broadcast_buffers=False
+    # each rank's running statistics follow its own batches.
+    run = gate("corr_ddp_batchnorm", *STAGE)
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "ddp-divergence" and finding["blocking"] is True
+    assert located(finding) == ("train.py", marker_line("corr_ddp_batchnorm", "batchnorm"))
+    data = finding["evidence"]["data"]
+    assert data["reason"] == "batchnorm-buffers"
+    assert {b["name"].rsplit(".", 1)[1] for b in data["buffers"]} == {"running_mean", "running_var"}
+    assert all(b["max_abs_difference"] > 0 for b in data["buffers"])
+    assert [w["broadcast_buffers"] for w in data["ddp_wrappers"]] == [False]
+    [metric] = [m for m in run.stage("correctness")["metrics"] if m["id"] == "distributed.parameters_differing"]
+    assert (metric["value"], metric["passed"]) == (0, True)
