@@ -168,3 +168,49 @@ def test_graphs_kept_in_a_container_or_grown_by_one_tensor_are_leaks(tmp_path: P
     assert grown.location.line == 14 and grown.evidence.data["nodes_at_step"] == [[11, 74], [19, 130], [35, 242]]
     bounded = {**running, "checks": [{**c, "graphs": [{**graph, "nodes": 40}]} for c in running["checks"]]}
     assert perf_memory.analyse(make_ctx(tmp_path), bounded, 3, 8, "cpu")[1] == []
+
+
+@pytest.mark.parametrize(
+    ("source", "enables"),
+    [
+        # nanoGPT's shape: a null context on the CPU, autocast on any other device.
+        ("ctx = nullcontext() if device_type == 'cpu' else torch.amp.autocast(device_type=device_type, dtype=ptdtype)\n", "only off the CPU"),
+        ("ctx = torch.autocast('cuda', dtype=torch.float16) if x.device.type == 'cuda' else nullcontext()\n", "only on CUDA"),
+        ("ctx = nullcontext() if not torch.cuda.is_available() else torch.cuda.amp.autocast()\n", "only on CUDA"),
+        ("if device.type != 'cpu':\n    ctx = autocast(device.type)\nelse:\n    ctx = nullcontext()\n", "only off the CPU"),
+        ("if 'cuda' in device and use_amp:\n    with torch.autocast('cuda'):\n        loss = model(x)\n", "only on CUDA"),
+    ],
+)
+def test_autocast_chosen_by_a_device_check_is_a_cuda_only_gate(tmp_path: Path, source: str, enables: str) -> None:
+    (tmp_path / "train.py").write_text("import torch\n" + source)
+    gate = perf_amp.cuda_only_gate(tmp_path, {"dtype"}, ["train.py"])
+    assert gate is not None and (gate["path"], gate["line"], gate["enables"]) == ("train.py", 2, enables)
+    assert "autocast" in gate["code"] or gate["code"].startswith("if ")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # Autocast on the CPU side of the check: the CPU run should have entered it.
+        "ctx = torch.autocast('cpu') if device_type == 'cpu' else nullcontext()\n",
+        "if device.type == 'cuda':\n    ctx = nullcontext()\nelse:\n    ctx = torch.autocast('cpu')\n",
+        # A test that is no device check, and a device check that chooses no autocast.
+        "ctx = torch.autocast('cpu') if use_amp else nullcontext()\n",
+        "scale = 2.0 if device_type == 'cpu' else 1.0\n",
+    ],
+)
+def test_autocast_not_kept_off_the_cpu_by_a_device_check_is_no_gate(tmp_path: Path, source: str) -> None:
+    (tmp_path / "train.py").write_text("import torch\n" + source)
+    assert perf_amp.cuda_only_gate(tmp_path, {"dtype"}, ["train.py"]) is None
+
+
+def test_a_script_s_inactive_amp_is_named_by_its_amp_arguments(tmp_path: Path) -> None:
+    ctx = make_ctx(tmp_path, entrypoint={"script": "train.py", "amp_args": {"on": ["--dtype=bfloat16"], "off": ["--dtype=float32"]}})
+    counts = {"matmul_dtypes_in_steps": {"float32": 40}, "reduced_in_steps": 0, "autocast": []}
+    finding, metrics = perf_amp.inactive_check(ctx, counts, [], "amp_args", "cpu")
+    assert finding is not None and metrics == []
+    assert finding.problem.startswith("With the script's AMP arguments (`--dtype=bfloat16`), all 40 matrix products")
+    assert "the script's AMP arguments switch nothing on" in finding.problem and "amp_args=True" not in finding.problem
+    keyword = make_ctx(tmp_path, entrypoint={"call": "m:f", "amp_flag": "use_amp"})
+    finding, _ = perf_amp.inactive_check(keyword, counts, [], "use_amp", "cpu")
+    assert finding is not None and finding.problem.startswith("With `use_amp=True`, all 40") and "the flag switches nothing on" in finding.problem

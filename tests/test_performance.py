@@ -219,3 +219,44 @@ def test_example_v6_batching_holds_nothing_and_its_item_syncs_are_counted(tmp_pa
     syncs = {f["location"]["line"] for f in run.findings("host-sync") if f["location"]["path"] == "utils/tier3_training_utilities.py"}
     assert item_lines <= syncs
     assert not syncs & set(stacking)
+
+
+ONE_HOT_LOOP = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def run(steps: int = 20) -> None:
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = nn.Linear(3, 3).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    labels = torch.randint(0, 3, (steps, 8))
+    labels[:, 0] = 2  # every batch holds the largest class: both one_hots have 3 columns
+    for step in range(steps):
+        y = labels[step].to(device)
+        counted = F.one_hot(y, 3).float()  # marker: one-hot-with-classes
+        sized = F.one_hot(y).float()  # marker: one-hot-sized-by-data
+        loss = ((model(counted) - sized) ** 2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+def test_one_hot_syncs_only_where_cuda_would(tmp_path: Path) -> None:
+    # On a CPU tensor one_hot reads min and max back as range checks; on CUDA it reads
+    # nothing when given the class count, and the max once (to size the result) without it.
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "loop.py").write_text(ONE_HOT_LOOP)
+    (target / "traingate.toml").write_text('task = "one-hot"\ntests = false\ntimeout_s = 120\n\n[entrypoint]\ncall = "loop:run"\n')
+    run = perf_gate(target, tmp_path / "out")
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {row["line"]: row for row in run.stage("performance")["details"]["syncs"]["rows"] if row["path"] == "loop.py"}
+    assert marker_line(target / "loop.py", "one-hot-with-classes") not in rows
+    sized = rows[marker_line(target / "loop.py", "one-hot-sized-by-data")]
+    assert sized["kinds"] == ["scalar read (one_hot without num_classes reads the largest class)"]
+    assert sized["per_step"] == pytest.approx(1.0)
+    [finding] = run.findings("host-sync")
+    assert finding["location"]["line"] == sized["line"] and finding["severity"] == "low"

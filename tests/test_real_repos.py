@@ -152,10 +152,6 @@ def test_segmentation_loop_with_gradscaler_passes_and_its_item_is_the_sync(gate)
     assert "GradScaler protocol checked" in run.stage("concurrency")["summary"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stages/performance counts the CPU-only range checks of F.one_hot(y, n_classes) as host syncs that would happen on CUDA",
-)
 def test_one_hot_with_a_class_count_is_not_a_host_sync(gate):
     target = TARGETS / "real_onehot_segmentation"
     run = gate("real_onehot_segmentation", "--stages", "performance")
@@ -163,11 +159,6 @@ def test_one_hot_with_a_class_count_is_not_a_host_sync(gate):
     assert lines == {line_of(target / "segment.py", "# marker: item")}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stages/performance recognises a CUDA-only AMP gate only as `flag and <cuda check>`, not as "
-    "`nullcontext() if device_type == 'cpu' else torch.amp.autocast(...)`",
-)
 def test_autocast_chosen_by_device_is_not_applicable_on_a_cpu(gate):
     # The shape of karpathy/nanoGPT's train.py: `--dtype=bfloat16` on a CPU enters no autocast, on purpose.
     target = TARGETS / "real_device_gated_autocast"
@@ -176,6 +167,9 @@ def test_autocast_chosen_by_device_is_not_applicable_on_a_cpu(gate):
     assert not run.findings("amp-inactive")
     note = {m["id"]: m for m in run.stage("performance")["metrics"]}["amp.active"]["note"]
     assert note.startswith("not applicable on cpu") and f"train.py:{line_of(target / 'train.py', '# marker: device gate')}" in note
+    # A script's AMP setting is its arguments, not a keyword set to True.
+    assert "with the script's AMP arguments (`--dtype=bfloat16`) it computed in fp32" in note and "amp_args" not in note
+    assert "--device cuda" in note
 
 
 def test_script_that_trains_at_import_is_called_through_its_setup(gate):

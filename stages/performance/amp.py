@@ -156,9 +156,14 @@ def amp_location(amp_counts: dict[str, Any] | None, forward_sites: list[Any]) ->
 
 
 def cuda_only_gate(root: Path, names: set[str], files: list[str]) -> dict[str, Any] | None:
-    """Where the target switches AMP on only on CUDA: an `and` of the flag with a CUDA check
-    (`use_amp and torch.cuda.is_available()`, `self.use_amp and device.type == "cuda"`), in
-    the files the training ran through (then the rest of the target's files, a bounded few)."""
+    """Where the target switches AMP on only on CUDA, in the files the training ran through
+    (then the rest of the target's files, a bounded few). Two shapes:
+    - an `and` of the flag with a CUDA check (`use_amp and torch.cuda.is_available()`,
+      `self.use_amp and device.type == "cuda"`);
+    - a conditional expression or `if` statement whose test is a device check and whose branch
+      on the non-CPU side builds the autocast (`nullcontext() if device_type == "cpu" else
+      torch.amp.autocast(...)`, `if device.type == "cuda": with torch.autocast(...)`).
+    The result's `enables` says on which side of the check AMP is on."""
     seen: set[Path] = set()
     candidates = [root / f for f in files] + sorted(p for p in root.rglob("*.py") if not _skipped(p.relative_to(root)))[:_MAX_SCANNED_FILES]
     for path in candidates:
@@ -175,7 +180,11 @@ def cuda_only_gate(root: Path, names: set[str], files: list[str]) -> dict[str, A
                 flagged = any(_names_flag(value, names) for value in node.values)
                 if flagged and any(_checks_cuda(value) for value in node.values):
                     code = ast.get_source_segment(source, node) or ""
-                    return {"path": str(path.relative_to(root)), "line": node.lineno, "code": code[:200]}
+                    return {"path": str(path.relative_to(root)), "line": node.lineno, "code": code[:200], "enables": "only on CUDA"}
+            elif isinstance(node, (ast.IfExp, ast.If)):
+                gate = _device_chosen_autocast(node, source)
+                if gate is not None:
+                    return {"path": str(path.relative_to(root)), "line": node.lineno, **gate}
     return None
 
 
@@ -202,6 +211,87 @@ def _checks_cuda(node: ast.AST) -> bool:
     return False
 
 
+def _device_chosen_autocast(node: ast.IfExp | ast.If, source: str) -> dict[str, str] | None:
+    """`code` and `enables` of a conditional whose test is a device check and whose non-CPU
+    branch builds the autocast; None for any other conditional."""
+    on_gpu_when_true = _device_test(node.test)
+    if on_gpu_when_true is None:
+        return None
+    if isinstance(node, ast.IfExp):
+        gpu_side: list[ast.AST] = [node.body if on_gpu_when_true else node.orelse]
+        code = ast.get_source_segment(source, node) or ""
+    else:
+        gpu_side = list(node.body if on_gpu_when_true else node.orelse)
+        code = f"if {ast.get_source_segment(source, node.test) or ''}:"
+    if not any(_builds_autocast(sub) for branch in gpu_side for sub in ast.walk(branch)):
+        return None
+    cpu_test = any(isinstance(sub, ast.Constant) and sub.value == "cpu" for sub in ast.walk(node.test))
+    return {"code": code[:200], "enables": "only off the CPU" if cpu_test else "only on CUDA"}
+
+
+def _device_test(test: ast.AST) -> bool | None:
+    """Whether `test` holds on the GPU (True) or on the CPU (False), for a device check:
+    a comparison of a device-like name or attribute with "cpu" or "cuda" (`device_type ==
+    "cpu"`, `x.device.type != "cuda"`, `"cuda" in device`), `torch.cuda.is_available()`,
+    `x.is_cuda`, their negation, or an `and`/`or` that such a check decides. None otherwise."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _device_test(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp):
+        sides = [_device_test(value) for value in test.values]
+        # An `and` is true only where each of its terms is: one GPU-only term makes it
+        # GPU-only. An `or` is false only where each term is: one CPU-only term makes its
+        # false side GPU-only.
+        decisive = isinstance(test.op, ast.And)
+        return decisive if decisive in sides else None
+    if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "is_available":
+        owner = test.func.value
+        return True if isinstance(owner, ast.Attribute) and owner.attr == "cuda" else None
+    if isinstance(test, ast.Attribute) and test.attr == "is_cuda":
+        return True
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, (ast.In, ast.NotIn)):
+        device, named = right, _device_name(left)
+        negated = isinstance(op, ast.NotIn)
+    elif isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+        device, named = (right, _device_name(left)) if _device_name(left) is not None else (left, _device_name(right))
+        negated = isinstance(op, (ast.NotEq, ast.IsNot))
+    else:
+        return None
+    if named is None or not _device_like(device):
+        return None
+    return named != negated
+
+
+def _device_name(node: ast.AST) -> bool | None:
+    """For a "cuda…" string constant True, for "cpu" False, else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        if node.value.startswith("cuda"):
+            return True
+        if node.value == "cpu":
+            return False
+    return None
+
+
+def _device_like(node: ast.AST) -> bool:
+    """`device`, `device_type`, `self.device`, `x.device.type`: what names a device."""
+    if isinstance(node, ast.Name):
+        return "device" in node.id.lower()
+    if isinstance(node, ast.Attribute):
+        return "device" in node.attr.lower() or (node.attr == "type" and _device_like(node.value))
+    return False
+
+
+def _builds_autocast(node: ast.AST) -> bool:
+    """A call of `autocast(...)`: torch.autocast, torch.amp.autocast, torch.cuda.amp.autocast."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id == "autocast") or (isinstance(func, ast.Attribute) and func.attr == "autocast")
+
+
 def amp_flag_names(flag: str, amp_on_args: list[str]) -> set[str]:
     """The names the target's code may read the AMP switch by: the keyword, or for a script
     the option names of its `amp_args.on` (`--amp` is `args.amp`)."""
@@ -210,15 +300,29 @@ def amp_flag_names(flag: str, amp_on_args: list[str]) -> set[str]:
     return {arg.split("=", 1)[0].lstrip("-").replace("-", "_") for arg in amp_on_args if arg.startswith("-")}
 
 
-def not_applicable_metric(gate: dict[str, Any], flag: str, device: str) -> Metric:
-    """The `amp-inactive` check on a device where the target deliberately leaves AMP off."""
+def amp_on_setting(flag: str, amp_on_args: list[str]) -> str:
+    """How the messages name the run with AMP on: `use_amp=True` for a keyword, the script's
+    `amp_args.on` for a script (whose switch is arguments, not a keyword set to True)."""
+    if flag != "amp_args":
+        return f"`{flag}=True`"
+    return f"the script's AMP arguments (`{' '.join(amp_on_args)}`)" if amp_on_args else "the script's AMP arguments (none given)"
+
+
+def _amp_on_args(ctx: StageContext) -> list[str]:
+    ep = ctx.config.entrypoint
+    return list(ep.amp_args.on) if ep is not None and ep.amp_args is not None else []
+
+
+def not_applicable_metric(gate: dict[str, Any], setting: str, device: str) -> Metric:
+    """The `amp-inactive` check on a device where the target deliberately leaves AMP off;
+    `setting` is the run with AMP on, as `amp_on_setting` names it."""
     return Metric(
         id="amp.active",
         name="AMP active (reduced-precision matrix products with AMP on)",
         value=None,
         note=(
-            f"not applicable on {device}: the target enables AMP only on CUDA (`{gate['code']}` at {gate['path']}:{gate['line']}), "
-            f"so with {flag} on it computed in fp32 here as intended; check it on a GPU runner with "
+            f"not applicable on {device}: the target enables AMP {gate['enables']} (`{gate['code']}` at {gate['path']}:{gate['line']}), "
+            f"so with {setting} it computed in fp32 here as intended; check it on a GPU runner with "
             "`traingate run <target> --device cuda --stages performance`"
         ),
     )
@@ -230,14 +334,13 @@ def inactive_check(ctx: StageContext, amp_counts: dict[str, Any] | None, forward
     if not amp_counts:
         return None, []
     gate = None
+    on_args = _amp_on_args(ctx)
     if device != "cuda" and amp_active(amp_counts) is False:
-        ep = ctx.config.entrypoint
-        on_args = list(ep.amp_args.on) if ep is not None and ep.amp_args is not None else []
         files = [str(site[0][0]) for site in forward_sites if site and site[0]] + [str(u["site"][0]) for u in amp_counts.get("autocast", []) if u.get("site")]
         gate = cuda_only_gate(ctx.root, amp_flag_names(flag, on_args), list(dict.fromkeys(files)))
     finding = inactive_finding(ctx, amp_counts, forward_sites, flag, device, gate)
     if finding is None and gate is not None:
-        return None, [not_applicable_metric(gate, flag, device)]
+        return None, [not_applicable_metric(gate, amp_on_setting(flag, on_args), device)]
     return finding, []
 
 
@@ -254,6 +357,8 @@ def inactive_finding(
     total = sum(dtypes.values())
     if total == 0 or amp_counts["reduced_in_steps"] > 0:
         return None
+    script = flag == "amp_args"
+    switch = "the script's AMP arguments" if script else "the flag"
     uses = [u for u in amp_counts.get("autocast", []) if u["site"]]
     empty = sorted((u for u in uses if u["enabled"]), key=lambda u: -u["entries"])
     disabled = [u for u in uses if not u["enabled"]]
@@ -268,17 +373,17 @@ def inactive_finding(
         )
     elif disabled:
         site = disabled[0]["site"]
-        cause = f"autocast was entered at {site[0]}:{site[1]} with enabled=False: the flag does not reach it"
+        cause = f"autocast was entered at {site[0]}:{site[1]} with enabled=False: {switch} {'do' if script else 'does'} not reach it"
     else:
         site = forward_sites[0][0] if forward_sites else None
-        cause = "autocast was never entered: the flag switches nothing on"
+        cause = f"autocast was never entered: {switch} {'switch' if script else 'switches'} nothing on"
     location = Location(path=site[0], line=site[1], function=site[2]) if site else None
     return ctx.finding(
         category=Category.AMP_INACTIVE,
         severity=Severity.HIGH,
         title="Mixed precision is switched on but no computation ran in reduced precision",
         location=location,
-        problem=f"With `{flag}=True`, all {total} matrix products of the training steps ran in {', '.join(sorted(dtypes))}; {cause}.",
+        problem=f"With {amp_on_setting(flag, _amp_on_args(ctx))}, all {total} matrix products of the training steps ran in {', '.join(sorted(dtypes))}; {cause}.",
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=f"0 of {total} matrix products in float16/bfloat16 on {device}",

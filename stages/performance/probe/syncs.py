@@ -10,7 +10,10 @@ Two sources, because neither alone sees them all:
   `nonzero`, `masked_select`, boolean-mask indexing, `unique`, `repeat_interleave` without
   an output size, `equal`.
 An operator reached from inside a wrapped method (`.item()` -> `_local_scalar_dense`) is the
-same sync and is not counted twice. On a CPU every call counts, since it is what would
+same sync and is not counted twice. `F.one_hot` is wrapped on a CPU run: its CPU kernel reads
+the index's min and max back as range checks, which its CUDA kernel skips when the class
+count is given (it relies on scatter's device assert), so those reads are not counted; without
+a class count CUDA reads the max once to size the result, and that one read is counted. On a CPU every call counts, since it is what would
 synchronise if the loop ran on CUDA; on CUDA only calls on device tensors count. Calls made
 while the DataLoader produces a batch work on host data and are left out.
 
@@ -51,6 +54,7 @@ _DISPATCH_SYNCS: dict[Any, str] = {
     aten.equal: "equal",
     aten.is_nonzero: "scalar read (bool/int/float of a tensor)",
 }
+ONE_HOT_WITHOUT_CLASSES = "scalar read (one_hot without num_classes reads the largest class)"
 _MASK_INDEXING = {aten.index, aten.index_put, aten.index_put_, aten._index_put_impl_}
 # Identities of every packet `on_dispatch` looks at: packets hash in Python, so the tracker's
 # per-operator test is on their ids (each packet is one object for the process's life).
@@ -173,6 +177,8 @@ class SyncCounter:
         self._wrap_explicit(torch.cuda.Stream, "synchronize", "Stream.synchronize()")
         if self.cuda_run:
             self._install_sync_debug()
+        else:
+            self._wrap_one_hot()
 
     def _wrap_tensor_method(self, name: str, kind: str) -> None:
         original = getattr(torch.Tensor, name)
@@ -217,6 +223,26 @@ class SyncCounter:
                 return original(self, *args, **kwargs)
 
         torch.Tensor.to = to  # type: ignore[method-assign,assignment]
+
+    def _wrap_one_hot(self) -> None:
+        """On a CPU run, count what `one_hot` would read back on CUDA, not its CPU checks:
+        nothing with a class count, the max once without (see aten's Onehot.cpp: on a CPU
+        tensor it reads min and max; on CUDA only `max().item()` when num_classes is -1)."""
+        functional = torch.nn.functional
+        original = functional.one_hot
+        counter = self
+
+        def one_hot(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+            if counter._busy():
+                return original(tensor, num_classes)
+            if num_classes == -1 and counter._counts(tensor):
+                counter.note(ONE_HOT_WITHOUT_CLASSES, False)
+            with counter.quiet():
+                return original(tensor, num_classes)
+
+        one_hot.__name__ = "one_hot"
+        one_hot.__doc__ = original.__doc__
+        functional.one_hot = one_hot
 
     def _wrap_explicit(self, owner: Any, name: str, kind: str) -> None:
         original = getattr(owner, name, None)
