@@ -150,13 +150,9 @@ def test_segmentation_loop_with_gradscaler_passes_and_its_item_is_the_sync(gate)
     [item] = [f for f in run.findings("host-sync") if f["location"]["line"] == item_line]
     assert item["severity"] == "low" and not item["blocking"]
     assert "GradScaler protocol checked" in run.stage("concurrency")["summary"]
-
-
-def test_one_hot_with_a_class_count_is_not_a_host_sync(gate):
-    target = TARGETS / "real_onehot_segmentation"
-    run = gate("real_onehot_segmentation", "--stages", "performance")
-    lines = {f["location"]["line"] for f in run.findings("host-sync")}
-    assert lines == {line_of(target / "segment.py", "# marker: item")}
+    # `F.one_hot(masks, n_classes)` reads the tensor back only in PyTorch's CPU range checks,
+    # skipped on CUDA when the class count is given: the .item() is the only sync.
+    assert {f["location"]["line"] for f in run.findings("host-sync")} == {item_line}
 
 
 def test_autocast_chosen_by_device_is_not_applicable_on_a_cpu(gate):
