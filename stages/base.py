@@ -29,7 +29,7 @@ from traingate.pipeline.schema import (
     StageOutcome,
 )
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
-from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
+from traingate.stages.contract.messages import HARNESS_RESULT, DistributedSpec, EntrypointRequest, HarnessResult
 
 
 @dataclass
@@ -173,8 +173,10 @@ def run_entrypoint(
     budget_s: float | None = None,
     env: dict[str, str] | None = None,
     kwargs_override: dict[str, Any] | None = None,
+    distributed: DistributedSpec | None = None,
 ) -> EntrypointRun:
-    """Call the configured entrypoint once in a fresh child process.
+    """Call the configured entrypoint once in a fresh child process (with `distributed`,
+    that child launches the ranks under torchrun and hands back every rank's record).
 
     The request goes on the child's stdin, the result comes back over a pipe (see
     `traingate.stages.contract.channel`); the copy of the request left in the scratch
@@ -200,6 +202,8 @@ def run_entrypoint(
         "instrument_options": options or {},
         "deterministic": deterministic,
     }
+    if distributed is not None:
+        fields["distributed"] = distributed.model_dump(mode="json")
 
     def request(fd: int) -> bytes:
         return EntrypointRequest(**fields, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
