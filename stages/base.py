@@ -137,7 +137,7 @@ class EntrypointRun:
         if self.child.timed_out:
             return f"did not finish within {self.child.duration_s:.0f}s"
         if self.channel_problem:
-            return f"handed back a result that traingate did not write: {self.channel_problem[:300]}; then it {self._ending()}"
+            return f"handed back a result that traingate rejects (not written by its harness, or of the wrong shape): {self.channel_problem[:300]}; then it {self._ending()}"
         if self.exception:
             return f"raised {self.exception['type']}: {self.exception['message'][:300]}"
         if self.result is not None:

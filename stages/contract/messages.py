@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from traingate.stages.contract.channel import ChannelSpec
 
@@ -125,6 +125,25 @@ class WarningRecord(Strict):
     count: int = Field(default=1, ge=1)  # how often it was raised from this place in the run
 
 
+def _check_payloads(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    # Imported here: the payload models import this module's neighbours, not the reverse.
+    from traingate.stages.contract.payloads import check_instruments
+
+    return check_instruments(value)
+
+
+class CollectiveCall(Strict):
+    """A calling line of one of torch.distributed's collectives and how often a rank called it
+    there (`traingate.stages.harness.distributed`'s counter, counted as each call begins)."""
+
+    function: str  # the collective: all_reduce, barrier, ...
+    path: str  # the target's calling line, relative to the target root
+    line: int
+    target_function: str
+    code: str
+    calls: int = Field(ge=1)
+
+
 class RankResult(Strict):
     """One rank of a distributed run, as its worker wrote it (`ok`, `phase`, `exception`,
     `instruments` as in `HarnessResult`) or as the launcher found it (`ending`)."""
@@ -141,9 +160,21 @@ class RankResult(Strict):
     duration_s: float | None
     instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)
     stacks: str = ""  # faulthandler's dump of every thread, when the rank was still running at the timeout
-    # Its calls of torch.distributed's collectives by calling line: {function, path, line,
-    # target_function, code, calls}, counted as each call begins.
+    # Its calls of torch.distributed's collectives by calling line: each record is checked
+    # against `CollectiveCall` and kept as a dict, the form the launcher reads from the rank's file.
     collectives: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("instruments")
+    @classmethod
+    def _typed_payloads(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return _check_payloads(value)
+
+    @field_validator("collectives")
+    @classmethod
+    def _typed_collectives(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for call in value:
+            CollectiveCall.model_validate(call)
+        return value
 
 
 class DistributedRecord(Strict):
@@ -180,6 +211,11 @@ class HarnessResult(Strict):
     # spec -> the instrument's collect() result, or {"error": traceback} when it failed.
     instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)
     distributed: DistributedRecord | None = None
+
+    @field_validator("instruments")
+    @classmethod
+    def _typed_payloads(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return _check_payloads(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> HarnessResult:

@@ -19,7 +19,8 @@ CATEGORY = Category.GRAD_ACCUMULATION
 
 def compare_first_updates(accumulated: dict[str, Any], large: dict[str, Any]) -> dict[str, Any] | None:
     """The relative difference of the sampled gradients and the ratio of the full gradient
-    norms (accumulated over large batch); None when the two runs' parameters do not line up."""
+    norms (accumulated over large batch); None when the two runs' parameters do not line up or
+    a gradient is not finite (NaN and inf reach here as None: JSON has no spelling for them)."""
     a_params, b_params = accumulated.get("params", []), large.get("params", [])
     if not a_params or len(a_params) != len(b_params):
         return None
@@ -30,12 +31,14 @@ def compare_first_updates(accumulated: dict[str, Any], large: dict[str, Any]) ->
             return None
         if a["grad_sample"] is None:
             continue
+        if not _finite([a["grad_norm"], b["grad_norm"], *a["grad_sample"], *b["grad_sample"]]):
+            return None
         diff2 += sum((x - y) ** 2 for x, y in zip(a["grad_sample"], b["grad_sample"], strict=True))
         ref2 += sum(y * y for y in b["grad_sample"])
         a_norm2 += a["grad_norm"] ** 2
         b_norm2 += b["grad_norm"] ** 2
-        update_ratio_num += a.get("update_norm", 0.0) ** 2
-        update_ratio_den += b.get("update_norm", 0.0) ** 2
+        update_ratio_num += _finite_or_zero(a.get("update_norm")) ** 2
+        update_ratio_den += _finite_or_zero(b.get("update_norm")) ** 2
     if ref2 == 0.0 or b_norm2 == 0.0:
         return None
     return {
@@ -44,6 +47,14 @@ def compare_first_updates(accumulated: dict[str, Any], large: dict[str, Any]) ->
         "update_norm_ratio": math.sqrt(update_ratio_num / update_ratio_den) if update_ratio_den else None,
         "parameters": len(a_params),
     }
+
+
+def _finite(values: list[Any]) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def _finite_or_zero(value: Any) -> float:
+    return float(value) if _finite([value]) else 0.0
 
 
 def accumulation_finding(

@@ -265,7 +265,7 @@ class _Session:
         accumulated, large = runs
         comparison = accumulation.compare_first_updates(accumulated.instrument(FIRST_UPDATE), large.instrument(FIRST_UPDATE))
         if comparison is None:
-            self._fail(accumulated, "the two gradient-accumulation runs' parameters do not line up, or the large batch's gradient is zero", reason="accumulation-incomparable")
+            self._fail(accumulated, "the two gradient-accumulation runs' parameters do not line up, a first-step gradient is not finite, or the large batch's gradient is zero", reason="accumulation-incomparable")
             return
         losses = accumulated.instrument(LOSSES)
         self.checks["grad_accumulation"] = {"ran": True, **setup, **comparison, "tolerance": self.ctx.config.policy.grad_accumulation_tolerance, "backward_calls_before_step": losses.get("calls")}

@@ -116,6 +116,8 @@ class LoaderWatch:
 
         @functools.wraps(next_)
         def __next__(iterator: Any) -> Any:
+            if watch._internal():
+                return next_(iterator)  # a start-method probe's own batch: not the training's
             try:
                 batch = next_(iterator)
             except StopIteration:
@@ -296,12 +298,15 @@ class LoaderWatch:
     def _finish_probe(self, probe: dict[str, Any]) -> dict[str, Any]:
         error = probe.get("error")
         if error is None:
+            self._tls.internal = True  # its failure is this check's result, not an error of the training
             try:
                 next(probe["iterator"])
             except StopIteration:
                 return {"ok": True, "empty": True, "seconds": round(time.perf_counter() - probe["started"], 3)}
             except Exception as exc:  # noqa: BLE001
                 error = exc
+            finally:
+                self._tls.internal = False
         seconds = round(time.perf_counter() - probe["started"], 3)
         if error is None:
             return {"ok": True, "seconds": seconds}

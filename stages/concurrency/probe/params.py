@@ -26,8 +26,10 @@ class ParamFingerprints:
         # Keyed by the optimizer itself: an id() is reused once an optimizer is freed.
         self._owners: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
         self._names: list[list[str]] = []  # per optimizer: a name per parameter, in group order
-        self._groups: list[list[int]] = []  # per optimizer: how many parameters each group holds
-        self._steps: list[tuple[int, Any]] = []  # (optimizer, tensor [parameters, 2]) per step
+        self._groups: list[list[int]] = []  # per optimizer: how many parameters each group held at its first step
+        # (optimizer, tensor [parameters, 2], parameters per group) per step: the groups are
+        # read at each step, as add_param_group (unfreezing layers) can grow them mid-run.
+        self._steps: list[tuple[int, Any, list[int]]] = []
         self.dropped = 0
 
     def install(self) -> None:
@@ -42,6 +44,7 @@ class ParamFingerprints:
             self.dropped += 1
             return
         index = self._owner(optimizer)
+        sizes = [len(group["params"]) for group in optimizer.param_groups]
         with torch.no_grad():
             rows = [
                 torch.stack((p.detach().sum(dtype=torch.float64), torch.linalg.vector_norm(p.detach(), dtype=torch.float64)))
@@ -52,8 +55,8 @@ class ParamFingerprints:
                 return
             values = torch.stack(rows)
             if len(self._steps) >= DETAILED_STEPS:  # past the detailed steps, one row per group
-                values = torch.stack([chunk.sum(dim=0) for chunk in torch.split(values, self._groups[index]) if len(chunk)])
-            self._steps.append((index, values))
+                values = torch.stack([chunk.sum(dim=0) for chunk in torch.split(values, sizes) if len(chunk)])
+            self._steps.append((index, values, sizes))
 
     def _owner(self, optimizer: Any) -> int:
         index = self._owners.get(optimizer)
@@ -65,9 +68,9 @@ class ParamFingerprints:
 
     def collect(self) -> dict[str, Any]:
         steps = []
-        for number, (index, values) in enumerate(self._steps):
+        for number, (index, values, sizes) in enumerate(self._steps):
             rows = [[float(a), float(b)] for a, b in values.cpu().tolist()]
-            groups = _group_sums(rows, self._groups[index]) if number < DETAILED_STEPS else rows
+            groups = _group_sums(rows, sizes) if number < DETAILED_STEPS else rows
             steps.append({"optimizer": index, "groups": groups, **({"params": rows[:MAX_NAMED_PARAMS]} if number < DETAILED_STEPS else {})})
         return {
             "steps": steps,

@@ -15,6 +15,7 @@ inherit these hooks but their calls are not the training step.
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -379,11 +380,11 @@ def _loader_info(loader: Any, frames: FrameIndex) -> LoaderInfo:
     if code is not None and frames.is_target(code):
         getitem = (relative(code.co_filename, frames.root), code.co_firstlineno, code.co_name)
     settings = {
-        "batch_size": getattr(loader, "batch_size", None),
-        "num_workers": getattr(loader, "num_workers", None),
-        "pin_memory": getattr(loader, "pin_memory", None),
-        "prefetch_factor": getattr(loader, "prefetch_factor", None),
-        "persistent_workers": getattr(loader, "persistent_workers", None),
+        "batch_size": _count(getattr(loader, "batch_size", None)),
+        "num_workers": _count(getattr(loader, "num_workers", None)),
+        "pin_memory": _flag(getattr(loader, "pin_memory", None)),
+        "prefetch_factor": _count(getattr(loader, "prefetch_factor", None)),
+        "persistent_workers": _flag(getattr(loader, "persistent_workers", None)),
     }
     return LoaderInfo(
         site=frames.innermost(caller_frame(3)),
@@ -391,6 +392,27 @@ def _loader_info(loader: Any, frames: FrameIndex) -> LoaderInfo:
         dataset=f"{type(dataset).__module__}.{type(dataset).__qualname__}",
         getitem=getitem,
     )
+
+
+def _count(value: Any) -> int | None:
+    """A DataLoader count setting as a plain int. The target may pass a numpy integer, which
+    the result's JSON would carry as its repr; None when it is not a whole number."""
+    if value is None:
+        return None
+    try:
+        return operator.index(value)
+    except Exception:  # noqa: BLE001 - not an integer (a float, a target object): never fail the target's DataLoader()
+        return int(value) if isinstance(value, float) and value.is_integer() else None
+
+
+def _flag(value: Any) -> bool | None:
+    """A DataLoader switch as the DataLoader reads it: by its truth value."""
+    if value is None:
+        return None
+    try:
+        return bool(value)
+    except Exception:  # noqa: BLE001 - a target object whose truth value raises
+        return None
 
 
 def _loader_record(info: LoaderInfo) -> dict[str, Any]:

@@ -1,0 +1,257 @@
+"""Payloads of the correctness stage's instruments (`traingate.stages.correctness.probe`).
+
+Every probe interns the target's lines in its own table (`sites`, a list of `Site`); the
+records refer to a line by its index there, `None` where no frame of the target was on the
+stack. Non-finite floats are sent as their repr ("nan", "inf", "-inf") where the analyses
+tell them apart from numbers; elsewhere they stay floats.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from traingate.stages.contract import instruments
+from traingate.stages.contract.payloads.base import Payload
+
+# How `_value`/`_values` in the probes write a loss or a tensor element that is not finite.
+NonFiniteRepr = Literal["nan", "inf", "-inf"]
+# A BLAKE2b digest of 16 bytes, in hex (`probe.ranks._tensor_digest`, `_batch_digest`).
+Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+
+
+class Site(Payload):
+    """One line of the target, as `probe.sites.SiteTable` interns it."""
+
+    path: str  # relative to the target root
+    line: int
+    function: str
+    code: str
+
+
+# -- CORRECTNESS_STEPS --------------------------------------------------------------------------
+
+
+class OptimizerGroup(Payload):
+    lr: float | None  # None: the group's lr is not a number
+    params: int
+
+
+class OptimizerRecord(Payload):
+    class_: str = Field(alias="class")
+    groups: list[OptimizerGroup]
+
+
+class SchedulerRecord(Payload):
+    class_: str = Field(alias="class")
+    site: int | None
+
+
+class IneffectiveStep(Payload):
+    """An optimizer step after which no parameter of its groups changed."""
+
+    step: int
+    optimizer: int  # index into `optimizers`
+    site: int | None
+    lrs: list[float | None]  # one per group
+    schedulers: list[SchedulerRecord]  # those built around this optimizer
+    grads_present: int
+    params: int
+
+
+class StepSite(Payload):
+    site: int  # only steps made from a line of the target are counted by line
+    steps: int
+
+
+class ParameterDescription(Payload):
+    """A parameter, named in the root module that holds it; all None but its shape when no
+    module the run constructed holds it."""
+
+    name: str | None
+    root: str | None
+    root_site: int | None
+    module: str | None
+    site: int | None
+    shape: list[int]
+
+
+class GroupParameter(ParameterDescription):
+    """A parameter of an optimizer group."""
+
+    optimizer: int
+    group: int
+    lr: float | None
+
+
+class StepsPayload(Payload):
+    """`probe.steps.StepWatch`; read by `correctness.ineffective`, `unused`, `nonfinite`,
+    `located` and the stage's observed counts."""
+
+    steps: int
+    optimizers: list[OptimizerRecord]
+    ineffective: list[IneffectiveStep]  # the first MAX_STEP_RECORDS
+    ineffective_count: int
+    step_sites: list[StepSite]
+    not_in_optimizer: list[ParameterDescription]  # the first MAX_NAMED of each list, `*_count` all
+    not_in_optimizer_count: int
+    no_gradient: list[GroupParameter]
+    no_gradient_count: int
+    never_changed: list[GroupParameter]
+    never_changed_count: int
+    modules_seen: int
+    non_finite_params: list[str]
+    sites: list[Site]
+
+
+# -- CORRECTNESS_LOSSES -------------------------------------------------------------------------
+
+
+class FirstNonFinite(Payload):
+    call: int  # index of the backward call
+    step: int  # optimizer steps before it
+    site: int | None
+    value: NonFiniteRepr
+
+
+class LossesPayload(Payload):
+    """`probe.losses.LossWatch`; read by `correctness.nonfinite`, `overfit`, `accumulation`
+    and the stage's observed counts."""
+
+    calls: int
+    dropped: int  # backward calls past MAX_CALLS, not kept
+    steps: int
+    non_finite: int
+    first_non_finite: FirstNonFinite | None
+    first_finite: list[float] = Field(max_length=1)  # the first finite loss, when there is one
+    last_non_finite: bool
+    # Each backward call's loss (the first 2000); None where the loss could not be read.
+    losses: list[float | NonFiniteRepr | None]
+    steps_of_calls: list[int]  # optimizer steps before each of those calls
+    backward_sites: list[int]
+    sites: list[Site]
+
+
+# -- CORRECTNESS_LOADERS ------------------------------------------------------------------------
+
+
+class LoaderOrdering(Payload):
+    """A DataLoader the run built (`probe.loaders.LoaderWatch` plus its `_ordering`)."""
+
+    site: int | None
+    epochs: int
+    batches: int
+    steps: int  # optimizer steps made while its batch was the latest handed out
+    sampler: str  # the class of the sampler that orders the indexes
+    sampler_module: str
+    batch_sampler: str | None
+    sampler_shuffles: bool
+    set_epoch_calls: int
+    length: int | None  # None: a loader without a length (an iterable dataset)
+    iterable_dataset: bool
+
+
+class LoadersPayload(Payload):
+    """`probe.loaders.LoaderWatch`; read by `correctness.shuffling` and the stage's observed
+    loaders."""
+
+    loaders: list[LoaderOrdering]
+    sites: list[Site]
+
+
+# -- CORRECTNESS_FIRST_UPDATE -------------------------------------------------------------------
+
+
+class ParameterUpdate(Payload):
+    """One parameter at the first optimizer step, in group order."""
+
+    group: int
+    numel: int
+    grad_norm: float | None  # None: the parameter had no gradient
+    grad_sample: list[float] | None
+    # Written after step() returned; absent when the run ended inside it (`stepped` is false).
+    update_norm: float | None = None
+    update_sample: list[float] | None = None
+
+
+class FirstUpdatePayload(Payload):
+    """`probe.update.FirstUpdate`; read by the stage and `correctness.accumulation`."""
+
+    stepped: bool
+    params: list[ParameterUpdate]
+    stop: Literal["FirstStepReached"]  # the BaseException that ends the run after the step
+
+
+# -- CORRECTNESS_ONE_BATCH ----------------------------------------------------------------------
+
+
+class OneBatchPayload(Payload):
+    """`probe.overfit.OneBatch`; read by the stage's one-batch overfit check."""
+
+    steps: int
+    limit: int  # 0: not limited
+    loaders: int  # datasets whose first batch is repeated
+    batches_repeated: int
+    stop: Literal["OverfitStepsDone"]
+
+
+# -- CORRECTNESS_RANKS --------------------------------------------------------------------------
+
+
+class RankTensor(Payload):
+    """A parameter or buffer of a root module at the end of one rank's run."""
+
+    name: str  # `Root[i].qualified.name`, the same on every rank
+    kind: Literal["parameter", "buffer"]
+    module: str
+    site: int | None  # where the root module was built
+    module_site: int | None  # where the module holding it was built
+    in_ddp: bool
+    shape: list[int]
+    digest: Digest
+    values: list[float | NonFiniteRepr]  # empty for a complex tensor
+    sampled: bool  # `values` are evenly spaced samples, not every element
+    numel: int
+
+
+class DdpWrapper(Payload):
+    site: int | None
+    module: str  # the class of the wrapped module
+    broadcast_buffers: bool
+
+
+class SeedCall(Payload):
+    site: int  # only calls from a line of the target are kept
+    seed: int
+
+
+class RankLoader(Payload):
+    site: int | None
+    sampler: str
+    batches: int
+    steps: int
+    digests: list[Digest]  # of the first MAX_BATCHES batches
+
+
+class RanksPayload(Payload):
+    """`probe.ranks.RankWatch` in one rank of a distributed run; read by
+    `correctness.divergence` and the stage's distributed check."""
+
+    steps: int
+    tensors: list[RankTensor]
+    initial: dict[str, Digest]  # parameter name -> digest before the first step; empty without a step
+    ddp: list[DdpWrapper]
+    seeds: list[SeedCall]
+    loaders: list[RankLoader]
+    sites: list[Site]
+
+
+MODELS: dict[str, type[BaseModel]] = {
+    instruments.CORRECTNESS_STEPS: StepsPayload,
+    instruments.CORRECTNESS_LOSSES: LossesPayload,
+    instruments.CORRECTNESS_LOADERS: LoadersPayload,
+    instruments.CORRECTNESS_FIRST_UPDATE: FirstUpdatePayload,
+    instruments.CORRECTNESS_ONE_BATCH: OneBatchPayload,
+    instruments.CORRECTNESS_RANKS: RanksPayload,
+}
