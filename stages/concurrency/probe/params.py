@@ -13,6 +13,7 @@ step; the per-parameter values only for the first `DETAILED_STEPS` steps, to nam
 from __future__ import annotations
 
 import gc
+import warnings
 import weakref
 from typing import Any
 
@@ -99,7 +100,11 @@ def _parameter_names(optimizer: Any) -> list[str]:
     params = [p for group in optimizer.param_groups for p in group["params"]]
     wanted = {id(p) for p in params}
     best: dict[int, str] = {}
-    modules = [obj for obj in gc.get_objects() if isinstance(obj, torch.nn.Module)]
+    with warnings.catch_warnings():
+        # isinstance() on every live object touches deprecated module attributes
+        # (torch.distributed.reduce_op): their warnings are the scan's, not the target's.
+        warnings.simplefilter("ignore")
+        modules = [obj for obj in gc.get_objects() if isinstance(obj, torch.nn.Module)]
     children = {id(child) for module in modules for child in module.children()}
     for obj in modules:
         if id(obj) in children:
