@@ -81,3 +81,20 @@ def test_target_code_importing_its_own_stages_package_runs_in_every_stage(gate) 
 def metric(stage: dict, metric_id: str) -> object:
     [value] = [m["value"] for m in stage["metrics"] if m.get("id") == metric_id]
     return value
+
+
+def test_child_side_code_never_needs_numpy() -> None:
+    # The harness and the probes run inside the target's process, whose environment need not
+    # have numpy: torch then raises "Numpy is not available" from Tensor.numpy(), inside the
+    # target's own call, and the gate would report the target as crashing.
+    import ast
+
+    repo = Path(__file__).resolve().parent.parent
+    child_side = [*sorted((repo / "stages" / "harness").glob("*.py")), *sorted(repo.glob("stages/*/probe/*.py"))]
+    assert len(child_side) > 10
+    calls = []
+    for path in child_side:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "numpy" and not node.args:
+                calls.append(f"{path.relative_to(repo)}:{node.lineno}")
+    assert calls == []

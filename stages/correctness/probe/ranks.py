@@ -223,7 +223,8 @@ def _tensor_digest(tensor: Any, torch: Any) -> str:
         flat = tensor.detach().reshape(-1).contiguous().cpu()
         digest = hashlib.blake2b(f"{flat.dtype}{list(tensor.shape)}".encode(), digest_size=16)
         if flat.numel():
-            digest.update(flat.view(torch.uint8).numpy().tobytes())
+            # The bytes through a compact copy's storage: no numpy, which a target need not have.
+            digest.update(bytes(flat.view(torch.uint8).clone().untyped_storage()))
         return digest.hexdigest()
 
 
