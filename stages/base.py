@@ -7,6 +7,7 @@ what they measured, and returns a `StageOutcome` of complete findings and metric
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import time
@@ -303,3 +304,37 @@ def _leftover_finding(ctx: StageContext, what: str, runs: list[tuple[str, ChildR
             key=key,
         )
     ]
+
+
+# -- where the entrypoint is ------------------------------------------------------------------
+
+
+def entrypoint_location(root: Path, call: str) -> Location | None:
+    """The `def` line of a `module:function` call, read from the target's files; no line when
+    the file does not parse or defines no such function; None when the module's file is not there."""
+    module, _, function = call.partition(":")
+    base = root.joinpath(*module.split("."))
+    for file in (base.with_suffix(".py"), base / "__init__.py"):
+        if not file.is_file():
+            continue
+        rel = file.relative_to(root).as_posix()
+        try:
+            tree = ast.parse(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            return Location(path=rel, line=None, function=function)
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
+                return Location(path=rel, line=node.lineno, function=function)
+        return Location(path=rel, line=None, function=function)
+    return None
+
+
+def entrypoint_fallback(ctx: StageContext) -> Location:
+    """Where a finding that no observed frame locates points: the entrypoint's `def`, its
+    module file, or the script."""
+    ep = ctx.config.entrypoint
+    if ep is None or ep.call is None:
+        return Location(path=(ep.script if ep else None) or "")
+    module, _, function = ep.call.partition(":")
+    return entrypoint_location(ctx.root, ep.call) or Location(path=module.replace(".", "/") + ".py", function=function or None)
+

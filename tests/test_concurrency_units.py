@@ -16,7 +16,8 @@ from traingate.stages.base import EntrypointRun, StageContext
 from traingate.stages.concurrency.cuda import nonblocking_observed, stream_findings
 from traingate.stages.concurrency.determinism import RunData, comparable_leaves, compare, deterministic_op, rng_causes, same_value, side_by_side
 from traingate.stages.concurrency.loaders import loader_findings
-from traingate.stages.concurrency.static import entrypoint_location, nonblocking_reads, set_iterations
+from traingate.stages.base import entrypoint_location
+from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
 from traingate.stages.concurrency.stage import ConcurrencyStage
 from traingate.pipeline.registry import build_registry
 

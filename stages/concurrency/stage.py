@@ -18,7 +18,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.contract import instruments
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency import cuda as conc_cuda, determinism as conc_determinism, loaders as conc_loaders, protocol as conc_protocol
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
@@ -34,7 +34,7 @@ from traingate.stages.concurrency.determinism import (
 )
 from traingate.stages.concurrency.loaders import loader_details, loader_findings
 from traingate.stages.concurrency.protocol import protocol_findings
-from traingate.stages.concurrency.static import entrypoint_location, nonblocking_reads, set_iterations
+from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
 
 TRACE = instruments.CONCURRENCY_TRACE
 LOSSES = instruments.CONCURRENCY_LOSSES
@@ -67,7 +67,7 @@ class _Session:
         assert ctx.config.entrypoint is not None
         self.ctx = ctx
         self.entrypoint = ctx.config.entrypoint
-        self.fallback = entrypoint_location(ctx.root, self.entrypoint.call) if self.entrypoint.call else Location(path=self.entrypoint.script or "")
+        self.fallback = entrypoint_fallback(ctx)
         self.cuda = ctx.device == "cuda"
         self.findings: list[Finding] = []
         self.runs: list[dict[str, Any]] = []

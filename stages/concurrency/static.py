@@ -270,23 +270,3 @@ def _iterated_set(node: ast.AST, names: set[str]) -> str | None:
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in _ORDERING_CALLS and it.args and _is_set_expr(it.args[0], names):
             return f"iterates {it.func.id}() of a set"
     return None
-
-
-# -- the entrypoint -------------------------------------------------------------------------------
-
-def entrypoint_location(root: Path, call: str) -> Location | None:
-    module, _, function = call.partition(":")
-    base = root.joinpath(*module.split("."))
-    for file in (base.with_suffix(".py"), base / "__init__.py"):
-        if not file.is_file():
-            continue
-        rel = file.relative_to(root).as_posix()
-        try:
-            tree = ast.parse(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-            return Location(path=rel, line=None, function=function)
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
-                return Location(path=rel, line=node.lineno, function=function)
-        return Location(path=rel, line=None, function=function)
-    return None

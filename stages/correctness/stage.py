@@ -23,7 +23,7 @@ import dataclasses
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
@@ -57,7 +57,7 @@ class _Session:
         assert ctx.config.entrypoint is not None
         self.ctx = ctx
         self.entrypoint = ctx.config.entrypoint
-        self.fallback = _entrypoint_location(self.entrypoint.call, self.entrypoint.script)
+        self.fallback = entrypoint_fallback(ctx)
         self.findings: list[Finding] = []
         self.runs: list[dict[str, Any]] = []
         self.checks: dict[str, Any] = {}
@@ -398,12 +398,3 @@ def _rank_run(run: EntrypointRun, rank: dict[str, Any]) -> EntrypointRun:
         return EntrypointRun(child=child, result=None)
     result = {**(run.result or {}), "ok": rank["ok"], "phase": rank["phase"] or "call", "exception": rank["exception"]}
     return EntrypointRun(child=child, result=result)
-
-
-def _entrypoint_location(call: str | None, script: str | None) -> Location:
-    """Where the entrypoint is, as a fallback location: its module file (the function's line is
-    not known without reading the source)."""
-    if call:
-        module, _, function = call.partition(":")
-        return Location(path=module.replace(".", "/") + ".py", function=function or None)
-    return Location(path=script or "")
