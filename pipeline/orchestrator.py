@@ -211,6 +211,7 @@ def run_stage(
         metrics=outcome.metrics,
         findings=findings,
         details=outcome.details,
+        tests=outcome.tests,
     )
 
 

@@ -71,6 +71,34 @@ RULES: tuple[Rule, ...] = (
         "Run them where their condition holds (for example a CUDA runner), or remove the skip if it no longer applies.",
     ),
     Rule(
+        Category.TEST_SELECTION, "execution", Severity.MEDIUM,
+        "the run was narrowed: an option or hook took tests out, or a test file is outside the suite",
+        "Records the selection options in effect in the pytest run (`-k`, `-m`, `--deselect`, `--ignore*`, `-x`/`--maxfail`, "
+        "`--lf`/`--ff`, `-p no:...`) and where each came from (`addopts` of the target's pytest configuration, its `tests` "
+        "arguments, or a conftest that set it); every deselection and who made it; tests a hook dropped from the collected list "
+        "without deselecting them; paths `--ignore`, `collect_ignore` or a hook kept out of collection; and test files in the "
+        "repository the suite never reached.",
+        "The gate's pytest plugin, from inside the run: the options as pytest parsed them, the caller of `pytest_deselected`, "
+        "the collected list before and after `pytest_collection_modifyitems`, the result of `pytest_ignore_collect`; a scan "
+        "of the tree for `test_*.py` / `*_test.py`.",
+        "Medium (an option) or low (a file outside the suite): seen, not blocking by itself. Against a `--baseline`, a test "
+        "that passed there and was taken out here is a blocking `test-disabled`. An option under which pytest runs no test "
+        "(`--collect-only`, `--setup-plan`) is a blocking `stage-error`.",
+        "Tests left out of the run verify nothing; a failing test taken out this way turns a red suite green.",
+        "Let the gate run the whole suite: remove the option or hook, or pin the suite from the CI with `tests` in the policy file.",
+    ),
+    Rule(
+        Category.TEST_DISABLED, "execution", Severity.HIGH,
+        "a test that passed in the baseline is skipped, xfailed, deselected, not collected or gone",
+        "With `--baseline`, compares this run's per-test records with the baseline's by node id; a test whose node id "
+        "changed is followed by the hash of its function's body (moved or renamed).",
+        "The per-test records of both runs (`stages[].tests` in report.json): outcome, and for a test taken out, how and "
+        "where (the marker, the hook, the option and the file that sets it, or \"deleted\").",
+        _POLICY + " An intended removal is accepted with a waiver that says why.",
+        "Taking a failing test out of the run is the commonest way a red suite is made green.",
+        "Restore the test and fix what makes it fail; if the removal is intended, waive the finding with a reason.",
+    ),
+    Rule(
         Category.TEST_ENVIRONMENT, "execution", Severity.LOW,
         "a test or a test module could not run here: it needs the network or a package that is not installed",
         "Reads the exception of every failing test (and the exceptions it was raised from) as the pytest plugin recorded it, "

@@ -24,6 +24,8 @@ class Category(str, Enum):
     COLLECTION_ERROR = "collection-error"
     NO_TESTS = "no-tests"
     SKIPPED_TESTS = "skipped-tests"
+    TEST_SELECTION = "test-selection"
+    TEST_DISABLED = "test-disabled"
     TEST_ENVIRONMENT = "test-environment"
     ENTRYPOINT_CRASH = "entrypoint-crash"
     ENTRYPOINT_UNTESTED = "entrypoint-untested"
@@ -220,6 +222,36 @@ class Metric(BaseModel):
     note: str = ""
 
 
+class TakenOut(BaseModel):
+    """How a test was kept from running or from counting: a skip or xfail (declared in the
+    source, added by a hook, or called at run time), a deselection, an ignored path, a module
+    skipped at collection."""
+
+    model_config = _FROZEN
+    how: str = Field(description="skip-marker | skip-marker-added | skip-call | xfail-marker | xfail-marker-added | xfail-call | deselected | ignored | module-skipped")
+    by: str = Field(description="what did it, in words: `@pytest.mark.skipif`, `-k 'not slow'` (addopts in pyproject.toml), a hook")
+    reason: str = ""
+    where: Location | None = Field(default=None, description="the marker, call, hook or configuration line, when known")
+    strict: bool | None = Field(default=None, description="xfail only: whether an unexpected pass fails")
+
+
+class TestRecord(BaseModel):
+    """One test of the execution stage's pytest run, as the gate observed it; a later version's
+    run is compared with these by node id (or, for a moved or renamed test, by `source_hash`)."""
+
+    __test__ = False  # not a pytest test class
+    model_config = _FROZEN
+    nodeid: str = Field(description="pytest's node id; for a path kept out of collection, the path")
+    outcome: str = Field(description="passed | failed | error | skipped | xfailed | xpassed | crashed | interrupted | deselected | not-collected")
+    path: str | None = None
+    line: int | None = None
+    source_hash: str | None = Field(default=None, description="hash of the test function's body, without its name and decorators")
+    duration_s: float = 0.0
+    message: str = ""
+    taken_out: TakenOut | None = None
+    rewritten: str | None = Field(default=None, description="when a hook made the logged outcome differ from what the test did: which, and how")
+
+
 class StageOutcome(BaseModel):
     """What a stage agent hands back to the parent; the parent derives status and score."""
 
@@ -231,6 +263,7 @@ class StageOutcome(BaseModel):
     details: dict[str, Any] = Field(
         default_factory=dict, description="Stage-specific observations its report renders"
     )
+    tests: list[TestRecord] = Field(default_factory=list, description="execution stage: every test of the suite run, one record each")
 
 
 class StageReport(BaseModel):
@@ -244,6 +277,7 @@ class StageReport(BaseModel):
     metrics: list[Metric] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
+    tests: list[TestRecord] = Field(default_factory=list, description="execution stage: every test of the suite run, one record each; a --baseline is compared with them")
     environment: Environment | None = Field(
         default=None, description="where this stage ran, when it differs per stage (a merged split run)"
     )

@@ -245,4 +245,6 @@ class PytestRequest(Strict):
 
 PYTEST_EVENT_KINDS = frozenset(
     {"conftest_error", "start", "collect_error", "collected", "test_start", "report", "warning", "interrupt", "internal_error", "finish"}
+    # The test accounting of `traingate.stages.harness.pytest_accounting`.
+    | {"selection", "xdist_disabled", "ignored", "collect_skip", "deselected", "items"}
 )

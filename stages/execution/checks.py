@@ -19,9 +19,10 @@ from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun
 _TAIL = 6000
 
 
-def suite_findings(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:
+def suite_findings(ctx: StageContext, run: SuiteRun, result: SuiteResult, hidden: frozenset[str] = frozenset()) -> list[Finding]:
     """All findings about the test run, the most specific first; `no-tests` only when
-    nothing more specific explains why no test ran."""
+    nothing more specific explains why no test ran. `hidden`: skipped tests the accounting
+    reports on their own (a hook's skip), left out of the plain skip groups."""
     findings: list[Finding] = untrusted_events(ctx, run, result)
     if run.child.timed_out:
         running = [t for t in result.tests if t.outcome == "crashed"]
@@ -32,7 +33,7 @@ def suite_findings(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> lis
     findings += abnormal_ends(ctx, run, result)
     if not any(f.blocking for f in findings):
         findings += no_tests(ctx, run, result)
-    findings += skipped_tests(ctx, result)
+    findings += skipped_tests(ctx, result, hidden)
     return findings
 
 
@@ -403,14 +404,14 @@ def no_suite_finding(ctx: StageContext) -> Finding:
     )
 
 
-def skipped_tests(ctx: StageContext, result: SuiteResult) -> list[Finding]:
+def skipped_tests(ctx: StageContext, result: SuiteResult, hidden: frozenset[str] = frozenset()) -> list[Finding]:
     """`skipped-tests`: one finding per skip reason, with the tests that share it.
 
     Not a defect by itself (CUDA-only tests on a CPU runner), but a reader must see what
     was not verified here; low severity, so the policy's defaults never block on it.
     """
     findings = []
-    for group in group_skips(result.tests):
+    for group in group_skips([t for t in result.tests if t.nodeid not in hidden]):
         findings.append(
             ctx.finding(
                 category=Category.SKIPPED_TESTS,

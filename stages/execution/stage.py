@@ -13,9 +13,19 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome
+from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome, TestRecord
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
 from traingate.stages.contract.text import first_line
+from traingate.stages.execution.accounting import Selection, test_records
+from traingate.stages.execution.accounting_checks import (
+    baseline_records,
+    disabled_against_baseline,
+    hidden_skips,
+    left_out_files,
+    observation_stopped,
+    rewritten_outcomes,
+    selection_findings,
+)
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
 from traingate.stages.execution.smoke import SmokeResult, smoke_calls
@@ -34,6 +44,8 @@ class ExecutionStage:
             Category.COLLECTION_ERROR,
             Category.NO_TESTS,
             Category.SKIPPED_TESTS,
+            Category.TEST_SELECTION,
+            Category.TEST_DISABLED,
             Category.TEST_ENVIRONMENT,
             Category.ENTRYPOINT_CRASH,
             Category.ENTRYPOINT_UNTESTED,
@@ -54,8 +66,15 @@ class ExecutionStage:
             suite = suite_future.result() if suite_future else None
             smoke = smoke_future.result() if smoke_future else None
         result = parse_events(suite.events) if suite else SuiteResult()
+        selection = Selection(result.selection, ctx.root, suite.config_file if suite else None)
+        records = test_records(result, selection, ctx.root) if suite else []
+        hidden = frozenset(r.nodeid for f in hidden_skips(ctx, records) for r in records if r.nodeid in f.evidence.data.get("tests", []))
 
-        findings = suite_findings(ctx, suite, result) if suite else [no_suite_finding(ctx)]
+        findings = suite_findings(ctx, suite, result, hidden) if suite else [no_suite_finding(ctx)]
+        accounting: dict[str, Any] = {}
+        if suite is not None:
+            found, accounting = self._accounting(ctx, suite, result, selection, records)
+            findings += found
         coverage = self._coverage(ctx, suite, result, source, findings)
         if smoke is not None:
             findings += smoke.findings
@@ -68,13 +87,34 @@ class ExecutionStage:
             summary=summary(suite, result, smoke, coverage),
             metrics=metrics(suite, result, smoke, coverage),
             findings=findings,
+            tests=records,
             details={
-                "pytest": pytest_details(suite, result) if suite else {"declared": False, "note": NO_SUITE_NOTE},
+                "pytest": {**pytest_details(suite, result), "accounting": accounting} if suite else {"declared": False, "note": NO_SUITE_NOTE},
                 "smoke": smoke_details(ctx, smoke),
                 "coverage": coverage,
                 "warnings": [s.as_dict() for s in sorted(sites, key=lambda s: (not s.deprecated_torch_api, -s.count))][:100],
             },
         )
+
+    @staticmethod
+    def _accounting(ctx: StageContext, suite: SuiteRun, result: SuiteResult, selection: Selection, records: list[TestRecord]) -> tuple[list[Finding], dict[str, Any]]:
+        """Findings of the test accounting, and what the report shows of it."""
+        found = rewritten_outcomes(ctx, result, selection) + observation_stopped(ctx, suite, selection)
+        found += selection_findings(ctx, result, selection, records) + hidden_skips(ctx, records) + left_out_files(ctx, result, records)
+        base, why_not = baseline_records(ctx.baseline)
+        comparison: dict[str, Any] = {"note": why_not}
+        if base is not None:
+            version = str((ctx.baseline or {}).get("version") or "the baseline")
+            disabled, comparison = disabled_against_baseline(ctx, records, base, version)
+            found += disabled
+        details = {
+            "taken_out": [r.model_dump(mode="json") for r in records if r.taken_out is not None][:MAX_TEST_ROWS],
+            "rewritten": [r.model_dump(mode="json") for r in records if r.rewritten][:MAX_TEST_ROWS],
+            "options": {dest: selection.describe(dest) for dest in selection.effective},
+            "xdist_disabled": result.xdist_disabled,
+            "baseline": comparison,
+        }
+        return found, details
 
     @staticmethod
     def _coverage(ctx: StageContext, suite: SuiteRun | None, result: SuiteResult, source: EntrypointSource | None, findings: list[Finding]) -> dict[str, Any]:
@@ -171,7 +211,12 @@ def summary(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | No
         running = [t.nodeid for t in result.tests if t.outcome == "crashed"]
         tests = f"the test suite overran its budget after {suite.child.duration_s:.0f}s ({c['passed']} passed before that" + (f"; {running[-1]} was still running)" if running else ")")
     else:
-        tests = f"{c['passed']} passed, {c['failed']} failed, {c['errors']} errors, {c['skipped']} skipped of {c['collected']} collected (pytest exit {suite.child.returncode})"
+        taken_out = "".join(f", {c[k]} {k.replace('_', ' ')}" for k in ("xfailed", "xpassed", "deselected") if c[k])
+        tests = f"{c['passed']} passed, {c['failed']} failed, {c['errors']} errors, {c['skipped']} skipped{taken_out} of {c['collected']} collected (pytest exit {suite.child.returncode})"
+        if c["not_collected"]:
+            tests += f", {c['not_collected']} test file(s) or module(s) kept out of collection"
+        if c["rewritten"]:
+            tests += f"; {c['rewritten']} outcome(s) rewritten by a hook (counted failed)"
         if c["collection_errors"]:
             tests += f", {c['collection_errors']} collection error(s)"
         if c["environment"] or c["environment_modules"]:

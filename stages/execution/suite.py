@@ -180,6 +180,10 @@ class TestOutcome:
     failure: dict[str, Any] | None = None  # describe_exception() of the failing phase
     longrepr: str = ""
     skip: dict[str, Any] | None = None
+    # Each phase's report event as logged, with what the gate itself saw of the phase.
+    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Phases whose logged outcome is not what the test did (`phase_rewrites`).
+    rewrites: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def environment(self) -> dict[str, Any] | None:
@@ -204,6 +208,13 @@ class SuiteResult:
     exitstatus: int | None = None
     collected_ids: list[str] | None = None  # the node ids pytest collected, when it said
     stopped: str | None = None  # why pytest stopped before running every test (-x, --maxfail)
+    # The accounting of `pytest_accounting`: what selected the run and what took tests out.
+    selection: dict[str, Any] = field(default_factory=dict)
+    xdist_disabled: dict[str, Any] | None = None
+    ignored: list[dict[str, Any]] = field(default_factory=list)
+    collect_skips: list[dict[str, Any]] = field(default_factory=list)
+    deselected_items: list[dict[str, Any]] = field(default_factory=list)
+    items: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def count(self, *outcomes: str) -> int:
         return sum(t.outcome in outcomes for t in self.tests)
@@ -257,6 +268,8 @@ def parse_events(events: list[dict[str, Any]]) -> SuiteResult:
             result.interrupt = event
         elif kind == "internal_error":
             result.internal_error = event
+        elif kind in _ACCOUNTING:
+            _ACCOUNTING[kind](result, event)
         elif kind == "finish":
             result.finished = True
             result.exitstatus = int(event.get("exitstatus", -1))
@@ -267,6 +280,16 @@ def parse_events(events: list[dict[str, Any]]) -> SuiteResult:
     return result
 
 
+_ACCOUNTING: dict[str, Any] = {
+    "selection": lambda result, event: setattr(result, "selection", event),
+    "xdist_disabled": lambda result, event: setattr(result, "xdist_disabled", event),
+    "ignored": lambda result, event: result.ignored.append(event),
+    "collect_skip": lambda result, event: result.collect_skips.append(event),
+    "deselected": lambda result, event: result.deselected_items.append(event),
+    "items": lambda result, event: result.items.update((str(i["nodeid"]), i) for i in event.get("items", [])),
+}
+
+
 def inconsistencies(run: SuiteRun, result: SuiteResult) -> list[tuple[str, str]]:
     """Where pytest's exit status and the events it handed back disagree, as (reason code,
     what): the events cannot be trusted then (a test wrote records of its own, or ended the
@@ -275,7 +298,8 @@ def inconsistencies(run: SuiteRun, result: SuiteResult) -> list[tuple[str, str]]
     if run.child.timed_out or not result.finished or code is None or code < 0:
         return []
     found: list[tuple[str, str]] = []
-    failures = result.count(*FAILED) + len(result.collection_errors) + (result.conftest_error is not None) + (result.internal_error is not None)
+    # A test whose logged outcome a hook rewrote is counted failed by the gate, not by pytest.
+    failures = sum(t.outcome in FAILED and not t.rewrites for t in result.tests) + len(result.collection_errors) + (result.conftest_error is not None) + (result.internal_error is not None)
     if result.exitstatus != code:
         found.append(("pytest-exit-mismatch", f"pytest reported exit status {result.exitstatus} at its end, but its process exited with status {code}"))
     if code == 1 and failures == 0:
@@ -320,7 +344,49 @@ def _fold(nodeid: str, by_phase: dict[str, dict[str, Any]], path: str | None, li
     if teardown is None and test.outcome not in ("failed", "error"):
         test.outcome = "interrupted" if finished else "crashed"
         test.message = "the run stopped during this test" if finished else "the test process ended during this test"
+    test.phases = by_phase
+    test.rewrites = [r for when in ("setup", "call", "teardown") if (r := phase_rewrite(when, by_phase.get(when))) is not None]
+    if test.rewrites and test.outcome not in ("failed", "error", "crashed", "interrupted"):
+        # The gate's own observation wins over the logged report: the test did not pass.
+        first = test.rewrites[0]
+        test.outcome = "failed" if first["when"] == "call" else "error"
+        test.message = clip_line(f"{first['did']}, but its {first['when']} report says {first['reported']}", 500)
     return test
+
+
+def phase_rewrite(when: str, phase: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Where the outcome pytest logged for a phase is not what the phase did, as the gate's
+    plugin saw it from outside every hook: an exception the test (or a fixture) raised, a test
+    function never called, a phase that never ran, or a status hook that calls a failure
+    something else. None when they agree (or the phase was not observed at all: no report)."""
+    if phase is None:
+        return None
+    reported, observed, made = phase["outcome"], phase.get("observed"), phase.get("made_outcome")
+    xfailed = "wasxfail" in phase
+    did: str | None = None
+    if "observed" in phase and observed is None and reported == "passed":
+        did = f"the gate saw no {when} phase run"
+    elif observed is not None:
+        raised = observed.get("raised") or (observed.get("fixture_raised") if when == "setup" else None)
+        if observed.get("called") is False and reported == "passed":
+            did = "the test function was never called"
+        elif raised is not None and _contradicts(raised.get("kind", "other"), reported, xfailed):
+            what = f"{raised.get('type')}: {first_line(str(raised.get('message') or ''), 200)}".rstrip(": ")
+            did = f"the {'fixture ' + repr(raised['fixture']) if 'fixture' in raised else 'test'} raised {what}"
+    if did is None and phase.get("teststatus") not in (None, "failed", "error") and reported == "failed":
+        did, reported = "the test failed", f"{phase['teststatus']} (pytest_report_teststatus)"
+    if did is None:
+        return None
+    return {"when": when, "did": did, "reported": reported + (" (xfail)" if xfailed else ""), "made": made, "raised": (observed or {}).get("raised")}
+
+
+def _contradicts(kind: str, reported: str, xfailed: bool) -> bool:
+    """Whether a phase that raised an exception of `kind` may not be logged as `reported`."""
+    if kind == "other":
+        return reported == "passed" or (reported == "skipped" and not xfailed)
+    if kind in ("skip", "xfail"):
+        return reported == "passed"
+    return False
 
 
 def _take_failure(test: TestOutcome, phase: dict[str, Any]) -> None:
@@ -364,9 +430,15 @@ def group_skips(tests: list[TestOutcome]) -> list[dict[str, Any]]:
 
 
 def counts(result: SuiteResult) -> dict[str, int]:
+    # Deselected tests were collected too (pytest counts them so); a hook that drops tests
+    # without saying so is counted here as well, from the gate's own record of them.
+    deselected = max(result.deselected, len(result.deselected_items))
+    selected = result.collected if result.collected is not None else len(result.tests)
     return {
-        "collected": result.collected if result.collected is not None else len(result.tests),
-        "deselected": result.deselected,
+        "collected": selected + deselected,
+        "deselected": deselected,
+        "not_collected": len(result.ignored) + len(result.collect_skips),
+        "rewritten": sum(bool(t.rewrites) for t in result.tests),
         "passed": result.count("passed"),
         "failed": result.count("failed", "crashed", "interrupted"),
         "errors": result.count("error"),

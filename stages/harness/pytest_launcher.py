@@ -58,11 +58,14 @@ def main() -> None:
     request, channel = receive_request(PytestRequest)
     root = Path(request.root).resolve()
 
+    from traingate.stages.harness.pytest_accounting import TestAccountant
     from traingate.stages.harness.pytest_plugin import EventRecorder, install_warning_sites
 
     recorder = EventRecorder(channel, root)
+    accountant = TestAccountant(recorder.emit, root)
+    recorder.phase_facts = accountant.phase_facts
     install_warning_sites()
-    plugins: list[Any] = [recorder]
+    plugins: list[Any] = [recorder, accountant]
     if request.coverage is not None:
         plugins.append(CoverageWindow(request.coverage))
     # What `python -m pytest` in the target's root gives its tests: the root first on sys.path

@@ -6,7 +6,9 @@ conftest that kills the process, a hang killed at the budget) still leaves what 
 which test was running; a run that leaves no `finish` line did not complete.
 
 Events: `conftest_error`, `start`, `collect_error`, `collected`, `test_start`, `report`,
-`warning`, `interrupt`, `internal_error`, `finish`. Failures carry the innermost frame of
+`warning`, `interrupt`, `internal_error`, `finish`, and the accounting events of
+`pytest_accounting` (`selection`, `xdist_disabled`, `ignored`, `collect_skip`, `deselected`,
+`items`); each `report` carries what the accountant saw of its phase. Failures carry the innermost frame of
 the target's own code, read from the real exception (pytest's report text is trimmed).
 """
 
@@ -18,7 +20,7 @@ import sys
 import traceback
 import warnings
 from pathlib import Path
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -161,6 +163,8 @@ class EventRecorder:
         self._collect_failures: dict[str, dict[str, Any]] = {}
         self._deselected = 0
         self._warnings = 0
+        # Set by the launcher: what the gate itself saw of each phase, added to its report event.
+        self.phase_facts: Callable[[pytest.TestReport], dict[str, Any]] | None = None
 
     def emit(self, event: str, **fields: Any) -> None:
         try:
@@ -234,7 +238,9 @@ class EventRecorder:
             self._failures[(report.nodeid, report.when)] = describe_exception(call.excinfo.value, self.root)
         return report
 
+    @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Last of the implementations: the outcome as pytest finally logs it, after any hook.
         event: dict[str, Any] = {
             "nodeid": report.nodeid,
             "when": report.when,
@@ -249,6 +255,8 @@ class EventRecorder:
         if report.failed:
             event["failure"] = self._failures.pop((report.nodeid, report.when), None)
             event["longrepr"] = report.longreprtext[-MAX_TEXT:]
+        if self.phase_facts is not None:
+            event.update(self.phase_facts(report))
         self.emit("report", **event)
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str, location: tuple[str, int, str] | None) -> None:
