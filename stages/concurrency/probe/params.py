@@ -17,6 +17,8 @@ import warnings
 import weakref
 from typing import Any
 
+from traingate.stages.contract.tensors import real_values
+
 MAX_STEPS = 20_000
 DETAILED_STEPS = 20
 MAX_NAMED_PARAMS = 256
@@ -48,7 +50,7 @@ class ParamFingerprints:
         sizes = [len(group["params"]) for group in optimizer.param_groups]
         with torch.no_grad():
             rows = [
-                torch.stack((p.detach().sum(dtype=torch.float64), torch.linalg.vector_norm(p.detach(), dtype=torch.float64)))
+                _fingerprint(torch, real_values(torch, p))
                 for group in optimizer.param_groups
                 for p in group["params"]
             ]
@@ -80,6 +82,11 @@ class ParamFingerprints:
             "detailed_steps": DETAILED_STEPS,
             "dropped": self.dropped,
         }
+
+
+def _fingerprint(torch: Any, values: Any) -> Any:
+    """(sum, L2 norm) in float64 of a parameter's real values (a complex one's real and imaginary parts)."""
+    return torch.stack((values.sum(dtype=torch.float64), torch.linalg.vector_norm(values, dtype=torch.float64)))
 
 
 def _group_sums(rows: list[list[float]], sizes: list[int]) -> list[list[float]]:

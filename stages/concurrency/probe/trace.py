@@ -21,6 +21,7 @@ from typing import Any
 from collections.abc import Callable
 
 from traingate.stages.concurrency.probe.params import ParamFingerprints
+from traingate.stages.contract.tensors import exact_sum
 from traingate.stages.concurrency.probe.sites import SiteTable
 
 MAX_EVENTS = 50_000
@@ -53,6 +54,7 @@ class LossTrace:
         import torch
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+        self._torch = torch
         self.sites = SiteTable(ctx.root)
         self._wrap_backward(torch)
         register_optimizer_step_pre_hook(self._on_step)
@@ -87,7 +89,8 @@ class LossTrace:
     # -- events -----------------------------------------------------------------------------
     def _on_backward(self, tensors: list[Any]) -> None:
         # A scalar is copied; a larger tensor is reduced to its sum (no synchronisation either way).
-        self._pending.extend(t.detach().clone() if t.numel() == 1 else t.detach().float().sum() for t in tensors)
+        # Summed in the loss's own precision (a float64 loss through float32 could overflow to inf).
+        self._pending.extend(t.detach().clone() if t.numel() == 1 else exact_sum(self._torch, t.detach().real) for t in tensors)
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1

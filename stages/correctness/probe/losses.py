@@ -18,6 +18,7 @@ import threading
 from typing import Any
 from collections.abc import Callable
 
+from traingate.stages.contract.tensors import exact_sum
 from traingate.stages.correctness.probe.sites import SiteTable
 
 MAX_CALLS = 20_000
@@ -110,7 +111,11 @@ class LossWatch:
 
 
 def _value(tensor: Any) -> float | None:
+    """The loss (its sum when it is not a scalar), read in its own precision: a float64 loss
+    through float32 would overflow to inf above 3.4e38 (a false non-finite loss) or flush to 0."""
     try:
-        return float(tensor.float().sum().item())
+        import torch
+
+        return float(exact_sum(torch, tensor.detach().real).item())  # a complex loss: its real part
     except Exception:  # noqa: BLE001 - a recorder never breaks the target
         return None

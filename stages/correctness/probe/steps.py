@@ -4,11 +4,12 @@ ever received a gradient, and which model parameters no optimizer holds.
 Step pre/post hooks (`torch.optim.optimizer.register_optimizer_step_{pre,post}_hook`) take a
 fingerprint of each parameter before and after `step()`: its sum, its L2 norm and up to
 `SAMPLES` evenly spaced elements, exactly, on the parameter's device (no copy of the weights,
-one host read per step). A parameter whose fingerprint is identical after the step did not
-change: a dense update moves the sampled elements, a sparse one (a few embedding rows) the
-sum and norm. The fingerprint after one step is reused as the one before the next, so each
-step costs one pass over the parameters; a target that changes parameters between steps can
-only hide an ineffective step that way, never invent one.
+one host read per step), in the parameter's own precision whatever its dtype (float64 stays
+float64). A parameter whose fingerprint is identical after the step did not change: a dense
+update moves the sampled elements, a sparse one (a few embedding rows) the sum and norm. The
+fingerprint after one step is reused as the one before the next, so each step costs one pass
+over the parameters; a target that changes parameters between steps can only hide an
+ineffective step that way, never invent one.
 
 `torch.nn.Module.__init__` is wrapped to keep each module the run constructs, with the line of
 the target that constructed it, so that a parameter can be named by its qualified name in
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from traingate.stages.contract.tensors import exact_dtype, exact_norm, exact_sum, real_values
 from traingate.stages.correctness.probe.sites import SiteTable
 
 SAMPLES = 32
@@ -94,7 +96,7 @@ class StepWatch:
                 if index is None or index.device != flat.device:
                     count = min(SAMPLES, flat.numel())
                     index = self._samples[key] = torch.linspace(0, max(flat.numel() - 1, 0), steps=count, device=flat.device).long()
-                part = torch.cat((flat.sum(dtype=torch.float32).reshape(1), torch.linalg.vector_norm(flat, dtype=torch.float32).reshape(1), flat[index].float()))
+                part = _part(torch, flat, index)
                 parts.append(part)
                 end += part.numel()
                 ends.append(end)
@@ -224,7 +226,7 @@ class StepWatch:
         with torch.no_grad():
             for optimizer in self.optimizers:
                 for p in self._params(optimizer):
-                    if p.is_floating_point() and not bool(torch.isfinite(p).all()):
+                    if (p.is_floating_point() or p.is_complex()) and not bool(torch.isfinite(p).all()):
                         found.append(self._describe(p, names)["name"] or f"<parameter of shape {tuple(p.shape)}>")
         return found[:MAX_NAMED]
 
@@ -263,6 +265,15 @@ class StepWatch:
         if known is not None:
             return dict(known[1])
         return {"name": None, "root": None, "root_site": None, "module": None, "site": None, "shape": list(p.shape)}
+
+
+def _part(torch: Any, flat: Any, index: Any) -> Any:
+    """[sum, norm, samples...] of one flat parameter, each exact in the parameter's own precision
+    (float64 kept as float64, so an update below float32's resolution still reads as a change);
+    concatenated with float32 parts the fingerprint widens to float64, exactly."""
+    values = real_values(torch, flat)
+    samples = real_values(torch, flat[index]).to(exact_dtype(torch, values))
+    return torch.cat((exact_sum(torch, values).reshape(1), exact_norm(torch, values).reshape(1), samples))
 
 
 def _number(value: Any) -> float | None:

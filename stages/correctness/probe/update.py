@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from traingate.stages.contract.tensors import real_values
+
 SAMPLES = 64
 STOP = "FirstStepReached"
 
@@ -47,8 +49,8 @@ class FirstUpdate:
                         {
                             "group": group_index,
                             "numel": flat.numel(),
-                            "grad_norm": float(torch.linalg.vector_norm(grad, dtype=torch.float64)) if grad is not None else None,
-                            "grad_sample": grad[index].double().cpu().tolist() if grad is not None else None,
+                            "grad_norm": _norm(torch, grad) if grad is not None else None,
+                            "grad_sample": _sample(torch, grad, index) if grad is not None else None,
                         }
                     )
                     self._before.append((p, flat.clone(), index))
@@ -61,13 +63,25 @@ class FirstUpdate:
         with torch.no_grad():
             for record, (p, before, index) in zip(self.params, self._before, strict=True):
                 change = p.detach().reshape(-1) - before
-                record["update_norm"] = float(torch.linalg.vector_norm(change, dtype=torch.float64))
-                record["update_sample"] = change[index].double().cpu().tolist()
+                record["update_norm"] = _norm(torch, change)
+                record["update_sample"] = _sample(torch, change, index)
         self._before.clear()
         raise FirstStepReached("the first optimizer step was recorded")
 
     def collect(self) -> dict[str, Any]:
         return {"stepped": self.done, "params": self.params, "stop": STOP}
+
+
+def _norm(torch: Any, flat: Any) -> float:
+    """The L2 norm of a gradient or update, accumulated in float64 whatever its dtype."""
+    return float(torch.linalg.vector_norm(real_values(torch, flat), dtype=torch.float64))
+
+
+def _sample(torch: Any, flat: Any, index: Any) -> list[float]:
+    """The sampled elements as float64 numbers (exact for every real dtype; a complex element
+    as its real and imaginary parts)."""
+    sampled: list[float] = real_values(torch, flat[index]).double().cpu().tolist()
+    return sampled
 
 
 def _sample_index(torch: Any, numel: int, device: Any) -> Any:

@@ -30,6 +30,7 @@ import torch.utils.data.dataloader as dataloader_module
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from traingate.stages.contract.frames import relative
+from traingate.stages.contract.tensors import exact_dtype
 from traingate.stages.performance.probe.frame_index import FrameIndex, Site, caller_frame, graph_size
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -359,7 +360,8 @@ def _mean_loss(values: list[Any]) -> Any:
         return values[0]
     if all(isinstance(v, float) for v in values):
         return sum(values) / len(values)
-    return torch.stack([v.float() if isinstance(v, torch.Tensor) else torch.tensor(float(v)) for v in values]).mean()
+    # Each loss in its own precision (float64 stays float64: through float32 it could overflow to inf).
+    return torch.stack([v.detach().real.to(exact_dtype(torch, v)) if isinstance(v, torch.Tensor) else torch.tensor(float(v)) for v in values]).mean()
 
 
 def _as_float(value: Any) -> float | None:
