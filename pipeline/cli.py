@@ -33,7 +33,7 @@ from traingate.pipeline.outputs import FORMATS, FormatError, display_path, parse
 from traingate.pipeline.processes import become_subreaper, kill_descendants
 from traingate.pipeline.rules import RULES, find_rule
 from traingate.pipeline.rules import explain as explain_rule
-from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, resolve_policy
+from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageReport
 from traingate.reports import render_summary
 from traingate.reports.history import render_history_md
@@ -297,7 +297,7 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
     try:
         config, config_file = load_config(root)
         effective, policy = resolve_policy(config.policy, config_file, ci_policy)
-        config = config.model_copy(update={"policy": effective})
+        config, policy = pin_suite(config.model_copy(update={"policy": effective}), effective, policy)
     except ConfigError as exc:
         config_problem = exc
         if ci_policy is not None:

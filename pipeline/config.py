@@ -166,6 +166,16 @@ class PolicyConfig(BaseModel):
     block: Literal["all", "new"] = "all"
     # The target writes its own waivers, so the CI may switch them off.
     allow_waivers: bool = True
+    # The CI may pin the suite (pytest arguments), so that a version cannot narrow its own
+    # `tests`; only a CI policy file sets it (None: the target's `tests`).
+    tests: list[str] | None = None
+
+    @field_validator("tests")
+    @classmethod
+    def _pinned_suite_not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value == []:
+            raise ValueError("an empty list runs no suite; give the pytest arguments, for example [\"tests\"]")
+        return value
 
 
 # Integrity failures of the gate itself: no waiver and no baseline can accept them.

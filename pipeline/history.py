@@ -20,6 +20,8 @@ STEP_TIME_IDS = ("step_time.median.fp32", "step_time.median.amp")
 STEP_TIME_PREFIX = "step_time.median."
 MEMORY_GROWTH_ID = "memory.held_growth"
 AMP_SPEEDUP_ID = "amp.speedup"
+TESTS_PASSED_ID = "tests.passed"
+TESTS_COLLECTED_ID = "tests.collected"
 
 
 class HistoryError(Exception):
@@ -45,6 +47,8 @@ class VersionRow:
     step_time_id: str | None
     memory_growth_bytes_per_step: float | None
     amp_speedup: float | None
+    tests_passed: int | None = None  # None: the execution stage did not run a suite
+    tests_collected: int | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,14 @@ def _row(folder: str, report: PipelineReport, ids: set[str], previous: set[str] 
         step_time_id=step_id,
         memory_growth_bytes_per_step=_number(metrics.get(MEMORY_GROWTH_ID)),
         amp_speedup=_number(metrics.get(AMP_SPEEDUP_ID)),
+        tests_passed=_count(metrics.get(TESTS_PASSED_ID)),
+        tests_collected=_count(metrics.get(TESTS_COLLECTED_ID)),
     )
+
+
+def _count(value: object) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
 
 
 def _number(value: object) -> float | None:

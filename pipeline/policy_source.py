@@ -9,7 +9,9 @@ target may only tighten that floor:
 - `amp_speedup_min`, `amp_memory_reduction_min`, `overfit_min_reduction`: the larger value;
 - `amp_accuracy_tolerance`, `grad_accumulation_tolerance`: the smaller value;
 - `block`: "all" over "new" (only the CI can let persisting findings through);
-- `allow_waivers`: false over true (only the CI can allow the target's waivers, and it may forbid them).
+- `allow_waivers`: false over true (only the CI can allow the target's waivers, and it may forbid them);
+- `tests`: the CI may pin the suite (its pytest arguments replace the target's `tests`); the
+  target's own `[policy] tests` is ignored.
 
 A target value that would loosen the floor is ignored and listed in the report. Only a CI
 policy file can set a value below a default.
@@ -26,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from traingate.pipeline.config import PolicyConfig
+from traingate.pipeline.config import PolicyConfig, TargetConfig
 from traingate.pipeline.schema import IgnoredPolicySetting, PolicyProvenance, PolicySetting, Severity
 
 if sys.version_info >= (3, 11):
@@ -108,6 +110,9 @@ def resolve_policy(target: PolicyConfig, target_file: str | None, ci: CiPolicy |
         base, source = floor[key]
         if key not in asked:
             value = base
+        elif key == "tests":
+            value = base
+            ignored.append(_ignored(key, target.tests, target_file, "only the CI policy can pin the suite; the target's own suite is its `tests` key"))
         elif key == "block_on":
             value, source, dropped = _tighten_block_on(base, target.block_on, source)
             if dropped:
@@ -124,6 +129,18 @@ def resolve_policy(target: PolicyConfig, target_file: str | None, ci: CiPolicy |
         settings.append(PolicySetting(key=key, value=_plain(value), source=source))
     provenance = PolicyProvenance(ci_file=ci.path if ci else None, settings=settings, ignored=ignored)
     return PolicyConfig(**chosen), provenance
+
+
+def pin_suite(config: TargetConfig, policy: PolicyConfig, provenance: PolicyProvenance) -> tuple[TargetConfig, PolicyProvenance]:
+    """Apply the CI's pinned suite, and say in the provenance where the test list came from:
+    `ci-policy` (pinned), `target` (its `tests` key) or `default` (`["tests"]`)."""
+    if policy.tests is not None:
+        config, source = config.model_copy(update={"tests": list(policy.tests)}), CI
+    else:
+        source = TARGET if "tests" in config.model_fields_set else DEFAULT
+    settings = [s for s in provenance.settings if s.key != "tests"]
+    settings.append(PolicySetting(key="tests", value=config.tests, source=source))
+    return config, provenance.model_copy(update={"settings": settings})
 
 
 def _tighten_block_on(base: list[Severity], mine: list[Severity], source: str) -> tuple[list[Severity], str, list[Severity]]:

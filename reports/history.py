@@ -13,8 +13,8 @@ def render_history_md(history: History) -> str:
         "",
         f"{len(history.rows)} version(s), oldest first. New, resolved and persisting findings are counted by finding id against the version before.",
         "",
-        "| Version | Date | Decision | Score | Findings (blocking) | New | Resolved | Persisting | Step time | Memory growth | AMP speedup | Device |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Version | Date | Decision | Score | Tests passed | Findings (blocking) | New | Resolved | Persisting | Step time | Memory growth | AMP speedup | Device |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_table_row(row) for row in history.rows]
     lines += ["", *_score_chart(history), *_step_time_chart(history)]
@@ -35,6 +35,7 @@ def _table_row(row: VersionRow) -> str:
         row.started_at,
         DECISION_MARK.get(row.decision, row.decision),
         str(row.score),
+        "—" if row.tests_collected is None else f"{row.tests_passed if row.tests_passed is not None else '—'} of {row.tests_collected}",
         f"{row.findings} ({row.blocking})",
         count(row.new),
         count(row.resolved),

@@ -52,6 +52,13 @@ def test_fixed_v7_passes_the_execution_stage(tmp_path: Path) -> None:
     assert run.report["decision"] == "PASS"
     assert not run.findings("entrypoint-crash") and not run.findings("entrypoint-untested")
     assert [f for f in run.findings() if f["blocking"]] == []
+    # Its three CUDA skips are real: with a baseline that had them, the decision stays PASS.
+    [skips] = run.findings("skipped-tests")
+    assert skips["severity"] == "low" and len(skips["evidence"]["data"]["tests"]) == 3
+    again = run_gate(fixed, tmp_path / "again", "--stages", "execution", "--version", "v7-fixed-again", "--baseline", str(run.out / "report.json"))
+    assert again.returncode == 0 and again.report["decision"] == "PASS", again.stdout
+    assert not again.findings("test-disabled") and not again.findings("test-selection")
+    assert [f["title"] for f in again.findings("skipped-tests")] == [skips["title"]]
 
 
 @pytest.mark.slow

@@ -142,7 +142,10 @@ def test_xfailed_test_is_not_a_failure(exec_gate):
 def test_skip_reasons_are_grouped(exec_gate):
     gate, _ = exec_gate("exec_defects")
     skips = {f["title"]: f for f in gate.findings("skipped-tests")}
-    assert set(skips) == {"3 test(s) skipped: CUDA not available", "1 test(s) skipped: needs the full dataset"}
+    # The xfail is named too, at medium: an xfail hides a failure whatever put it there.
+    assert set(skips) == {"3 test(s) skipped: CUDA not available", "1 test(s) skipped: needs the full dataset", "1 test(s) xfailed: known rounding issue"}
+    xfail = skips.pop("1 test(s) xfailed: known rounding issue")
+    assert xfail["severity"] == "medium" and not xfail["blocking"] and "test_known_issue" in xfail["problem"]
     assert all(f["severity"] == "low" and not f["blocking"] and f["evidence"]["kind"] == "observed" for f in skips.values())
     assert len(skips["3 test(s) skipped: CUDA not available"]["evidence"]["data"]["tests"]) == 3
 

@@ -10,7 +10,7 @@ from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding,
 from traingate.pipeline.registry import Stage, build_registry
 
 SPEC_CATEGORIES = {
-    "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "test-environment", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
+    "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-environment", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
     "performance": {"memory-leak", "host-sync", "amp-speedup", "amp-memory", "amp-accuracy", "amp-inactive", "input-stall", "perf-regression"},
     "concurrency": {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"},
     "correctness": {"ineffective-step", "unused-parameter", "grad-accumulation", "unshuffled-training", "no-learning", "ddp-divergence"},

@@ -160,6 +160,31 @@ def hidden_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
     return found
 
 
+def module_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
+    """`skipped-tests` (low): a test module skipped while it was collected (`pytest.skip(...,
+    allow_module_level=True)`, `pytest.importorskip` at its top): none of its tests is even
+    collected, so no count shows them."""
+    found = []
+    for record in records:
+        taken = record.taken_out
+        if taken is None or taken.how != "module-skipped":
+            continue
+        found.append(
+            ctx.finding(
+                category=Category.SKIPPED_TESTS,
+                severity=Severity.LOW,
+                title=f"{record.nodeid} skipped at collection: {taken.reason}",
+                location=taken.where,
+                problem=f"{record.nodeid} was skipped while pytest collected it (reason \"{taken.reason}\"): none of its tests was collected or run.",
+                impact="The module's tests verify nothing in this run, and no test count includes them.",
+                fix="Run them where their condition holds, or remove the module-level skip if it no longer applies.",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"module skipped: {taken.reason}", data={"module": record.nodeid, "reason": taken.reason}),
+                key=f"module skipped {record.nodeid} {taken.reason}",
+            )
+        )
+    return found
+
+
 def _hidden(how: str, by: str) -> bool:
     return how.startswith("xfail") or how == "skip-marker-added" or (how == "skip-call" and by != "pytest.skip() in the test")
 

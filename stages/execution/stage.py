@@ -22,6 +22,7 @@ from traingate.stages.execution.accounting_checks import (
     disabled_against_baseline,
     hidden_skips,
     left_out_files,
+    module_skips,
     observation_stopped,
     rewritten_outcomes,
     selection_findings,
@@ -100,7 +101,8 @@ class ExecutionStage:
     def _accounting(ctx: StageContext, suite: SuiteRun, result: SuiteResult, selection: Selection, records: list[TestRecord]) -> tuple[list[Finding], dict[str, Any]]:
         """Findings of the test accounting, and what the report shows of it."""
         found = rewritten_outcomes(ctx, result, selection) + observation_stopped(ctx, suite, selection)
-        found += selection_findings(ctx, result, selection, records) + hidden_skips(ctx, records) + left_out_files(ctx, result, records)
+        found += selection_findings(ctx, result, selection, records) + hidden_skips(ctx, records) + module_skips(ctx, records)
+        found += left_out_files(ctx, result, records)
         base, why_not = baseline_records(ctx.baseline)
         comparison: dict[str, Any] = {"note": why_not}
         if base is not None:

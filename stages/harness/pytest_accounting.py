@@ -103,7 +103,7 @@ class TestAccountant:
         self.emit = emit
         self.root = root
         self._deselected: dict[str, dict[str, Any]] = {}
-        self._mark_sites: dict[tuple[str, str], dict[str, Any]] = {}
+        self._mark_sites: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._observed: dict[tuple[str, str], dict[str, Any]] = {}
         self._made: dict[tuple[str, str], str] = {}
         self._config: pytest.Config | None = None
@@ -128,7 +128,7 @@ class TestAccountant:
                 sites[(node.nodeid, name)] = _caller_site(root)
             return original(node, marker, append)
 
-        Node.add_marker = add_marker  # type: ignore[method-assign]
+        Node.add_marker = add_marker  # type: ignore[method-assign,assignment]
 
     # -- what selects the run --------------------------------------------------------------
 
@@ -217,8 +217,8 @@ class TestAccountant:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, Any]:
-        watch = isinstance(item, pytest.Function) and type(item).runtest is pytest.Function.runtest and not _is_async(item.obj)
-        if not watch:
+        if not isinstance(item, pytest.Function) or type(item).runtest is not pytest.Function.runtest or _is_async(item.obj):
+            # unittest cases, doctests, plugin items and async tests run their function their own way.
             return (yield from self._observe(item, "call"))
         original = item.obj
         item.obj = self._wrap_test_function(item.nodeid, original)
