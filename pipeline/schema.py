@@ -228,7 +228,7 @@ class TakenOut(BaseModel):
     skipped at collection."""
 
     model_config = _FROZEN
-    how: str = Field(description="skip-marker | skip-marker-added | skip-call | xfail-marker | xfail-marker-added | xfail-call | deselected | ignored | module-skipped")
+    how: str = Field(description="skip-marker | skip-marker-added | skip-call | xfail-marker | xfail-marker-added | xfail-call | deselected | ignored | module-skipped | not-run")
     by: str = Field(description="what did it, in words: `@pytest.mark.skipif`, `-k 'not slow'` (addopts in pyproject.toml), a hook")
     reason: str = ""
     where: Location | None = Field(default=None, description="the marker, call, hook or configuration line, when known")
@@ -242,7 +242,7 @@ class TestRecord(BaseModel):
     __test__ = False  # not a pytest test class
     model_config = _FROZEN
     nodeid: str = Field(description="pytest's node id; for a path kept out of collection, the path")
-    outcome: str = Field(description="passed | failed | error | skipped | xfailed | xpassed | crashed | interrupted | deselected | not-collected")
+    outcome: str = Field(description="passed | failed | error | skipped | xfailed | xpassed | crashed | interrupted | deselected | not-collected | not-run (collected, never reached: `-x`, `--collect-only`, a run that ended early)")
     path: str | None = None
     line: int | None = None
     source_hash: str | None = Field(default=None, description="hash of the test function's body, without its name and decorators")

@@ -155,8 +155,8 @@ def route_run(tmp_path_factory: pytest.TempPathFactory, baseline: GateRun) -> Ca
     shared = _shared_dir(tmp_path_factory)
 
     def run(route: str) -> GateRun:
-        target = make_route(route, shared / "routes")
-        return _once(shared, route, lambda out: run_gate(target, out, "--stages", "execution", "--version", "v2", "--baseline", str(baseline.out / "report.json")))
+        # The route's tree is written under the run's lock: another worker never sees it half made.
+        return _once(shared, route, lambda out: run_gate(make_route(route, shared / "routes"), out, "--stages", "execution", "--version", "v2", "--baseline", str(baseline.out / "report.json")))
 
     return run
 
@@ -236,10 +236,13 @@ def test_a_suite_pinned_by_the_ci_cannot_be_narrowed(tmp_path_factory: pytest.Te
     """The CI's policy file pins `tests`: the narrowed version runs the whole suite, and the
     failing test fails."""
     shared = _shared_dir(tmp_path_factory)
-    target = make_route("tests-narrowed", shared / "routes")
     policy = shared / "pinned-policy.toml"
-    policy.write_text('tests = ["tests"]\n')
-    gate = _once(shared, "pinned", lambda out: run_gate(target, out, "--stages", "execution", "--policy", str(policy)))
+
+    def pinned(out: Path) -> GateRun:
+        policy.write_text('tests = ["tests"]\n')
+        return run_gate(make_route("tests-narrowed", shared / "pinned-route"), out, "--stages", "execution", "--policy", str(policy))
+
+    gate = _once(shared, "pinned", pinned)
     assert gate.returncode == 1
     [failure] = gate.findings("test-failure")
     assert TEST in failure["title"]

@@ -90,6 +90,16 @@ def test_records(result: SuiteResult, selection: Selection, root: Path) -> list[
                 source_hash=item.get("source_hash"), taken_out=_deselection(item, selection),
             )
         )
+    reported = {t.nodeid for t in result.tests}
+    for nodeid in result.collected_ids or []:
+        if nodeid not in reported:
+            item = result.items.get(nodeid, {})
+            records.append(
+                TestRecord(
+                    nodeid=nodeid, outcome="not-run", path=item.get("path"), line=item.get("line"), source_hash=item.get("source_hash"),
+                    taken_out=_not_run(result, selection),
+                )
+            )
     for skip in result.collect_skips:
         path = str(skip.get("nodeid") or "").split("::", 1)[0]
         records.append(
@@ -167,6 +177,16 @@ def _deselection(item: dict[str, Any], selection: Selection) -> TakenOut:
         by = str(item.get("by")) + (f" ({', '.join(hook_site(h) for h in hooks)})" if hooks else "")
         return TakenOut(how="deselected", by=by, where=hook_location(hooks[0]) if hooks else None)
     return TakenOut(how="deselected", by=str(item.get("by")), where=site_location(site))
+
+
+def _not_run(result: SuiteResult, selection: Selection) -> TakenOut:
+    """Why a collected test got no outcome: an option that lists instead of running, or one
+    that stops at the first failures, or a run that ended early."""
+    for dest in ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test", "maxfail"):
+        if dest in selection.effective:
+            source, where = selection.source(dest)
+            return TakenOut(how="not-run", by=f"{selection.describe(dest)} ({source})", where=where)
+    return TakenOut(how="not-run", by=f"the run stopped before it ({result.stopped})" if result.stopped else "the run ended before it")
 
 
 def _ignore(ignored: dict[str, Any], selection: Selection) -> TakenOut:

@@ -21,7 +21,7 @@ MAX_NAMED = 20
 STOPPING = ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test")
 NARROWING = ("keyword", "markexpr", "deselect", "ignore", "ignore_glob", "maxfail", "lf", "failedfirst", "newfirst", "stepwise", "plugins")
 # Outcomes of a test that was in the suite but did not run to a verdict of its own.
-TAKEN_OUT = ("skipped", "xfailed", "deselected", "not-collected")
+TAKEN_OUT = ("skipped", "xfailed", "deselected", "not-collected", "not-run")
 
 
 def _named(nodeids: list[str]) -> str:
@@ -34,7 +34,7 @@ def rewritten_outcomes(ctx: StageContext, result: SuiteResult, selection: Select
     the report (or made one up). Never waivable: the run's results cannot be believed."""
     found = []
     for test in result.tests:
-        for rewrite in test.rewrites:
+        for rewrite in test.rewrites[:1]:  # the first phase rewritten; the evidence lists them all
             names = _rewriting_hooks(rewrite)
             hooks = selection.hooks(*names)
             who = ", ".join(hook_site(h) for h in hooks) or "a hook or plugin outside the target's files"
@@ -43,7 +43,7 @@ def rewritten_outcomes(ctx: StageContext, result: SuiteResult, selection: Select
                 ctx.stage_error(
                     f"the outcome of {test.nodeid} was rewritten",
                     reason="outcome-rewritten",
-                    key=f"{test.nodeid} {rewrite['when']}",
+                    key=test.nodeid,
                     title=f"{test.nodeid}: {rewrite['did']}, but its {rewrite['when']} report says {rewrite['reported']}",
                     location=location,
                     problem=(
@@ -54,7 +54,7 @@ def rewritten_outcomes(ctx: StageContext, result: SuiteResult, selection: Select
                     ),
                     impact="A hook that turns failures into passes makes every green run of this suite worthless; no result of this run can be trusted.",
                     fix=f"Remove the code that rewrites test reports ({who}) and fix the test it hid.",
-                    evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{rewrite['did']}; logged: {rewrite['reported']}", data={"nodeid": test.nodeid, **rewrite, "hooks": hooks}),
+                    evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{rewrite['did']}; logged: {rewrite['reported']}", data={"nodeid": test.nodeid, **rewrite, "phases": test.rewrites, "hooks": hooks}),
                 )
             )
     return found
@@ -241,6 +241,7 @@ def disabled_against_baseline(ctx: StageContext, records: list[TestRecord], base
     base_ids = {r.nodeid for r in base}
     by_hash = {r.source_hash: r for r in records if r.source_hash and r.nodeid not in base_ids}
     by_path = {r.path: r for r in records if r.outcome == "not-collected" and r.path}
+    reached = frozenset(r.path for r in records if r.path and r.outcome != "not-collected")
     found, moved, newly_passing = [], [], []
     for old in base:
         current = now.get(old.nodeid)
@@ -255,18 +256,18 @@ def disabled_against_baseline(ctx: StageContext, records: list[TestRecord], base
             continue
         if current is not None and current.outcome not in TAKEN_OUT:
             continue
-        found.append(_disabled(ctx, old, current, version))
+        found.append(_disabled(ctx, old, current, version, reached))
     comparison = {"version": version, "compared": len(base), "moved": moved, "newly_passing": newly_passing, "disabled": [f.evidence.data.get("nodeid") for f in found]}
     return found, comparison
 
 
-def _disabled(ctx: StageContext, old: TestRecord, current: TestRecord | None, version: str) -> Finding:
+def _disabled(ctx: StageContext, old: TestRecord, current: TestRecord | None, version: str, reached: frozenset[str]) -> Finding:
     if current is not None and current.taken_out is not None:
         taken = current.taken_out
         how = f"{current.outcome} by {taken.by}" + (f", reason \"{taken.reason}\"" if taken.reason else "")
         where = taken.where
     else:
-        how, where = _gone(ctx.root, old, ctx.config.tests or [])
+        how, where = _gone(ctx.root, old, ctx.config.tests or [], reached)
     name = current.nodeid if current is not None and current.nodeid != old.nodeid else old.nodeid
     return ctx.finding(
         category=Category.TEST_DISABLED,
@@ -281,7 +282,7 @@ def _disabled(ctx: StageContext, old: TestRecord, current: TestRecord | None, ve
     )
 
 
-def _gone(root: Path, old: TestRecord, tests: list[str]) -> tuple[str, Location | None]:
+def _gone(root: Path, old: TestRecord, tests: list[str], reached: frozenset[str] = frozenset()) -> tuple[str, Location | None]:
     """A baseline test this run has no record of: deleted, or its file left out of the suite."""
     path = old.path or old.nodeid.split("::")[0]
     function = old.nodeid.split("::")[-1].split("[")[0]
@@ -290,4 +291,9 @@ def _gone(root: Path, old: TestRecord, tests: list[str]) -> tuple[str, Location 
         return f"deleted (its file {path} is gone)", None
     if f"def {function}" not in file.read_text(encoding="utf-8", errors="replace"):
         return f"deleted from {path}", Location(path=path, line=None)
+    if path in reached:
+        return (
+            f"not collected: {path} still defines it and ran, but this test was not collected "
+            "(a `python_functions`/`python_classes` setting, a collection hook, or a changed signature)"
+        ), Location(path=path, line=None, function=function)
     return f"not collected: {path} still defines it, but the suite this version ran (`tests = {tests}`) did not reach it", Location(path=path, line=None, function=function)

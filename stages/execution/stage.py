@@ -213,7 +213,7 @@ def summary(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | No
         running = [t.nodeid for t in result.tests if t.outcome == "crashed"]
         tests = f"the test suite overran its budget after {suite.child.duration_s:.0f}s ({c['passed']} passed before that" + (f"; {running[-1]} was still running)" if running else ")")
     else:
-        taken_out = "".join(f", {c[k]} {k.replace('_', ' ')}" for k in ("xfailed", "xpassed", "deselected") if c[k])
+        taken_out = "".join(f", {c[k]} {k.replace('_', ' ')}" for k in ("xfailed", "xpassed", "deselected", "not_run") if c[k])
         tests = f"{c['passed']} passed, {c['failed']} failed, {c['errors']} errors, {c['skipped']} skipped{taken_out} of {c['collected']} collected (pytest exit {suite.child.returncode})"
         if c["not_collected"]:
             tests += f", {c['not_collected']} test file(s) or module(s) kept out of collection"
