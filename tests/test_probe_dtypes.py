@@ -87,6 +87,31 @@ def test_a_float64_update_below_float32_resolution_is_a_change() -> None:
     assert watch.ineffective_count == 0 and watch.changed == {id(weight)}
 
 
+@pytest.mark.parametrize("default", [torch.float16, torch.bfloat16, torch.float64], ids=str)
+def test_sampled_elements_do_not_depend_on_the_default_dtype(default: torch.dtype) -> None:
+    """A target's `torch.set_default_dtype(...)`: indexes computed in float16 raise past 65504
+    elements (inside the target's optimizer.step()), in bfloat16 they miss the last element."""
+    weight = torch.nn.Parameter(torch.zeros(100_000, dtype=torch.float32))
+    optimizer = torch.optim.SGD([weight], lr=1.0)
+    watch, recorder = _watch(), FirstUpdate()
+    recorder.torch = torch
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(default)
+    try:
+        watch._pre(optimizer, (), {})
+        recorder._pre(optimizer, (), {})
+        weight.grad = torch.zeros_like(weight)
+        weight.grad[-1] = 1.0  # only the last element moves: a sample of it must be the last index
+        optimizer.step()
+        watch._post(optimizer, (), {})
+        with pytest.raises(FirstStepReached):
+            recorder._post(optimizer, (), {})
+    finally:
+        torch.set_default_dtype(previous)
+    assert watch.ineffective_count == 0 and watch.changed == {id(weight)}
+    assert recorder.collect()["params"][0]["update_sample"][-1] == -1.0
+
+
 @pytest.mark.parametrize("dtype", EVERY, ids=str)
 def test_first_update_records_finite_norms_and_samples(dtype: torch.dtype) -> None:
     model = _model(dtype)

@@ -43,3 +43,13 @@ def exact_norm(torch: Any, tensor: Any) -> Any:
     """The L2 norm of the tensor's real values, accumulated in its exact dtype (a 0-d tensor)."""
     values = real_values(torch, tensor)
     return torch.linalg.vector_norm(values, dtype=exact_dtype(torch, values))
+
+
+def even_indexes(torch: Any, numel: int, count: int, device: Any) -> Any:
+    """`count` evenly spaced indexes into `numel` elements, first and last included, in integer
+    arithmetic: `linspace` would compute them in the default dtype, which a target may set to
+    bfloat16 or float16 (inexact above 256 or 2048 elements; float16 raises above 65504)."""
+    count = min(count, numel)
+    if count <= 1:
+        return torch.zeros(count, dtype=torch.long, device=device)
+    return torch.arange(count, dtype=torch.long, device=device) * (numel - 1) // (count - 1)

@@ -24,6 +24,7 @@ import weakref
 from types import FrameType
 from typing import Any
 
+from traingate.stages.contract.tensors import even_indexes
 from traingate.stages.correctness.probe.sites import SiteTable
 
 EXACT_NUMEL = 4096
@@ -235,6 +236,6 @@ def _values(tensor: Any, torch: Any) -> dict[str, Any]:
         flat = tensor.detach().reshape(-1).cpu()
         sampled = flat.numel() > EXACT_NUMEL
         if sampled:
-            flat = flat[torch.linspace(0, flat.numel() - 1, steps=SAMPLES).long()]
+            flat = flat[even_indexes(torch, flat.numel(), SAMPLES, flat.device)]
         numbers = flat.double().tolist() if flat.is_floating_point() or not flat.is_complex() else []
     return {"values": [v if math.isfinite(v) else repr(v) for v in numbers], "sampled": sampled, "numel": tensor.numel()}

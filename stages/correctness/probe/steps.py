@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from traingate.stages.contract.tensors import exact_dtype, exact_norm, exact_sum, real_values
+from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
 from traingate.stages.correctness.probe.sites import SiteTable
 
 SAMPLES = 32
@@ -94,8 +94,7 @@ class StepWatch:
                 key = (id(p), flat.numel())
                 index = self._samples.get(key)
                 if index is None or index.device != flat.device:
-                    count = min(SAMPLES, flat.numel())
-                    index = self._samples[key] = torch.linspace(0, max(flat.numel() - 1, 0), steps=count, device=flat.device).long()
+                    index = self._samples[key] = even_indexes(torch, flat.numel(), SAMPLES, flat.device)
                 part = _part(torch, flat, index)
                 parts.append(part)
                 end += part.numel()

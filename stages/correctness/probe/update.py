@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traingate.stages.contract.tensors import real_values
+from traingate.stages.contract.tensors import even_indexes, real_values
 
 SAMPLES = 64
 STOP = "FirstStepReached"
@@ -43,7 +43,7 @@ class FirstUpdate:
             for group_index, group in enumerate(optimizer.param_groups):
                 for p in group["params"]:
                     flat = p.detach().reshape(-1)
-                    index = _sample_index(torch, flat.numel(), flat.device)
+                    index = even_indexes(torch, flat.numel(), SAMPLES, flat.device)
                     grad = p.grad.detach().reshape(-1) if p.grad is not None else None
                     self.params.append(
                         {
@@ -83,7 +83,3 @@ def _sample(torch: Any, flat: Any, index: Any) -> list[float]:
     sampled: list[float] = real_values(torch, flat[index]).double().cpu().tolist()
     return sampled
 
-
-def _sample_index(torch: Any, numel: int, device: Any) -> Any:
-    count = min(SAMPLES, numel)
-    return torch.linspace(0, max(numel - 1, 0), steps=count, device=device).long() if count else torch.zeros(0, dtype=torch.long, device=device)

@@ -361,7 +361,7 @@ def _mean_loss(values: list[Any]) -> Any:
     if all(isinstance(v, float) for v in values):
         return sum(values) / len(values)
     # Each loss in its own precision (float64 stays float64: through float32 it could overflow to inf).
-    return torch.stack([v.detach().real.to(exact_dtype(torch, v)) if isinstance(v, torch.Tensor) else torch.tensor(float(v)) for v in values]).mean()
+    return torch.stack([v.detach().real.to(exact_dtype(torch, v)) if isinstance(v, torch.Tensor) else torch.tensor(float(v), dtype=torch.float64) for v in values]).mean()
 
 
 def _as_float(value: Any) -> float | None:
