@@ -249,3 +249,22 @@ def test_a_suite_pinned_by_the_ci_cannot_be_narrowed(tmp_path_factory: pytest.Te
     [pinned] = [s for s in gate.report["policy"]["settings"] if s["key"] == "tests"]
     assert pinned == {"key": "tests", "value": ["tests"], "source": "ci-policy"}
     assert any(i["key"] == "tests" for i in gate.report["policy"]["ignored"]) is False
+
+
+def test_an_intended_removal_is_accepted_with_a_waiver(tmp_path_factory: pytest.TempPathFactory, baseline: GateRun) -> None:
+    """A test deleted on purpose (with the trainer intact) passes once a waiver says why."""
+    shared = _shared_dir(tmp_path_factory)
+
+    def waived(out: Path) -> GateRun:
+        target = shared / "waived-removal"
+        if not target.exists():
+            shutil.copytree(BASE, target)
+            (target / "tests/test_trainer.py").write_text(TESTS_WITHOUT_IT)
+            with (target / "pyproject.toml").open("a") as config:
+                config.write('\n[[tool.traingate.waive]]\ncategory = "test-disabled"\npath = "tests/test_trainer.py"\nreason = "covered by test_one_loss_per_step since v2"\n')
+        return run_gate(target, out, "--stages", "execution", "--baseline", str(baseline.out / "report.json"))
+
+    gate = _once(shared, "waived", waived)
+    assert gate.returncode == 0 and gate.report["decision"] == "PASS", gate.stdout
+    [disabled] = gate.findings("test-disabled")
+    assert disabled["waived"]["reason"].startswith("covered by") and not disabled["blocking"]
