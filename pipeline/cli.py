@@ -35,6 +35,7 @@ from traingate.pipeline.rules import RULES, find_rule
 from traingate.pipeline.rules import explain as explain_rule
 from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageReport
+from traingate.pipeline.torch_probe import torch_facts
 from traingate.reports import render_summary
 from traingate.reports.history import render_history_md
 from traingate.pipeline.registry import build_registry, stage_names
@@ -366,14 +367,12 @@ def prepare_out(out: Path, root: Path) -> Path:
 
 
 def resolve_device(choice: str) -> str:
-    import torch
-
-    available = torch.cuda.is_available()
-    if choice == "cuda" and not available:
-        raise UsageError("--device cuda: no CUDA device is available here")
-    if choice == "auto":
-        return "cuda" if available else "cpu"
-    return choice
+    if choice == "cpu":
+        return choice
+    facts = torch_facts()  # asked of a child interpreter: this process never imports torch
+    if choice == "cuda" and not facts.cuda:
+        raise UsageError("--device cuda: no CUDA device is available here" + (f" ({facts.problem})" if facts.problem else ""))
+    return "cuda" if facts.cuda else "cpu"
 
 
 def default_version(root: Path) -> str:

@@ -45,6 +45,7 @@ from traingate.pipeline.registry import Stage
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
+from traingate.pipeline.torch_probe import torch_facts
 from traingate.pipeline.waivers import Adjudicator
 
 ANY_STAGE_CATEGORIES = frozenset(
@@ -275,21 +276,11 @@ def _error(ctx: GateView, what: str, reason: str, child: ChildResult, detail: st
 
 
 def environment(device: str) -> Environment:
-    torch_version: str | None
-    device_name = platform.processor() or platform.machine()
-    try:
-        import torch
-
-        torch_version = str(torch.__version__)
-        if device == "cuda":
-            device_name = torch.cuda.get_device_name(0)
-        else:
-            device_name = _cpu_name() or device_name
-    except ImportError:
-        torch_version = None
+    facts = torch_facts()  # asked of a child interpreter: this process never imports torch
+    device_name = (facts.cuda_device_name if device == "cuda" else None) or _cpu_name() or platform.processor() or platform.machine()
     return Environment(
         python=platform.python_version(),
-        torch=torch_version,
+        torch=facts.version,
         device=device,
         device_name=device_name,
         platform=f"{sys.platform} {platform.machine()}",
