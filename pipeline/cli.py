@@ -95,10 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the JSON Schema of report.json")
     explain = sub.add_parser(
         "explain",
-        help="what a finding category checks, how it measures, what blocks and how to fix it",
-        description="Explain one finding category; without one, list every category with its one-line description.",
+        help="what a finding category (or one of its sub-rules) checks, how it measures, what blocks and how to fix it",
+        description="Explain one rule: a finding category, or a sub-rule as SARIF names it (gradscaler-protocol/missing-update). "
+        "Without one, list every rule with its stage, when it blocks (policy, never, always) and its one-line description.",
     )
-    explain.add_argument("category", nargs="?", help="a category as reports name it, e.g. memory-leak")
+    explain.add_argument("category", nargs="?", help="a category as reports name it (memory-leak), or a rule id (gradscaler-protocol/missing-update)")
     add_merge_and_history(sub)
     return parser
 
@@ -151,15 +152,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def explain_command(category: str | None) -> int:
-    """`traingate explain [CATEGORY]`: one rule in full, or every category's one-liner."""
+    """`traingate explain [RULE]`: one rule in full, or every rule's one-liner (sub-rules indented)."""
     if category is None:
-        width = max(len(rule.category.value) for rule in RULES)
+        width = max(len(rule.id) for rule in RULES)
         for listed in RULES:
-            print(f"{listed.category.value:<{width}}  {listed.stage:<11}  {listed.description}")
+            shown = f"  {listed.sub}" if listed.sub else listed.id
+            print(f"{shown:<{width}}  {listed.stage:<11}  {listed.blocks.value:<6}  {listed.description}")
         return ExitCode.PASS
     rule = find_rule(category)
     if rule is None:
-        print(f"traingate: error: unknown category {category!r} (`traingate explain` lists them)", file=sys.stderr)
+        print(f"traingate: error: unknown category or rule {category!r} (`traingate explain` lists them)", file=sys.stderr)
         return ExitCode.USAGE
     print(explain_rule(rule))
     return ExitCode.PASS

@@ -1,6 +1,7 @@
 """Builders of findings shared by the gate and the stages.
 
-`finding` fills the generic impact and fix from the category's rule; `stage_error` and
+`finding` builds a finding from its rule (`traingate.pipeline.rules`): the rule's id, its
+default severity, when it blocks, and its generic impact and fix; `stage_error` and
 `hang_finding` build the two findings the gate itself produces, the same way wherever they
 arise. Fingerprint keys are data (a reason code, a run name), never the prose shown to readers.
 """
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.isolation import ChildResult, Frame
-from traingate.pipeline.rules import rule_for
+from traingate.pipeline.rules import Rule, rule_by_id, rule_for
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.contract.frames import is_target_file, relative
 
@@ -26,33 +27,45 @@ def finding(
     *,
     stage: str,
     category: Category,
-    severity: Severity,
     title: str,
     location: Location | None,
     problem: str,
     evidence: Evidence,
     block_on: Iterable[Severity],
+    severity: Severity | None = None,
     impact: str | None = None,
     fix: str | None = None,
     key: str = "",
-    never_blocks: bool = False,
+    rule: str | None = None,
 ) -> Finding:
-    """A complete finding; impact and fix default to the category rule's generic text."""
-    rule = rule_for(category)
+    """A complete finding built from its rule: `rule` (a sub-rule's id) or the category's own.
+    Severity, impact and fix default to the rule's; a finding states its own severity only where
+    its evidence makes it graver or milder than the rule's default."""
+    found = _rule(category, rule)
     return Finding.create(
         stage=stage,
         category=category,
-        severity=severity,
+        severity=severity if severity is not None else found.severity,
         title=title,
         location=location,
         problem=problem,
-        impact=impact if impact is not None else rule.impact,
-        fix=fix if fix is not None else rule.fix,
+        impact=impact if impact is not None else found.impact,
+        fix=fix if fix is not None else found.fix,
         evidence=evidence,
         block_on=set(block_on),
         key=key,
-        never_blocks=never_blocks,
+        rule=found.id,
+        blocks=found.blocks,
     )
+
+
+def _rule(category: Category, rule_id: str | None) -> Rule:
+    if rule_id is None:
+        return rule_for(category)
+    found = rule_by_id(rule_id)
+    if found is None or found.category is not category:
+        raise ValueError(f"no rule {rule_id!r} of category {category.value}")
+    return found
 
 
 def stage_error(
@@ -87,7 +100,6 @@ def stage_error(
     return finding(
         stage=stage,
         category=Category.STAGE_ERROR,
-        severity=Severity.CRITICAL,
         title=title or f"The {stage} stage failed: {what}",
         location=location,
         problem=problem or f"{what}{exit_desc}; nothing it would have checked can be trusted.",
@@ -110,7 +122,6 @@ def hang_finding(stage: str, block_on: Iterable[Severity], root: Path, child: Ch
     return finding(
         stage=stage,
         category=Category.HANG,
-        severity=Severity.CRITICAL,
         title=f"{what} did not finish within its budget",
         location=target_location(frames, root),
         problem=(

@@ -141,7 +141,7 @@ def _missing_stage(name: str, block_on: set[Severity], labels: list[str]) -> Sta
         name,
         what,
         reason="missing-from-merge",
-        block_on=block_on | {Severity.CRITICAL},
+        block_on=block_on,
         problem=f"The {name} stage was requested, but none of the merged reports ({', '.join(labels)}) holds it; nothing it checks was checked.",
         fix=f"Merge the report of the job that runs `traingate run --stages {name}`, or leave {name} out of `merge --stages`.",
     )

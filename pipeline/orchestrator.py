@@ -23,6 +23,7 @@ from traingate import __version__
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
 from traingate.pipeline.findings import finding as make_finding
+from traingate.pipeline.rules import ANY_STAGE_CATEGORIES, rule_by_id
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.pipeline.policy import decide, stage_score, stage_status
 from traingate.pipeline.schema import (
@@ -48,13 +49,9 @@ from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_fi
 from traingate.pipeline.torch_probe import torch_facts
 from traingate.pipeline.waivers import Adjudicator
 
-ANY_STAGE_CATEGORIES = frozenset(
-    {Category.HANG, Category.STAGE_ERROR, Category.CONFIG_ERROR, Category.LEFTOVER_PROCESS, Category.TARGET_MODIFIED}
-)
 # Owned by one stage (its rule, its JUnit case), yet any stage that runs the target's code may
 # report it: a crash of the target in a stage's own run is the target's defect, not the gate's.
 TARGET_CODE_CATEGORIES = frozenset({Category.ENTRYPOINT_CRASH})
-NEVER_BLOCKING = frozenset({Category.DEPRECATED_API})
 
 
 class Observer(Protocol):
@@ -258,12 +255,12 @@ def _inconsistency(ctx: GateView, stage: Stage, outcome: StageOutcome) -> str | 
             return f"finding {f.id} claims stage {f.stage!r}"
         if f.category not in allowed:
             return f"category {f.category.value} does not belong to this stage"
-        if f.blocking and (f.severity not in ctx.block_on or f.evidence.kind is EvidenceKind.STATIC or f.category in NEVER_BLOCKING):
-            return f"finding {f.id} blocks against the policy"
-        # The other way round too: a stage cannot wave through what the policy blocks on.
-        should_block = f.severity in ctx.block_on and f.evidence.kind is not EvidenceKind.STATIC and f.category not in NEVER_BLOCKING
-        if should_block and not f.blocking:
-            return f"finding {f.id} does not block although the policy blocks on {f.severity.value}"
+        rule = rule_by_id(f.rule)
+        if rule is None or rule.category is not f.category:
+            return f"finding {f.id} names rule {f.rule!r}, not a rule of {f.category.value}"
+        # Both ways: a stage can neither block against the rule and the policy nor wave through what they block on.
+        if f.blocking != rule.blocking(f.severity, f.evidence.kind, ctx.block_on):
+            return f"finding {f.id} {'blocks' if f.blocking else 'does not block'} against its rule ({rule.blocks.value}) and the policy"
     for m in outcome.metrics:
         if not m.id:
             return f"metric {m.name!r} has no id"
@@ -334,13 +331,12 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
     finding = make_finding(
         stage="configuration",
         category=Category.CONFIG_ERROR,
-        severity=Severity.CRITICAL,
         title=f"Invalid configuration: {key or file}",
         location=None,
         problem=f"{file}: {key + ': ' if key else ''}{message}",
         fix=f"Correct `{key}` in {file} (see the configuration section of the README)." if key else f"Correct {file}.",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=message, data={"file": file, "key": key}),
-        block_on={Severity.CRITICAL},
+        block_on=set(),  # the rule always blocks
         key=f"{file}:{key}",
     )
     stage = StageReport(name="configuration", status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])

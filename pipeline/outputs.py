@@ -17,10 +17,10 @@ from functools import partial
 from pathlib import Path
 
 from traingate.pipeline.lifecycle import write_atomic
-from traingate.pipeline.rules import RULES, Rule
+from traingate.pipeline.rules import RULES
 from traingate.pipeline.schema import PipelineReport
 from traingate.reports import render_report_md, render_stage_md
-from traingate.reports.facts import RuleText, RunFacts
+from traingate.reports.facts import RunFacts
 from traingate.reports.github import render_annotations
 from traingate.reports.junit import render_junit
 from traingate.reports.sarif import render_sarif
@@ -55,24 +55,13 @@ def repository_root(target: Path) -> Path | None:
     return Path(top).resolve() if done.returncode == 0 and top else None
 
 
-def rule_text(rule: Rule) -> RuleText:
-    return RuleText(
-        category=rule.category.value,
-        stage=rule.stage,
-        severity=rule.severity.value,
-        description=rule.description,
-        full_description=f"{rule.check} {rule.measure}",
-        help=f"{rule.blocks}\n\nImpact: {rule.impact}\n\nFix: {rule.fix}\n\nMore: `traingate explain {rule.category.value}`",
-    )
-
-
 def run_facts(target: Path) -> RunFacts:
     """Where the target sits in its repository (paths in CI outputs are relative to the repository's root)."""
     target = target.resolve()
     top = repository_root(target)
     prefix = target.relative_to(top).as_posix() if top is not None and target.is_relative_to(top) else ""
     config = next((name for name in CONFIG_FILES if (target / name).is_file()), None)
-    return RunFacts(target_prefix="" if prefix == "." else prefix, config_file=config, rules=tuple(rule_text(r) for r in RULES))
+    return RunFacts(target_prefix="" if prefix == "." else prefix, config_file=config, rules=RULES)
 
 
 @dataclass

@@ -1,36 +1,59 @@
-"""One rule per finding category: who owns it, how it is checked, what blocks, how to fix it.
+"""The rule table: one rule per finding category (and per sub-rule where one category holds
+several protocol rules), the single source of what a finding is.
 
-Stages take a finding's generic impact and fix from here when they have nothing more specific
-to say; `traingate explain CATEGORY` prints a rule; the README's category table is checked
-against the one-line descriptions.
+A finding is built from its rule (`traingate.pipeline.findings.finding`): the rule gives its id
+(SARIF's `ruleId`), its default severity, when it blocks (`Blocks`: by the policy, never,
+always), the stage that owns it, and the generic impact and fix used when a finding has
+nothing more specific to say. The orchestrator's consistency check, SARIF, JUnit, `traingate
+explain` and the stages' category lists read the same rules; the README's category table is
+checked against the one-line descriptions.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traingate.pipeline.schema import Category, Severity
+from traingate.pipeline.schema import Blocks, Category, EvidenceKind, Severity, blocks_under
 
 ANY_STAGE = "any"
 DOCS = "README.md#categories"
+
+_BLOCKS_TEXT = {
+    Blocks.POLICY: "Blocks when its severity is in `policy.block_on` (critical and high by default).",
+    Blocks.NEVER: "Never blocks.",
+    Blocks.ALWAYS: "Always blocks: the gate fails closed on what it could not check.",
+}
 
 
 @dataclass(frozen=True)
 class Rule:
     category: Category
-    stage: str  # the stage that reports it, or "any"
-    severity: Severity  # the usual severity; a finding may be milder or graver with its evidence
-    description: str  # one line, the report contract's wording
-    check: str  # what the check does
+    stage: str  # the stage that owns it, or "any"
+    severity: Severity  # the default severity; a finding may be milder or graver with its evidence
+    description: str  # one line, the report contract's wording (a sub-rule: the finding's title)
+    check: str  # what the check does (a sub-rule: what happened)
     measure: str  # how it measures or observes
-    blocks: str  # when a finding of this category blocks
+    blocks: Blocks  # when a finding of this rule blocks
     impact: str  # the generic impact, used when a finding has nothing more specific
     fix: str  # the generic fix, used when a finding has nothing more specific
+    note: str = ""  # more on when it blocks (a severity the policy or the evidence changes)
+    sub: str = ""  # the sub-rule's name within its category; "" for the category's own rule
     doc: str = DOCS
 
+    @property
+    def id(self) -> str:
+        """Stable: the category, or `category/sub-rule`."""
+        return f"{self.category.value}/{self.sub}" if self.sub else self.category.value
 
-_POLICY = "Blocks when its severity is in `policy.block_on` (critical and high by default)."
-_FAIL_CLOSED = "Always blocks: the gate fails closed on what it could not check."
+    @property
+    def blocks_text(self) -> str:
+        if self.blocks is Blocks.ALWAYS and self.note:
+            return f"Always blocks: {self.note}"
+        return " ".join(t for t in (_BLOCKS_TEXT[self.blocks], self.note) if t)
+
+    def blocking(self, severity: Severity, evidence: EvidenceKind, block_on: frozenset[Severity] | set[Severity]) -> bool:
+        return blocks_under(self.blocks, severity, evidence, block_on)
+
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -38,7 +61,7 @@ RULES: tuple[Rule, ...] = (
         "a test failed or errored",
         "Runs the repo's pytest suite (the `tests` arguments) in a child process and records every test's outcome.",
         "Each test's report from a pytest plugin inside the run; a run that ends before every collected test ran is a failure too.",
-        _POLICY,
+        Blocks.POLICY,
         "A failing test means the behaviour it checks is broken in this version (or the test is).",
         "Run the failing test locally with `python -m pytest TEST_ID` and fix the code or the test it points at.",
     ),
@@ -48,7 +71,7 @@ RULES: tuple[Rule, ...] = (
         "Collects the pytest suite and records every module or conftest that fails to import "
         "(a test module whose own import of a package that is not installed fails is a `test-environment` instead).",
         "The collection reports of the pytest run, located at the innermost frame of the target's code.",
-        _POLICY,
+        Blocks.POLICY,
         "The tests in this module never run, so whatever they check is unverified.",
         "Fix the error at the location shown so the module imports in a clean environment (missing dependency, wrong import path, code that needs a GPU or network at import).",
     ),
@@ -57,7 +80,7 @@ RULES: tuple[Rule, ...] = (
         "no test ran (none collected, or all deselected or skipped)",
         "Counts the tests that actually ran in the pytest run.",
         "The test reports of the pytest run; none collected, all deselected, all skipped or a run that ended before any test counts as none.",
-        _POLICY,
+        Blocks.POLICY,
         "A suite that runs nothing verifies nothing; passing it would be a false pass.",
         "Make sure the paths in `tests` hold tests pytest collects and that nothing ends or empties the run.",
     ),
@@ -66,9 +89,10 @@ RULES: tuple[Rule, ...] = (
         "tests were skipped; the reasons, grouped",
         "Groups the skipped tests of the pytest run by their skip reason.",
         "The test reports of the pytest run.",
-        "Low severity: never blocks with the default policy.",
-        "Skipped tests verify nothing here; a defect in what they cover would pass unnoticed.",
-        "Run them where their condition holds (for example a CUDA runner), or remove the skip if it no longer applies.",
+        Blocks.POLICY,
+        'Skipped tests verify nothing here; a defect in what they cover would pass unnoticed.',
+        'Run them where their condition holds (for example a CUDA runner), or remove the skip if it no longer applies.',
+        note='Low severity by default, so it does not block under the default policy.',
     ),
     Rule(
         Category.TEST_SELECTION, "execution", Severity.MEDIUM,
@@ -81,11 +105,10 @@ RULES: tuple[Rule, ...] = (
         "The gate's pytest plugin, from inside the run: the options as pytest parsed them, the caller of `pytest_deselected`, "
         "the collected list before and after `pytest_collection_modifyitems`, the result of `pytest_ignore_collect`; a scan "
         "of the tree for `test_*.py` / `*_test.py`.",
-        "Medium (an option) or low (a file outside the suite): seen, not blocking by itself. Against a `--baseline`, a test "
-        "that passed there and was taken out here is a blocking `test-disabled`. An option under which pytest runs no test "
-        "(`--collect-only`, `--setup-plan`) is a blocking `stage-error`.",
-        "Tests left out of the run verify nothing; a failing test taken out this way turns a red suite green.",
-        "Let the gate run the whole suite: remove the option or hook, or pin the suite from the CI with `tests` in the policy file.",
+        Blocks.POLICY,
+        'Tests left out of the run verify nothing; a failing test taken out this way turns a red suite green.',
+        'Let the gate run the whole suite: remove the option or hook, or pin the suite from the CI with `tests` in the policy file.',
+        note='Medium (an option) or low (a file outside the suite) by default: seen, not blocking by itself. Against a `--baseline`, a test that passed there and was taken out here is a blocking `test-disabled`; an option under which pytest runs no test (`--collect-only`, `--setup-plan`) is a blocking `stage-error`.',
     ),
     Rule(
         Category.TEST_DISABLED, "execution", Severity.HIGH,
@@ -94,7 +117,7 @@ RULES: tuple[Rule, ...] = (
         "changed is followed by the hash of its function's body (moved or renamed).",
         "The per-test records of both runs (`stages[].tests` in report.json): outcome, and for a test taken out, how and "
         "where (the marker, the hook, the option and the file that sets it, or \"deleted\").",
-        _POLICY + " An intended removal is accepted with a waiver that says why.",
+        Blocks.POLICY,
         "Taking a failing test out of the run is the commonest way a red suite is made green.",
         "Restore the test and fix what makes it fail; if the removal is intended, waive the finding with a reason.",
     ),
@@ -108,20 +131,17 @@ RULES: tuple[Rule, ...] = (
         "A test module counts when the failing import (or network access) is its own, at its top; the same failure inside the "
         "target's code that the module imports stays a `collection-error`, since the code under test cannot load. "
         "An assertion is always the test's own verdict: it stays a `test-failure`.",
-        "Low severity by default, so it does not block; `test_environment_blocks = true` in the policy makes it high (blocking by default). "
-        "The stage's summary says how many tests could not run. pytest runs no test at all when a test module cannot be imported, "
-        "so if nothing else ran, `no-tests` blocks as well: nothing was verified.",
-        "What these tests check was not verified in this run; the suite was incomplete.",
-        "Mark the tests (for example `@pytest.mark.network`) and deselect them in `tests` (`-m \"not network\"`), "
-        "or install the missing package in the CI environment. A test module that imports it at its top can skip without it "
-        "(`pytest.importorskip(\"package\")` in place of the import) or be left out with `--ignore=PATH` in `tests`.",
+        Blocks.POLICY,
+        'What these tests check was not verified in this run; the suite was incomplete.',
+        'Mark the tests (for example `@pytest.mark.network`) and deselect them in `tests` (`-m "not network"`), or install the missing package in the CI environment. A test module that imports it at its top can skip without it (`pytest.importorskip("package")` in place of the import) or be left out with `--ignore=PATH` in `tests`.',
+        note="Low severity by default, so it does not block; `test_environment_blocks = true` in the policy makes it high. The stage's summary says how many tests could not run. pytest runs no test at all when a test module cannot be imported, so if nothing else ran, `no-tests` blocks as well: nothing was verified.",
     ),
     Rule(
         Category.ENTRYPOINT_CRASH, "execution", Severity.CRITICAL,
         "the smoke call of the entrypoint raised or died; located at the innermost frame in the target's own code",
         "Calls the configured entrypoint once, seeded, in a fresh child process: a function or a method with its setup and kwargs, or a script run as `__main__` with its args (after its setup, when it has one).",
         "The exception and traceback the harness records, or the stack dumped when the process died.",
-        _POLICY,
+        Blocks.POLICY,
         "Training crashes as soon as anyone runs it; the tests passing does not mean the training function works.",
         "Fix the line this points at (read the traceback), and add a test that calls the entrypoint on tiny inputs so the suite catches it next time.",
     ),
@@ -130,7 +150,7 @@ RULES: tuple[Rule, ...] = (
         "the test suite never executes the entrypoint",
         "Runs the suite under coverage of the entrypoint's file.",
         "The statements of the code the entrypoint reaches (a function's or method's body; a script's module-level code, `__main__` block and function bodies) that the tests execute.",
-        _POLICY,
+        Blocks.POLICY,
         "A defect in the training function itself (a KeyError on its first lines, a wrong argument) passes the test suite.",
         "Add a test that calls the entrypoint on tiny inputs (a few steps, a tiny model) and checks its result.",
     ),
@@ -139,16 +159,16 @@ RULES: tuple[Rule, ...] = (
         "a deprecated PyTorch API is used",
         "Records PyTorch's deprecation warnings raised in the suite and the smoke call.",
         "The warnings observed while the code ran, located at the target's line that triggered them.",
-        "Never blocks.",
-        "The call works with this PyTorch and breaks when a later release removes the old API.",
-        "Switch to the API the PyTorch deprecation notice recommends.",
+        Blocks.NEVER,
+        'The call works with this PyTorch and breaks when a later release removes the old API.',
+        'Switch to the API the PyTorch deprecation notice recommends.',
     ),
     Rule(
         Category.MEMORY_LEAK, "performance", Severity.HIGH,
         "memory held between training steps grows with the number of steps",
         "Runs the entrypoint instrumented and samples the live tensor memory held between optimizer steps.",
         "A robust slope (Theil-Sen) and trend test (Mann-Kendall) over the steps after warm-up, with the holder and allocation site of what grows.",
-        _POLICY,
+        Blocks.POLICY,
         "A long run keeps every step's tensors until it runs out of memory; what fits for a few hundred steps fails hours in.",
         "Keep Python numbers or detached values instead of tensors: `losses.append(loss.item())` once per logging interval, "
         "or `loss.detach()` accumulated on the device; bound caches (collections.deque(maxlen=...)) and clear per-epoch lists.",
@@ -158,7 +178,7 @@ RULES: tuple[Rule, ...] = (
         "the training step synchronises host and device (explicit or implicit), per call site",
         "Runs the entrypoint instrumented and counts host-device synchronisations inside optimizer steps.",
         "Every sync (`.item()`, `.cpu()`, `synchronize`, data-dependent branches) counted per call site in the target's code, per step.",
-        _POLICY,
+        Blocks.POLICY,
         "Each sync stalls the host until the device has drained its queue, so the host cannot queue the next kernels "
         "ahead of time; the GPU idles between steps by the launch latency of the next step's work.",
         "Keep values on the device inside the step (accumulate `loss.detach()` into a tensor, stack per-step values) "
@@ -169,7 +189,7 @@ RULES: tuple[Rule, ...] = (
         "mixed precision is slower than the policy's minimum speedup",
         "Times the training step with the AMP flag on and off, uninstrumented.",
         "Median step time of each setting after warm-up; gates on CUDA only, reported as not applicable elsewhere.",
-        _POLICY,
+        Blocks.POLICY,
         "The mixed-precision change does not deliver the speedup the task requires.",
         "Check where the step's time goes (the breakdown below): syncs, data waits and small kernels do not get faster in reduced precision.",
     ),
@@ -178,7 +198,7 @@ RULES: tuple[Rule, ...] = (
         "mixed precision saves less peak memory than the policy's minimum",
         "Measures peak device memory of the training run with the AMP flag on and off.",
         "torch.cuda.max_memory_allocated per setting; gates on CUDA only, reported as not applicable elsewhere.",
-        _POLICY,
+        Blocks.POLICY,
         "The mixed-precision change does not deliver the memory saving the task requires.",
         "Check what dominates peak memory (parameters and optimizer state stay in fp32 under autocast; activations shrink).",
     ),
@@ -187,7 +207,7 @@ RULES: tuple[Rule, ...] = (
         "mixed precision drifts from full precision beyond the tolerance",
         "Runs the entrypoint with the AMP flag on and off, same seed.",
         "Relative difference of the final loss between the two runs, against `amp_accuracy_tolerance`.",
-        _POLICY,
+        Blocks.POLICY,
         "Results trained with mixed precision differ from full precision beyond what the task accepts.",
         "Keep precision-sensitive computations (losses over large values, reductions, softmax/normalisation) in float32 under autocast, or rescale the values they work on.",
     ),
@@ -196,7 +216,7 @@ RULES: tuple[Rule, ...] = (
         "mixed precision was switched on but no reduced-precision compute happened",
         "Runs the entrypoint with the AMP flag on and counts the dtypes of the compute it dispatches.",
         "Operations dispatched in float16/bfloat16 during the AMP-on run.",
-        _POLICY,
+        Blocks.POLICY,
         "The run pays for mixed precision (scaler, casts) and gets none of its speed or memory savings; reported AMP results describe full precision.",
         "Run the forward pass and the loss inside `with torch.autocast(device_type, dtype=...)`, entered with the AMP flag as `enabled`.",
     ),
@@ -205,7 +225,7 @@ RULES: tuple[Rule, ...] = (
         "the training step waits on data loading for a large share of its time",
         "Runs the entrypoint instrumented and times DataLoader iteration inside each step.",
         "Median share of the step spent waiting for the batch (host clock), with the lines sampled while waiting.",
-        _POLICY,
+        Blocks.POLICY,
         "The device idles while the host prepares batches: training runs at the data pipeline's speed, not the model's.",
         "Make the per-sample work cheaper (precompute, cache decoded samples, avoid I/O or sleeps in __getitem__), "
         "or overlap it with compute: num_workers > 0, persistent_workers=True, prefetch_factor, pin_memory on CUDA.",
@@ -215,7 +235,7 @@ RULES: tuple[Rule, ...] = (
         "step time or peak memory is worse than the baseline beyond measurement noise",
         "Compares this run's step time and peak memory with the `--baseline` report's, metric by metric id.",
         "The relative change against a noise margin taken from both runs' spread.",
-        _POLICY,
+        Blocks.POLICY,
         "This change makes training slower or hungrier than the version it replaces.",
         "Compare the time breakdown and memory chart of both reports to find the phase or line that changed.",
     ),
@@ -224,16 +244,77 @@ RULES: tuple[Rule, ...] = (
         "GradScaler used out of protocol (clip before `unscale_`, `optimizer.step` bypassing the scaler, missing `update`, double `unscale_`)",
         "Runs the entrypoint with GradScaler and optimizer calls recorded, per iteration.",
         "The observed call sequence of each iteration, checked against the scale/unscale_/step/update protocol.",
-        _POLICY,
+        Blocks.POLICY,
         "Gradients are clipped or applied at the wrong scale, or the scale never adapts: training silently diverges or skips steps.",
         "Follow the order scaler.scale(loss).backward(), scaler.unscale_(optimizer) before clipping, scaler.step(optimizer), scaler.update().",
+    ),
+    # The protocol's own rules: each GradScaler finding is built from one of these.
+    Rule(
+        Category.GRADSCALER_PROTOCOL, "concurrency", Severity.HIGH,
+        'Gradients clipped while still scaled (clipping before scaler.unscale_)',
+        'The gradients were clipped after a backward of a scaled loss and before `scaler.unscale_(optimizer)`, so the clipping threshold was compared with gradients multiplied by the loss scale.',
+        "The recorded GradScaler and optimizer calls of each iteration, in order.",
+        Blocks.POLICY,
+        'With scaling on (65536 by default) almost every step is clipped to the threshold, silently shrinking the updates; the model trains much slower or not at all under AMP.',
+        'Call `scaler.unscale_(optimizer)` right before clipping: `scaler.scale(loss).backward(); scaler.unscale_(optimizer); clip_grad_norm_(...); scaler.step(optimizer); scaler.update()`.',
+        sub='clip-before-unscale',
+    ),
+    Rule(
+        Category.GRADSCALER_PROTOCOL, "concurrency", Severity.HIGH,
+        'optimizer.step() called directly while a GradScaler scales the loss',
+        'The optimizer stepped on gradients of a scaled loss without going through `scaler.step(optimizer)`.',
+        "The recorded GradScaler and optimizer calls of each iteration, in order.",
+        Blocks.POLICY,
+        'The update uses gradients multiplied by the loss scale and is never skipped on inf/NaN gradients, so one overflow corrupts the weights; `scaler.update()` then raises or misadjusts the scale.',
+        'Replace `optimizer.step()` with `scaler.step(optimizer)` followed by `scaler.update()`.',
+        sub='step-bypasses-scaler',
+    ),
+    Rule(
+        Category.GRADSCALER_PROTOCOL, "concurrency", Severity.HIGH,
+        'scaler.step() without scaler.update() before the next iteration',
+        '`scaler.step(optimizer)` ran and the next iteration began (another `scale` or `step`) without `scaler.update()` in between.',
+        "The recorded GradScaler and optimizer calls of each iteration, in order.",
+        Blocks.POLICY,
+        'The loss scale never adapts: after an overflow every later step is skipped, and with scaling enabled the next `scaler.step` raises `step() has already been called since the last update()`.',
+        'Call `scaler.update()` once per iteration, after `scaler.step(...)` for every optimizer.',
+        sub='missing-update',
+    ),
+    Rule(
+        Category.GRADSCALER_PROTOCOL, "concurrency", Severity.HIGH,
+        'scaler.unscale_() called twice before a step',
+        '`scaler.unscale_(optimizer)` ran a second time for the same optimizer before `scaler.step`/`scaler.update`.',
+        "The recorded GradScaler and optimizer calls of each iteration, in order.",
+        Blocks.POLICY,
+        'With scaling enabled this raises `unscale_() has already been called on this optimizer since the last update()`; if it did not, gradients would be divided by the scale twice.',
+        'Call `scaler.unscale_(optimizer)` once per optimizer per iteration, after all gradients for that step have been accumulated.',
+        sub='unscale-twice',
+    ),
+    Rule(
+        Category.GRADSCALER_PROTOCOL, "concurrency", Severity.HIGH,
+        'scaler.unscale_() called after scaler.step() in the same iteration',
+        '`scaler.unscale_(optimizer)` ran after `scaler.step(optimizer)` and before `scaler.update()`.',
+        "The recorded GradScaler and optimizer calls of each iteration, in order.",
+        Blocks.POLICY,
+        'With scaling enabled this raises `unscale_() is being called after step()`; whatever it prepares comes too late to affect the update.',
+        'Move `scaler.unscale_(optimizer)` (and any clipping) before `scaler.step(optimizer)`.',
+        sub='unscale-after-step',
+    ),
+    Rule(
+        Category.GRADSCALER_PROTOCOL, "concurrency", Severity.HIGH,
+        'Optimizer step on gradients of an earlier iteration',
+        "The optimizer stepped although no backward ran since its previous step and its gradients were not cleared, so it applied the previous iteration's gradients again.",
+        "The recorded GradScaler and optimizer calls of each iteration, in order.",
+        Blocks.POLICY,
+        'Each such step repeats an old update: the training silently takes extra steps in a stale direction.',
+        "Run the backward of the current batch before each step (and `zero_grad()` after it); under gradient accumulation step only after the last micro-batch's backward.",
+        sub='stale-gradients',
     ),
     Rule(
         Category.NONBLOCKING_RACE, "concurrency", Severity.HIGH,
         "the result of a `non_blocking` copy is read before the copy is known to be complete",
         "Records device-to-host copies made with non_blocking=True and the first read of their result.",
         "Observed on CUDA: a read with no synchronisation in between; elsewhere read from source (static, never blocks).",
-        _POLICY,
+        Blocks.POLICY,
         "Reads stale or partial values at random: losses, metrics or saved tensors that differ from what the GPU computed.",
         "Synchronise before reading the copy (`torch.cuda.current_stream().synchronize()`, or record an event after the "
         "copy and call `event.synchronize()`), or drop non_blocking=True for copies that are read right away.",
@@ -243,7 +324,7 @@ RULES: tuple[Rule, ...] = (
         "two runs with the same seeds diverge",
         "Runs the entrypoint again with the same seeds (and another hash seed, and deterministic algorithms) and compares.",
         "The per-step losses, returned values and seeding calls of the runs; the first difference is located.",
-        _POLICY,
+        Blocks.POLICY,
         "Results cannot be reproduced or compared between runs: a regression and a lucky seed look the same, and a bug seen once may never show again.",
         "Seed every source of randomness the run uses (torch, numpy, random, DataLoader workers) and avoid iteration over sets or other hash-ordered containers.",
     ),
@@ -252,7 +333,7 @@ RULES: tuple[Rule, ...] = (
         "DataLoader workers crash, hang, lose dataset state, or only work under one start method",
         "Records every DataLoader the entrypoint builds and loads a batch from each under `fork` and `spawn`.",
         "Worker failures, timeouts and pickling errors observed per loader and start method.",
-        _POLICY,
+        Blocks.POLICY,
         "The training run stops (or waits forever without a timeout) at this loader.",
         "Fix the dataset or collate_fn at the location shown so that its workers start and load under every start method.",
     ),
@@ -261,7 +342,7 @@ RULES: tuple[Rule, ...] = (
         "unsynchronised access to a tensor from two CUDA streams",
         "Runs the entrypoint under the CUDA sanitizer (CUDA only).",
         "Accesses to one tensor from two streams with no synchronisation between them.",
-        _POLICY,
+        Blocks.POLICY,
         "The kernels can run in either order: results vary from run to run and can be silently wrong.",
         "Make the consuming stream wait for the producer (`stream.wait_stream(other)` or an event record/wait), and call `tensor.record_stream(stream)` for tensors used on a side stream.",
     ),
@@ -270,7 +351,7 @@ RULES: tuple[Rule, ...] = (
         "an optimizer step changed none of its parameters, or a trained parameter never changed",
         "Runs the entrypoint with optimizer step hooks that fingerprint every parameter of the optimizer's groups before and after each `step()`.",
         "Observed: each parameter's float64 sum and L2 norm before and after the step; the learning rate of each group at that step.",
-        _POLICY,
+        Blocks.POLICY,
         "The step costs a forward and backward pass and teaches the model nothing (often a learning-rate schedule that gives 0 at the first step, or a group whose rate stays 0).",
         "Check the learning rate the schedule gives at the step shown (a warm-up should start above 0, e.g. lr * (step + 1) / warmup) and the group settings of the parameters that never change.",
     ),
@@ -279,7 +360,7 @@ RULES: tuple[Rule, ...] = (
         "a model parameter is in no optimizer group, or is in one but never receives a gradient",
         "Records every module the entrypoint constructs and every optimizer step; compares the modules' trainable parameters with the optimizers' groups and with the gradients present at each step.",
         "Observed: a requires_grad parameter that received a gradient but is held by no optimizer, or one in a group whose `.grad` stayed None over the whole run.",
-        _POLICY,
+        Blocks.POLICY,
         "Part of the model is never trained: a layer created after the optimizer, a second model never registered, or a branch cut off from the loss (a dead branch, `detach()`, `torch.no_grad()` around part of the forward).",
         "Build the optimizer after the whole model and from all of its parameters, and make sure the loss depends on the parameter shown (or set requires_grad=False on it if it is meant to stay fixed).",
     ),
@@ -288,7 +369,7 @@ RULES: tuple[Rule, ...] = (
         "gradient accumulation over k micro-batches does not give the gradient of one batch k times as large",
         "With `accumulation_kwarg` and `batch_size_kwarg` configured: runs one update with accumulation k over micro-batches of b and one with accumulation 1 over a batch of k*b, same data and seeds.",
         "Measured: the relative difference of the gradients the first `step()` applies (norm and sampled elements), against `grad_accumulation_tolerance`.",
-        _POLICY,
+        Blocks.POLICY,
         "Accumulated updates are k times too large (the loss not divided by the accumulation steps) or otherwise not what a larger batch would give: changing the accumulation silently changes the effective learning rate.",
         "Divide each micro-batch's loss by the number of accumulation steps before backward (loss = loss / accumulation_steps).",
     ),
@@ -297,9 +378,10 @@ RULES: tuple[Rule, ...] = (
         "a DataLoader that drives optimizer steps never shuffles, or its DistributedSampler repeats one order every epoch",
         "Records every DataLoader, which one handed out the batch before each optimizer step, its sampler and `DistributedSampler.set_epoch` calls.",
         "Observed: a loader that drove steps with a SequentialSampler over more than one batch, or a shuffling DistributedSampler iterated over more than one epoch without `set_epoch`.",
-        "Medium by default, so it does not block: add `medium` to `policy.block_on` to block on it.",
-        "Every epoch sees the data in the same order (sorted by class or time, often): gradients are biased and the model generalises worse.",
-        "Pass shuffle=True (or a shuffling sampler) to the training DataLoader, and call sampler.set_epoch(epoch) at the start of every epoch with a DistributedSampler.",
+        Blocks.POLICY,
+        'Every epoch sees the data in the same order (sorted by class or time, often): gradients are biased and the model generalises worse.',
+        'Pass shuffle=True (or a shuffling sampler) to the training DataLoader, and call sampler.set_epoch(epoch) at the start of every epoch with a DistributedSampler.',
+        note='Medium by default, so it does not block: add `medium` to `policy.block_on` to block on it.',
     ),
     Rule(
         Category.NO_LEARNING, "correctness", Severity.CRITICAL,
@@ -308,7 +390,7 @@ RULES: tuple[Rule, ...] = (
         "Observed: the first backward call whose loss (unscaled, when a GradScaler scaled it) is not finite, with its optimizer step and the line that called backward; "
         "reported when the run never recovers (its last loss or a parameter is still NaN or inf at the end), not for an overflow a GradScaler or guard skipped. "
         "On one batch: the first step's loss against the mean of the last three, against `overfit_min_reduction`.",
-        _POLICY,
+        Blocks.POLICY,
         "From that step on the gradients are NaN or inf and every update corrupts the weights: the run trains nothing.",
         "Find what produces the non-finite value before the step shown (log of 0, division by 0, a learning rate too high, fp16 overflow without a GradScaler).",
     ),
@@ -320,7 +402,7 @@ RULES: tuple[Rule, ...] = (
         "the digest of every batch its DataLoaders handed out, its `torch.manual_seed` calls and the DistributedDataParallel wrappers it built.",
         "Observed: a parameter whose bytes differ between ranks after training (the first one named, with the largest difference over the compared elements), BatchNorm running statistics that differ "
         "where nothing synchronises them, or a training DataLoader that handed every rank the same batches.",
-        _POLICY,
+        Blocks.POLICY,
         "Each rank trains its own model: the checkpoint rank 0 saves is one of several models that drifted apart, and a DataLoader without a DistributedSampler makes every rank compute the same gradients, "
         "so N processes do the work of one.",
         "Wrap the model in DistributedDataParallel (which broadcasts rank 0's weights and averages the gradients), seed the weights the same on every rank, use SyncBatchNorm (or DDP's broadcast_buffers) "
@@ -331,7 +413,7 @@ RULES: tuple[Rule, ...] = (
         "a run did not finish within its budget; the stacks of every thread in the evidence",
         "Runs every child process (and every stage) under a wall-clock budget.",
         "Past the budget, the stacks of every thread are dumped and the process group is killed.",
-        _POLICY,
+        Blocks.POLICY,
         "A training job that hangs holds its machine until someone kills it; in CI it never reports.",
         "Find what the main thread waits for in the stacks below (a lock, an event, a queue, a worker) and make sure it is always released or give the wait a timeout.",
     ),
@@ -340,7 +422,7 @@ RULES: tuple[Rule, ...] = (
         "a stage itself failed; the gate fails closed",
         "Validates what each stage hands back and whether it observed what it must (a test, an optimizer step).",
         "The stage's exit, its result file and its consistency with the policy.",
-        _FAIL_CLOSED,
+        Blocks.ALWAYS,
         "The gate cannot vouch for this version, so it blocks (fail closed).",
         "Read the traceback below; if it is a defect of traingate, report it with this report.json.",
     ),
@@ -349,7 +431,7 @@ RULES: tuple[Rule, ...] = (
         "the target's configuration is invalid",
         "Reads `[tool.traingate]` of pyproject.toml or traingate.toml and validates every key.",
         "Unknown keys, wrong types and entrypoints that do not resolve, named with the file and key.",
-        _FAIL_CLOSED,
+        Blocks.ALWAYS,
         "traingate cannot run this target as configured, so nothing was checked.",
         "Correct the key named in the finding (see the configuration section of the README).",
     ),
@@ -358,7 +440,7 @@ RULES: tuple[Rule, ...] = (
         "a test or the entrypoint left a process running after it ended; the gate killed it",
         "Looks for processes started by a test or the entrypoint that are still alive after it returned.",
         "The processes left in the child's process group or session when it ended, before the gate kills them.",
-        _POLICY,
+        Blocks.POLICY,
         "Processes left behind hold memory, devices and ports after the run, and in CI they can outlive the job or keep writing files.",
         "Stop what you start: join or terminate subprocesses and worker pools, shut DataLoader iterators down, and do it in a finally block or fixture teardown.",
     ),
@@ -367,40 +449,58 @@ RULES: tuple[Rule, ...] = (
         "the code under review changed its own tracked files while it was being checked",
         "Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged.",
         "Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine.",
-        "Always blocks: a version that rewrites itself while it is checked has not been checked.",
-        "What was checked is no longer the code under review, and the next run starts from different files.",
-        "Write outputs (checkpoints, logs, caches) to a temporary folder or an ignored path, never over tracked files.",
+        Blocks.ALWAYS,
+        'What was checked is no longer the code under review, and the next run starts from different files.',
+        'Write outputs (checkpoints, logs, caches) to a temporary folder or an ignored path, never over tracked files.',
+        note='a version that rewrites itself while it is checked has not been checked.',
     ),
 )
 
-_BY_CATEGORY: dict[Category, Rule] = {rule.category: rule for rule in RULES}
+_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
+_BY_CATEGORY: dict[Category, Rule] = {rule.category: rule for rule in RULES if not rule.sub}
 
 
 def rule_for(category: Category) -> Rule:
+    """The category's own rule."""
     return _BY_CATEGORY[category]
 
 
+def rule_by_id(rule_id: str) -> Rule | None:
+    return _BY_ID.get(rule_id)
+
+
 def find_rule(name: str) -> Rule | None:
-    """The rule of a category given by its value (`memory-leak`), or None."""
-    try:
-        return _BY_CATEGORY.get(Category(name))
-    except ValueError:
-        return None
+    """A rule by its id (`memory-leak`, `gradscaler-protocol/missing-update`), or None."""
+    return _BY_ID.get(name)
+
+
+def sub_rules(category: Category) -> tuple[Rule, ...]:
+    return tuple(rule for rule in RULES if rule.category is category and rule.sub)
+
+
+def categories_of(stage: str) -> frozenset[Category]:
+    """The categories a stage owns, as the table says."""
+    return frozenset(rule.category for rule in RULES if rule.stage == stage)
+
+
+ANY_STAGE_CATEGORIES = categories_of(ANY_STAGE)
 
 
 def explain(rule: Rule) -> str:
-    """The text `traingate explain CATEGORY` prints."""
+    """The text `traingate explain RULE` prints."""
+    subs = sub_rules(rule.category) if not rule.sub else ()
     return "\n".join(
         [
-            f"{rule.category.value} ({rule.stage} stage, usually {rule.severity.value})",
+            f"{rule.id} ({rule.stage} stage, usually {rule.severity.value})",
             "",
-            f"{rule.description[0].upper()}{rule.description[1:]}.",
+            f"{rule.description[0].upper()}{rule.description[1:]}" + ("" if rule.description.endswith(".") else "."),
             "",
             f"What it checks: {rule.check}",
             f"How it measures: {rule.measure}",
-            f"What blocks: {rule.blocks}",
+            f"What blocks: {rule.blocks_text}",
             f"Impact: {rule.impact}",
             f"How to fix: {rule.fix}",
+            *([f"Sub-rules: {', '.join(r.id for r in subs)}"] if subs else []),
             f"More: {rule.doc}",
         ]
     )

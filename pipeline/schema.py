@@ -75,6 +75,22 @@ class EvidenceKind(str, Enum):
     STATIC = "static"
 
 
+class Blocks(str, Enum):
+    """When a rule's findings block (`traingate.pipeline.rules`)."""
+
+    POLICY = "policy"  # when the finding's severity is in `policy.block_on`
+    NEVER = "never"  # shown, never blocking (a deprecation)
+    ALWAYS = "always"  # the gate fails closed whatever the policy says
+
+
+def blocks_under(blocks: Blocks, severity: Severity, evidence: EvidenceKind, block_on: frozenset[Severity] | set[Severity] | list[Severity]) -> bool:
+    """The one blocking formula: a rule's mode, the finding's severity and evidence, the policy.
+    Static evidence never blocks (docs/contract.md, rule 5.1)."""
+    if evidence is EvidenceKind.STATIC or blocks is Blocks.NEVER:
+        return False
+    return blocks is Blocks.ALWAYS or severity in set(block_on)
+
+
 class StageStatus(str, Enum):
     PASSED = "passed"
     BLOCKED = "blocked"
@@ -122,6 +138,7 @@ class Finding(BaseModel):
     id: str = Field(description="Fingerprint, stable across versions for the same defect")
     stage: str
     category: Category
+    rule: str = Field(default="", description="the id of the rule it was built from: its category, or category/sub-rule (`gradscaler-protocol/clip-before-unscale`)")
     severity: Severity
     title: str
     location: Location | None
@@ -162,12 +179,15 @@ class Finding(BaseModel):
         evidence: Evidence,
         block_on: frozenset[Severity] | set[Severity] | list[Severity],
         key: str = "",
-        never_blocks: bool = False,
+        rule: str = "",
+        blocks: Blocks = Blocks.POLICY,
     ) -> Finding:
         """Build a complete finding.
 
         `key` distinguishes defects of one category at one place (a test id, the text of the
         offending line); it must not contain line numbers, so the id survives unrelated edits.
+        `rule` and `blocks` come from the rule table: build findings through
+        `traingate.pipeline.findings.finding`, which looks them up.
         """
         if evidence.kind is EvidenceKind.STATIC and severity.rank < Severity.MEDIUM.rank:
             severity = Severity.MEDIUM
@@ -176,15 +196,11 @@ class Finding(BaseModel):
         evidence = evidence.model_copy(
             update={"summary": strip_ansi(evidence.summary), "traceback": strip_ansi(evidence.traceback) if evidence.traceback else evidence.traceback}
         )
-        blocking = (
-            not never_blocks
-            and evidence.kind is not EvidenceKind.STATIC
-            and severity in set(block_on)
-        )
         return cls(
             id=fingerprint(stage, category, location, key),
             stage=stage,
             category=category,
+            rule=rule or category.value,
             severity=severity,
             title=title,
             location=location,
@@ -192,7 +208,7 @@ class Finding(BaseModel):
             impact=impact,
             fix=fix,
             evidence=evidence,
-            blocking=blocking,
+            blocking=blocks_under(blocks, severity, evidence.kind, block_on),
         )
 
     def sort_key(self) -> tuple[int, str, str, int]:

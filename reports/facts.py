@@ -1,7 +1,7 @@
 """The few facts about a run that CI outputs need besides the report itself.
 
 The writers stay pure functions of the report: the gate works these facts out (where the target
-sits in its repository, which file configures it, the rule table's texts) and hands them in.
+sits in its repository, which file configures it, the rule table) and hands them in.
 """
 
 from __future__ import annotations
@@ -10,19 +10,8 @@ from dataclasses import dataclass
 from posixpath import join as posix_join
 from posixpath import normpath
 
+from traingate.pipeline.rules import Rule
 from traingate.pipeline.schema import Finding, Severity
-
-
-@dataclass(frozen=True)
-class RuleText:
-    """One category's rule, as tools that list rules (SARIF) show it."""
-
-    category: str
-    stage: str  # the stage that reports it, or "any"
-    severity: str  # the usual severity
-    description: str  # one line
-    full_description: str  # what the check does and how it measures
-    help: str  # what blocks, the usual impact and the fix
 
 
 @dataclass(frozen=True)
@@ -32,7 +21,7 @@ class RunFacts:
     target_prefix: str = ""
     # The configuration file, relative to the target's root (None: the target has none).
     config_file: str | None = None
-    rules: tuple[RuleText, ...] = ()
+    rules: tuple[Rule, ...] = ()  # the rule table (`traingate.pipeline.rules.RULES`)
 
     def repo_path(self, path: str) -> str:
         """A finding's path (relative to the target) made relative to the repository's root."""
@@ -49,7 +38,7 @@ class RunFacts:
         return self.target_prefix or "."
 
     def categories_of(self, stage: str) -> list[str]:
-        return [rule.category for rule in self.rules if rule.stage == stage]
+        return [rule.category.value for rule in self.rules if rule.stage == stage and not rule.sub]
 
 
 def location_text(finding: Finding, facts: RunFacts) -> str:

@@ -1,4 +1,5 @@
-"""SARIF 2.1.0 (`report.sarif`) for code scanning: one rule per category, one result per finding.
+"""SARIF 2.1.0 (`report.sarif`) for code scanning: one rule per rule of the table (a category, or
+one of its sub-rules), one result per finding, under its rule's id.
 
 Locations are relative to the repository's root (code scanning resolves them against the
 checkout), so a target in a subfolder names its files with the subfolder in front. A finding
@@ -12,7 +13,8 @@ from typing import Any
 from urllib.parse import quote
 
 from traingate.pipeline.schema import Finding, PipelineReport, Severity
-from traingate.reports.facts import RuleText, RunFacts, worst_first
+from traingate.pipeline.rules import Rule
+from traingate.reports.facts import RunFacts, worst_first
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -34,8 +36,8 @@ def render_sarif(report: PipelineReport, facts: RunFacts) -> str:
 
 
 def sarif_log(report: PipelineReport, facts: RunFacts) -> dict[str, Any]:
-    rule_index = {rule.category: index for index, rule in enumerate(facts.rules)}
-    results = [_result(f, facts, rule_index.get(f.category.value)) for f in worst_first(report.findings())]
+    rule_index = {rule.id: index for index, rule in enumerate(facts.rules)}
+    results = [_result(f, facts, rule_index.get(f.rule or f.category.value)) for f in worst_first(report.findings())]
     run: dict[str, Any] = {
         "tool": {
             "driver": {
@@ -62,21 +64,22 @@ def sarif_log(report: PipelineReport, facts: RunFacts) -> dict[str, Any]:
     return {"$schema": SARIF_SCHEMA_URI, "version": SARIF_VERSION, "runs": [run]}
 
 
-def _rule(rule: RuleText) -> dict[str, Any]:
+def _rule(rule: Rule) -> dict[str, Any]:
+    help_text = f"{rule.blocks_text}\n\nImpact: {rule.impact}\n\nFix: {rule.fix}\n\nMore: `traingate explain {rule.id}`"
     return {
-        "id": rule.category,
-        "name": "".join(part.capitalize() for part in rule.category.split("-")),
+        "id": rule.id,
+        "name": "".join(part.capitalize() for part in rule.id.replace("/", "-").split("-")),
         "shortDescription": {"text": rule.description},
-        "fullDescription": {"text": rule.full_description},
-        "help": {"text": rule.help, "markdown": rule.help},
-        "defaultConfiguration": {"level": LEVELS[Severity(rule.severity)]},
-        "properties": {"tags": ["traingate", rule.stage], "stage": rule.stage, "severity": rule.severity},
+        "fullDescription": {"text": f"{rule.check} {rule.measure}"},
+        "help": {"text": help_text, "markdown": help_text},
+        "defaultConfiguration": {"level": LEVELS[rule.severity]},
+        "properties": {"tags": ["traingate", rule.stage], "stage": rule.stage, "severity": rule.severity.value, "category": rule.category.value, "blocks": rule.blocks.value},
     }
 
 
 def _result(finding: Finding, facts: RunFacts, rule_index: int | None) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "ruleId": finding.category.value,
+        "ruleId": finding.rule or finding.category.value,
         "level": LEVELS[finding.severity],
         "message": {"text": _message(finding)},
         "locations": [_location(finding, facts)],

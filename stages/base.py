@@ -58,18 +58,19 @@ class StageContext:
         self,
         *,
         category: Category,
-        severity: Severity,
         title: str,
         location: Location | None,
         problem: str,
         evidence: Evidence,
+        severity: Severity | None = None,
         impact: str | None = None,
         fix: str | None = None,
         key: str = "",
-        never_blocks: bool = False,
+        rule: str | None = None,
     ) -> Finding:
-        """A complete finding, blocking as the target's policy says; without a specific
-        impact or fix, the category rule's generic one."""
+        """A complete finding built from its rule (`rule`, a sub-rule's id, or the category's
+        own): blocking as the rule and the target's policy say; severity, impact and fix the
+        rule's unless given."""
         return findings.finding(
             stage=self.stage,
             category=category,
@@ -82,7 +83,7 @@ class StageContext:
             evidence=evidence,
             block_on=self.config.policy.block_on,
             key=key,
-            never_blocks=never_blocks,
+            rule=rule,
         )
 
     def stage_error(self, what: str, *, reason: str, **details: Any) -> Finding:

@@ -5,33 +5,66 @@ from __future__ import annotations
 import ast
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
 from traingate.pipeline.isolation import ChildResult
 from traingate.pipeline.orchestrator import ANY_STAGE_CATEGORIES, RunRequest, _skip_reason, compare_baseline
 from traingate.pipeline.registry import build_registry
-from traingate.pipeline.rules import ANY_STAGE, RULES, rule_for
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus
+from traingate.pipeline.rules import ANY_STAGE, RULES, rule_for, sub_rules
+from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus
 from traingate.stages.base import StageContext
 from tests.conftest import REPO, TARGETS, TRAINGATE, line_of, run_gate
 
 BLOCK_ON = {Severity.CRITICAL, Severity.HIGH}
 
 
-def test_every_category_has_exactly_one_rule() -> None:
-    assert sorted(r.category.value for r in RULES) == sorted(c.value for c in Category)
+def test_every_category_has_exactly_one_rule_and_every_rule_a_stable_id() -> None:
+    assert sorted(r.category.value for r in RULES if not r.sub) == sorted(c.value for c in Category)
+    assert len({r.id for r in RULES}) == len(RULES)
     for rule in RULES:
-        assert rule.description and rule.check and rule.measure and rule.blocks and rule.impact and rule.fix
+        assert rule.description and rule.check and rule.measure and rule.blocks_text and rule.impact and rule.fix
         assert rule.doc.startswith("README.md#")
+        assert rule.id == (f"{rule.category.value}/{rule.sub}" if rule.sub else rule.category.value)
+    # GradScaler's protocol rules are rules of their own, each with its id.
+    assert {r.sub for r in sub_rules(Category.GRADSCALER_PROTOCOL)} == {
+        "clip-before-unscale", "step-bypasses-scaler", "missing-update", "unscale-twice", "unscale-after-step", "stale-gradients",
+    }
+    assert all(r.stage == "concurrency" for r in sub_rules(Category.GRADSCALER_PROTOCOL))
+
+
+def test_when_a_rule_blocks_is_the_rules_mode_and_the_policy() -> None:
+    never, always = rule_for(Category.DEPRECATED_API), rule_for(Category.STAGE_ERROR)
+    assert never.blocks is Blocks.NEVER and always.blocks is Blocks.ALWAYS
+    assert not never.blocking(Severity.CRITICAL, EvidenceKind.OBSERVED, BLOCK_ON)
+    assert always.blocking(Severity.LOW, EvidenceKind.OBSERVED, set())
+    assert not always.blocking(Severity.CRITICAL, EvidenceKind.STATIC, BLOCK_ON)  # static evidence never blocks
+    policy = rule_for(Category.MEMORY_LEAK)
+    assert policy.blocking(Severity.HIGH, EvidenceKind.MEASURED, BLOCK_ON) and not policy.blocking(Severity.MEDIUM, EvidenceKind.MEASURED, BLOCK_ON)
+
+
+def test_a_finding_is_built_from_its_rule(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    plain = ctx.finding(category=Category.INPUT_STALL, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED))
+    assert plain.rule == "input-stall" and plain.severity is rule_for(Category.INPUT_STALL).severity
+    sub = ctx.finding(category=Category.GRADSCALER_PROTOCOL, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
+    assert sub.rule == "gradscaler-protocol/missing-update" and sub.blocking
+    deprecated = ctx.finding(category=Category.DEPRECATED_API, severity=Severity.CRITICAL, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
+    assert not deprecated.blocking
+    with pytest.raises(ValueError):
+        ctx.finding(category=Category.MEMORY_LEAK, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
 
 
 def test_a_rules_stage_is_the_stage_that_reports_its_category() -> None:
     owners = {c: name for name, stage in build_registry().items() for c in stage.categories if c not in ANY_STAGE_CATEGORIES}
     for rule in RULES:
+        assert build_registry()[rule.stage].categories >= {rule.category} if rule.stage != ANY_STAGE else True
         if rule.category in ANY_STAGE_CATEGORIES:
             assert rule.stage == ANY_STAGE, rule.category
         else:
@@ -48,7 +81,7 @@ def test_readme_names_every_category_with_its_one_liner() -> None:
     readme = (REPO / "README.md").read_text()
     categories_section = readme.split("## Categories", 1)[1].split("\n## ", 1)[0]
     overview = readme.split("## What traingate is", 1)[1].split("\n## ", 1)[0]
-    for rule in RULES:
+    for rule in (r for r in RULES if not r.sub):
         assert f"`{rule.category.value}`: {rule.description}\n" in categories_section, rule.category
         assert f"`{rule.category.value}`" in overview, rule.category
     assert "traingate explain" in readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
@@ -62,8 +95,10 @@ def test_explain_prints_a_rule_in_full() -> None:
     done = _explain("memory-leak")
     assert done.returncode == 0
     rule = rule_for(Category.MEMORY_LEAK)
-    for label, text in [("What it checks", rule.check), ("How it measures", rule.measure), ("What blocks", rule.blocks), ("How to fix", rule.fix)]:
+    for label, text in [("What it checks", rule.check), ("How it measures", rule.measure), ("What blocks", rule.blocks_text), ("How to fix", rule.fix)]:
         assert f"{label}: {text}" in done.stdout
+    sub = _explain("gradscaler-protocol/missing-update")
+    assert sub.returncode == 0 and sub.stdout.startswith("gradscaler-protocol/missing-update (concurrency stage")
 
 
 def test_explain_without_a_category_lists_them_all() -> None:
@@ -72,7 +107,7 @@ def test_explain_without_a_category_lists_them_all() -> None:
     lines = done.stdout.splitlines()
     assert len(lines) == len(RULES)
     for rule, line in zip(RULES, lines, strict=True):
-        assert line.split()[0] == rule.category.value and line.endswith(rule.description)
+        assert line.split()[0] == (rule.sub or rule.id) and rule.blocks.value in line.split() and line.endswith(rule.description)
 
 
 def test_explain_an_unknown_category_is_a_usage_error() -> None:
@@ -206,3 +241,9 @@ def test_baseline_metrics_are_matched_on_their_ids_not_their_labels(tmp_path: Pa
     assert comparison.metric_deltas == [
         {"stage": "execution", "metric": "tests_passed", "metric_id": "tests.passed", "unit": "", "baseline": 10, "current": 12}
     ]
+
+
+def test_python_dash_m_keeps_the_exit_status() -> None:
+    """`python -m traingate` answers with the command's exit status (a BLOCK must not read as 0)."""
+    done = subprocess.run([sys.executable, "-m", "traingate", "explain", "memory-leek"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2 and "memory-leek" in done.stderr

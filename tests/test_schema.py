@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from traingate.pipeline.policy import BLOCK_SCORE_CAP, decide, stage_score, stage_status
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
+from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
 from traingate.pipeline.registry import Stage, build_registry
 
 SPEC_CATEGORIES = {
@@ -57,7 +57,8 @@ def test_static_evidence_is_capped_at_medium_and_never_blocks() -> None:
 def test_blocking_follows_the_policy() -> None:
     assert _finding(severity=Severity.HIGH).blocking
     assert not _finding(severity=Severity.MEDIUM).blocking
-    assert not _finding(severity=Severity.CRITICAL, never_blocks=True).blocking
+    assert not _finding(severity=Severity.CRITICAL, blocks=Blocks.NEVER).blocking
+    assert _finding(severity=Severity.LOW, blocks=Blocks.ALWAYS).blocking
 
 
 def test_findings_are_frozen() -> None:

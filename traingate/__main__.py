@@ -1,5 +1,7 @@
-"""`python -m traingate ...` is the `traingate` command."""
+"""`python -m traingate ...` is the `traingate` command, exit status included."""
+
+import sys
 
 from traingate.pipeline.cli import main
 
-main()
+sys.exit(main())

@@ -19,51 +19,16 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.rules import Rule, sub_rules
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext
 
 CATEGORY = Category.GRADSCALER_PROTOCOL
 READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
 
-# kind -> (title, problem, impact, fix); each kind is one protocol rule.
-RULES: dict[str, tuple[str, str, str, str]] = {
-    "clip-before-unscale": (
-        "Gradients clipped while still scaled (clipping before scaler.unscale_)",
-        "The gradients were clipped after a backward of a scaled loss and before `scaler.unscale_(optimizer)`, so the clipping threshold was compared with gradients multiplied by the loss scale.",
-        "With scaling on (65536 by default) almost every step is clipped to the threshold, silently shrinking the updates; the model trains much slower or not at all under AMP.",
-        "Call `scaler.unscale_(optimizer)` right before clipping: `scaler.scale(loss).backward(); scaler.unscale_(optimizer); clip_grad_norm_(...); scaler.step(optimizer); scaler.update()`.",
-    ),
-    "step-bypasses-scaler": (
-        "optimizer.step() called directly while a GradScaler scales the loss",
-        "The optimizer stepped on gradients of a scaled loss without going through `scaler.step(optimizer)`.",
-        "The update uses gradients multiplied by the loss scale and is never skipped on inf/NaN gradients, so one overflow corrupts the weights; `scaler.update()` then raises or misadjusts the scale.",
-        "Replace `optimizer.step()` with `scaler.step(optimizer)` followed by `scaler.update()`.",
-    ),
-    "missing-update": (
-        "scaler.step() without scaler.update() before the next iteration",
-        "`scaler.step(optimizer)` ran and the next iteration began (another `scale` or `step`) without `scaler.update()` in between.",
-        "The loss scale never adapts: after an overflow every later step is skipped, and with scaling enabled the next `scaler.step` raises `step() has already been called since the last update()`.",
-        "Call `scaler.update()` once per iteration, after `scaler.step(...)` for every optimizer.",
-    ),
-    "unscale-twice": (
-        "scaler.unscale_() called twice before a step",
-        "`scaler.unscale_(optimizer)` ran a second time for the same optimizer before `scaler.step`/`scaler.update`.",
-        "With scaling enabled this raises `unscale_() has already been called on this optimizer since the last update()`; if it did not, gradients would be divided by the scale twice.",
-        "Call `scaler.unscale_(optimizer)` once per optimizer per iteration, after all gradients for that step have been accumulated.",
-    ),
-    "unscale-after-step": (
-        "scaler.unscale_() called after scaler.step() in the same iteration",
-        "`scaler.unscale_(optimizer)` ran after `scaler.step(optimizer)` and before `scaler.update()`.",
-        "With scaling enabled this raises `unscale_() is being called after step()`; whatever it prepares comes too late to affect the update.",
-        "Move `scaler.unscale_(optimizer)` (and any clipping) before `scaler.step(optimizer)`.",
-    ),
-    "stale-gradients": (
-        "Optimizer step on gradients of an earlier iteration",
-        "The optimizer stepped although no backward ran since its previous step and its gradients were not cleared, so it applied the previous iteration's gradients again.",
-        "Each such step repeats an old update: the training silently takes extra steps in a stale direction.",
-        "Run the backward of the current batch before each step (and `zero_grad()` after it); under gradient accumulation step only after the last micro-batch's backward.",
-    ),
-}
+# Each violation kind is one sub-rule of the rule table (`gradscaler-protocol/<kind>`): its
+# description is the finding's title, its check what happened, then its impact and fix.
+RULES: dict[str, Rule] = {rule.sub: rule for rule in sub_rules(Category.GRADSCALER_PROTOCOL)}
 
 STEP_OPS = ("scaler.step", "optimizer.step")
 
@@ -303,19 +268,17 @@ def protocol_findings(ctx: StageContext, trace: dict[str, Any], fallback: Locati
         site = sites[site_index] if site_index is not None and site_index < len(sites) else None
         location = Location(path=site["path"], line=site["line"], function=site["function"]) if site else fallback
         iterations = sorted({v.iteration for v in group})
-        title, problem, impact, fix = RULES[kind]
+        rule = RULES[kind]
         enabled = first.enabled
         state = "enabled" if enabled else ("disabled (enabled=False): the order is wrong either way" if enabled is not None else "not observed")
         sequence = iteration_sequence(events, result.iteration_of, first.iteration, sites)
         findings.append(
             ctx.finding(
                 category=CATEGORY,
-                severity=Severity.HIGH,
-                title=title,
+                rule=rule.id,
+                title=rule.description,
                 location=location,
-                problem=f"{problem} Observed in {len(iterations)} iteration(s); the GradScaler was {state}.",
-                impact=impact,
-                fix=fix,
+                problem=f"{rule.check} Observed in {len(iterations)} iteration(s); the GradScaler was {state}.",
                 evidence=Evidence(
                     kind=EvidenceKind.OBSERVED,
                     summary=f"{kind} in {len(iterations)} of {max(result.iteration_of, default=-1) + 1} iteration(s); scaler {state.split(' ')[0]}",

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.contract import instruments
 from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
-from traingate.stages.concurrency import cuda as conc_cuda, determinism as conc_determinism, loaders as conc_loaders, protocol as conc_protocol
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.concurrency.determinism import (
     RunData,
@@ -50,9 +50,8 @@ class ConcurrencyStage:
     name = "concurrency"
     order = 30
     # Each check module declares the category it emits.
-    categories: frozenset[Category] = frozenset(
-        {conc_protocol.CATEGORY, conc_determinism.CATEGORY, conc_loaders.CATEGORY, conc_cuda.NONBLOCKING, conc_cuda.STREAMS}
-    )
+    # The categories the rule table gives this stage.
+    categories: frozenset[Category] = categories_of('concurrency')
 
     def run(self, ctx: StageContext) -> StageOutcome:
         if ctx.config.entrypoint is None:

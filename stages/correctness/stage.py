@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
@@ -42,9 +43,8 @@ OVERFIT_STEPS_DONE = "OverfitStepsDone"
 class CorrectnessStage:
     name = "correctness"
     order = 40
-    categories: frozenset[Category] = frozenset(
-        {ineffective.CATEGORY, unused.CATEGORY, nonfinite.CATEGORY, shuffling.CATEGORY, accumulation.CATEGORY, divergence.CATEGORY}
-    )
+    # The categories the rule table gives this stage.
+    categories: frozenset[Category] = categories_of('correctness')
 
     def run(self, ctx: StageContext) -> StageOutcome:
         if ctx.config.entrypoint is None:

@@ -96,7 +96,6 @@ def deprecated_api_findings(ctx: StageContext, sites: list[WarningSite]) -> list
                     data={"message": site.message[:1000], "code": site.code, "sources": sorted(site.sources), "issued_at": site.issued_at},
                 ),
                 key=f"{site.category}\x1f{site.code}",
-                never_blocks=True,
             )
         )
     return findings

@@ -13,6 +13,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome, TestRecord
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
 from traingate.stages.contract.text import first_line
@@ -39,20 +40,8 @@ MAX_TEST_ROWS = 500
 class ExecutionStage:
     name = "execution"
     order = 10
-    categories: frozenset[Category] = frozenset(
-        {
-            Category.TEST_FAILURE,
-            Category.COLLECTION_ERROR,
-            Category.NO_TESTS,
-            Category.SKIPPED_TESTS,
-            Category.TEST_SELECTION,
-            Category.TEST_DISABLED,
-            Category.TEST_ENVIRONMENT,
-            Category.ENTRYPOINT_CRASH,
-            Category.ENTRYPOINT_UNTESTED,
-            Category.DEPRECATED_API,
-        }
-    )
+    # The categories the rule table gives this stage.
+    categories: frozenset[Category] = categories_of('execution')
 
     def run(self, ctx: StageContext) -> StageOutcome:
         ep = ctx.config.entrypoint

@@ -320,7 +320,7 @@ def _target_hooks(config: pytest.Config, root: Path) -> list[dict[str, Any]]:
     """The implementations of the watched hooks written in the target's own files."""
     found = []
     for name in WATCHED_HOOKS:
-        caller = getattr(config.hook, name, None)
+        caller = getattr(config.pluginmanager.hook, name, None)  # config.hook wraps some hooks in plain functions on pytest 8
         for impl in caller.get_hookimpls() if caller is not None else []:
             code = getattr(impl.function, "__code__", None)
             if code is not None and is_target_file(code.co_filename, root):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
@@ -32,18 +33,8 @@ LIGHT = instruments.PERFORMANCE_LIGHT
 class PerformanceStage:
     name = "performance"
     order = 20
-    categories: frozenset[Category] = frozenset(
-        {
-            perf_memory.CATEGORY,
-            perf_sync.CATEGORY,
-            Category.AMP_SPEEDUP,
-            Category.AMP_MEMORY,
-            Category.AMP_ACCURACY,
-            Category.AMP_INACTIVE,
-            perf_timing.CATEGORY,
-            perf_regression.CATEGORY,
-        }
-    )
+    # The categories the rule table gives this stage.
+    categories: frozenset[Category] = categories_of('performance')
 
     def run(self, ctx: StageContext) -> StageOutcome:
         return with_leftover_findings(ctx, self._profile(ctx))
