@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -13,9 +12,9 @@ from enum import IntEnum
 from pathlib import Path
 
 from pydantic import ValidationError
-
-from traingate import __version__
 from traingate.pipeline.config import ConfigError, TargetConfig, check_safe_name, load_config, safe_name_from
+from traingate.pipeline.gitinfo import rev_parse
+from traingate.pipeline.history import HistoryError, load_history
 from traingate.pipeline.lifecycle import (
     LOCK_NAME,
     Interrupted,
@@ -26,19 +25,20 @@ from traingate.pipeline.lifecycle import (
     stop_after_interrupt,
     write_atomic,
 )
-from traingate.pipeline.history import HistoryError, load_history
 from traingate.pipeline.merge import MergeError, load_report, merge_reports
 from traingate.pipeline.orchestrator import RunRequest, config_error_report, run_pipeline
 from traingate.pipeline.outputs import FORMATS, FormatError, display_path, parse_formats, repository_root, run_facts, write_reports
+from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.processes import become_subreaper, kill_descendants
+from traingate.pipeline.registry import build_registry, stage_names
 from traingate.pipeline.rules import RULES, find_rule
 from traingate.pipeline.rules import explain as explain_rule
-from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageReport
 from traingate.pipeline.torch_probe import torch_facts
 from traingate.reports import render_summary
 from traingate.reports.history import render_history_md
-from traingate.pipeline.registry import build_registry, stage_names
+
+from traingate import __version__
 
 
 class ExitCode(IntEnum):
@@ -378,13 +378,7 @@ def resolve_device(choice: str) -> str:
 
 
 def default_version(root: Path) -> str:
-    try:
-        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
-        if done.returncode == 0 and done.stdout.strip():
-            return done.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return "local"
+    return rev_parse(root, "--short", "HEAD") or "local"
 
 
 def emit_outputs(report: PipelineReport, inputs: RunInputs, args: argparse.Namespace) -> None:

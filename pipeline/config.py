@@ -8,19 +8,13 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from datetime import date
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
-
 from traingate.pipeline.schema import Category, Severity
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from traingate.pipeline.tomlcompat import tomllib
 
 # Unknown keys are errors, and so are `inf`/`nan` (TOML spells both): a budget or threshold
 # that is not a finite number would silently switch a check off.

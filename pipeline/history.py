@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
-
 from traingate.pipeline.schema import PipelineReport
 
 # The metrics the table shows, by id; step time prefers the full-precision run.

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants
+from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, process_table
 from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, STACKS_ENV
 
 # Names the run_child call a process descends from, read back from /proc/<pid>/environ to tell
@@ -295,20 +295,15 @@ def _kill_group(pgid: int) -> None:
 def _group_processes(pgid: int) -> list[dict[str, str]]:
     """pid, state, command line and kernel wait channel of every process in the group."""
     found: list[dict[str, str]] = []
-    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else []:
-        if not entry.name.isdigit():
+    for pid, info in sorted(process_table().items()):
+        if info.pgid != pgid:
             continue
         try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) != pgid:
-                continue
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            wchan = (entry / "wchan").read_text().strip() if (entry / "wchan").exists() else ""
-        except (OSError, ValueError, IndexError):
-            continue
-        found.append({"pid": entry.name, "ppid": fields[1], "state": fields[0], "wchan": wchan, "cmdline": cmdline[:300]})
-    return sorted(found, key=lambda p: int(p["pid"]))
+            wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+        except OSError:
+            wchan = ""
+        found.append({"pid": str(pid), "ppid": str(info.ppid), "state": info.state, "wchan": wchan, "cmdline": info.cmdline[:300]})
+    return found
 
 
 _THREAD_RE = re.compile(r"^(?:(?:Current thread|Thread) (0x[0-9a-f]+)|Stack) \(most recent call first\)", re.M)

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-
-from traingate import __version__
 from traingate.pipeline.findings import stage_error
 from traingate.pipeline.policy import decide, stage_score, stage_status
 from traingate.pipeline.schema import (
@@ -33,6 +31,8 @@ from traingate.pipeline.schema import (
     StageStatus,
     WaiverEntry,
 )
+
+from traingate import __version__
 
 # Report schemas this version reads: every one it has written (later ones only add fields).
 KNOWN_SCHEMA_VERSIONS = frozenset({"1.0", "1.1", SCHEMA_VERSION})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,14 +17,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pydantic import ValidationError
-
-from traingate import __version__
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
 from traingate.pipeline.findings import finding as make_finding
-from traingate.pipeline.rules import ANY_STAGE_CATEGORIES, rule_by_id
+from traingate.pipeline.gitinfo import rev_parse
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.pipeline.policy import decide, stage_score, stage_status
+from traingate.pipeline.registry import Stage
+from traingate.pipeline.rules import ANY_STAGE_CATEGORIES, rule_by_id
 from traingate.pipeline.schema import (
     BaselineComparison,
     Category,
@@ -36,18 +35,19 @@ from traingate.pipeline.schema import (
     PipelineReport,
     PolicyProvenance,
     Severity,
-    StageOutcome,
     StageNotRun,
+    StageOutcome,
     StageReport,
     StageStatus,
     TargetInfo,
 )
-from traingate.pipeline.registry import Stage
-from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
-from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 from traingate.pipeline.torch_probe import torch_facts
 from traingate.pipeline.waivers import Adjudicator
+from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
+from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
+
+from traingate import __version__
 
 # Owned by one stage (its rule, its JUnit case), yet any stage that runs the target's code may
 # report it: a crash of the target in a stage's own run is the target's defect, not the gate's.
@@ -295,11 +295,7 @@ def _cpu_name() -> str | None:
 
 
 def git_commit(root: Path) -> str | None:
-    try:
-        done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    return rev_parse(root, "HEAD")
 
 
 def compare_baseline(request: RunRequest, reports: list[StageReport]) -> BaselineComparison | None:

@@ -10,12 +10,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from traingate.pipeline.gitinfo import rev_parse
 from traingate.pipeline.lifecycle import write_atomic
 from traingate.pipeline.rules import RULES
 from traingate.pipeline.schema import PipelineReport
@@ -47,12 +47,8 @@ def parse_formats(option: str | None, env: Mapping[str, str] = os.environ) -> li
 
 
 def repository_root(target: Path) -> Path | None:
-    try:
-        done = subprocess.run(["git", "-C", str(target), "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    top = done.stdout.strip()
-    return Path(top).resolve() if done.returncode == 0 and top else None
+    top = rev_parse(target, "--show-toplevel")
+    return Path(top).resolve() if top else None
 
 
 def run_facts(target: Path) -> RunFacts:

@@ -20,21 +20,15 @@ policy file can set a value below a default.
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
-
 from traingate.pipeline.config import PolicyConfig, TargetConfig
 from traingate.pipeline.schema import IgnoredPolicySetting, PolicyProvenance, PolicySetting, Severity
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from traingate.pipeline.tomlcompat import tomllib
 
 POLICY_ENV = "TRAINGATE_POLICY"
 

@@ -11,7 +11,6 @@ from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
 from traingate.stages.contract.text import strip_ansi
 
 SCHEMA_VERSION = "1.2"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from traingate.pipeline.history import History, VersionRow
+from traingate.reports.render import table_cell
 
 DECISION_MARK = {"PASS": "✅ PASS", "BLOCK": "⛔ BLOCK"}
 
@@ -45,7 +46,7 @@ def _table_row(row: VersionRow) -> str:
         speedup,
         row.device,
     ]
-    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+    return "| " + " | ".join(table_cell(c) for c in cells) + " |"
 
 
 def _fmt(value: float) -> str:

@@ -7,7 +7,6 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateNotFound
-
 from traingate.pipeline.schema import Finding, PipelineReport, StageReport
 from traingate.reports.clip import REPORT_MD_LIMIT, fit
 

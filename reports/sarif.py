@@ -12,8 +12,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from traingate.pipeline.schema import Finding, PipelineReport, Severity
 from traingate.pipeline.rules import Rule
+from traingate.pipeline.schema import Finding, PipelineReport, Severity
 from traingate.reports.facts import RunFacts, worst_first
 
 SARIF_VERSION = "2.1.0"

@@ -8,37 +8,34 @@ from __future__ import annotations
 
 from traingate.pipeline.schema import PipelineReport
 from traingate.reports.facts import RunFacts, location_text
+from traingate.reports.render import table_cell
 
 MAX_BLOCKING = 20
 DECISION_MARK = {"PASS": "✅", "BLOCK": "⛔"}
-
-
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def render_step_summary(report: PipelineReport, facts: RunFacts) -> str:
     findings = report.findings()
     blocking = [f for f in findings if f.blocking]
     lines = [
-        f"### {DECISION_MARK.get(report.decision.value, '')} traingate {report.decision.value} — {_cell(report.task)} {_cell(report.version)}",
+        f"### {DECISION_MARK.get(report.decision.value, '')} traingate {report.decision.value} — {table_cell(report.task)} {table_cell(report.version)}",
         "",
         f"**Score** {report.score}/100 · **{len(blocking)}** blocking of {len(findings)} finding(s) · "
-        f"{report.environment.device} ({_cell(report.environment.device_name)}) · {report.duration_s:.1f} s",
+        f"{report.environment.device} ({table_cell(report.environment.device_name)}) · {report.duration_s:.1f} s",
         "",
         "| Stage | Status | Score | Findings | Blocking | Duration |",
         "|---|---|---|---|---|---|",
     ]
     for stage in report.stages:
         score = stage.score if stage.score is not None else "—"
-        status = stage.status.value + (f" ({_cell(stage.skipped_reason)})" if stage.skipped_reason else "")
+        status = stage.status.value + (f" ({table_cell(stage.skipped_reason)})" if stage.skipped_reason else "")
         stage_blocking = sum(f.blocking for f in stage.findings)
         lines.append(f"| {stage.name} | {status} | {score} | {len(stage.findings)} | {stage_blocking} | {stage.duration_s:.1f} s |")
     if blocking:
         lines += ["", "**Blocking findings**", "", "| Severity | Category | Location | Finding |", "|---|---|---|---|"]
         for finding in blocking[:MAX_BLOCKING]:
             lines.append(
-                f"| {finding.severity.value} | `{finding.category.value}` | `{_cell(location_text(finding, facts))}` | {_cell(finding.title)} |"
+                f"| {finding.severity.value} | `{finding.category.value}` | `{table_cell(location_text(finding, facts))}` | {table_cell(finding.title)} |"
             )
         if len(blocking) > MAX_BLOCKING:
             lines += ["", f"…and {len(blocking) - MAX_BLOCKING} more blocking finding(s) in report.md."]

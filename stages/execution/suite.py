@@ -15,22 +15,17 @@ from __future__ import annotations
 import configparser
 import json
 import shlex
-import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.tomlcompat import tomllib
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_records
-from traingate.stages.contract.text import clip_line, first_line, strip_ansi
 from traingate.stages.contract.messages import PYTEST_EVENT, PYTEST_EVENT_KINDS, CoverageSpec, PytestRequest
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from traingate.stages.contract.text import clip_line, first_line, strip_ansi
 
 EXIT_MEANING = {
     0: "all tests passed",
