@@ -129,25 +129,7 @@ def run_child(
             _running[proc.pid] = tag
         if stdin_data is not None:
             _feed_stdin(proc, stdin_data)
-        timed_out = False
-        processes: list[dict[str, str]] = []
-        # The stack dumps take up to a second: begin them early so the kill lands on budget.
-        dump_allowance = min(1.0, budget_s * 0.1)
-        try:
-            proc.wait(timeout=max(budget_s - dump_allowance, 0.1))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            processes = _group_processes(proc.pid)
-            _dump_stacks(proc.pid, [int(p["pid"]) for p in processes])
-            _kill_group(proc.pid)
-            proc.wait()
-        finally:
-            if proc.returncode is None:  # interrupted while waiting
-                _kill_group(proc.pid)
-                proc.wait()
-            with _spawn_lock:
-                _running.pop(proc.pid, None)
-        _kill_group(proc.pid)
+        timed_out, processes = _wait_within_budget(proc, budget_s)
     leftovers = _kill_leftovers(proc.pid, tag)
     channel_data, channel_problem = pipe.collect() if pipe else (b"", None)
     return ChildResult(
@@ -163,6 +145,31 @@ def run_child(
         channel=channel_data,
         channel_problem=channel_problem,
     )
+
+
+def _wait_within_budget(proc: subprocess.Popen[bytes], budget_s: float) -> tuple[bool, list[dict[str, str]]]:
+    """Wait for the child; past the budget, dump every thread's stacks and kill its group.
+    Whether it timed out, and the processes of its group at that moment."""
+    timed_out = False
+    processes: list[dict[str, str]] = []
+    # The stack dumps take up to a second: begin them early so the kill lands on budget.
+    dump_allowance = min(1.0, budget_s * 0.1)
+    try:
+        proc.wait(timeout=max(budget_s - dump_allowance, 0.1))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        processes = _group_processes(proc.pid)
+        _dump_stacks(proc.pid, [int(p["pid"]) for p in processes])
+        _kill_group(proc.pid)
+        proc.wait()
+    finally:
+        if proc.returncode is None:  # interrupted while waiting
+            _kill_group(proc.pid)
+            proc.wait()
+        with _spawn_lock:
+            _running.pop(proc.pid, None)
+    _kill_group(proc.pid)
+    return timed_out, processes
 
 
 # Children run_child is waiting on right now in this process (pid -> run tag): several run at

@@ -59,9 +59,9 @@ class RankWatch:
 
         self.torch = torch
         self.sites = SiteTable(ctx.root)
+        self._watch_loaders(DataLoader, _BaseDataLoaderIter)
         watch = self
         module_init, ddp_init, seed = torch.nn.Module.__init__, DistributedDataParallel.__init__, torch.manual_seed
-        loader_init, loader_iter, loader_next = DataLoader.__init__, DataLoader.__iter__, _BaseDataLoaderIter.__next__
 
         @functools.wraps(module_init)
         def module_made(module: Any, *args: Any, **kwargs: Any) -> None:
@@ -84,6 +84,16 @@ class RankWatch:
             if site is not None and len(watch.seeds) < MAX_SEEDS:
                 watch.seeds.append({"site": site, "seed": int(value)})
             return seed(value)
+
+        torch.nn.Module.__init__ = module_made  # type: ignore[method-assign,assignment]  # patched while the run lasts
+        DistributedDataParallel.__init__ = ddp_made  # type: ignore[method-assign,assignment]
+        torch.manual_seed = manual_seed  # type: ignore[assignment]
+        register_optimizer_step_pre_hook(self._on_step)
+
+    def _watch_loaders(self, DataLoader: Any, _BaseDataLoaderIter: Any) -> None:
+        """Every DataLoader, the iterators it hands out, and a digest of each batch they yield."""
+        watch = self
+        loader_init, loader_iter, loader_next = DataLoader.__init__, DataLoader.__iter__, _BaseDataLoaderIter.__next__
 
         @functools.wraps(loader_init)
         def loader_made(loader: Any, *args: Any, **kwargs: Any) -> None:
@@ -114,13 +124,9 @@ class RankWatch:
                 watch.current = record
             return batch
 
-        torch.nn.Module.__init__ = module_made  # type: ignore[method-assign,assignment]  # patched while the run lasts
-        DistributedDataParallel.__init__ = ddp_made  # type: ignore[method-assign,assignment]
-        torch.manual_seed = manual_seed  # type: ignore[assignment]
-        DataLoader.__init__ = loader_made  # type: ignore[method-assign,assignment]
-        DataLoader.__iter__ = iterate  # type: ignore[method-assign]
-        _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign,assignment]
-        register_optimizer_step_pre_hook(self._on_step)
+        DataLoader.__init__ = loader_made
+        DataLoader.__iter__ = iterate
+        _BaseDataLoaderIter.__next__ = next_batch
 
     def _construction_site(self, module: Any) -> int | None:
         """The target's line that built `module`: the innermost target frame that is not one
