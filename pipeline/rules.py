@@ -409,6 +409,31 @@ RULES: tuple[Rule, ...] = (
         "for BatchNorm, and give the training DataLoader a DistributedSampler.",
     ),
     Rule(
+        Category.STALE_GRADIENTS, "correctness", Severity.HIGH,
+        "an optimizer step applied gradients carried over from before its previous step: nothing cleared them in between",
+        "Runs the entrypoint with every backward call and optimizer step observed: before each backward adds into `.grad`, the gradient every optimizer's parameters hold; "
+        "at each step, how much of the gradient it applies was already there at that optimizer's previous step. Deliberate accumulation (k backward calls, one step, then `zero_grad`) clears "
+        "before the next backward and is clean; a step with no backward since the previous one is not judged here (with a GradScaler that is `gradscaler-protocol/stale-gradients`).",
+        "Observed: the L2 norm of each parameter's `.grad` before every backward call and at every step, on its own device, read when the run ends; a parameter whose gradient was never None or zero "
+        "between two steps of its optimizer carries the earlier gradient into the later step. Reported: the steps affected, the norm carried over against the norm applied, and the lines of the step and of the backward call.",
+        Blocks.POLICY,
+        "Every step adds all earlier gradients: the update grows with the step count and keeps pushing in old directions, so the training diverges or crawls (momentum and Adam's moments compound it).",
+        "Clear the gradients once per optimizer step: `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()` (or before the backward); when accumulating, after the step that ends the accumulation.",
+    ),
+    Rule(
+        Category.TRAIN_EVAL_MODE, "correctness", Severity.HIGH,
+        "optimizer steps taken with Dropout or BatchNorm in eval mode, or forward passes under no_grad with them in train mode",
+        "Runs the entrypoint with a forward hook on the modules whose behaviour depends on the mode (Dropout with p > 0, MultiheadAttention with dropout, BatchNorm and the other norm layers that track running statistics) "
+        "and `Module.train`/`eval` recorded: which call set each module's mode, whether gradients were recorded in each forward, and which optimizer step followed.",
+        "Observed: an optimizer step training a model whose forward ran those modules in eval mode, left there by `eval()`/`train(False)` on the whole model (a part frozen on purpose, "
+        "a BatchNorm's own `eval()` or a backbone's, is not counted); or a forward under `torch.no_grad()`/`torch.inference_mode()`, called from the target's own code, with them in train mode. "
+        "Located at the line that called the model; the modules and their mode are named.",
+        Blocks.POLICY,
+        "In eval mode the training runs without dropout and normalises with stale running statistics instead of the batch's; in train mode, validation updates BatchNorm's running statistics with "
+        "validation batches (the model changes) and reports metrics with dropout on.",
+        "Call `model.train()` at the start of every training epoch (or after each evaluation), and `model.eval()` before validation or inference under `torch.no_grad()`.",
+    ),
+    Rule(
         Category.HANG, ANY_STAGE, Severity.CRITICAL,
         "a run did not finish within its budget; the stacks of every thread in the evidence",
         "Runs every child process (and every stage) under a wall-clock budget.",

@@ -48,6 +48,8 @@ class Category(str, Enum):
     UNSHUFFLED_TRAINING = "unshuffled-training"
     NO_LEARNING = "no-learning"
     DDP_DIVERGENCE = "ddp-divergence"
+    STALE_GRADIENTS = "stale-gradients"
+    TRAIN_EVAL_MODE = "train-eval-mode"
     HANG = "hang"
     STAGE_ERROR = "stage-error"
     CONFIG_ERROR = "config-error"

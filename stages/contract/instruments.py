@@ -23,6 +23,8 @@ CORRECTNESS_LOADERS = "traingate.stages.correctness.probe.loaders:LoaderWatch"
 CORRECTNESS_FIRST_UPDATE = "traingate.stages.correctness.probe.update:FirstUpdate"
 CORRECTNESS_ONE_BATCH = "traingate.stages.correctness.probe.overfit:OneBatch"
 CORRECTNESS_RANKS = "traingate.stages.correctness.probe.ranks:RankWatch"
+CORRECTNESS_GRADIENTS = "traingate.stages.correctness.probe.gradients:StaleGradientWatch"
+CORRECTNESS_MODES = "traingate.stages.correctness.probe.modes:ModeWatch"
 
 ALL = frozenset(
     {
@@ -40,6 +42,8 @@ ALL = frozenset(
         CORRECTNESS_FIRST_UPDATE,
         CORRECTNESS_ONE_BATCH,
         CORRECTNESS_RANKS,
+        CORRECTNESS_GRADIENTS,
+        CORRECTNESS_MODES,
     }
 )
 # What an instrument hands back when its collect() raised.

@@ -3,7 +3,9 @@
 Runs (each a child process with the stage's remaining budget; past it, `hang`):
 1. the instrumented run: optimizer step hooks fingerprinting the parameters, the modules the
    run constructs, the loss of every backward call and the DataLoaders that fed the steps
-   (ineffective-step, unused-parameter, no-learning, unshuffled-training);
+   (ineffective-step, unused-parameter, no-learning, unshuffled-training); the gradients each
+   backward adds to (stale-gradients) and the mode of Dropout/BatchNorm at each forward
+   (train-eval-mode);
 2. only with `accumulation_kwarg` and `batch_size_kwarg` configured: two runs ended after the
    first optimizer step, one accumulating k micro-batches of b, one with a batch of k*b
    (grad-accumulation);
@@ -27,6 +29,7 @@ from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding,
 from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
+from traingate.stages.correctness import modes, stale
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 
@@ -36,6 +39,8 @@ LOADERS = instruments.CORRECTNESS_LOADERS
 FIRST_UPDATE = instruments.CORRECTNESS_FIRST_UPDATE
 ONE_BATCH = instruments.CORRECTNESS_ONE_BATCH
 RANKS = instruments.CORRECTNESS_RANKS
+GRADIENTS = instruments.CORRECTNESS_GRADIENTS
+MODES = instruments.CORRECTNESS_MODES
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"
 
@@ -83,7 +88,7 @@ class _Session:
         return run
 
     def run(self) -> StageOutcome:
-        specs = [STEPS, LOSSES, LOADERS]
+        specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES]
         first = self._run("instrumented", "optimizer steps, parameters, losses, DataLoaders", specs)
         if first is None:
             return self._outcome()
@@ -100,6 +105,7 @@ class _Session:
         self.findings += unused.unused_findings(self.ctx, steps, main_site)
         self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
         self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
+        self._gradients_and_modes(first, main_site)
         self.checks["observed"] = {
             "steps": steps.get("steps", 0),
             "optimizers": steps.get("optimizers", []),
@@ -120,6 +126,13 @@ class _Session:
         self._overfit(first)
         self._distributed(first)
         return self._outcome()
+
+    # -- stale-gradients, train-eval-mode: read from the instrumented run ----------------------------
+    def _gradients_and_modes(self, first: EntrypointRun, main_site: Location) -> None:
+        found, self.checks["stale_gradients"] = stale.stale_gradient_check(self.ctx, first.instrument(GRADIENTS), main_site)
+        self.findings += found
+        found, self.checks["train_eval_mode"] = modes.mode_check(self.ctx, first.instrument(MODES), main_site)
+        self.findings += found
 
     # -- distributed data parallel ------------------------------------------------------------------
     def _distributed(self, first: EntrypointRun) -> None:
@@ -346,7 +359,7 @@ class _Session:
 
     def _outcome(self) -> StageOutcome:
         observed = self.checks.get("observed", {})
-        for check in ("grad_accumulation", "overfit", "distributed"):
+        for check in ("grad_accumulation", "overfit", "distributed", "stale_gradients", "train_eval_mode"):
             self.checks.setdefault(check, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
         counts = {c: sum(1 for f in self.findings if f.category is c) for c in CorrectnessStage.categories}
         metrics = [

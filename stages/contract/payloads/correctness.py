@@ -247,6 +247,80 @@ class RanksPayload(Payload):
     sites: list[Site]
 
 
+# -- CORRECTNESS_GRADIENTS ----------------------------------------------------------------------
+
+
+class StaleStep(Payload):
+    """An optimizer step that applied gradient carried over from before its previous step."""
+
+    step: int
+    optimizer: int  # in the order the optimizers first stepped
+    site: int | None  # the step's line
+    backward_site: int | None  # the first backward call after the previous step
+    carried_norm: float | None  # None: not finite
+    applied_norm: float | None
+    carried_share: float | None  # carried_norm / applied_norm; None where undefined
+    params_carrying: int  # parameters whose gradient was never cleared since the previous step
+    params: int
+
+
+class GradientsPayload(Payload):
+    """`probe.gradients.StaleGradientWatch`; read by `correctness.stale`."""
+
+    steps: int
+    judged: int  # steps with a backward call since the optimizer's previous step
+    dropped: int  # steps past MAX_STEP_RECORDS, not judged
+    stale: list[StaleStep]  # the first MAX_LISTED
+    stale_count: int
+    largest_share: float
+    sites: list[Site]
+
+
+# -- CORRECTNESS_MODES --------------------------------------------------------------------------
+
+
+class ModeModule(Payload):
+    name: str  # qualified in the model called, or the class where it is unknown
+    class_: str = Field(alias="class")
+    kind: Literal["dropout", "norm"]  # norm: a norm layer tracking running statistics
+
+
+class EvalWhileTraining(Payload):
+    """Optimizer steps whose forward ran mode-dependent modules in eval mode."""
+
+    site: int | None  # the line that called the model
+    root: str | None  # the class of the model called
+    modules: list[ModeModule]
+    first_step: int
+    steps: int
+    step_indexes: list[int]
+    step_site: int | None
+    eval_site: int | None  # the `eval()`/`train(False)` call that left the model in eval mode
+
+
+class TrainUnderNoGrad(Payload):
+    """Forward calls under no_grad/inference_mode with mode-dependent modules in train mode."""
+
+    site: int | None
+    root: str | None
+    modules: list[ModeModule]
+    first_step: int  # optimizer steps before the first of them
+    forwards: int  # module forward calls
+    inference_mode: bool
+
+
+class ModesPayload(Payload):
+    """`probe.modes.ModeWatch`; read by `correctness.modes`."""
+
+    steps: int
+    dependent_modules: int  # mode-dependent modules that ran a forward
+    classes: list[str]
+    eval_while_training: list[EvalWhileTraining]
+    train_under_no_grad: list[TrainUnderNoGrad]
+    frozen_on_purpose: int
+    library_calls: int
+    sites: list[Site]
+
 MODELS: dict[str, type[BaseModel]] = {
     instruments.CORRECTNESS_STEPS: StepsPayload,
     instruments.CORRECTNESS_LOSSES: LossesPayload,
@@ -254,4 +328,6 @@ MODELS: dict[str, type[BaseModel]] = {
     instruments.CORRECTNESS_FIRST_UPDATE: FirstUpdatePayload,
     instruments.CORRECTNESS_ONE_BATCH: OneBatchPayload,
     instruments.CORRECTNESS_RANKS: RanksPayload,
+    instruments.CORRECTNESS_GRADIENTS: GradientsPayload,
+    instruments.CORRECTNESS_MODES: ModesPayload,
 }
