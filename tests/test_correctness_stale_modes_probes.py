@@ -79,6 +79,26 @@ def test_gradients_cleared_once_per_step_or_accumulated_on_purpose_are_clean(cle
     assert result["judged"] == 4 and result["stale_count"] == 0 and result["stale"] == []
 
 
+@pytest.mark.parametrize("cleared", [False, True])
+def test_sparse_complex_and_mixed_precision_gradients_are_read(cleared: bool) -> None:
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(10, 3, sparse=True)
+    rotation = torch.nn.Parameter(torch.randn(3, dtype=torch.complex64))
+    scale = torch.nn.Parameter(torch.ones(1, dtype=torch.float64))
+    optimizer = torch.optim.SGD([*embedding.parameters(), rotation, scale], lr=0.1)
+    watch = _gradient_watch()
+    for step in range(3):
+        if cleared:
+            optimizer.zero_grad()
+        out = (embedding(torch.tensor([step, step + 1])) * rotation).abs().sum() * scale
+        _backward(watch, out.sum())
+        _step(watch, optimizer)
+    result = watch.collect()
+    assert result["judged"] == 2 and result["stale_count"] == (0 if cleared else 2)
+    if not cleared:
+        assert all(s["params_carrying"] == 3 for s in result["stale"])
+
+
 def test_one_optimizers_gradients_left_by_another_models_backward_are_not_stale() -> None:
     """A GAN: the generator's loss flows into the discriminator, whose gradients are cleared
     before its own backward; each optimizer is judged on its own parameters."""

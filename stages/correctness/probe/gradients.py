@@ -134,14 +134,28 @@ class StaleGradientWatch:
         self.judged.append(_Judged(index, optimizer, self.sites.innermost(1), since.backward_site, figures, len(since.params)))
 
     def _norms(self, params: list[Any]) -> Any:
-        """The L2 norm of each parameter's gradient (0 for None), on the first parameter's device."""
+        """The L2 norm of each parameter's gradient (0 for None), on the first parameter's
+        device: one fused norm per (device, dtype) of dense real gradients, one call each for
+        the others (sparse, complex)."""
         torch = self.torch
         device = params[0].device
         dtype = torch.float64 if any(p.dtype in (torch.float64, torch.complex128) for p in params) else torch.float32
+        out = torch.zeros(len(params), device=device, dtype=dtype)
+        groups: dict[tuple[Any, Any], list[int]] = {}
         with torch.no_grad():
-            norms = [_grad_norm(torch, p.grad).to(device=device, dtype=dtype) if p.grad is not None else None for p in params]
-            zero = torch.zeros((), device=device, dtype=dtype)
-            return torch.stack([zero if n is None else n for n in norms]) if norms else zero.reshape(0)
+            for i, p in enumerate(params):
+                grad = p.grad
+                if grad is None:
+                    continue
+                if grad.is_sparse or not grad.is_floating_point():
+                    out[i] = _grad_norm(torch, grad).to(device=device, dtype=dtype)
+                else:
+                    groups.setdefault((grad.device, grad.dtype), []).append(i)
+            for (_, grad_dtype), indexes in groups.items():
+                exact = torch.float64 if grad_dtype == torch.float64 else torch.float32
+                norms = torch._foreach_norm([params[i].grad for i in indexes], 2, dtype=exact)
+                out[torch.tensor(indexes, device=device)] = torch.stack(norms).to(device=device, dtype=dtype)
+        return out
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
