@@ -41,7 +41,9 @@ from traingate.pipeline.schema import (
     StageStatus,
     TargetInfo,
 )
+from traingate.pipeline.once_per_run import OncePerRun
 from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
+from traingate.pipeline.written_files import is_gate_input, named_paths
 from traingate.pipeline.torch_probe import torch_facts
 from traingate.pipeline.waivers import Adjudicator
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
@@ -90,6 +92,7 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
         return config_error_report(request, str(request.root), "", str(exc))
     # Waivers and the new-findings rule: applied here, to what each stage handed back.
     adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
+    once = OncePerRun()  # result files written, packages missing: one finding each per run
     with snapshot:
         for index, name in enumerate(request.stages, start=1):
             for obs in request.observers:
@@ -98,7 +101,7 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
             if skip is not None:
                 report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
             else:
-                report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator)
+                report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once)
             reports.append(report)
             for obs in request.observers:
                 obs.stage_finished(report)
@@ -152,13 +155,23 @@ def _skip_reason(name: str, done: list[StageReport]) -> str | None:
             where = f" at {f.location.path}:{f.location.line}" if f.location else ""
             if f.category is Category.ENTRYPOINT_CRASH and f.blocking:
                 return f"the entrypoint crashed in the {report.name} stage{where}; nothing to {purpose}"
+            if f.category is Category.ENVIRONMENT and f.evidence.data.get("run") == "entrypoint":
+                missing = ", ".join(f.evidence.data.get("missing", []))
+                return f"the entrypoint could not run in the {report.name} stage: packages it imports are not installed here ({missing}); nothing to {purpose}"
             if f.category is Category.HANG and f.stage == "execution" and f.evidence.data.get("run") == SMOKE_CALL_RUN:
                 return f"the entrypoint's smoke call did not finish in the execution stage{where}; nothing to {purpose}"
     return None
 
 
 def run_stage(
-    name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None, *, adjudicator: Adjudicator | None = None
+    name: str,
+    stage: Stage,
+    request: RunRequest,
+    config: TargetConfig,
+    snapshot: Snapshot | None = None,
+    *,
+    adjudicator: Adjudicator | None = None,
+    once: OncePerRun | None = None,
 ) -> StageReport:
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
@@ -191,11 +204,12 @@ def run_stage(
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
     extra = []
-    if snapshot is not None and (changes := snapshot.changes(root)):
-        extra.append(modification_finding(name, changes))
     if snapshot is not None:
+        extra = written_findings(name, snapshot, root, config, once or OncePerRun())
         snapshot.discard(root)
     findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
+    if once is not None:
+        findings = once.first_seen(findings)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
         findings = adjudicator.apply(findings)
     status = stage_status(findings, outcome.skipped_reason)
@@ -211,6 +225,20 @@ def run_stage(
         details=outcome.details,
         tests=outcome.tests,
     )
+
+
+def written_findings(name: str, snapshot: Snapshot, root: Path, config: TargetConfig, once: OncePerRun) -> list[Finding]:
+    """`target-modified` for the files the gate runs or reads that the stage's run changed
+    (always blocking), and the low result-files finding for the other tracked files it
+    rewrote, unless an earlier stage reported them."""
+    changes = snapshot.changes(root)
+    if not changes:
+        return []
+    named = named_paths(config)
+    inputs, results = changes.partition(lambda rel: is_gate_input(rel, named))
+    found = [modification_finding(name, inputs)] if inputs else []
+    written = once.result_writes.finding(name, results.modified, results.deleted)
+    return [*found, written] if written is not None else found
 
 
 @dataclass(frozen=True)

@@ -472,12 +472,43 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.TARGET_MODIFIED, ANY_STAGE, Severity.CRITICAL,
         "the code under review changed its own tracked files while it was being checked",
-        "Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged.",
+        "Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged. "
+        "It blocks on a file the gate executes or reads (Python code and binaries, anything under a test folder, the configuration of pytest, traingate and packaging, a file named in the entrypoint's arguments); "
+        "other tracked files the training rewrote are `target-modified/result-files`, reported once and never blocking.",
         "Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine.",
         Blocks.ALWAYS,
         'What was checked is no longer the code under review, and the next run starts from different files.',
         'Write outputs (checkpoints, logs, caches) to a temporary folder or an ignored path, never over tracked files.',
         note='a version that rewrites itself while it is checked has not been checked.',
+    ),
+    Rule(
+        Category.TARGET_MODIFIED, ANY_STAGE, Severity.LOW,
+        "Training writes into tracked files the gate neither runs nor reads",
+        "Of the tracked files a stage's run rewrote or deleted, those that are not Python code or binaries, not under a test folder, "
+        "not configuration that pytest, traingate or packaging read (pyproject.toml, traingate.toml, pytest.ini, setup.cfg, tox.ini, "
+        "requirements files) and not named in the entrypoint's arguments: results the training wrote (a reproducibility snapshot, a table, a log).",
+        "Content hashes of the stage's copy against the pristine copy; reported once per run, by the first stage that saw each file.",
+        Blocks.NEVER,
+        'Running the training changes files under version control: every run leaves the working tree dirty, and a result committed by mistake hides the one it replaced.',
+        'Write results to an ignored path or a folder given by a parameter (and add it to .gitignore), or leave the line be if the snapshot is meant to be committed.',
+        sub='result-files',
+    ),
+    Rule(
+        Category.ENVIRONMENT, ANY_STAGE, Severity.HIGH,
+        "the target's code imports packages this environment lacks; nothing that needs them could be verified",
+        "Classifies a run of the entrypoint (or an import of the target's code while pytest collects) that failed with an import "
+        "of a module neither installed nor part of the target's tree; then reads every import of the target's Python files and "
+        "lists each top-level module that is neither in the standard library, nor the target's own, nor installed, with the "
+        "requirements files (requirements*.txt) and pyproject.toml dependencies that declare it. A test module's own import of "
+        "a missing package stays a `test-environment`.",
+        "The exception the harness recorded (ModuleNotFoundError), checked again by the gate with `importlib.util.find_spec` in "
+        "the interpreter the target runs in; the imports read with `ast` (those under `try: ... except ImportError` and "
+        "`if TYPE_CHECKING:` are optional and left out). Reported once per run.",
+        Blocks.ALWAYS,
+        "The code under review did not run: none of its tests or training checks could be verified in this environment.",
+        "Install the missing packages in the environment the gate runs in (the finding gives the `pip install` line for all of them), "
+        "and declare any the project does not declare yet in its requirements or pyproject.toml.",
+        note="nothing that needs the missing packages was verified, so the gate cannot vouch for this version.",
     ),
 )
 

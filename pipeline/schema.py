@@ -55,6 +55,7 @@ class Category(str, Enum):
     CONFIG_ERROR = "config-error"
     LEFTOVER_PROCESS = "leftover-process"
     TARGET_MODIFIED = "target-modified"
+    ENVIRONMENT = "environment"
 
 
 class Severity(str, Enum):

@@ -4,7 +4,8 @@ At the start of a run the target's tree is copied once into a private folder (th
 copy) and its source files are hashed: in a git repo the tracked files and the untracked
 ones git does not ignore, else every file copied. Each stage then gets a fresh copy of the
 pristine one as its root; after the stage the gate hashes that copy again, and any source
-file changed or deleted there is reported. The user's own tree is only read, never run from,
+file changed or deleted there is reported (`traingate.pipeline.written_files` tells the files
+the gate runs or reads, which block, from results the training wrote, which do not). The user's own tree is only read, never run from,
 so the target's edits never reach it.
 """
 
@@ -18,6 +19,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +45,13 @@ class Changes:
 
     def __bool__(self) -> bool:
         return bool(self.modified or self.deleted)
+
+    def partition(self, is_input: Callable[[str], bool]) -> tuple[Changes, Changes]:
+        """(the changes to files the gate runs or reads, the changes to the others)."""
+        return (
+            Changes(modified=[p for p in self.modified if is_input(p)], deleted=[p for p in self.deleted if is_input(p)]),
+            Changes(modified=[p for p in self.modified if not is_input(p)], deleted=[p for p in self.deleted if not is_input(p)]),
+        )
 
 
 class Snapshot:

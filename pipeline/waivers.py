@@ -210,7 +210,7 @@ class Adjudicator:
         elif rule.matched:
             status, note = APPLIED, ""
         elif rule.refused:
-            status, note = REFUSED, "it matches only findings that cannot be waived (target-modified, stage-error, hang, leftover-process)"
+            status, note = REFUSED, "it matches only findings that cannot be waived (target-modified, stage-error, hang, leftover-process, environment)"
         else:
             status, note = UNUSED, "it matched no finding in this run"
         return rule.entry.model_copy(update={"status": status, "matched": sorted(set(rule.matched)), "note": note})

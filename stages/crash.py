@@ -2,7 +2,9 @@
 
 Every stage calls the entrypoint; when the target's code crashes there, the fix is in the
 target, so the finding is an `entrypoint-crash` at the target's line (with the run named in
-its title), not a `stage-error`, which stays for failures of the gate itself.
+its title), not a `stage-error`, which stays for failures of the gate itself. A call that
+failed only because a package the target imports is not installed here is an `environment`
+finding instead (`traingate.stages.environment`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import linecache
 from traingate.pipeline.isolation import crash_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, StageContext, innermost_target_frame, location_of
+from traingate.stages.environment import ENTRYPOINT_RUN, environment_finding, missing_module
 
 _STDOUT_LINES = 20
 _PHASES = {"import": "importing its module", "setup": "running its setup"}
@@ -41,9 +44,11 @@ def entrypoint_crash_finding(
     Located at the innermost frame of the target's code: from the exception's traceback, or
     from the stack the guard dumped when the process killed itself; else at `site` (a place
     the caller read from the message, e.g. a SyntaxError's), else at `fallback` with
-    `fallback_note` said in the problem.
+    `fallback_note` said in the problem. A missing package is the environment's: `environment`.
     """
     exc = run.exception
+    if (missing := missing_module(ctx.root, exc)) is not None and exc is not None:
+        return environment_finding(ctx, exc, missing, what, location_of(exc.get("target_frame")) or site or fallback, run=ENTRYPOINT_RUN)
     no_trace = ""
     failure = run.failure() or "ended before reporting"
     if exc is not None:

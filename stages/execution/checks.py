@@ -14,6 +14,7 @@ from traingate.pipeline.isolation import crash_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame, location_of
 from traingate.stages.contract.text import clip_line, clip_text, first_line
+from traingate.stages.environment import environment_finding, missing_module
 from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, TestOutcome, group_skips, inconsistencies
 
 _TAIL = 6000
@@ -68,6 +69,8 @@ def conftest_errors(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> li
         return []
     conftest = _relative(err.get("conftest", ""), ctx.root)
     location = location_of(err.get("target_frame")) or (Location(path=conftest, line=None) if conftest else None)
+    if (missing := missing_module(ctx.root, err)) is not None:  # a package not installed here
+        return [environment_finding(ctx, err, missing, f"Importing {conftest or 'a conftest'}", location, run="conftest")]
     return [
         ctx.finding(
             category=Category.COLLECTION_ERROR,
@@ -99,8 +102,11 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
             # A test module that itself imports a package this environment lacks (`from
             # transformers import ...` at its top) is a limit of the runner, like a test that
             # needs the network. The same import in the target's own code, reached through
-            # the test module, stays a collection error: the code under test cannot load.
+            # the test module, cannot load: an `environment` finding, blocking, below.
             findings.append(_environment_module(ctx, err, module, location, not_run))
+            continue
+        if (missing := missing_module(ctx.root, err)) is not None:  # the target's code imports a package not installed here
+            findings.append(environment_finding(ctx, err, missing, f"Collecting {module}", location, run="collection"))
             continue
         what = err.get("type") or "an error"
         message = _first_line(err.get("message")) or _first_line(err.get("longrepr"))

@@ -1,0 +1,107 @@
+"""Training that writes result files over tracked files is not tampering; changing what the gate
+runs or reads still is."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TARGETS, GateRun, run_gate
+from traingate.pipeline.config import EntrypointConfig, TargetConfig
+from traingate.pipeline.once_per_run import OncePerRun
+from traingate.pipeline.schema import Category, Severity
+from traingate.pipeline.snapshot import Changes
+from traingate.pipeline.written_files import RESULT_FILES_RULE, ResultWrites, is_gate_input, named_paths
+
+STAGES = ("execution", "performance", "concurrency", "correctness")
+RESULTS = ["repro/metrics.txt", "repro/snapshot.json", "repro/summary.md"]
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "train.py", "pkg/model.pyi", "conftest.py", "sitecustomize.pth", "ext/_ops.cpython-311-x86_64-linux-gnu.so",
+        "pyproject.toml", "traingate.toml", "pytest.ini", "setup.cfg", "tox.ini", "requirements.txt", "requirements-dev.txt",
+        "tests/data/expected.json", "test/golden.txt", "pkg/tests/fixtures/batch.csv",
+    ],
+)
+def test_code_tests_and_configuration_are_gate_inputs(rel: str) -> None:
+    assert is_gate_input(rel)
+
+
+@pytest.mark.parametrize("rel", ["repro/snapshot.json", "REPRODUCIBILITY.md", "results/metrics.txt", "runs/loss.csv", "latest.txt"])
+def test_result_files_are_not_gate_inputs(rel: str) -> None:
+    assert not is_gate_input(rel)
+
+
+def test_a_file_handed_to_the_entrypoint_is_an_input() -> None:
+    config = TargetConfig(entrypoint=EntrypointConfig(call="train:train", kwargs={"config": "./configs/tiny.yaml", "steps": 3}))
+    named = named_paths(config)
+    assert is_gate_input("configs/tiny.yaml", named) and not is_gate_input("configs/other.yaml", named)
+    assert is_gate_input("data/train.csv", named_paths(TargetConfig(tests=["tests", "data"])))
+
+
+def test_changes_split_into_inputs_and_results() -> None:
+    changes = Changes(modified=["train.py", "repro/snapshot.json"], deleted=["tests/test_a.py", "old.md"])
+    inputs, results = changes.partition(is_gate_input)
+    assert inputs == Changes(modified=["train.py"], deleted=["tests/test_a.py"])
+    assert results == Changes(modified=["repro/snapshot.json"], deleted=["old.md"])
+
+
+def test_result_writes_are_one_low_finding_per_run_and_never_block() -> None:
+    writes = ResultWrites()
+    first = writes.finding("execution", ["repro/snapshot.json", "repro/summary.md"], [])
+    assert first is not None and first.rule == RESULT_FILES_RULE and first.category is Category.TARGET_MODIFIED
+    assert first.severity is Severity.LOW and not first.blocking
+    assert first.title.startswith("Training writes into tracked files: repro/snapshot.json")
+    assert writes.finding("performance", ["repro/summary.md", "repro/snapshot.json"], []) is None
+    # A later stage that writes one more file reports that file alone.
+    later = writes.finding("correctness", ["repro/summary.md", "repro/extra.txt"], [])
+    assert later is not None and later.evidence.data == {"modified": ["repro/extra.txt"], "deleted": []}
+
+
+def test_environment_findings_of_the_same_modules_are_kept_once() -> None:
+    from traingate.pipeline.findings import finding
+    from traingate.pipeline.schema import Evidence, EvidenceKind
+
+    def env(stage: str, missing: list[str]):  # type: ignore[no-untyped-def]
+        evidence = Evidence(kind=EvidenceKind.OBSERVED, data={"missing": missing})
+        return finding(stage=stage, category=Category.ENVIRONMENT, title="t", location=None, problem="p", evidence=evidence, block_on=set())
+
+    once = OncePerRun()
+    assert len(once.first_seen([env("execution", ["a", "b"]), env("execution", ["a", "b"])])) == 1
+    assert once.first_seen([env("performance", ["b"])]) == []
+    assert len(once.first_seen([env("correctness", ["b", "c"])])) == 1
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def result_files_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[GateRun, bool]:
+    target = TARGETS / "result_files"
+    before = _digest(target)
+    run = run_gate(target, tmp_path_factory.mktemp("result_files") / "out")
+    return run, _digest(target) == before
+
+
+@pytest.mark.slow
+def test_training_that_writes_tracked_result_files_passes(result_files_gate: tuple[GateRun, bool]) -> None:
+    run, unchanged = result_files_gate
+    assert run.returncode == 0 and run.report["decision"] == "PASS", run.stdout + run.stderr
+    assert [s["name"] for s in run.report["stages"]] == list(STAGES)
+    assert unchanged, "the user's tree was modified"
+
+
+@pytest.mark.slow
+def test_the_result_files_are_one_low_finding_for_the_whole_run(result_files_gate: tuple[GateRun, bool]) -> None:
+    run, _ = result_files_gate
+    modified = run.findings("target-modified")
+    [written] = modified
+    assert written["rule"] == RESULT_FILES_RULE and written["severity"] == "low" and not written["blocking"]
+    assert written["stage"] == "execution"  # the first stage that ran the training
+    assert sorted(written["evidence"]["data"]["modified"]) == RESULTS
+    assert written["title"].startswith("Training writes into tracked files: ")
