@@ -269,7 +269,7 @@ class GradientsPayload(Payload):
 
     steps: int
     judged: int  # steps with a backward call since the optimizer's previous step
-    dropped: int  # steps past MAX_STEP_RECORDS, not judged
+    dropped: int  # steps not judged: past MAX_STEP_RECORDS, or after more than MAX_BACKWARDS backward calls
     stale: list[StaleStep]  # the first MAX_LISTED
     stale_count: int
     largest_share: float

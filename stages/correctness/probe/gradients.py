@@ -12,7 +12,8 @@ Deliberate accumulation (k backward calls, one step, then zero) clears before th
 backward and stays clean. Steps with no backward since the optimizer's previous step are not
 judged (a step that reuses the previous gradients entirely is a different defect).
 
-The norms stay on the parameters' device; one small vector a step is kept and read when the
+Once every gradient is None at a backward (`zero_grad()`'s default), nothing can be carried
+until the next step and no norm is taken. The norms stay on the parameters' device; one small vector a step is kept and read when the
 run ends, so the run is not synchronised at every step.
 """
 
@@ -29,6 +30,9 @@ from traingate.stages.contract.tensors import exact_norm
 from traingate.stages.correctness.probe.sites import SiteTable
 
 MAX_STEP_RECORDS = 10_000  # steps judged; past it, counted as dropped
+# An optimizer still unstepped after this many backward calls is no longer observed (its next
+# step is counted as dropped): an idle optimizer would otherwise cost a norm pass per backward.
+MAX_BACKWARDS = 256
 MAX_LISTED = 200  # stale steps kept in full; the rest are counted
 
 
@@ -41,6 +45,8 @@ class _Since:
     first: Any = None  # norms at the first backward after the step
     least: Any = None  # the smallest norm each reached since
     backward_site: int | None = None
+    cleared: bool = False  # every gradient was None at one backward: nothing can be carried
+    backwards: int = 0
 
 
 @dataclass
@@ -49,7 +55,7 @@ class _Judged:
     optimizer: int
     site: int | None
     backward_site: int | None
-    figures: Any  # device tensor [carried norm^2, applied norm^2, parameters carrying a gradient]
+    figures: Any  # device tensor [carried norm^2, applied norm^2, parameters carrying a gradient]; None: all cleared
     params: int
 
 
@@ -98,11 +104,18 @@ class StaleGradientWatch:
 
     def _before_backward(self) -> None:
         for since in self._since.values():
+            since.backwards += 1
+            if since.cleared or since.backwards > MAX_BACKWARDS:
+                continue
+            if since.backwards == 1:
+                assert self.sites is not None
+                since.backward_site = self.sites.innermost(3)
+            if all(p.grad is None for p in since.params):  # `zero_grad()`'s default: no norm to take
+                since.cleared = True
+                continue
             norms = self._norms(since.params)
             if since.first is None:
-                assert self.sites is not None
                 since.first, since.least = norms, norms
-                since.backward_site = self.sites.innermost(3)
             else:
                 since.least = self.torch.minimum(since.least, norms)
 
@@ -116,14 +129,17 @@ class StaleGradientWatch:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         ids = [id(p) for p in params]
         since = self._since.get(key)
-        if since is not None and since.first is not None and since.ids == ids and params:
+        if since is not None and since.backwards and since.ids == ids and params:
             self._judge(index, self._optimizer_index[key], since)
         self._since[key] = _Since(params=params, ids=ids)
 
     def _judge(self, index: int, optimizer: int, since: _Since) -> None:
         assert self.sites is not None
-        if len(self.judged) >= MAX_STEP_RECORDS:
+        if len(self.judged) >= MAX_STEP_RECORDS or (since.backwards > MAX_BACKWARDS and not since.cleared):
             self.dropped += 1
+            return
+        if since.cleared:
+            self.judged.append(_Judged(index, optimizer, None, since.backward_site, None, len(since.params)))
             return
         torch = self.torch
         with torch.no_grad():
@@ -163,6 +179,8 @@ class StaleGradientWatch:
         stale: list[dict[str, Any]] = []
         count, most = 0, 0.0
         for judged in self.judged:
+            if judged.figures is None:
+                continue
             carried2, applied2, carrying = (float(v) for v in judged.figures.detach().cpu().tolist())
             if carrying <= 0:
                 continue

@@ -209,6 +209,9 @@ class ModeWatch:
         assert self.sites is not None
         trained = {id(p) for group in optimizer.param_groups for p in group["params"] if p.grad is not None}
         step_site: int | None = None
+        # The modules of one model share its container and root: each pair is weighed once a step.
+        covered: dict[tuple[int, int], bool] = {}
+        stepped: dict[int, bool] = {}
         for key, forward in list(self._candidates.items()):
             module = forward.module()
             root = forward.root() if forward.root is not None else None
@@ -217,11 +220,21 @@ class ModeWatch:
                 continue
             setter = self._setters.get(key)
             container = setter.container() if setter is not None else None
-            if setter is None or setter.mode or setter.own or container is None or not _covers(container, root):
+            if setter is None or setter.mode or setter.own or container is None:
                 self.frozen += 1
                 del self._candidates[key]
                 continue
-            if not any(id(p) in trained for p in (root or container).parameters()):
+            pair = (id(container), id(root))
+            if pair not in covered:
+                covered[pair] = _covers(container, root)
+            if not covered[pair]:
+                self.frozen += 1
+                del self._candidates[key]
+                continue
+            model = root if root is not None else container
+            if id(model) not in stepped:
+                stepped[id(model)] = any(id(p) in trained for p in model.parameters())
+            if not stepped[id(model)]:
                 continue  # another optimizer trains that model
             del self._candidates[key]
             if step_site is None:
