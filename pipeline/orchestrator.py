@@ -155,9 +155,10 @@ def _skip_reason(name: str, done: list[StageReport]) -> str | None:
             where = f" at {f.location.path}:{f.location.line}" if f.location else ""
             if f.category is Category.ENTRYPOINT_CRASH and f.blocking:
                 return f"the entrypoint crashed in the {report.name} stage{where}; nothing to {purpose}"
-            if f.category is Category.ENVIRONMENT and f.evidence.data.get("run") == "entrypoint":
+            if f.category is Category.ENVIRONMENT and f.blocking:
+                # Installing them is the next step whatever else ran; the finding lists them all.
                 missing = ", ".join(f.evidence.data.get("missing", []))
-                return f"the entrypoint could not run in the {report.name} stage: packages it imports are not installed here ({missing}); nothing to {purpose}"
+                return f"packages the target imports are not installed here ({missing}; see the {report.name} stage); nothing to {purpose}"
             if f.category is Category.HANG and f.stage == "execution" and f.evidence.data.get("run") == SMOKE_CALL_RUN:
                 return f"the entrypoint's smoke call did not finish in the execution stage{where}; nothing to {purpose}"
     return None

@@ -24,7 +24,7 @@ from traingate.stages.declared import Declared, declared_requirements, distribut
 from traingate.stages.imports import ImportSite, is_installed, is_stdlib, own_modules, required_imports
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
-# evidence.data["run"] of a finding raised by a call of the entrypoint: later stages skip on it.
+# evidence.data["run"] of a finding raised by a call of the entrypoint (else "collection", "conftest").
 ENTRYPOINT_RUN = "entrypoint"
 
 
