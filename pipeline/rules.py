@@ -486,7 +486,7 @@ RULES: tuple[Rule, ...] = (
         "Training writes into tracked files the gate neither runs nor reads",
         "Of the tracked files a stage's run rewrote or deleted, those that are not Python code or binaries, not under a test folder, "
         "not configuration that pytest, traingate or packaging read (pyproject.toml, traingate.toml, pytest.ini, setup.cfg, tox.ini, "
-        "requirements files) and not named in the entrypoint's arguments: results the training wrote (a reproducibility snapshot, a table, a log).",
+        "requirements files), not configuration the training may read (.toml, .ini, .cfg, .conf, .yaml, .yml) and not named in the entrypoint's arguments: results the training wrote (a reproducibility snapshot, a table, a log).",
         "Content hashes of the stage's copy against the pristine copy; reported once per run, by the first stage that saw each file.",
         Blocks.NEVER,
         'Running the training changes files under version control: every run leaves the working tree dirty, and a result committed by mistake hides the one it replaced.',

@@ -1,8 +1,9 @@
 """Which of the tracked files a stage's run rewrote matter to the gate, and which are results.
 
 A run that changes what the gate executes or reads (Python sources and binaries, tests and
-their data, conftest, the configuration pytest, traingate and packaging read, a file the
-entrypoint is given) changed what is checked: `target-modified`, always blocking. A training
+their data, conftest, the configuration pytest, traingate and packaging read, configuration
+files the training may read: .toml, .ini, .cfg, .yaml; a file the entrypoint is given) changed
+what is checked: `target-modified`, always blocking. A training
 function that writes its results over tracked files (a reproducibility snapshot `.json`, a
 `.md` table, a `.txt` log) changed nothing the gate runs: one low `target-modified/result-files`
 finding per run, whichever stage saw it first, and never blocking.
@@ -30,6 +31,8 @@ CONFIG_NAMES = frozenset(
         "MANIFEST.in", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock", "pdm.lock", "environment.yml", "environment.yaml",
     }
 )
+# Configuration formats: the training may read its settings from any of them.
+CONFIG_SUFFIXES = frozenset({".toml", ".ini", ".cfg", ".conf", ".yaml", ".yml"})
 _REQUIREMENTS = re.compile(r"^(requirements|constraints)[\w.-]*\.(txt|in)$", re.IGNORECASE)
 # Tests read their data files: everything under a test folder is an input.
 TEST_FOLDERS = frozenset({"tests", "test", "testing"})
@@ -53,7 +56,7 @@ def named_paths(config: TargetConfig) -> set[str]:
 def is_gate_input(rel: str, named: Iterable[str] = ()) -> bool:
     """True when the gate executes or reads `rel` (a path relative to the target's root)."""
     path = PurePosixPath(rel)
-    if path.suffix.lower() in CODE_SUFFIXES or path.name in CONFIG_NAMES or _REQUIREMENTS.match(path.name):
+    if path.suffix.lower() in CODE_SUFFIXES | CONFIG_SUFFIXES or path.name in CONFIG_NAMES or _REQUIREMENTS.match(path.name):
         return True
     if TEST_FOLDERS & set(path.parts[:-1]):
         return True

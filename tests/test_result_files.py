@@ -24,7 +24,7 @@ RESULTS = ["repro/metrics.txt", "repro/snapshot.json", "repro/summary.md"]
     [
         "train.py", "pkg/model.pyi", "conftest.py", "sitecustomize.pth", "ext/_ops.cpython-311-x86_64-linux-gnu.so",
         "pyproject.toml", "traingate.toml", "pytest.ini", "setup.cfg", "tox.ini", "requirements.txt", "requirements-dev.txt",
-        "tests/data/expected.json", "test/golden.txt", "pkg/tests/fixtures/batch.csv",
+        "tests/data/expected.json", "test/golden.txt", "pkg/tests/fixtures/batch.csv", "configs/train.yaml", "hparams.yml", "model.cfg",
     ],
 )
 def test_code_tests_and_configuration_are_gate_inputs(rel: str) -> None:
@@ -37,9 +37,9 @@ def test_result_files_are_not_gate_inputs(rel: str) -> None:
 
 
 def test_a_file_handed_to_the_entrypoint_is_an_input() -> None:
-    config = TargetConfig(entrypoint=EntrypointConfig(call="train:train", kwargs={"config": "./configs/tiny.yaml", "steps": 3}))
+    config = TargetConfig(entrypoint=EntrypointConfig(call="train:train", kwargs={"config": "./configs/tiny.json", "steps": 3}))
     named = named_paths(config)
-    assert is_gate_input("configs/tiny.yaml", named) and not is_gate_input("configs/other.yaml", named)
+    assert is_gate_input("configs/tiny.json", named) and not is_gate_input("configs/other.json", named)
     assert is_gate_input("data/train.csv", named_paths(TargetConfig(tests=["tests", "data"])))
 
 
