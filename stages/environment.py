@@ -48,6 +48,8 @@ class MissingPackages:
 
     needed: list[str]  # imported by the target's code (or the one observed), sorted
     tests_only: list[str]  # imported only by its tests
+    files_read: int
+    files: int  # Python files of the target; more than files_read when the scan ran out of time
     sites: dict[str, list[ImportSite]] = field(default_factory=dict)
     declared: dict[str, Declared] = field(default_factory=dict)  # module -> its declaration
 
@@ -66,14 +68,16 @@ class MissingPackages:
 def missing_packages(root: Path, observed: str) -> MissingPackages:
     own = own_modules(root)
     sites: dict[str, list[ImportSite]] = {}
-    for site in required_imports(root):
+    scan = required_imports(root)
+    for site in scan.sites:
         if site.module == observed or not (is_stdlib(site.module) or site.module in own):
             sites.setdefault(site.module, []).append(site)
     absent = {m: s for m, s in sites.items() if m == observed or not is_installed(m)}
     needed = sorted({observed, *(m for m, s in absent.items() if any(not x.in_tests for x in s))})
     declarations = declared_requirements(root)
     declared = {m: d for m in needed for dist in distributions_of(m) if (d := declarations.get(dist)) is not None}
-    return MissingPackages(needed=needed, tests_only=sorted(set(absent) - set(needed)), sites=absent, declared=declared)
+    tests_only = sorted(set(absent) - set(needed))
+    return MissingPackages(needed, tests_only, scan.files_read, scan.files, sites=absent, declared=declared)
 
 
 def environment_finding(ctx: StageContext, exc: dict[str, Any], observed: str, what: str, location: Location | None, run: str) -> Finding:
@@ -106,6 +110,8 @@ def environment_finding(ctx: StageContext, exc: dict[str, Any], observed: str, w
                 "undeclared": [m for m in found.needed if m not in found.declared],
                 "tests_only": found.tests_only,
                 "install": found.install_line(),
+                "python_files_read": found.files_read,
+                "python_files": found.files,
             },
         ),
         key="environment " + " ".join(found.needed),
@@ -125,6 +131,8 @@ def _declarations(found: MissingPackages) -> str:
         text += f"It does not declare {', '.join(undeclared)}. "
     if found.tests_only:
         text += f"Its tests also import {', '.join(found.tests_only)}, not installed either. "
+    if found.files_read < found.files:
+        text += f"Only {found.files_read} of its {found.files} Python files were read in the time allowed: the list may be incomplete. "
     return text
 
 

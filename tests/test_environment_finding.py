@@ -40,7 +40,14 @@ def test_optional_relative_and_type_checking_imports_are_not_required(tmp_path: 
             "def late():\n    import absent_c\n"
         ),
     })
-    assert [(s.module, s.line) for s in required_imports(root)] == [("os", 1), ("absent_a", 1), ("absent_b", 2), ("typing", 4), ("absent_c", 12)]
+    assert [(s.module, s.line) for s in required_imports(root).sites] == [("os", 1), ("absent_a", 1), ("absent_b", 2), ("typing", 4), ("absent_c", 12)]
+
+
+def test_the_scan_stops_at_its_time_budget_and_says_how_far_it_read(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"a.py": "import traingate_absent_a\n", "b.py": "import traingate_absent_b\n"})
+    scan = required_imports(root, budget_s=-1.0)
+    assert (scan.files_read, scan.files, scan.sites) == (0, 2, [])
+    assert [s.module for s in required_imports(root).sites] == ["traingate_absent_a", "traingate_absent_b"]
 
 
 def test_the_targets_own_modules_stdlib_and_installed_packages_are_never_missing(tmp_path: Path) -> None:
