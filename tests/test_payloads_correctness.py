@@ -37,7 +37,9 @@ LOADERS = instruments.CORRECTNESS_LOADERS
 FIRST_UPDATE = instruments.CORRECTNESS_FIRST_UPDATE
 ONE_BATCH = instruments.CORRECTNESS_ONE_BATCH
 RANKS = instruments.CORRECTNESS_RANKS
-CORRECTNESS = [STEPS, LOSSES, LOADERS, FIRST_UPDATE, ONE_BATCH, RANKS]
+GRADIENTS = instruments.CORRECTNESS_GRADIENTS
+MODES = instruments.CORRECTNESS_MODES
+CORRECTNESS = [STEPS, LOSSES, LOADERS, FIRST_UPDATE, ONE_BATCH, RANKS, GRADIENTS, MODES]
 
 TARGET = '''
 import torch
@@ -90,7 +92,7 @@ with open(sys.argv[2], "w", encoding="utf-8") as out:
 """
 
 RUNS: dict[str, dict[str, Any]] = {
-    "instrumented": {"instruments": [STEPS, LOSSES, LOADERS, RANKS], "kwargs": {}},
+    "instrumented": {"instruments": [STEPS, LOSSES, LOADERS, RANKS, GRADIENTS, MODES], "kwargs": {}},
     "first-update": {"instruments": [FIRST_UPDATE, LOSSES], "kwargs": {"epochs": 1, "overflow": False}},
     "one-batch": {"instruments": [ONE_BATCH, LOSSES], "kwargs": {"overflow": False}, "options": {"correctness": {"overfit_steps": 3}}},
     "no-step": {"instruments": CORRECTNESS, "kwargs": {"epochs": 0}},
@@ -144,6 +146,15 @@ def test_the_instrumented_run_validates_with_non_finite_losses_and_weights(captu
     assert any(v in ("nan", "inf", "-inf") for t in ranks["tensors"] for v in t["values"])
     assert {t["kind"] for t in ranks["tensors"]} == {"parameter", "buffer"} and ranks["seeds"][0]["seed"] == 0
     assert len(ranks["loaders"][0]["digests"]) == 8 and set(ranks["initial"]) <= {t["name"] for t in ranks["tensors"]}
+
+
+def test_the_gradient_and_mode_probes_validate_on_the_instrumented_run(captured: dict[str, dict[str, Any]]) -> None:
+    found = payloads(captured["instrumented"])
+    gradients, modes = found[GRADIENTS], found[MODES]
+    # zero_grad() before every backward: 7 steps judged after the first, none stale.
+    assert (gradients["steps"], gradients["judged"], gradients["stale_count"]) == (8, 7, 0)
+    # The BatchNorm ran in train mode with gradients every time: applicable, nothing found.
+    assert (modes["dependent_modules"], modes["classes"], modes["eval_while_training"], modes["train_under_no_grad"]) == (1, ["BatchNorm1d"], [], [])
 
 
 def test_the_accumulation_and_overfit_runs_validate(captured: dict[str, dict[str, Any]]) -> None:
@@ -220,6 +231,19 @@ VALID: dict[str, dict[str, Any]] = {
         "loaders": [{"site": 0, "sampler": "DistributedSampler", "batches": 4, "steps": 4, "digests": [DIGEST]}],
         "sites": [SITE],
     },
+    GRADIENTS: {
+        "steps": 3, "judged": 2, "dropped": 0, "stale_count": 2, "largest_share": 0.8, "sites": [SITE],
+        "stale": [{"step": 1, "optimizer": 0, "site": 0, "backward_site": 0, "carried_norm": 0.4, "applied_norm": 0.5, "carried_share": 0.8, "params_carrying": 2, "params": 2}],
+    },
+    MODES: {
+        "steps": 4, "dependent_modules": 2, "classes": ["BatchNorm1d", "Dropout"], "frozen_on_purpose": 0, "library_calls": 0, "sites": [SITE],
+        "eval_while_training": [
+            {"site": 0, "root": "Net", "modules": [{"name": "drop", "class": "Dropout", "kind": "dropout"}], "first_step": 2, "steps": 2, "step_indexes": [2, 3], "step_site": 0, "eval_site": 0}
+        ],
+        "train_under_no_grad": [
+            {"site": 0, "root": "Net", "modules": [{"name": "norm", "class": "BatchNorm1d", "kind": "norm"}], "first_step": 1, "forwards": 2, "inference_mode": False}
+        ],
+    },
 }
 
 # Per instrument: (path to a field its analysis reads, a value of the wrong type), and a
@@ -231,6 +255,8 @@ WRONG_TYPE: dict[str, tuple[tuple[Any, ...], Any]] = {
     FIRST_UPDATE: (("params", 0, "grad_sample"), [[0.25], [0.25]]),  # accumulation.py subtracts them
     ONE_BATCH: (("batches_repeated",), [2]),  # the stage tests it
     RANKS: (("tensors", 0, "kind"), "weight"),  # divergence.py selects parameters by it
+    GRADIENTS: (("stale", 0, "carried_share"), "most"),  # stale.py formats it as a number
+    MODES: (("train_under_no_grad", 0, "modules", 0, "kind"), "batchnorm"),  # modes.py tells norm layers by it
 }
 MISSING: dict[str, tuple[Any, ...]] = {
     STEPS: ("never_changed_count",),
@@ -239,6 +265,8 @@ MISSING: dict[str, tuple[Any, ...]] = {
     FIRST_UPDATE: ("params", 0, "numel"),
     ONE_BATCH: ("steps",),
     RANKS: ("tensors", 0, "digest"),
+    GRADIENTS: ("stale", 0, "backward_site"),
+    MODES: ("eval_while_training", 0, "eval_site"),
 }
 
 
