@@ -20,7 +20,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.declared import Declared, declared_requirements, distributions_of
+from traingate.stages.declared import Declared, declared_requirements, distributions_of, normalise
 from traingate.stages.imports import ImportSite, is_installed, is_stdlib, own_modules, required_imports
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
@@ -96,7 +96,7 @@ def environment_finding(ctx: StageContext, exc: dict[str, Any], observed: str, w
             f"{_declarations(found)}Nothing that needs them could run, so this version was not verified; this is a limit of the "
             "environment the gate ran in, not a defect found in the code."
         ),
-        fix=_fix(found),
+        fix=install_advice(found),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=message[:300],
@@ -136,12 +136,12 @@ def _declarations(found: MissingPackages) -> str:
     return text
 
 
-def _fix(found: MissingPackages) -> str:
+def install_advice(found: MissingPackages) -> str:
     fix = f"Install them in the environment the gate runs in: `{found.install_line()}`."
     sources = {d.source for d in found.declared.values()}
     if len(found.declared) == len(found.needed) and len(sources) == 1 and (source := sources.pop()).endswith(".txt"):
         fix += f" `pip install -r {source}` installs them too, with every other requirement it lists."
-    undeclared = [m for m in found.needed if m not in found.declared]
+    undeclared = [f"{n}" if n == normalise(m) else f"{n} (for {m})" for m, n in zip(found.needed, found.install_names(), strict=True) if m not in found.declared]
     if undeclared:
         fix += f" Declare {', '.join(undeclared)} in the project's requirements or pyproject.toml so every environment gets them."
     return fix

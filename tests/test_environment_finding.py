@@ -13,7 +13,7 @@ from traingate.pipeline.config import PolicyConfig, TargetConfig
 from traingate.pipeline.schema import Category
 from traingate.stages.base import StageContext
 from traingate.stages.declared import declared_requirements, distributions_of
-from traingate.stages.environment import environment_finding, missing_module, missing_packages
+from traingate.stages.environment import MissingPackages, environment_finding, install_advice, missing_module, missing_packages
 from traingate.stages.imports import own_modules, required_imports
 
 FIXTURE = TARGETS / "env_missing_package"
@@ -98,8 +98,14 @@ def test_one_finding_lists_every_missing_module_with_the_install_line(tmp_path: 
     assert data["missing"] == ["traingate_absent_one", "traingate_absent_two"] and data["undeclared"] == ["traingate_absent_two"]
     assert data["declared"] == {"traingate_absent_one": {"spec": "traingate-absent-one==1.0", "source": "requirements.txt"}}
     assert "`pip install traingate-absent-one traingate-absent-two`" in finding.fix
-    assert "Declare traingate_absent_two" in finding.fix
+    assert "Declare traingate-absent-two in" in finding.fix
     assert "model.py:1" in finding.problem and "traingate_absent_three" in finding.problem
+
+
+def test_a_module_installed_under_another_name_is_installed_by_that_name() -> None:
+    found = MissingPackages(needed=["sklearn", "traingate_absent_x"], tests_only=[], files_read=1, files=1)
+    assert found.install_line() == "pip install scikit-learn traingate-absent-x"
+    assert "Declare scikit-learn (for sklearn), traingate-absent-x in" in install_advice(found)
 
 
 @pytest.fixture(scope="module")
