@@ -135,7 +135,10 @@ def test_leaving_the_module_out_lets_the_rest_of_the_suite_decide(gate, tmp_path
     config.write_text(config.read_text().replace('tests = ["tests"]', f'tests = ["tests", "--ignore={HUB_TESTS}"]'))
     run = gate(target, "--stages", "execution")
     assert run.returncode == 0, run.stdout
-    assert run.categories() == set(), run.stdout
+    # Leaving a module out is seen (medium, not blocking) and names the module.
+    [left_out] = run.findings()
+    assert left_out["category"] == "test-selection" and not left_out["blocking"], run.stdout
+    assert HUB_TESTS in left_out["evidence"]["data"]["removed"]
     assert "1 passed" in run.stage("execution")["summary"]
 
 
