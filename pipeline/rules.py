@@ -434,6 +434,36 @@ RULES: tuple[Rule, ...] = (
         "Call `model.train()` at the start of every training epoch (or after each evaluation), and `model.eval()` before validation or inference under `torch.no_grad()`.",
     ),
     Rule(
+        Category.LOSS_INPUT_MISMATCH, "correctness", Severity.HIGH,
+        "a classification loss was given the wrong kind of input: probabilities or log-probabilities into cross_entropy, logits into nll_loss, sigmoid outputs into BCE-with-logits",
+        "Runs the entrypoint with `torch.nn.functional.cross_entropy`, `nll_loss` and `binary_cross_entropy_with_logits` wrapped (the `nn` loss modules call them): "
+        "the first calls from each line of the target keep a few rows of the input, the op that produced it (its autograd node, through views) and the Softmax, LogSoftmax or Sigmoid module whose output it is.",
+        "Observed on every sampled call of the line, read when the run ends: rows that are non-negative and sum to 1 (probabilities) or whose exp sums to 1 (log-probabilities) given to cross_entropy; "
+        "rows whose exp sums to more than 1 (no log-probabilities do) or probabilities given to nll_loss; values all in [0, 1] given to binary_cross_entropy_with_logits. "
+        "Located at the loss call, naming the layer that produced the input. Log-softmax twice gives the same loss, so it is low; values in [0, 1] with no sigmoid seen are medium; a line whose losses never recorded gradients (validation) is medium.",
+        Blocks.POLICY,
+        "The loss squashes its input a second time: with probabilities into cross_entropy (or sigmoid outputs into BCE-with-logits) the loss barely moves and the gradients shrink, so the model learns slowly or not at all; "
+        "logits into nll_loss is not a likelihood and is unbounded below, so training drives the logits up instead of learning the classes.",
+        "Give cross_entropy and BCE-with-logits the raw logits (drop the final Softmax/Sigmoid from the training path, apply it only for predictions), and give nll_loss `log_softmax` outputs.",
+        note="High when observed on a training loss; low for log-softmax twice (redundant, same loss), medium when no sigmoid produced the [0, 1] values or only validation losses had them.",
+    ),
+    Rule(
+        Category.BATCH_MIXING, "correctness", Severity.HIGH,
+        "one sample's model output depends on other samples of the batch (the batch dimension is mixed up)",
+        "Keeps the model and its first training batch (the first outermost call of a module with trainable parameters made with gradients recorded, the batch's size from the DataLoader); "
+        "when the run ends, calls the model again on that batch in eval mode (so BatchNorm's batch statistics do not count) and takes the gradient of the first and the last sample's outputs "
+        "with respect to every sample's input (from the first floating module output for token ids). Where it is not zero, two more forwards put NaN into one sample each under a `TorchFunctionMode` "
+        "to find the first op whose output depends on both.",
+        "Observed: a nonzero gradient of sample i's outputs with respect to sample j's input, j != i. Located at the target's line that called the first op mixing the samples, "
+        "naming an op before it that spread each sample over several indexes of the batch's dimension (`x.view(T, B, F)` where `transpose` was meant). "
+        "Medium when no DataLoader said how many samples the batch has (dim 0 taken), or an output has two dimensions of the batch's size (pairwise scores by design); "
+        "a forward with no tensor batch or no dimension of the batch's size is reported as not applicable in the stage's details.",
+        Blocks.POLICY,
+        "Each sample's prediction is computed from other samples: the model learns from data it should not see together, its outputs change with the batch it is in, and it does not work with a batch of one.",
+        "Find the op shown: reorder dimensions with `transpose`/`permute` (not `view`/`reshape`), give reductions the right `dim`, and pass `batch_first=True` (or transpose) to RNNs and attention.",
+        note="High when a DataLoader identified the batch's dimension; medium when dim 0 was assumed or an output is pairwise across the batch.",
+    ),
+    Rule(
         Category.HANG, ANY_STAGE, Severity.CRITICAL,
         "a run did not finish within its budget; the stacks of every thread in the evidence",
         "Runs every child process (and every stage) under a wall-clock budget.",

@@ -50,6 +50,8 @@ class Category(str, Enum):
     DDP_DIVERGENCE = "ddp-divergence"
     STALE_GRADIENTS = "stale-gradients"
     TRAIN_EVAL_MODE = "train-eval-mode"
+    LOSS_INPUT_MISMATCH = "loss-input-mismatch"
+    BATCH_MIXING = "batch-mixing"
     HANG = "hang"
     STAGE_ERROR = "stage-error"
     CONFIG_ERROR = "config-error"

@@ -25,6 +25,8 @@ CORRECTNESS_ONE_BATCH = "traingate.stages.correctness.probe.overfit:OneBatch"
 CORRECTNESS_RANKS = "traingate.stages.correctness.probe.ranks:RankWatch"
 CORRECTNESS_GRADIENTS = "traingate.stages.correctness.probe.gradients:StaleGradientWatch"
 CORRECTNESS_MODES = "traingate.stages.correctness.probe.modes:ModeWatch"
+CORRECTNESS_LOSS_INPUTS = "traingate.stages.correctness.probe.loss_inputs:LossInputWatch"
+CORRECTNESS_MIXING = "traingate.stages.correctness.probe.mixing:BatchMixingWatch"
 
 ALL = frozenset(
     {
@@ -44,6 +46,8 @@ ALL = frozenset(
         CORRECTNESS_RANKS,
         CORRECTNESS_GRADIENTS,
         CORRECTNESS_MODES,
+        CORRECTNESS_LOSS_INPUTS,
+        CORRECTNESS_MIXING,
     }
 )
 # What an instrument hands back when its collect() raised.

@@ -5,7 +5,9 @@ Runs (each a child process with the stage's remaining budget; past it, `hang`):
    run constructs, the loss of every backward call and the DataLoaders that fed the steps
    (ineffective-step, unused-parameter, no-learning, unshuffled-training); the gradients each
    backward adds to (stale-gradients) and the mode of Dropout/BatchNorm at each forward
-   (train-eval-mode);
+   (train-eval-mode); the inputs given to the classification losses (loss-input-mismatch) and,
+   once the entrypoint returned, the first training batch replayed in eval mode to chart which
+   samples each output depends on (batch-mixing);
 2. only with `accumulation_kwarg` and `batch_size_kwarg` configured: two runs ended after the
    first optimizer step, one accumulating k micro-batches of b, one with a batch of k*b
    (grad-accumulation);
@@ -30,6 +32,7 @@ from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallba
 from traingate.stages.contract import instruments
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
 from traingate.stages.correctness import modes, stale
+from traingate.stages.correctness import loss_inputs, mixing
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 
@@ -41,6 +44,8 @@ ONE_BATCH = instruments.CORRECTNESS_ONE_BATCH
 RANKS = instruments.CORRECTNESS_RANKS
 GRADIENTS = instruments.CORRECTNESS_GRADIENTS
 MODES = instruments.CORRECTNESS_MODES
+LOSS_INPUTS = instruments.CORRECTNESS_LOSS_INPUTS
+MIXING = instruments.CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"
 
@@ -88,7 +93,7 @@ class _Session:
         return run
 
     def run(self) -> StageOutcome:
-        specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES]
+        specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES, LOSS_INPUTS, MIXING]
         first = self._run("instrumented", "optimizer steps, parameters, losses, DataLoaders", specs)
         if first is None:
             return self._outcome()
@@ -106,6 +111,7 @@ class _Session:
         self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
         self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
         self._gradients_and_modes(first, main_site)
+        self._loss_inputs_and_mixing(first, main_site)
         self.checks["observed"] = {
             "steps": steps.get("steps", 0),
             "optimizers": steps.get("optimizers", []),
@@ -132,6 +138,13 @@ class _Session:
         found, self.checks["stale_gradients"] = stale.stale_gradient_check(self.ctx, first.instrument(GRADIENTS), main_site)
         self.findings += found
         found, self.checks["train_eval_mode"] = modes.mode_check(self.ctx, first.instrument(MODES), main_site)
+        self.findings += found
+
+    # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
+    def _loss_inputs_and_mixing(self, first: EntrypointRun, main_site: Location) -> None:
+        found, self.checks["loss_input_mismatch"] = loss_inputs.loss_input_check(self.ctx, first.instrument(LOSS_INPUTS), main_site)
+        self.findings += found
+        found, self.checks["batch_mixing"] = mixing.mixing_check(self.ctx, first.instrument(MIXING), main_site)
         self.findings += found
 
     # -- distributed data parallel ------------------------------------------------------------------
@@ -359,7 +372,7 @@ class _Session:
 
     def _outcome(self) -> StageOutcome:
         observed = self.checks.get("observed", {})
-        for check in ("grad_accumulation", "overfit", "distributed", "stale_gradients", "train_eval_mode"):
+        for check in ("grad_accumulation", "overfit", "distributed", "stale_gradients", "train_eval_mode", "loss_input_mismatch", "batch_mixing"):
             self.checks.setdefault(check, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
         counts = {c: sum(1 for f in self.findings if f.category is c) for c in CorrectnessStage.categories}
         metrics = [

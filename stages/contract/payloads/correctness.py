@@ -321,6 +321,79 @@ class ModesPayload(Payload):
     library_calls: int
     sites: list[Site]
 
+
+# -- CORRECTNESS_LOSS_INPUTS --------------------------------------------------------------------
+
+LossFunction = Literal["cross_entropy", "nll_loss", "binary_cross_entropy_with_logits"]
+InputKind = Literal["probabilities", "log-probabilities", "logits", "other", "unit-interval", "empty"]
+
+
+class LossInputSite(Payload):
+    """The sampled inputs of one loss function called from one line of the target."""
+
+    function: LossFunction
+    site: int | None  # the line that called the loss
+    calls: int
+    sampled: int  # calls whose input was sampled
+    rows: int  # rows (elements for the binary loss) judged
+    kind: InputKind | Literal["mixed"]  # "mixed": the sampled calls differ
+    kinds: list[InputKind]
+    producer: str | None  # the autograd node behind the views, e.g. "SoftmaxBackward0"
+    module: str | None  # the class of the Softmax/LogSoftmax/Sigmoid module whose output it is
+    module_site: int | None  # the line that called that module
+    gradients_recorded: bool
+    example: list[float]
+
+
+class LossInputsPayload(Payload):
+    """`probe.loss_inputs.LossInputWatch`; read by `correctness.loss_inputs`."""
+
+    calls: int
+    losses: list[LossInputSite]
+    sites: list[Site]
+
+
+# -- CORRECTNESS_MIXING -------------------------------------------------------------------------
+
+
+class SampleDependency(Payload):
+    sample: int
+    others: list[int]  # the first of the other samples its outputs depend on
+    others_count: int
+    own_gradient: float
+    largest_other_gradient: float
+
+
+class TracedOp(Payload):
+    name: str
+    site: int | None
+    shape: list[int]
+    index: int  # in the order the forward ran its ops
+
+
+class MixingPayload(Payload):
+    """`probe.mixing.BatchMixingWatch`; read by `correctness.mixing`. Without `applicable`, the
+    rest is absent and `reason` says why."""
+
+    steps: int
+    captured: int
+    site: int | None  # the line that called the model
+    applicable: bool
+    reason: str | None = None
+    model: str | None = None
+    batch_size: int | None = None
+    batch_dim: int | None = None
+    batch_dim_assumed: bool | None = None
+    outputs: int | None = None
+    pairwise_output: bool | None = None
+    samples: list[SampleDependency] = Field(default_factory=list)
+    pair: list[int] | None = None
+    ops_traced: int | None = None
+    mixing_op: TracedOp | None = None
+    layout_op: TracedOp | None = None
+    locate_error: str | None = None
+    sites: list[Site]
+
 MODELS: dict[str, type[BaseModel]] = {
     instruments.CORRECTNESS_STEPS: StepsPayload,
     instruments.CORRECTNESS_LOSSES: LossesPayload,
@@ -330,4 +403,6 @@ MODELS: dict[str, type[BaseModel]] = {
     instruments.CORRECTNESS_RANKS: RanksPayload,
     instruments.CORRECTNESS_GRADIENTS: GradientsPayload,
     instruments.CORRECTNESS_MODES: ModesPayload,
+    instruments.CORRECTNESS_LOSS_INPUTS: LossInputsPayload,
+    instruments.CORRECTNESS_MIXING: MixingPayload,
 }

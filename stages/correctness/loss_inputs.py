@@ -1,0 +1,106 @@
+"""loss-input-mismatch: a classification loss given the wrong kind of input, judged on the
+inputs sampled at each loss call (`probe.loss_inputs`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.base import StageContext
+from traingate.stages.correctness import located
+
+CATEGORY = Category.LOSS_INPUT_MISMATCH
+NOT_APPLICABLE = "not applicable: no cross_entropy, nll_loss or binary_cross_entropy_with_logits call (nor their nn loss modules) was observed"
+_SQUASHED = {"SoftmaxBackward0": "softmax", "LogSoftmaxBackward0": "log_softmax", "SigmoidBackward0": "sigmoid"}
+
+
+@dataclass(frozen=True)
+class _Mismatch:
+    given: str  # what the loss was given, in words
+    expected: str
+    severity: Severity
+    why: str  # what it does to the loss
+
+
+def _mismatch(loss: dict[str, Any]) -> _Mismatch | None:
+    function, kind = loss["function"], loss["kind"]
+    training = loss["gradients_recorded"]
+    severe = Severity.HIGH if training else Severity.MEDIUM
+    if function == "cross_entropy" and kind == "probabilities":
+        return _Mismatch("probabilities (non-negative rows summing to 1)", "raw logits", severe, "cross_entropy applies log-softmax itself: on probabilities in [0, 1] the loss barely depends on the model's output and the gradients shrink")
+    if function == "cross_entropy" and kind == "log-probabilities":
+        return _Mismatch("log-probabilities (rows whose exp sums to 1)", "raw logits", Severity.LOW, "log-softmax runs twice; log-softmax of log-probabilities is themselves, so the loss is the same and the extra op is only redundant")
+    if function == "nll_loss" and kind in ("logits", "probabilities"):
+        given = "raw logits (rows whose exp sums to more than 1, which no log-probabilities do)" if kind == "logits" else "probabilities (non-negative rows summing to 1)"
+        return _Mismatch(given, "log-probabilities (`log_softmax` of the logits)", severe, "nll_loss only picks minus the target's entry: on these inputs that is not a likelihood, it is unbounded below and training pushes the target's value up instead of normalising")
+    if function == "binary_cross_entropy_with_logits" and kind == "unit-interval":
+        sigmoid = loss["producer"] == "SigmoidBackward0" or loss["module"] == "Sigmoid"
+        return _Mismatch(
+            "sigmoid outputs (every value in [0, 1]" + (", made by a sigmoid)" if sigmoid else "; no sigmoid was seen making them)"),
+            "raw logits", severe if sigmoid else Severity.MEDIUM,
+            "the loss applies the sigmoid again, so the predicted probability stays between 0.5 and 0.73 and the gradients shrink",
+        )
+    return None
+
+
+def loss_input_check(ctx: StageContext, data: dict[str, Any], fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+    """The findings, one per loss line given the wrong input, and the check's record."""
+    losses = data.get("losses", [])
+    if not losses:
+        return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE, "calls": data.get("calls", 0)}
+    judged = [(loss, _mismatch(loss)) for loss in losses]
+    findings = [_finding(ctx, data, loss, mismatch, fallback) for loss, mismatch in judged if mismatch is not None]
+    record = {
+        "ran": True,
+        "applicable": True,
+        "calls": data.get("calls", 0),
+        "lines": [{"function": loss["function"], "site": located.site(data, loss["site"]), "kind": loss["kind"], "sampled": loss["sampled"], "rows": loss["rows"]} for loss in losses],
+        "mismatches": len(findings),
+    }
+    return findings, record
+
+
+def _producer(data: dict[str, Any], loss: dict[str, Any]) -> str:
+    if loss["module"]:
+        found = located.site(data, loss["module_site"])
+        where = f", called at {found['path']}:{found['line']} (`{found['code']}`)" if found else ""
+        return f"the output of a `{loss['module']}` module{where}"
+    if loss["producer"] in _SQUASHED:
+        return f"the output of `{_SQUASHED[loss['producer']]}`"
+    return f"the output of `{loss['producer']}`" if loss["producer"] else "a tensor whose producer was not seen"
+
+
+def _finding(ctx: StageContext, data: dict[str, Any], loss: dict[str, Any], mismatch: _Mismatch, fallback: Location) -> Finding:
+    found = located.site(data, loss["site"])
+    line = f"{found['path']}:{found['line']} (`{found['code']}`)" if found else "a line outside the target"
+    producer = _producer(data, loss)
+    return ctx.finding(
+        category=CATEGORY,
+        severity=mismatch.severity,
+        title=f"`{loss['function']}` was given {mismatch.given.split(' (')[0]}, not {mismatch.expected.split(' (')[0]}: {producer}",
+        location=located.location(data, loss["site"], fallback),
+        problem=(
+            f"The call at {line} gave `{loss['function']}` {mismatch.given}: {producer}. It expects {mismatch.expected}; {mismatch.why}. "
+            f"Seen on every sampled call ({loss['sampled']} of {loss['calls']}, {loss['rows']} rows)"
+            + ("" if loss["gradients_recorded"] else "; these calls recorded no gradients (a validation loss): its metric is wrong, the training is not")
+            + "."
+        ),
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"{loss['sampled']} sampled call(s) of {loss['function']} given {loss['kind']}",
+            data={
+                "function": loss["function"],
+                "input_kind": loss["kind"],
+                "calls": loss["calls"],
+                "sampled_calls": loss["sampled"],
+                "rows": loss["rows"],
+                "producer": loss["producer"],
+                "module": loss["module"],
+                "module_site": located.site(data, loss["module_site"]),
+                "gradients_recorded": loss["gradients_recorded"],
+                "example": loss["example"],
+            },
+        ),
+        key=f"{loss['function']}:{loss['kind']}",
+    )

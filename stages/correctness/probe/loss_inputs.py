@@ -1,0 +1,205 @@
+"""Instrument reading what the classification losses are given (loss-input-mismatch).
+
+`torch.nn.functional.cross_entropy`, `nll_loss` and `binary_cross_entropy_with_logits` are
+wrapped (the `nn` loss modules call them through `F`, so they are seen too). The first calls
+from each of the target's lines keep a detached copy of a few rows of the input, the op that
+produced it (its `grad_fn`, through views) and the module whose output it is when that module
+is a Softmax, LogSoftmax or Sigmoid; the rows are judged only when the run ends, so the run
+is not synchronised at every step:
+
+- cross_entropy given probabilities (non-negative rows summing to 1): it applies log-softmax to
+  them, so the loss hardly depends on the model's output and the gradients nearly vanish;
+- cross_entropy given log-probabilities (rows whose exp sums to 1): log-softmax twice, which
+  gives the same loss (log-softmax of log-probabilities is themselves), so it is reported as
+  redundant, not as a wrong loss;
+- nll_loss given raw logits (rows whose exp sums to more than 1, which no log-probabilities
+  do) or probabilities: the loss is not the negative log-likelihood and is unbounded below;
+- binary_cross_entropy_with_logits given values all in [0, 1] produced by a sigmoid: the
+  sigmoid is applied twice and the predicted probability can never leave [0.5, 0.73].
+
+`binary_cross_entropy` is not wrapped: torch itself raises on an input outside [0, 1].
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+from collections.abc import Callable
+
+from traingate.stages.correctness.probe.sites import SiteTable
+
+FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
+CALLS_PER_SITE = 4  # calls sampled per (function, line)
+MAX_SITES = 50
+MAX_ROWS = 8
+MAX_ELEMENTS = 1 << 18  # per sample: a vocabulary of 50k classes gets 5 rows
+# How far from a distribution a row may be in reduced precision (bfloat16 rounds at 2**-8).
+TOLERANCE = 0.02
+# Ops that only move or relabel elements: the producer is looked for behind them.
+_VIEWS = ("View", "Reshape", "UnsafeView", "Squeeze", "Unsqueeze", "Permute", "Transpose", "Slice", "Select", "Expand", "Clone", "ToCopy", "Alias", "T", "Flatten")
+_SQUASHING = ("Softmax", "LogSoftmax", "Sigmoid", "Softmax2d")
+
+
+@dataclass
+class _Sample:
+    rows: Any  # detached copy: (rows, classes) for the multi-class losses, flat for the binary one
+    producer: str | None  # the op behind the views, e.g. "SoftmaxBackward0"
+    module: str | None  # the class of the squashing module whose output it is
+    module_site: int | None  # the target's line that called that module
+    grad: bool  # gradients were recorded (a training loss)
+
+
+@dataclass
+class _SiteRecord:
+    function: str
+    site: int | None
+    calls: int = 0
+    samples: list[_Sample] = field(default_factory=list)
+
+
+class LossInputWatch:
+    def __init__(self) -> None:
+        self.sites: SiteTable | None = None
+        self.records: dict[tuple[str, int | None], _SiteRecord] = {}
+        self.calls = 0
+        self._outputs: dict[int, tuple[Any, str, int | None]] = {}  # id(output) -> (weakref, module class, site)
+        self._kinds: dict[type, bool] = {}
+        self._tls = threading.local()
+
+    def install(self, ctx: Any) -> None:
+        import torch
+        import torch.nn.functional as F
+        from torch.nn.modules.module import register_module_forward_hook
+
+        self.torch = torch
+        self.sites = SiteTable(ctx.root)
+        for name in FUNCTIONS:
+            setattr(F, name, self._wrap(name, getattr(F, name)))
+        register_module_forward_hook(self._forward)
+
+    def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def loss(input: Any, *args: Any, **kwargs: Any) -> Any:
+            if not getattr(self._tls, "inside", False):
+                self._tls.inside = True
+                try:
+                    self.observe(name, input)
+                finally:
+                    self._tls.inside = False
+            return original(input, *args, **kwargs)
+
+        return loss
+
+    def _forward(self, module: Any, args: Any, output: Any) -> None:
+        """Remembers the outputs of Softmax, LogSoftmax and Sigmoid modules (the last few)."""
+        squashing = self._kinds.get(type(module))
+        if squashing is None:
+            squashing = self._kinds[type(module)] = type(module).__name__ in _SQUASHING and type(module).__module__.startswith("torch.nn")
+        if not squashing or not isinstance(output, self.torch.Tensor):
+            return
+        if len(self._outputs) > 64:
+            self._outputs.clear()
+        assert self.sites is not None
+        self._outputs[id(output)] = (weakref.ref(output), type(module).__name__, self.sites.innermost(1))
+
+    def observe(self, function: str, input: Any) -> None:
+        """Keeps a sample of `input` for the first calls of `function` from each target line."""
+        torch = self.torch
+        self.calls += 1
+        if not isinstance(input, torch.Tensor) or not input.is_floating_point() or torch.compiler.is_compiling():
+            return
+        assert self.sites is not None
+        key = (function, self.sites.innermost(1))
+        record = self.records.get(key)
+        if record is None:
+            if len(self.records) >= MAX_SITES:
+                return
+            record = self.records[key] = _SiteRecord(function, key[1])
+        record.calls += 1
+        if len(record.samples) < CALLS_PER_SITE:
+            module, module_site = self._module(input)
+            record.samples.append(_Sample(self._rows(function, input), producer(input), module, module_site, torch.is_grad_enabled()))
+
+    def _rows(self, function: str, input: Any) -> Any:
+        x = input.detach()
+        if function == "binary_cross_entropy_with_logits":
+            return x.reshape(-1)[: MAX_ROWS * 16].clone()
+        if x.dim() == 1:
+            x = x.unsqueeze(0)
+        elif x.dim() > 2:  # (N, C, d1, ...): the classes are dim 1; a few positions of a few rows
+            x = x[:2].flatten(2)[:, :, :4].movedim(1, -1).reshape(-1, x.shape[1])
+        rows = max(1, min(MAX_ROWS, MAX_ELEMENTS // max(1, x.shape[-1])))
+        return x[:rows].clone()
+
+    def _module(self, input: Any) -> tuple[str | None, int | None]:
+        kept = self._outputs.get(id(input))
+        return (kept[1], kept[2]) if kept is not None and kept[0]() is input else (None, None)
+
+    def collect(self) -> dict[str, Any]:
+        assert self.sites is not None
+        records = [judge_site(self.torch, r) for r in self.records.values()]
+        return {"calls": self.calls, "losses": [r for r in records if r is not None], "sites": self.sites.sites}
+
+
+def producer(tensor: Any) -> str | None:
+    """The autograd node that made `tensor`, looking through ops that only move elements."""
+    node = getattr(tensor, "grad_fn", None)
+    for _ in range(8):
+        if node is None:
+            return None
+        name = type(node).__name__
+        if not any(name == f"{v}Backward0" or name == f"{v}Backward1" for v in _VIEWS):
+            return name
+        parents = [n for n, _ in node.next_functions if n is not None]
+        node = parents[0] if len(parents) == 1 else None
+    return None
+
+
+def judge_site(torch: Any, record: _SiteRecord) -> dict[str, Any] | None:
+    """The record of one (function, line): what its sampled inputs were, None when sampled nothing."""
+    if not record.samples:
+        return None
+    kinds = [classify(torch, record.function, s.rows) for s in record.samples]
+    first = record.samples[0]
+    return {
+        "function": record.function,
+        "site": record.site,
+        "calls": record.calls,
+        "sampled": len(kinds),
+        "rows": sum(_row_count(record.function, s.rows) for s in record.samples),
+        "kind": kinds[0] if len(set(kinds)) == 1 else "mixed",
+        "kinds": kinds,
+        "producer": first.producer,
+        "module": first.module,
+        "module_site": first.module_site,
+        "gradients_recorded": any(s.grad for s in record.samples),
+        "example": [round(float(v), 4) for v in first.rows.reshape(-1)[:8].tolist()],
+    }
+
+
+def _row_count(function: str, rows: Any) -> int:
+    return int(rows.numel()) if function == "binary_cross_entropy_with_logits" else int(rows.shape[0])
+
+
+def classify(torch: Any, function: str, rows: Any) -> str:
+    """What the sampled input looks like: "probabilities", "log-probabilities", "logits", "other"
+    ("unit-interval" or "logits" for the binary loss), or "empty" (not finite, nothing sampled)."""
+    x = rows.to(torch.float64)
+    if x.numel() == 0 or not bool(torch.isfinite(x).all()):
+        return "empty"
+    if function == "binary_cross_entropy_with_logits":
+        return "unit-interval" if bool(((x >= 0) & (x <= 1)).all()) else "logits"
+    if x.shape[-1] < 2:
+        return "logits"
+    sums = x.sum(-1)
+    if bool((x >= -TOLERANCE / 10).all()) and bool(((sums - 1).abs() <= TOLERANCE).all()):
+        return "probabilities"
+    normaliser = torch.logsumexp(x, -1)
+    if bool((x <= TOLERANCE / 10).all()) and bool((normaliser.abs() <= TOLERANCE).all()):
+        return "log-probabilities"
+    # exp summing to more than 1 in every row: no log-probabilities do; below 1 (log-probabilities
+    # of a subset of the classes) is not judged.
+    return "logits" if bool((normaliser > TOLERANCE).all()) else "other"

@@ -1,0 +1,34 @@
+"""A sequence classifier whose forward turns its (batch, time, feature) input into the GRU's
+(time, batch, feature) layout with `view` instead of `transpose`: every "time step" the GRU
+reads holds pieces of several samples, so each prediction depends on other samples."""
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class SequenceClassifier(torch.nn.Module):
+    def __init__(self, features: int = 3, hidden: int = 16, classes: int = 4) -> None:
+        super().__init__()
+        self.rnn = torch.nn.GRU(features, hidden)
+        self.head = torch.nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, time, features = x.shape
+        steps = x.view(time, batch, features)  # marker: layout
+        out, _ = self.rnn(steps)  # marker: mix
+        return self.head(out[-1])
+
+
+def train(steps: int = 8, batch_size: int = 8) -> dict[str, float]:
+    data = TensorDataset(torch.randn(256, 5, 3), torch.randint(0, 4, (256,)))
+    loader = DataLoader(data, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(0))
+    model = SequenceClassifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = iter(loader)
+    for _ in range(steps):
+        x, y = next(batches)
+        loss = torch.nn.functional.cross_entropy(model(x), y)  # marker: forward
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return {"loss": loss.item()}
