@@ -23,8 +23,9 @@ class _Injection:
 
 
 @contextlib.contextmanager
-def _injected(torch: Any, model: Any, batch: Batch, nan_sample: int | None) -> Iterator[_Injection]:
-    """The injection point of one replay; with `nan_sample`, that sample's values set to NaN."""
+def _injected(torch: Any, model: Any, batch: Batch, nan_sample: int | None, trace: _NanTrace | None = None) -> Iterator[_Injection]:
+    """The injection point of one replay; with `nan_sample`, that sample's values set to NaN
+    (unseen by `trace`: the injection is not an op of the model)."""
     injection = _Injection()
     floating = [(t, d) for t, d in batch.inputs if t.is_floating_point()]
     if floating:
@@ -43,8 +44,9 @@ def _injected(torch: Any, model: Any, batch: Batch, nan_sample: int | None) -> I
         if dim is None:
             return None
         if nan_sample is not None:
-            output = output.clone()
-            output.select(dim, nan_sample).fill_(float("nan"))
+            with trace.paused() if trace is not None else contextlib.nullcontext():
+                output = output.clone()
+                output.select(dim, nan_sample).fill_(float("nan"))
         injection.tensor, injection.dim = output, dim
         return output
 
@@ -103,9 +105,20 @@ class _NanTrace:
         self.torch, self.sites, self.keep = torch, sites, keep
         self.ops: list[_Op] = []
         self.kept = 0
+        self._paused = False
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
 
     def __call__(self, func: Callable[..., Any], types: Any, args: Any, kwargs: Any) -> Any:
         result = func(*args, **(kwargs or {}))
+        if self._paused:
+            return result
         for tensor in leaves(result):
             if isinstance(tensor, self.torch.Tensor) and tensor.is_floating_point() and tensor.dim() >= 1:
                 mask = self.torch.isnan(tensor.detach())
@@ -125,7 +138,7 @@ def _nan_run(torch: Any, model: Any, capture: Any, sample: int, sites: SiteTable
             return trace(func, types, args, kwargs)
 
     args, kwargs, batch = _fresh_batch(torch, capture)
-    with torch.no_grad(), _injected(torch, model, batch, sample), Mode():
+    with torch.no_grad(), _injected(torch, model, batch, sample, trace), Mode():
         model(*args, **kwargs)
     return trace.ops
 
