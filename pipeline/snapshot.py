@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Severity, StageOutcome
+from traingate.pipeline.findings import finding
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, StageOutcome
 
 # Never copied: version control, caches, environments, the gate's own default output.
 SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", "traingate-reports"})
@@ -143,10 +144,9 @@ def modification_finding(stage: str, changes: Changes) -> Finding:
     has not been checked."""
     named = [*(f"{p} (modified)" for p in changes.modified), *(f"{p} (deleted)" for p in changes.deleted)]
     listed = ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
-    return Finding.create(
+    return finding(
         stage=stage,
         category=Category.TARGET_MODIFIED,
-        severity=Severity.CRITICAL,
         title=f"The target changed its own files during the {stage} stage: {listed}",
         location=None,
         problem=(
@@ -162,7 +162,7 @@ def modification_finding(stage: str, changes: Changes) -> Finding:
             summary=f"{len(changes.modified)} modified, {len(changes.deleted)} deleted",
             data={"modified": changes.modified, "deleted": changes.deleted},
         ),
-        block_on={Severity.CRITICAL},
+        block_on=(),  # the rule always blocks
         key="target-modified " + " ".join(sorted([*changes.modified, *changes.deleted])),
     )
 

@@ -285,7 +285,6 @@ def _leftover_finding(ctx: StageContext, what: str, runs: list[tuple[str, ChildR
     return [
         ctx.finding(
             category=Category.LEFTOVER_PROCESS,
-            severity=Severity.HIGH,
             title=f"{what} left {len(left)} process(es) running",
             location=None,
             problem=(

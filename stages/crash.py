@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import linecache
 from traingate.pipeline.isolation import crash_frames
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, innermost_target_frame, location_of
 from traingate.stages.environment import ENTRYPOINT_RUN, environment_finding, missing_module
 
@@ -69,7 +69,6 @@ def entrypoint_crash_finding(
     where = f" at {location.path}:{location.line}" if location and location.line else ""
     return ctx.finding(
         category=Category.ENTRYPOINT_CRASH,
-        severity=Severity.CRITICAL,
         title=f"{what} {failure.split(':')[0]}{where}",
         location=location,
         problem=f"{what} {failure}{' while ' + _PHASES.get(phase, phase) if phase != 'call' else ''}{(': `' + code + '`') if code else ''}.{no_trace}",
