@@ -73,6 +73,16 @@ def test_a_softmax_module_feeding_cross_entropy_is_named_and_sampled_a_few_times
     assert finding.category.value == "loss-input-mismatch" and finding.severity is Severity.HIGH and finding.blocking
 
 
+def test_a_sigmoid_module_is_named_behind_the_views_its_output_went_through() -> None:
+    watch = _loss_watch()
+    sigmoid = torch.nn.Sigmoid()
+    probabilities = sigmoid(torch.nn.Linear(4, 1)(torch.randn(8, 4)))
+    watch._forward(sigmoid, (), probabilities)
+    watch.observe("binary_cross_entropy_with_logits", probabilities.squeeze(1))
+    [seen] = watch.collect()["losses"]
+    assert seen["kind"] == "unit-interval" and seen["producer"] == "SigmoidBackward0" and seen["module"] == "Sigmoid"
+
+
 def _judged(tmp_path: Path, tensors: list[tuple[str, Any]], grad: bool = True) -> list[Any]:
     watch = _loss_watch()
     with torch.set_grad_enabled(grad):

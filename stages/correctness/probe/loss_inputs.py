@@ -65,7 +65,8 @@ class LossInputWatch:
         self.sites: SiteTable | None = None
         self.records: dict[tuple[str, int | None], _SiteRecord] = {}
         self.calls = 0
-        self._outputs: dict[int, tuple[Any, str, int | None]] = {}  # id(output) -> (weakref, module class, site)
+        # id(output), and id(its grad_fn) when it has one -> (weakref to the output, module class, site)
+        self._outputs: dict[int, tuple[Any, str, int | None]] = {}
         self._kinds: dict[type, bool] = {}
         self._tls = threading.local()
 
@@ -98,12 +99,15 @@ class LossInputWatch:
         squashing = self._kinds.get(type(module))
         if squashing is None:
             squashing = self._kinds[type(module)] = type(module).__name__ in _SQUASHING and type(module).__module__.startswith("torch.nn")
-        if not squashing or not isinstance(output, self.torch.Tensor):
+        if not squashing or not isinstance(output, self.torch.Tensor) or self.torch.compiler.is_compiling():
             return
         if len(self._outputs) > 64:
             self._outputs.clear()
         assert self.sites is not None
-        self._outputs[id(output)] = (weakref.ref(output), type(module).__name__, self.sites.innermost(1))
+        kept = (weakref.ref(output), type(module).__name__, self.sites.innermost(1))
+        self._outputs[id(output)] = kept
+        if output.grad_fn is not None:  # found again behind the views the loss was given
+            self._outputs[id(output.grad_fn)] = kept
 
     def observe(self, function: str, input: Any) -> None:
         """Keeps a sample of `input` for the first calls of `function` from each target line."""
@@ -120,8 +124,9 @@ class LossInputWatch:
             record = self.records[key] = _SiteRecord(function, key[1])
         record.calls += 1
         if len(record.samples) < CALLS_PER_SITE:
-            module, module_site = self._module(input)
-            record.samples.append(_Sample(self._rows(function, input), producer(input), module, module_site, torch.is_grad_enabled()))
+            node = producer_node(input)
+            module, module_site = self._module(input, node)
+            record.samples.append(_Sample(self._rows(function, input), type(node).__name__ if node is not None else None, module, module_site, torch.is_grad_enabled()))
 
     def _rows(self, function: str, input: Any) -> Any:
         x = input.detach()
@@ -134,9 +139,14 @@ class LossInputWatch:
         rows = max(1, min(MAX_ROWS, MAX_ELEMENTS // max(1, x.shape[-1])))
         return x[:rows].clone()
 
-    def _module(self, input: Any) -> tuple[str | None, int | None]:
+    def _module(self, input: Any, node: Any) -> tuple[str | None, int | None]:
+        """The squashing module whose output `input` is, directly or behind views."""
         kept = self._outputs.get(id(input))
-        return (kept[1], kept[2]) if kept is not None and kept[0]() is input else (None, None)
+        if kept is not None and kept[0]() is input:
+            return kept[1], kept[2]
+        kept = self._outputs.get(id(node)) if node is not None else None
+        output = kept[0]() if kept is not None else None
+        return (kept[1], kept[2]) if kept is not None and output is not None and output.grad_fn is node else (None, None)
 
     def collect(self) -> dict[str, Any]:
         assert self.sites is not None
@@ -144,15 +154,15 @@ class LossInputWatch:
         return {"calls": self.calls, "losses": [r for r in records if r is not None], "sites": self.sites.sites}
 
 
-def producer(tensor: Any) -> str | None:
+def producer_node(tensor: Any) -> Any:
     """The autograd node that made `tensor`, looking through ops that only move elements."""
     node = getattr(tensor, "grad_fn", None)
     for _ in range(8):
         if node is None:
             return None
         name = type(node).__name__
-        if not any(name == f"{v}Backward0" or name == f"{v}Backward1" for v in _VIEWS):
-            return name
+        if not any(name in (f"{v}Backward0", f"{v}Backward1") for v in _VIEWS):
+            return node
         parents = [n for n, _ in node.next_functions if n is not None]
         node = parents[0] if len(parents) == 1 else None
     return None
