@@ -12,9 +12,10 @@ import platform
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from pydantic import ValidationError
 from traingate.pipeline.config import TargetConfig
@@ -51,6 +52,7 @@ from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentReq
 
 from traingate import __version__
 
+AgentDevice = Literal["cpu", "cuda"]  # RunRequest.device, resolved; the agent's request validates it again
 # Owned by one stage (its rule, its JUnit case), yet any stage that runs the target's code may
 # report it: a crash of the target in a stage's own run is the target's defect, not the gate's.
 TARGET_CODE_CATEGORIES = frozenset({Category.ENTRYPOINT_CRASH})
@@ -72,12 +74,17 @@ class RunRequest:
     stages: list[str]
     out: Path
     device: str  # resolved: "cpu" or "cuda"
-    baseline: dict[str, Any] | None = None
+    baseline: dict[str, Any] | None = None  # the --baseline report.json, checked against PipelineReport
     baseline_path: str | None = None
     observers: list[Observer] = field(default_factory=list)
     # `module:function` building the stage registry inside each agent process.
     registry_factory: str = "traingate.pipeline.registry:build_registry"
     policy: PolicyProvenance | None = None  # where each policy value came from, for the report
+
+    @cached_property
+    def baseline_report(self) -> PipelineReport | None:
+        """The baseline as the report model the stages read (validated once per run)."""
+        return PipelineReport.model_validate(self.baseline) if self.baseline is not None else None
 
 
 def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, Stage]) -> PipelineReport:
@@ -180,27 +187,23 @@ def run_stage(
     margin = min(5.0, budget * 0.1)
     scratch = (request.out / "work" / name).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
-    agent_fields: dict[str, Any] = {
-        "stage": name,
-        "root": str(root),
-        "config": config.model_dump(mode="json"),
-        "device": request.device,
-        "deadline": time.time() + budget,
-        "scratch": str(scratch),
-        "margin_s": margin,
-        "baseline": request.baseline,
-        "registry": request.registry_factory,
-    }
+    deadline = time.time() + budget
+
+    def agent_request(channel: ChannelSpec) -> AgentRequest[TargetConfig, PipelineReport]:
+        return AgentRequest[TargetConfig, PipelineReport](
+            stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
+            margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel,
+        )
+
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this
     # nonce: no file in the work folder that a target's process could rewrite before it is read.
     nonce = new_nonce()
-    (scratch / "agent-request.json").write_text(json.dumps({k: v for k, v in agent_fields.items() if k != "baseline"}, indent=1))
-
-    def agent_request(fd: int) -> bytes:
-        return AgentRequest(**agent_fields, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+    # For people reading the work folder: without the baseline and the channel (no nonce).
+    shown = agent_request(ChannelSpec(fd=-1, nonce="")).model_dump(mode="json", exclude={"baseline", "channel"})
+    (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
 
     child = run_child(
-        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=agent_request, channel=True
+        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
@@ -265,10 +268,11 @@ def _read_outcome(ctx: GateView, stage: Stage, child: ChildResult, nonce: str) -
         body = read_single(child.channel, nonce, AGENT_REPLY)
         if body is None:
             return _error(ctx, "the stage agent ended without handing back a result", "agent-no-result", child)
-        reply = AgentReply.model_validate(body)
+        reply = AgentReply[StageOutcome].model_validate(body)
         if reply.error is not None:
             return _error(ctx, "the stage raised an exception", "agent-exception", child, reply.error)
-        outcome = StageOutcome.model_validate(reply.outcome)
+        outcome = reply.outcome
+        assert outcome is not None  # a reply holds exactly one of outcome and error
     except (ChannelError, ValidationError) as exc:
         return _error(ctx, "the stage handed back a malformed result", "malformed-result", child, str(exc))
     problem = _inconsistency(ctx, stage, outcome)

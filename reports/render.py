@@ -7,6 +7,9 @@ from functools import lru_cache
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateNotFound
+from pydantic import BaseModel
+
+from traingate.pipeline.execution_details import ExecutionDetails
 from traingate.pipeline.schema import Finding, PipelineReport, StageReport
 from traingate.reports.clip import REPORT_MD_LIMIT, fit
 
@@ -71,12 +74,18 @@ def _render_report_md(report: PipelineReport) -> str:
     return _env().get_template("report.md.j2").render(report=report, findings=report.findings())
 
 
+# The stages whose details have a model: their template reads `details` as that model.
+STAGE_DETAILS: dict[str, type[BaseModel]] = {"execution": ExecutionDetails}
+
+
 def render_stage_md(report: PipelineReport, stage: StageReport) -> str:
     try:
         template = _env().get_template(f"{stage.name}.md.j2")
     except TemplateNotFound:
         template = _env().get_template("stage.md.j2")
-    return template.render(report=report, stage=stage, findings=sorted(stage.findings, key=Finding.sort_key))
+    model = STAGE_DETAILS.get(stage.name)
+    details = model.model_validate(stage.details) if model is not None else stage.details
+    return template.render(report=report, stage=stage, details=details, findings=sorted(stage.findings, key=Finding.sort_key))
 
 
 def render_summary(report: PipelineReport) -> str:

@@ -14,6 +14,7 @@ from pkgutil import resolve_name
 
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.processes import become_subreaper
+from traingate.pipeline.schema import PipelineReport, StageOutcome
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
@@ -23,22 +24,22 @@ from traingate.stages.contract import guard
 def main() -> None:
     become_subreaper()  # the target's setsid daemons come back here to be killed, not to init
     guard.install()
-    request, channel = receive_request(AgentRequest)
+    request, channel = receive_request(AgentRequest[TargetConfig, PipelineReport])
     try:
         stage = resolve_name(request.registry)()[request.stage]
         ctx = StageContext(
             stage=request.stage,
             root=Path(request.root),
-            config=TargetConfig.model_validate(request.config),
+            config=request.config,
             device=request.device,
             deadline=request.deadline,
             scratch=Path(request.scratch),
             margin_s=request.margin_s,
             baseline=request.baseline,
         )
-        reply = AgentReply(outcome=stage.run(ctx).model_dump(mode="json"))
+        reply = AgentReply[StageOutcome](outcome=stage.run(ctx))
     except BaseException as exc:  # noqa: BLE001 - the parent turns this into stage-error
-        reply = AgentReply(error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
+        reply = AgentReply[StageOutcome](error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
     channel.send(AGENT_REPLY, reply.model_dump(mode="json"))
     channel.close()
 

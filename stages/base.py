@@ -26,6 +26,7 @@ from traingate.pipeline.schema import (
     EvidenceKind,
     Finding,
     Location,
+    PipelineReport,
     Severity,
     StageOutcome,
 )
@@ -43,7 +44,7 @@ class StageContext:
     scratch: Path
     # Margin kept back from child runs so the stage can still report what happened.
     margin_s: float = 5.0
-    baseline: dict[str, Any] | None = None  # the --baseline report.json, if one was given
+    baseline: PipelineReport | None = None  # the --baseline report, if one was given
     _counter: int = field(default=0, repr=False)
     # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
     entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)

@@ -18,6 +18,7 @@ from traingate.pipeline.isolation import ChildResult, crash_frames, run_child
 from traingate.stages.base import StageContext
 from traingate.stages.contract import stacks
 from traingate.stages.contract.channel import ChannelError, new_nonce, read_records, read_single
+from traingate.stages.contract.pytest_events import PYTEST_EVENTS
 from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.suite import SuiteRun, inconsistencies, parse_events
 from tests.conftest import REPO, TARGETS, line_of
@@ -140,24 +141,28 @@ def _ctx(root: Path) -> StageContext:
 
 def _suite(events: list[dict], returncode: int) -> SuiteRun:
     child = ChildResult(argv=["python"], returncode=returncode, timed_out=False, duration_s=1.0, stdout="", stderr="")
-    return SuiteRun(args=["tests"], config_file=None, child=child, events=events, coverage_file=None)
+    return SuiteRun(args=["tests"], config_file=None, child=child, events=[PYTEST_EVENTS.validate_python(e) for e in events], coverage_file=None)
+
+
+_RAN = {"ran": True, "raised": None, "called": None}
 
 
 def _test(nodeid: str, outcome: str = "passed") -> list[dict]:
-    call = {"event": "report", "nodeid": nodeid, "when": "call", "outcome": outcome, "duration": 0.0}
+    call = {"event": "report", "nodeid": nodeid, "when": "call", "outcome": outcome, "duration": 0.0, "observed": _RAN}
     if outcome == "failed":
         call["longrepr"] = "E   assert False"
     return [
         {"event": "test_start", "nodeid": nodeid, "path": "tests/test_a.py", "line": 1},
-        {"event": "report", "nodeid": nodeid, "when": "setup", "outcome": "passed", "duration": 0.0},
+        {"event": "report", "nodeid": nodeid, "when": "setup", "outcome": "passed", "duration": 0.0, "observed": _RAN},
         call,
-        {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed", "duration": 0.0},
+        {"event": "report", "nodeid": nodeid, "when": "teardown", "outcome": "passed", "duration": 0.0, "observed": _RAN},
     ]
 
 
 def _run(nodeids: list[str], tests: list[dict], exitstatus: int, returncode: int) -> SuiteRun:
-    events = [{"event": "start"}, {"event": "collected", "count": len(nodeids), "deselected": 0, "nodeids": nodeids}, *tests]
-    return _suite(events + [{"event": "finish", "exitstatus": exitstatus, "stopped": None}], returncode)
+    start = {"event": "start", "pytest": "8.3", "rootdir": "/t", "inifile": None, "args": [], "pid": 1, "xdist_workers": None}
+    events = [start, {"event": "collected", "count": len(nodeids), "deselected": 0, "nodeids": nodeids}, *tests]
+    return _suite(events + [{"event": "finish", "exitstatus": exitstatus, "testscollected": len(nodeids), "testsfailed": 0, "stopped": None}], returncode)
 
 
 @pytest.mark.parametrize(

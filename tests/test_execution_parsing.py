@@ -18,6 +18,9 @@ from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.coverage import body_lines, entrypoint_source
 from traingate.stages.execution.suite import SuiteRun, counts, decode_events, find_pytest_config, group_skips, parse_events, skip_reason
 from traingate.stages.execution.deprecations import WarningSite, gather
+from traingate.stages.contract.channel import ChannelError
+from traingate.stages.contract.messages import WarningRecord
+from traingate.stages.contract.pytest_events import PYTEST_EVENTS, PytestEvent, WarningEvent
 from traingate.stages.harness.pytest_plugin import describe_exception
 
 
@@ -25,17 +28,34 @@ def ctx_for(root: Path) -> StageContext:
     return StageContext(stage="execution", root=root, config=TargetConfig(), device="cpu", deadline=time.time() + 60, scratch=root / "scratch")
 
 
+def typed(events: list[dict]) -> list[PytestEvent]:
+    """The events as the parent decodes them from the channel."""
+    return [PYTEST_EVENTS.validate_python(e) for e in events]
+
+
+def parse(events: list[dict]):
+    return parse_events(typed(events))
+
+
 def suite_run(events: list[dict], returncode: int | None = 0, stderr: str = "", stacks: str = "", timed_out: bool = False) -> SuiteRun:
     child = ChildResult(argv=["python"], returncode=returncode, timed_out=timed_out, duration_s=1.0, stdout="", stderr=stderr, stacks=stacks)
-    return SuiteRun(args=["tests"], config_file=None, child=child, events=events, coverage_file=None)
+    return SuiteRun(args=["tests"], config_file=None, child=child, events=typed(events), coverage_file=None)
 
 
 def start(nodeid: str, line: int = 3) -> dict:
     return {"event": "test_start", "nodeid": nodeid, "path": nodeid.split("::")[0], "line": line}
 
 
+SAW_IT_RUN = {"ran": True, "raised": None, "called": None}  # the gate saw the phase run, raising nothing
+
+
 def report(nodeid: str, when: str, outcome: str, **extra) -> dict:
-    return {"event": "report", "nodeid": nodeid, "when": when, "outcome": outcome, "duration": 0.01, **extra}
+    return {"event": "report", "nodeid": nodeid, "when": when, "outcome": outcome, "duration": 0.01, "observed": SAW_IT_RUN, **extra}
+
+
+def exception(type_: str, message: str, frame: dict | None) -> dict:
+    """describe_exception()'s fields."""
+    return {"type": type_, "message": message, "traceback": "", "target_frame": frame, "environment": None}
 
 
 def passed(nodeid: str) -> list[dict]:
@@ -47,11 +67,11 @@ def skipped(nodeid: str, reason: str, line: int = 7) -> list[dict]:
     return [start(nodeid), report(nodeid, "setup", "skipped", skip=skip), report(nodeid, "teardown", "passed")]
 
 
-SESSION = [{"event": "start"}]
+SESSION = [{"event": "start", "pytest": "8.3", "rootdir": "/t", "inifile": None, "args": [], "pid": 1, "xdist_workers": None}]
 
 
 def finish(code: int) -> list[dict]:
-    return [{"event": "finish", "exitstatus": code}]
+    return [{"event": "finish", "exitstatus": code, "testscollected": 0, "testsfailed": 0, "stopped": None}]
 
 
 def collected(n: int, deselected: int = 0) -> list[dict]:
@@ -62,45 +82,52 @@ def collected(n: int, deselected: int = 0) -> list[dict]:
 
 
 def test_failed_call_keeps_the_target_frame_and_first_message_line():
-    failure = {"type": "AssertionError", "message": "assert 2 == 3\n where 2 = f()", "target_frame": {"path": "tests/test_a.py", "line": 9, "function": "test_x"}}
+    failure = exception("AssertionError", "assert 2 == 3\n where 2 = f()", {"path": "tests/test_a.py", "line": 9, "function": "test_x", "code": "assert f() == 3"})
     events = [*SESSION, *collected(1), start("tests/test_a.py::test_x"), report("tests/test_a.py::test_x", "setup", "passed"),
               report("tests/test_a.py::test_x", "call", "failed", failure=failure, longrepr="E   assert 2 == 3"),
               report("tests/test_a.py::test_x", "teardown", "passed"), *finish(1)]
-    result = parse_events(events)
+    result = parse(events)
     (test,) = result.tests
     assert test.outcome == "failed"
     assert test.message == "AssertionError: assert 2 == 3"
-    assert test.failure["target_frame"]["line"] == 9
+    assert test.failure is not None and test.failure.target_frame is not None and test.failure.target_frame.line == 9
 
 
 def test_fixture_error_is_an_error_not_a_failure():
     node = "tests/test_a.py::test_y"
-    result = parse_events([*SESSION, start(node), report(node, "setup", "failed", longrepr="E   RuntimeError: no db"), report(node, "teardown", "passed"), *finish(1)])
+    result = parse([*SESSION, start(node), report(node, "setup", "failed", longrepr="E   RuntimeError: no db"), report(node, "teardown", "passed"), *finish(1)])
     assert result.tests[0].outcome == "error"
     assert result.tests[0].message == "RuntimeError: no db"
-    assert counts(result)["errors"] == 1 and counts(result)["failed"] == 0
+    assert counts(result).errors == 1 and counts(result).failed == 0
 
 
 def test_xfail_and_xpass_are_told_apart_from_skips():
     a, b = "tests/test_a.py::test_xf", "tests/test_a.py::test_xp"
     events = [*SESSION, start(a), report(a, "setup", "passed"), report(a, "call", "skipped", wasxfail="known"), report(a, "teardown", "passed"),
               start(b), report(b, "setup", "passed"), report(b, "call", "passed", wasxfail="flaky"), report(b, "teardown", "passed"), *finish(0)]
-    outcomes = [t.outcome for t in parse_events(events).tests]
+    outcomes = [t.outcome for t in parse(events).tests]
     assert outcomes == ["xfailed", "xpassed"]
 
 
 def test_unfinished_test_is_crashed_without_finish_and_interrupted_with_it():
     node = "tests/test_a.py::test_dies"
     events = [*SESSION, start(node), report(node, "setup", "passed")]
-    assert parse_events(events).tests[0].outcome == "crashed"
-    assert parse_events(events + finish(2)).tests[0].outcome == "interrupted"
+    assert parse(events).tests[0].outcome == "crashed"
+    assert parse(events + finish(2)).tests[0].outcome == "interrupted"
 
 
 def test_a_cut_off_last_record_is_dropped():
-    records = [{"nonce": "n1", "seq": i, "kind": "pytest-event", "body": body} for i, body in enumerate([{"event": "start"}, {"event": "collected", "count": 2}])]
+    records = [{"nonce": "n1", "seq": i, "kind": "pytest-event", "body": body} for i, body in enumerate([*SESSION, *collected(2)])]
     data = "".join(json.dumps(r) + "\n" for r in records).encode() + b'{"nonce": "n1", "seq": 2, "kind": "pytest-ev'
-    assert [e["event"] for e in decode_events(data, "n1")] == ["start", "collected"]
+    assert [e.event for e in decode_events(data, "n1")] == ["start", "collected"]
     assert decode_events(b"", "n1") == []
+
+
+@pytest.mark.parametrize("body", [{"event": "forged"}, {**SESSION[0], "pid": "one"}, {**collected(2)[0], "extra": 1}, {"event": "finish", "exitstatus": 0}])
+def test_a_record_not_in_the_plugins_shape_is_a_channel_problem(body: dict):
+    data = (json.dumps({"nonce": "n1", "seq": 0, "kind": "pytest-event", "body": body}) + "\n").encode()
+    with pytest.raises(ChannelError, match="record 0 is not a pytest event the plugin writes"):
+        decode_events(data, "n1")
 
 
 def test_skip_reasons_are_grouped_largest_first():
@@ -108,17 +135,17 @@ def test_skip_reasons_are_grouped_largest_first():
     for i in range(3):
         events += skipped(f"tests/test_a.py::test_gpu[{i}]", "CUDA not available")
     events += skipped("tests/test_a.py::test_data", "needs the full dataset", line=20) + finish(0)
-    groups = group_skips(parse_events(events).tests)
-    assert [(g["reason"], g["count"]) for g in groups] == [("CUDA not available", 3), ("needs the full dataset", 1)]
-    assert groups[1]["line"] == 20
+    groups = group_skips(parse(events).tests)
+    assert [(g.reason, g.count) for g in groups] == [("CUDA not available", 3), ("needs the full dataset", 1)]
+    assert groups[1].line == 20
 
 
 @pytest.mark.parametrize(
-    ("skip", "reason"),
-    [({"reason": "Skipped: CUDA not available"}, "CUDA not available"), ({"reason": "unconditional skip"}, "unconditional skip"), (None, "no reason given"), ({"reason": "Skipped: "}, "no reason given")],
+    ("given", "reason"),
+    [("Skipped: CUDA not available", "CUDA not available"), ("unconditional skip", "unconditional skip"), (None, "no reason given"), ("Skipped: ", "no reason given")],
 )
-def test_skip_reason_drops_pytests_prefix(skip, reason):
-    assert skip_reason(skip) == reason
+def test_skip_reason_drops_pytests_prefix(given, reason):
+    assert skip_reason(given) == reason
 
 
 # -- fail closed ------------------------------------------------------------------------------
@@ -162,14 +189,14 @@ def test_other_usage_error_is_a_stage_error(tmp_path: Path):
 
 
 def test_conftest_import_error_is_a_critical_collection_error(tmp_path: Path):
-    err = {"event": "conftest_error", "conftest": str(tmp_path / "tests/conftest.py"), "type": "ImportError", "message": "no module named x",
-           "target_frame": {"path": "tests/conftest.py", "line": 2, "function": "<module>"}}
+    err = {"event": "conftest_error", "conftest": str(tmp_path / "tests/conftest.py"),
+           **exception("ImportError", "no module named x", {"path": "tests/conftest.py", "line": 2, "function": "<module>", "code": "import x"})}
     found = suite_findings(ctx_for(tmp_path), run := suite_run([err], returncode=4), parse_events(run.events))
     assert [(f.category.value, f.severity.value, f.location.line) for f in found] == [("collection-error", "critical", 2)]
 
 
 def test_internal_error_from_the_targets_hook_is_a_collection_error(tmp_path: Path):
-    err = {"event": "internal_error", "type": "ValueError", "message": "bad hook", "target_frame": {"path": "conftest.py", "line": 5, "function": "pytest_collection_modifyitems"}}
+    err = {"event": "internal_error", **exception("ValueError", "bad hook", {"path": "conftest.py", "line": 5, "function": "pytest_collection_modifyitems", "code": "raise ValueError"})}
     run = suite_run([*SESSION, err, *finish(3)], returncode=3)
     assert categories(ctx_for(tmp_path), run) == ["collection-error"]
     bare = {**err, "target_frame": None}
@@ -177,7 +204,7 @@ def test_internal_error_from_the_targets_hook_is_a_collection_error(tmp_path: Pa
 
 
 def test_run_stopped_by_a_hook_after_some_tests_is_a_failure(tmp_path: Path):
-    stop = {"event": "interrupt", "type": "Exit", "message": "enough", "target_frame": {"path": "conftest.py", "line": 8, "function": "pytest_runtest_logfinish"}}
+    stop = {"event": "interrupt", **exception("Exit", "enough", {"path": "conftest.py", "line": 8, "function": "pytest_runtest_logfinish", "code": "pytest.exit('enough')"})}
     run = suite_run([*SESSION, *collected(3), *passed("tests/test_a.py::test_1"), stop, *finish(0)], returncode=0)
     found = suite_findings(ctx_for(tmp_path), run, parse_events(run.events))
     assert [f.category.value for f in found] == ["test-failure"]
@@ -266,7 +293,8 @@ def test_deprecated_torch_api_classification():
 def test_warnings_from_tests_and_smoke_merge_by_call_site(tmp_path: Path):
     frame = {"path": "train.py", "line": 3, "function": "fit", "code": "s = GradScaler()"}
     record = {"category": "FutureWarning", "message": "deprecated torch", "filename": "train.py", "lineno": 3, "target_frame": frame}
-    sites = gather(tmp_path, [record, record], [record])
+    event = WarningEvent.model_validate({**record, "when": "runtest", "nodeid": "tests/test_a.py::test_x", "via_torch": False})
+    sites = gather(tmp_path, [event, event], [WarningRecord.model_validate(record)])
     assert len(sites) == 1 and sites[0].count == 3 and sites[0].sources == {"tests", "smoke"}
 
 
@@ -277,7 +305,7 @@ def test_syntax_error_is_located_in_the_file_that_does_not_parse(tmp_path: Path)
         compile(bad.read_text(), str(bad), "exec")
     except SyntaxError as exc:
         described = describe_exception(exc, tmp_path)
-    assert described["target_frame"]["path"] == "model.py" and described["target_frame"]["line"] == 2
+    assert described.target_frame is not None and (described.target_frame.path, described.target_frame.line) == ("model.py", 2)
 
 
 def test_stage_declares_exactly_the_execution_categories():

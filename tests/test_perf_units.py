@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.schema import Metric, Severity
+from traingate.pipeline.schema import Metric, PipelineReport, Severity
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.base import StageContext
 from traingate.stages.performance.stage import PerformanceStage, analyse
@@ -18,8 +18,18 @@ from traingate.stages.performance.stage import PerformanceStage, analyse
 def make_ctx(tmp_path: Path, baseline: dict[str, Any] | None = None, **config: Any) -> StageContext:
     return StageContext(
         stage="performance", root=tmp_path, config=TargetConfig.model_validate(config), device="cpu",
-        deadline=time.time() + 60, scratch=tmp_path, baseline=baseline,
+        deadline=time.time() + 60, scratch=tmp_path, baseline=as_report(baseline) if baseline is not None else None,
     )
+
+
+def as_report(baseline: dict[str, Any]) -> PipelineReport:
+    """A report.json holding the given version, device and stages (name and metrics), as --baseline reads it."""
+    environment = {"python": "3.11", "torch": None, "device_name": "cpu", **baseline["environment"]}
+    stages = [{"status": "passed", "score": 100, "duration_s": 1.0, "summary": "", **stage} for stage in baseline["stages"]]
+    return PipelineReport.model_validate({
+        "tool_version": "0", "task": "t", "version": baseline["version"], "target": {"path": "."}, "started_at": "", "duration_s": 1.0,
+        "decision": "PASS", "score": 100, "environment": environment, "stages": stages,
+    })
 
 
 def clock(step_ms: list[float], data_ms: list[float] | None = None, losses: list[float] | None = None, loaders: list[Any] | None = None) -> dict[str, Any]:

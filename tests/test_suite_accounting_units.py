@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.schema import TestRecord
+from traingate.pipeline.schema import PipelineReport, TestRecord
+from traingate.stages.contract.pytest_events import PYTEST_EVENTS, ReportEvent, SelectionEvent
 from traingate.stages.execution.accounting import Selection, repo_test_files
 from traingate.stages.execution.accounting_checks import _gone, baseline_records
 from traingate.stages.execution.suite import parse_events, phase_rewrite
@@ -15,7 +16,7 @@ from traingate.stages.execution.suite import parse_events, phase_rewrite
 
 def _phase(outcome: str, raised: dict | None = None, called: bool | None = None, made: str | None = None, **extra: object) -> dict:
     observed = {"ran": True, "raised": raised, "called": called}
-    return {"nodeid": "t.py::test_a", "when": "call", "outcome": outcome, "observed": observed, "made_outcome": made or outcome, **extra}
+    return {"nodeid": "t.py::test_a", "when": "call", "outcome": outcome, "duration": 0.0, "observed": observed, "made_outcome": made or outcome, **extra}
 
 
 ASSERTION = {"type": "AssertionError", "message": "no", "kind": "other", "by_marker": False, "site": None}
@@ -32,33 +33,37 @@ ASSERTION = {"type": "AssertionError", "message": "no", "kind": "other", "by_mar
         (_phase("passed", None, called=False), True),  # the test function never ran
         (_phase("skipped", {**ASSERTION, "kind": "skip"}), False),
         (_phase("passed", {**ASSERTION, "kind": "skip"}), True),
-        ({"nodeid": "t.py::test_a", "when": "call", "outcome": "passed", "observed": None, "made_outcome": None}, True),  # a made-up report
+        ({"nodeid": "t.py::test_a", "when": "call", "outcome": "passed", "duration": 0.0, "observed": None, "made_outcome": None}, True),  # a made-up report
         (_phase("failed", ASSERTION, teststatus="passed"), True),
         (_phase("failed", ASSERTION, teststatus="failed"), False),
     ],
 )
 def test_phase_rewrite(phase: dict, rewritten: bool) -> None:
-    assert (phase_rewrite("call", phase) is not None) is rewritten
+    assert (phase_rewrite("call", ReportEvent.model_validate(phase)) is not None) is rewritten
 
 
 def test_a_rewritten_test_counts_failed_and_keeps_its_evidence() -> None:
     events = [
-        {"event": "start"},
-        {"event": "collected", "count": 1, "nodeids": ["t.py::test_a"]},
+        {"event": "start", "pytest": "8.3", "rootdir": "/t", "inifile": None, "args": [], "pid": 1, "xdist_workers": None},
+        {"event": "collected", "count": 1, "deselected": 0, "nodeids": ["t.py::test_a"]},
         {"event": "test_start", "nodeid": "t.py::test_a", "path": "t.py", "line": 3},
-        {"event": "report", "nodeid": "t.py::test_a", "when": "setup", "outcome": "passed", "observed": {"ran": True, "raised": None, "called": None}},
+        {"event": "report", **_phase("passed", None, when="setup")},
         {"event": "report", **_phase("passed", ASSERTION, made="failed")},
-        {"event": "report", "nodeid": "t.py::test_a", "when": "teardown", "outcome": "passed", "observed": {"ran": True, "raised": None, "called": None}},
-        {"event": "finish", "exitstatus": 0},
+        {"event": "report", **_phase("passed", None, when="teardown")},
+        {"event": "finish", "exitstatus": 0, "testscollected": 1, "testsfailed": 0, "stopped": None},
     ]
-    [test] = parse_events(events).tests
+    [test] = parse_events([PYTEST_EVENTS.validate_python(e) for e in events]).tests
     assert test.outcome == "failed" and "AssertionError" in test.message
-    assert test.rewrites[0]["made"] == "failed"
+    assert test.rewrites[0].made == "failed"
+
+
+def _selection(effective: dict, from_addopts: dict | None = None, from_args: dict | None = None) -> SelectionEvent:
+    return SelectionEvent(addopts=[], effective=effective, from_addopts=from_addopts or {}, from_args=from_args or {}, target_hooks=[])
 
 
 def test_options_are_named_as_a_reader_writes_them(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\nmarkers = []\naddopts = \"-x -k 'not slow'\"\n")
-    event = {"effective": {"keyword": "not slow", "maxfail": 1, "deselect": ["a.py::t", "b.py::u"]}, "from_addopts": {"keyword": "not slow", "maxfail": 1}, "from_args": {"deselect": ["a.py::t", "b.py::u"]}}
+    event = _selection({"keyword": "not slow", "maxfail": 1, "deselect": ["a.py::t", "b.py::u"]}, {"keyword": "not slow", "maxfail": 1}, {"deselect": ["a.py::t", "b.py::u"]})
     selection = Selection(event, tmp_path, "pyproject.toml")
     assert selection.describe("keyword") == "-k 'not slow'"
     assert selection.describe("maxfail") == "-x"
@@ -66,7 +71,7 @@ def test_options_are_named_as_a_reader_writes_them(tmp_path: Path) -> None:
     source, where = selection.source("keyword")
     assert "addopts" in source and where is not None and where.line == 3
     assert "`tests`" in selection.source("deselect")[0]
-    assert "conftest" in Selection({"effective": {"markexpr": "x"}}, tmp_path, None).source("markexpr")[0]
+    assert "conftest" in Selection(_selection({"markexpr": "x"}), tmp_path, None).source("markexpr")[0]
 
 
 def test_a_missing_test_is_deleted_or_left_out(tmp_path: Path) -> None:
@@ -86,10 +91,18 @@ def test_repo_test_files_skip_tool_folders(tmp_path: Path) -> None:
     assert repo_test_files(tmp_path) == ["pkg/b_test.py", "tests/test_a.py"]
 
 
+def _report(stages: list[dict]) -> PipelineReport:
+    return PipelineReport.model_validate({
+        "tool_version": "0", "task": "t", "version": "v1", "target": {"path": "."}, "started_at": "", "duration_s": 1.0, "decision": "PASS", "score": 100,
+        "environment": {"python": "3.11", "torch": None, "device": "cpu", "device_name": "cpu"},
+        "stages": [{"status": "passed", "score": 100, "duration_s": 1.0, "summary": "", **stage} for stage in stages],
+    })
+
+
 def test_a_baseline_without_records_is_not_compared() -> None:
     assert baseline_records(None)[0] is None
-    old = {"stages": [{"name": "execution", "tests": []}]}
-    records, why = baseline_records(old)
+    records, why = baseline_records(_report([{"name": "execution", "tests": []}]))
     assert records is None and "no per-test records" in why
-    good = {"stages": [{"name": "execution", "tests": [{"nodeid": "t.py::test_a", "outcome": "passed"}]}]}
+    assert baseline_records(_report([{"name": "performance"}]))[1] == "the baseline report has no execution stage"
+    good = _report([{"name": "execution", "tests": [{"nodeid": "t.py::test_a", "outcome": "passed"}]}])
     assert [r.nodeid for r in baseline_records(good)[0] or []] == ["t.py::test_a"]

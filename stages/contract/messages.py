@@ -8,7 +8,7 @@ channel (`traingate.stages.contract.channel`) inside an envelope that carries th
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -27,28 +27,35 @@ class Strict(BaseModel):
 # -- the stage agent (pipeline.orchestrator <-> stages.agent) ------------------------------
 
 
-class AgentRequest(Strict):
+# The gate's own models (TargetConfig, PipelineReport, StageOutcome) live in traingate.pipeline,
+# which this contract may not import: the envelope names them by type parameters, and both
+# ends use it parameterized (`AgentRequest[TargetConfig, PipelineReport]`, `AgentReply[StageOutcome]`).
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+BaselineT = TypeVar("BaselineT", bound=BaseModel)
+OutcomeT = TypeVar("OutcomeT", bound=BaseModel)
+
+
+class AgentRequest(Strict, Generic[ConfigT, BaselineT]):
     stage: str
     root: str
-    config: dict[str, Any]  # a TargetConfig, validated by the agent
+    config: ConfigT  # the target's configuration
     device: Literal["cpu", "cuda"]
     deadline: float  # time.time() by which the stage must have returned
     scratch: str
     margin_s: float
-    baseline: dict[str, Any] | None
+    baseline: BaselineT | None  # the --baseline report
     registry: str  # `module:function` building the stage registry
     channel: ChannelSpec
 
 
-class AgentReply(Strict):
-    """Exactly one of: the stage's outcome (a StageOutcome, validated by the gate), or the
-    traceback of the exception the stage raised."""
+class AgentReply(Strict, Generic[OutcomeT]):
+    """Exactly one of: the stage's outcome, or the traceback of the exception the stage raised."""
 
-    outcome: dict[str, Any] | None = None
+    outcome: OutcomeT | None = None
     error: str | None = None
 
     @model_validator(mode="after")
-    def _one_of(self) -> AgentReply:
+    def _one_of(self) -> AgentReply[OutcomeT]:
         if (self.outcome is None) == (self.error is None):
             raise ValueError("an agent reply holds exactly one of outcome and error")
         return self
@@ -242,9 +249,3 @@ class PytestRequest(Strict):
     coverage: CoverageSpec | None
     channel: ChannelSpec
 
-
-PYTEST_EVENT_KINDS = frozenset(
-    {"conftest_error", "start", "collect_error", "collected", "test_start", "report", "warning", "interrupt", "internal_error", "finish"}
-    # The test accounting of `traingate.stages.harness.pytest_accounting`.
-    | {"selection", "xdist_disabled", "ignored", "collect_skip", "deselected", "items"}
-)

@@ -10,9 +10,18 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any
-
 from traingate.pipeline.schema import Location, TakenOut, TestRecord
+from traingate.stages.contract.messages import TargetFrame
+from traingate.stages.contract.pytest_events import (
+    DeselectedEvent,
+    IgnoredEvent,
+    ItemRecord,
+    OptionValue,
+    RaisedException,
+    SelectionEvent,
+    SkipSite,
+    TargetHook,
+)
 from traingate.stages.execution.suite import SuiteResult, TestOutcome, skip_reason
 
 # Options by destination, as a reader writes them.
@@ -33,17 +42,18 @@ _NOT_SOURCE = {".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", "env", "n
 class Selection:
     """The selection options in effect, and where each came from."""
 
-    def __init__(self, event: dict[str, Any], root: Path, config_file: str | None) -> None:
-        self.effective: dict[str, Any] = event.get("effective") or {}
-        self._from_addopts: dict[str, Any] = event.get("from_addopts") or {}
-        self._from_args: dict[str, Any] = event.get("from_args") or {}
-        self.target_hooks: list[dict[str, Any]] = event.get("target_hooks") or []
+    def __init__(self, event: SelectionEvent | None, root: Path, config_file: str | None) -> None:
+        # No event: the plugin never reported the selection (pytest ended before its session).
+        self.effective: dict[str, OptionValue] = event.effective if event is not None else {}
+        self._from_addopts: dict[str, OptionValue] = event.from_addopts if event is not None else {}
+        self._from_args: dict[str, OptionValue] = event.from_args if event is not None else {}
+        self.target_hooks: list[TargetHook] = event.target_hooks if event is not None else []
         self._root = root
         self._config_file = config_file
 
     def describe(self, dest: str) -> str:
-        """`-k 'not slow'`, `--deselect a --deselect b`, `-p no:warnings`."""
-        value, flag = self.effective.get(dest), _FLAGS.get(dest, dest)
+        """`-k 'not slow'`, `--deselect a --deselect b`, `-p no:warnings`, for an option in effect."""
+        value, flag = self.effective[dest], _FLAGS.get(dest, dest)
         if dest == "maxfail":
             return "-x" if value == 1 else f"--maxfail={value}"
         if isinstance(value, bool):
@@ -62,22 +72,28 @@ class Selection:
         where = f" ({', '.join(hook_site(h) for h in setters)})" if setters else ""
         return f"neither `addopts` nor `tests`: a conftest or plugin set it{where}", hook_location(setters[0]) if setters else None
 
-    def hooks(self, *names: str) -> list[dict[str, Any]]:
-        return [h for h in self.target_hooks if h.get("hook") in names]
+    def hooks(self, *names: str) -> list[TargetHook]:
+        return [h for h in self.target_hooks if h.hook in names]
 
 
-def hook_site(hook: dict[str, Any]) -> str:
-    return f"{hook.get('hook')} at {hook.get('path')}:{hook.get('line')}" + (" (wrapper)" if hook.get("wrapper") else "")
+def hook_site(hook: TargetHook) -> str:
+    return f"{hook.hook} at {hook.path}:{hook.line}" + (" (wrapper)" if hook.wrapper else "")
 
 
-def hook_location(hook: dict[str, Any]) -> Location:
-    return Location(path=str(hook.get("path")), line=hook.get("line"), function=str(hook.get("hook")))
+def hook_location(hook: TargetHook) -> Location:
+    return Location(path=hook.path, line=hook.line, function=hook.hook)
 
 
-def site_location(site: dict[str, Any] | None) -> Location | None:
-    if not site or not site.get("path"):
+def site_location(site: TargetFrame | None) -> Location | None:
+    if site is None or not site.path:
         return None
-    return Location(path=str(site["path"]), line=site.get("line"), function=site.get("function"))
+    return Location(path=site.path, line=site.line, function=site.function)
+
+
+def _skip_location(skip: SkipSite | None) -> Location | None:
+    if skip is None or not skip.path:
+        return None
+    return Location(path=skip.path, line=skip.line)
 
 
 def test_records(result: SuiteResult, selection: Selection, root: Path) -> list[TestRecord]:
@@ -86,97 +102,95 @@ def test_records(result: SuiteResult, selection: Selection, root: Path) -> list[
     for item in result.deselected_items:
         records.append(
             TestRecord(
-                nodeid=str(item["nodeid"]), outcome="deselected", path=item.get("path"), line=item.get("line"),
-                source_hash=item.get("source_hash"), taken_out=_deselection(item, selection),
+                nodeid=item.nodeid, outcome="deselected", path=item.path, line=item.line,
+                source_hash=item.source_hash, taken_out=_deselection(item, selection),
             )
         )
     reported = {t.nodeid for t in result.tests}
     for nodeid in result.collected_ids or []:
         if nodeid not in reported:
-            item = result.items.get(nodeid, {})
+            known = result.item(nodeid)
             records.append(
                 TestRecord(
-                    nodeid=nodeid, outcome="not-run", path=item.get("path"), line=item.get("line"), source_hash=item.get("source_hash"),
-                    taken_out=_not_run(result, selection),
+                    nodeid=nodeid, outcome="not-run", path=known.path if known else None, line=known.line if known else None,
+                    source_hash=known.source_hash if known else None, taken_out=_not_run(result, selection),
                 )
             )
     for skip in result.collect_skips:
-        path = str(skip.get("nodeid") or "").split("::", 1)[0]
+        path = skip.nodeid.split("::", 1)[0]
         records.append(
             TestRecord(
-                nodeid=str(skip.get("nodeid")), outcome="not-collected", path=path,
-                taken_out=TakenOut(how="module-skipped", by="skipped while its module was collected", reason=skip_reason(skip), where=Location(path=str(skip.get("path") or path), line=skip.get("line"))),
+                nodeid=skip.nodeid, outcome="not-collected", path=path,
+                taken_out=TakenOut(how="module-skipped", by="skipped while its module was collected", reason=skip_reason(skip.reason), where=Location(path=skip.path or path, line=skip.line)),
             )
         )
     for ignored in result.ignored:
-        for path in _test_files(root, str(ignored["path"]), bool(ignored.get("is_dir"))):
+        for path in _test_files(root, ignored.path, ignored.is_dir):
             records.append(TestRecord(nodeid=path, outcome="not-collected", path=path, taken_out=_ignore(ignored, selection)))
     return records
 
 
 def _ran_record(test: TestOutcome, result: SuiteResult, selection: Selection) -> TestRecord:
-    item = result.items.get(test.nodeid, {})
-    rewritten = "; ".join(f"{r['did']}, but its {r['when']} report says {r['reported']}" for r in test.rewrites) or None
+    item = result.item(test.nodeid)
+    rewritten = "; ".join(f"{r.did}, but its {r.when} report says {r.reported}" for r in test.rewrites) or None
     return TestRecord(
-        nodeid=test.nodeid, outcome=test.outcome, path=test.path or item.get("path"), line=test.line or item.get("line"),
-        source_hash=item.get("source_hash"), duration_s=round(test.duration_s, 3), message=test.message,
+        nodeid=test.nodeid, outcome=test.outcome, path=test.path or (item.path if item else None), line=test.line or (item.line if item else None),
+        source_hash=item.source_hash if item else None, duration_s=round(test.duration_s, 3), message=test.message,
         taken_out=taken_out(test, item, selection), rewritten=rewritten,
     )
 
 
-def taken_out(test: TestOutcome, item: dict[str, Any], selection: Selection) -> TakenOut | None:
+def taken_out(test: TestOutcome, item: ItemRecord | None, selection: Selection) -> TakenOut | None:
     """How a skipped or xfailed test came to be so: its marker (declared in the source or added
     by a hook), or a `pytest.skip()`/`pytest.xfail()` call, and where."""
     if test.outcome not in ("skipped", "xfailed"):
         return None
     kind = "skip" if test.outcome == "skipped" else "xfail"
     raised = _raised(test)
-    if raised is not None and not raised.get("by_marker") and raised.get("kind") == kind:
-        site = raised.get("site")
-        return TakenOut(how=f"{kind}-call", by=_call_words(kind, site, test), reason=test.message, where=site_location(site))
+    if raised is not None and not raised.by_marker and raised.kind == kind:
+        return TakenOut(how=f"{kind}-call", by=_call_words(kind, raised.site, test), reason=test.message, where=site_location(raised.site))
     names = ("skip", "skipif") if kind == "skip" else ("xfail",)
-    mark = next((m for m in item.get("marks", []) if m.get("name") in names), None)
+    mark = next((m for m in (item.marks if item else []) if m.name in names), None)
     if mark is None:
-        return TakenOut(how=f"{kind}-call", by=f"pytest.{kind}() or a hook", reason=test.message, where=site_location((test.skip or {}) if kind == "skip" else None))
+        return TakenOut(how=f"{kind}-call", by=f"pytest.{kind}() or a hook", reason=test.message, where=_skip_location(test.skip) if kind == "skip" else None)
     own = Location(path=test.path, line=test.line, function=_function(test.nodeid)) if test.path else None
-    if mark.get("declared"):
-        return TakenOut(how=f"{kind}-marker", by=f"@pytest.mark.{mark['name']}", reason=test.message, where=own, strict=mark.get("strict"))
-    site = mark.get("site")
+    if mark.declared:
+        return TakenOut(how=f"{kind}-marker", by=f"@pytest.mark.{mark.name}", reason=test.message, where=own, strict=mark.strict)
+    site = mark.site
     hooks = selection.hooks("pytest_collection_modifyitems", "pytest_itemcollected", "pytest_runtest_setup")
-    by = f"a hook added the {mark['name']} mark" + (f" ({site.get('function')} at {site.get('path')}:{site.get('line')})" if site else (f" ({', '.join(hook_site(h) for h in hooks)})" if hooks else ""))
+    by = f"a hook added the {mark.name} mark" + (f" ({site.function} at {site.path}:{site.line})" if site else (f" ({', '.join(hook_site(h) for h in hooks)})" if hooks else ""))
     where = site_location(site) or (hook_location(hooks[0]) if hooks else own)
-    return TakenOut(how=f"{kind}-marker-added", by=by, reason=test.message, where=where, strict=mark.get("strict"))
+    return TakenOut(how=f"{kind}-marker-added", by=by, reason=test.message, where=where, strict=mark.strict)
 
 
-def _raised(test: TestOutcome) -> dict[str, Any] | None:
+def _raised(test: TestOutcome) -> RaisedException | None:
     for when in ("call", "setup"):
-        observed = (test.phases.get(when) or {}).get("observed") or {}
-        raised = observed.get("raised") or observed.get("fixture_raised")
+        phase = test.phase(when)
+        observed = phase.observed if phase is not None else None
+        raised = (observed.raised or observed.fixture_raised) if observed is not None else None
         if raised is not None:
-            return dict(raised)
+            return raised
     return None
 
 
-def _call_words(kind: str, site: dict[str, Any] | None, test: TestOutcome) -> str:
-    if not site:
+def _call_words(kind: str, site: TargetFrame | None, test: TestOutcome) -> str:
+    if site is None:
         return f"pytest.{kind}() outside the target's code"
-    if site.get("function") == _function(test.nodeid) and site.get("path") == test.path:
+    if site.function == _function(test.nodeid) and site.path == test.path:
         return f"pytest.{kind}() in the test"
-    return f"pytest.{kind}() in {site.get('function')} ({site.get('path')}:{site.get('line')}), outside the test"
+    return f"pytest.{kind}() in {site.function} ({site.path}:{site.line}), outside the test"
 
 
-def _deselection(item: dict[str, Any], selection: Selection) -> TakenOut:
-    option = item.get("option")
-    dest = _DESELECTED_BY.get(str(option)) if option else None
+def _deselection(item: DeselectedEvent, selection: Selection) -> TakenOut:
+    dest = _DESELECTED_BY.get(item.option) if item.option else None
     if dest is not None and dest in selection.effective:
         source, where = selection.source(dest)
         return TakenOut(how="deselected", by=f"{selection.describe(dest)} ({source})", where=where)
-    site = item.get("site")
-    if site is None and "silently" in str(item.get("by")):
+    if item.site is None and "silently" in item.by:
         hooks = selection.hooks("pytest_collection_modifyitems")
-        by = str(item.get("by")) + (f" ({', '.join(hook_site(h) for h in hooks)})" if hooks else "")
+        by = item.by + (f" ({', '.join(hook_site(h) for h in hooks)})" if hooks else "")
         return TakenOut(how="deselected", by=by, where=hook_location(hooks[0]) if hooks else None)
-    return TakenOut(how="deselected", by=str(item.get("by")), where=site_location(site))
+    return TakenOut(how="deselected", by=item.by, where=site_location(item.site))
 
 
 def _not_run(result: SuiteResult, selection: Selection) -> TakenOut:
@@ -189,8 +203,8 @@ def _not_run(result: SuiteResult, selection: Selection) -> TakenOut:
     return TakenOut(how="not-run", by=f"the run stopped before it ({result.stopped})" if result.stopped else "the run ended before it")
 
 
-def _ignore(ignored: dict[str, Any], selection: Selection) -> TakenOut:
-    by = str(ignored.get("by"))
+def _ignore(ignored: IgnoredEvent, selection: Selection) -> TakenOut:
+    by = ignored.by
     dest = _IGNORED_BY.get(by)
     if dest is not None and dest in selection.effective:
         source, where = selection.source(dest)

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
-
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, TestRecord
+from traingate.pipeline.execution_details import BaselineTests
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting import Selection, hook_location, hook_site, repo_test_files
-from traingate.stages.execution.suite import SuiteResult, SuiteRun
+from traingate.stages.execution.suite import PhaseRewrite, SuiteResult, SuiteRun
 
 MAX_NAMED = 20
 # Options after which pytest runs no test at all: the gate cannot observe the suite.
@@ -44,26 +41,26 @@ def rewritten_outcomes(ctx: StageContext, result: SuiteResult, selection: Select
                     f"the outcome of {test.nodeid} was rewritten",
                     reason="outcome-rewritten",
                     key=test.nodeid,
-                    title=f"{test.nodeid}: {rewrite['did']}, but its {rewrite['when']} report says {rewrite['reported']}",
+                    title=f"{test.nodeid}: {rewrite.did}, but its {rewrite.when} report says {rewrite.reported}",
                     location=location,
                     problem=(
-                        f"The gate watched {test.nodeid}'s {rewrite['when']} phase from outside every hook: {rewrite['did']}. "
-                        f"The report pytest logged says {rewrite['reported']}"
-                        + (f" (pytest's own report said {rewrite['made']})" if rewrite.get("made") and rewrite["made"] != rewrite["reported"].split(" ")[0] else "")
+                        f"The gate watched {test.nodeid}'s {rewrite.when} phase from outside every hook: {rewrite.did}. "
+                        f"The report pytest logged says {rewrite.reported}"
+                        + (f" (pytest's own report said {rewrite.made})" if rewrite.made and rewrite.made != rewrite.reported.split(" ")[0] else "")
                         + f". Rewritten by: {who}. The test is counted as failed."
                     ),
                     impact="A hook that turns failures into passes makes every green run of this suite worthless; no result of this run can be trusted.",
                     fix=f"Remove the code that rewrites test reports ({who}) and fix the test it hid.",
-                    evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{rewrite['did']}; logged: {rewrite['reported']}", data={"nodeid": test.nodeid, **rewrite, "phases": test.rewrites, "hooks": hooks}),
+                    evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{rewrite.did}; logged: {rewrite.reported}", data={"nodeid": test.nodeid, **rewrite.model_dump(mode="json"), "phases": [r.model_dump(mode="json") for r in test.rewrites], "hooks": [h.model_dump() for h in hooks]}),
                 )
             )
     return found
 
 
-def _rewriting_hooks(rewrite: dict[str, Any]) -> tuple[str, ...]:
-    if "teststatus" in rewrite["reported"]:
+def _rewriting_hooks(rewrite: PhaseRewrite) -> tuple[str, ...]:
+    if "teststatus" in rewrite.reported:
         return ("pytest_report_teststatus",)
-    if rewrite.get("made") and rewrite["made"] != rewrite["reported"].split(" ")[0]:
+    if rewrite.made and rewrite.made != rewrite.reported.split(" ")[0]:
         return ("pytest_runtest_makereport", "pytest_runtest_logreport")
     return ("pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_runtest_call", "pytest_pyfunc_call", "pytest_runtest_protocol", "pytest_runtest_setup", "pytest_runtest_teardown", "pytest_fixture_setup")
 
@@ -191,7 +188,7 @@ def _hidden(how: str, by: str) -> bool:
 
 def left_out_files(ctx: StageContext, result: SuiteResult, records: list[TestRecord]) -> list[Finding]:
     """`test-selection` (low): test files in the repository the configured suite never reached."""
-    reached = {r.path for r in records if r.path} | {str(e.get("path") or "") for e in result.collection_errors}
+    reached = {r.path for r in records if r.path} | {e.path for e in result.collection_errors}
     left = [f for f in repo_test_files(ctx.root) if f not in reached and _defines_tests(ctx.root / f)]
     return [
         ctx.finding(
@@ -217,23 +214,19 @@ def _defines_tests(path: Path) -> bool:
     return "def test" in text
 
 
-def baseline_records(baseline: dict[str, Any] | None) -> tuple[list[TestRecord] | None, str]:
-    """The baseline's execution records, or None and why they cannot be compared."""
+def baseline_records(baseline: PipelineReport | None) -> tuple[list[TestRecord] | None, str]:
+    """The baseline's execution records (validated with the report), or None and why they cannot be compared."""
     if baseline is None:
         return None, "no --baseline given"
-    stage = next((s for s in baseline.get("stages", []) if s.get("name") == "execution"), None)
+    stage = next((s for s in baseline.stages if s.name == "execution"), None)
     if stage is None:
         return None, "the baseline report has no execution stage"
-    raw = stage.get("tests") or []
-    if not raw:
+    if not stage.tests:
         return None, "the baseline report holds no per-test records (written before they existed, or its suite did not run)"
-    try:
-        return [TestRecord.model_validate(r) for r in raw], ""
-    except ValidationError as exc:
-        return None, f"the baseline's per-test records cannot be read: {str(exc).splitlines()[0]}"
+    return list(stage.tests), ""
 
 
-def disabled_against_baseline(ctx: StageContext, records: list[TestRecord], base: list[TestRecord], version: str) -> tuple[list[Finding], dict[str, Any]]:
+def disabled_against_baseline(ctx: StageContext, records: list[TestRecord], base: list[TestRecord], version: str) -> tuple[list[Finding], BaselineTests]:
     """`test-disabled` (high): a test that passed in the baseline and here is skipped, xfailed,
     deselected, not collected, or gone. A test whose node id changed is followed by the hash of
     its function's source."""
@@ -242,7 +235,10 @@ def disabled_against_baseline(ctx: StageContext, records: list[TestRecord], base
     by_hash = {r.source_hash: r for r in records if r.source_hash and r.nodeid not in base_ids}
     by_path = {r.path: r for r in records if r.outcome == "not-collected" and r.path}
     reached = frozenset(r.path for r in records if r.path and r.outcome != "not-collected")
-    found, moved, newly_passing = [], [], []
+    found: list[Finding] = []
+    moved: list[dict[str, str]] = []
+    newly_passing: list[dict[str, str]] = []
+    disabled: list[str] = []
     for old in base:
         current = now.get(old.nodeid)
         if current is None and old.source_hash in by_hash:
@@ -257,8 +253,8 @@ def disabled_against_baseline(ctx: StageContext, records: list[TestRecord], base
         if current is not None and current.outcome not in TAKEN_OUT:
             continue
         found.append(_disabled(ctx, old, current, version, reached))
-    comparison = {"version": version, "compared": len(base), "moved": moved, "newly_passing": newly_passing, "disabled": [f.evidence.data.get("nodeid") for f in found]}
-    return found, comparison
+        disabled.append(old.nodeid)
+    return found, BaselineTests(version=version, compared=len(base), moved=moved, newly_passing=newly_passing, disabled=disabled)
 
 
 def _disabled(ctx: StageContext, old: TestRecord, current: TestRecord | None, version: str, reached: frozenset[str]) -> Finding:

@@ -8,14 +8,14 @@ record of a test having run, the stage fails closed with `no-tests`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 from traingate.pipeline.isolation import crash_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext, hang_finding, innermost_target_frame, location_of
+from traingate.stages.base import StageContext, hang_finding, innermost_target_frame
+from traingate.stages.contract.pytest_events import CollectErrorEvent, EnvironmentCause, InternalErrorEvent, MissingPackage
 from traingate.stages.contract.text import clip_line, clip_text, first_line
 from traingate.stages.environment import environment_finding, missing_module
-from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, TestOutcome, group_skips, inconsistencies
+from traingate.stages.execution.accounting import site_location
+from traingate.stages.execution.suite import SuiteResult, SuiteRun, TestOutcome, exit_meaning, group_skips, inconsistencies
 
 _TAIL = 6000
 
@@ -67,21 +67,21 @@ def conftest_errors(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> li
     err = result.conftest_error
     if err is None:
         return []
-    conftest = _relative(err.get("conftest", ""), ctx.root)
-    location = location_of(err.get("target_frame")) or (Location(path=conftest, line=None) if conftest else None)
-    if (missing := missing_module(ctx.root, err)) is not None:  # a package not installed here
-        return [environment_finding(ctx, err, missing, f"Importing {conftest or 'a conftest'}", location, run="conftest")]
+    conftest = _relative(err.conftest, ctx.root)
+    location = site_location(err.target_frame) or (Location(path=conftest, line=None) if conftest else None)
+    if (missing := missing_module(ctx.root, err.model_dump())) is not None:  # a package not installed here
+        return [environment_finding(ctx, err.model_dump(), missing, f"Importing {conftest or 'a conftest'}", location, run="conftest")]
     return [
         ctx.finding(
             category=Category.COLLECTION_ERROR,
             severity=Severity.CRITICAL,
-            title=f"conftest {conftest or ''} cannot be imported: {err.get('type')}".replace("  ", " "),
+            title=f"conftest {conftest or ''} cannot be imported: {err.type}".replace("  ", " "),
             location=location,
-            problem=f"Importing {conftest or 'a conftest'} raised {err.get('type')}: {_first_line(err.get('message'))}; pytest stopped before collecting any test (exit status {run.child.returncode}).",
+            problem=f"Importing {conftest or 'a conftest'} raised {err.type}: {_first_line(err.message)}; pytest stopped before collecting any test (exit status {run.child.returncode}).",
             impact="No test of the suite ran, so nothing about this version was verified by its tests.",
             fix="Make the conftest importable in a clean environment (missing dependency, wrong import path, code that needs a GPU or network at import).",
-            evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{err.get('type')} while loading {conftest}", traceback=err.get("traceback") or _tail(run.child.stderr), data={"exit_status": run.child.returncode}),
-            key=f"conftest {conftest} {err.get('type')}",
+            evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{err.type} while loading {conftest}", traceback=err.traceback or _tail(run.child.stderr), data={"exit_status": run.child.returncode}),
+            key=f"conftest {conftest} {err.type}",
         )
     ]
 
@@ -96,8 +96,8 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
     not_run = f" pytest stops before running any test when collection fails: none of the {result.collected or 0} collected test(s) ran." if result.ran == 0 else ""
     environmental = result.environment_collection_errors()
     for err in result.collection_errors:
-        module = err.get("path") or err.get("nodeid") or "?"
-        location = location_of(err.get("target_frame")) or Location(path=module, line=None)
+        module = err.path or err.nodeid or "?"
+        location = site_location(err.target_frame) or Location(path=module, line=None)
         if any(err is env_err for env_err in environmental):
             # A test module that itself imports a package this environment lacks (`from
             # transformers import ...` at its top) is a limit of the runner, like a test that
@@ -105,11 +105,11 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
             # the test module, cannot load: an `environment` finding, blocking, below.
             findings.append(_environment_module(ctx, err, module, location, not_run))
             continue
-        if (missing := missing_module(ctx.root, err)) is not None:  # the target's code imports a package not installed here
-            findings.append(environment_finding(ctx, err, missing, f"Collecting {module}", location, run="collection"))
+        if (missing := missing_module(ctx.root, err.model_dump())) is not None:  # the target's code imports a package not installed here
+            findings.append(environment_finding(ctx, err.model_dump(), missing, f"Collecting {module}", location, run="collection"))
             continue
-        what = err.get("type") or "an error"
-        message = _first_line(err.get("message")) or _first_line(err.get("longrepr"))
+        what = err.type or "an error"
+        message = _first_line(err.message) or _first_line(err.longrepr)
         findings.append(
             ctx.finding(
                 category=Category.COLLECTION_ERROR,
@@ -118,7 +118,7 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
                 location=location,
                 problem=f"Collecting {module} raised {what}: {message}.{not_run}",
                 fix=f"Fix the error at {location.path}{':' + str(location.line) if location.line else ''} so the module imports in a clean environment.",
-                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{what} while collecting {module}", traceback=err.get("traceback") or err.get("longrepr"), data={"nodeid": err.get("nodeid")}),
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{what} while collecting {module}", traceback=err.traceback or err.longrepr, data={"nodeid": err.nodeid}),
                 key=f"{module} {what}",
             )
         )
@@ -161,19 +161,20 @@ def environment_failure(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> 
     """`test-environment`: a test that failed because this environment lacks the network or a
     package. Low severity unless the policy's `test_environment_blocks` says it blocks; the
     stage's summary counts these tests as not run here."""
-    env = test.environment or {}
+    env = test.environment
+    assert env is not None  # only tests that failed for want of the environment come here
     location, evidence = _failure_site(ctx, run, test)
-    evidence = evidence.model_copy(update={"data": {**evidence.data, "environment": env}})
+    evidence = evidence.model_copy(update={"data": {**evidence.data, "environment": env.model_dump()}})
     need, key = _environment_need(env)
-    if key == "network":
+    if not isinstance(env, MissingPackage):
         fix = (
             "Mark the test (for example `@pytest.mark.network`, registered in the pytest configuration) and deselect it in "
             "`tests` (`tests = [\"tests\", \"-m\", \"not network\"]`), or give it a local stand-in for the remote resource."
         )
     else:
         fix = (
-            f"Install {env.get('package')!r} in the CI environment if the test must run there; otherwise skip it when the package is missing "
-            f"(`pytest.importorskip({env.get('package')!r})`) or deselect it in `tests`."
+            f"Install {env.package!r} in the CI environment if the test must run there; otherwise skip it when the package is missing "
+            f"(`pytest.importorskip({env.package!r})`) or deselect it in `tests`."
         )
     blocks = ctx.config.policy.test_environment_blocks
     return ctx.finding(
@@ -189,53 +190,54 @@ def environment_failure(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> 
     )
 
 
-def _environment_module(ctx: StageContext, err: dict[str, Any], module: str, location: Location, not_run: str) -> Finding:
+def _environment_module(ctx: StageContext, err: CollectErrorEvent, module: str, location: Location, not_run: str) -> Finding:
     """`test-environment` for a test module that could not be imported here. pytest then runs
     no test at all, so `no-tests` still blocks when nothing else ran: an incomplete suite
     verified nothing."""
-    env = err["environment"]
+    env = err.environment
+    assert env is not None  # only modules that failed for want of the environment come here
     need, key = _environment_need(env)
     leave_out = f"or leave the module out (`tests = [\"tests\", \"--ignore={module}\"]`)"
-    if key == "network":
+    if not isinstance(env, MissingPackage):
         fix = f"Move the network access out of import time (into a test marked and deselected with `-m \"not network\"`), {leave_out}."
     else:
-        package = env.get("package")
+        package = env.package
         fix = (
             f"Install {package!r} in the CI environment if these tests must run there; otherwise make the module skip without it "
             f"(`{package} = pytest.importorskip({package!r})` in place of the import) {leave_out}."
         )
     blocks = ctx.config.policy.test_environment_blocks
-    message = _first_line(err.get("message")) or _first_line(err.get("longrepr"))
+    message = _first_line(err.message) or _first_line(err.longrepr)
     return ctx.finding(
         category=Category.TEST_ENVIRONMENT,
         severity=Severity.HIGH if blocks else Severity.LOW,
         title=f"{module} could not be imported here: it needs {_needed(env, key)}",
         location=location,
         problem=(
-            f"Collecting {module} raised {err.get('type') or 'an error'} ({message}): it needs {need}. "
+            f"Collecting {module} raised {err.type or 'an error'} ({message}): it needs {need}. "
             f"This is a limit of the environment the gate ran in, not a defect it found in the code.{not_run}"
         ),
         impact="What the tests of this module check was not verified in this run; the suite was incomplete." + (" The policy (`test_environment_blocks = true`) blocks on it." if blocks else ""),
         fix=fix,
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{err.get('type')} while collecting {module}",
-            traceback=err.get("traceback") or err.get("longrepr"),
-            data={"nodeid": err.get("nodeid"), "environment": env},
+            summary=f"{err.type} while collecting {module}",
+            traceback=err.traceback or err.longrepr,
+            data={"nodeid": err.nodeid, "environment": env.model_dump()},
         ),
         key=f"{module} {key}",
     )
 
 
-def _environment_need(env: dict[str, Any]) -> tuple[str, str]:
+def _environment_need(env: EnvironmentCause) -> tuple[str, str]:
     """What the environment lacked, in words, and the finding key's part for it."""
-    if env.get("kind") == "missing-package":
-        return f"the package {env.get('package')!r} (import of {env.get('module')!r}), which is not installed here", f"missing-package {env.get('package')}"
-    return f"the network ({env.get('type', 'a network error')})", "network"
+    if isinstance(env, MissingPackage):
+        return f"the package {env.package!r} (import of {env.module!r}), which is not installed here", f"missing-package {env.package}"
+    return f"the network ({env.type})", "network"
 
 
-def _needed(env: dict[str, Any], key: str) -> str:
-    return "the network" if key == "network" else repr(env.get("package"))
+def _needed(env: EnvironmentCause, key: str) -> str:
+    return repr(env.package) if isinstance(env, MissingPackage) else "the network"
 
 
 def _failure_site(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> tuple[Location | None, Evidence]:
@@ -250,13 +252,13 @@ def _failure_site(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> tuple[
             traceback=(run.child.stacks[-_TAIL:] if frames else _tail(run.child.stdout + run.child.stderr)) or None,
             data={"exit_status": run.child.returncode, "signal": run.child.signal_name},
         )
-    failure = test.failure or {}
-    location = location_of(failure.get("target_frame")) or own
+    frame = test.failure.target_frame if test.failure is not None else None
+    location = site_location(frame) or own
     return location, Evidence(
         kind=EvidenceKind.OBSERVED,
         summary=clip_line(f"{test.outcome}: {first_line(test.message, 300)}", 300),
-        traceback=test.longrepr or failure.get("traceback") or None,
-        data={"nodeid": test.nodeid, "outcome": test.outcome, "duration_s": test.duration_s, "code": (failure.get("target_frame") or {}).get("code")},
+        traceback=test.longrepr or (test.failure.traceback if test.failure is not None else None) or None,
+        data={"nodeid": test.nodeid, "outcome": test.outcome, "duration_s": test.duration_s, "code": frame.code if frame is not None else None},
     )
 
 
@@ -274,7 +276,7 @@ def abnormal_ends(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list
     if stopped_in_test:
         return []
     if result.interrupt is not None and result.ran > 0:
-        return [_ended_early(ctx, run, result, location_of(result.interrupt.get("target_frame")), f"pytest was stopped ({result.interrupt.get('type')}: {_first_line(result.interrupt.get('message'))})")]
+        return [_ended_early(ctx, run, result, site_location(result.interrupt.target_frame), f"pytest was stopped ({result.interrupt.type}: {_first_line(result.interrupt.message)})")]
     if not result.finished and result.ran > 0:
         frames = crash_frames(run.child.stacks)
         what = run.child.signal_name or f"exit status {code}"
@@ -284,16 +286,16 @@ def abnormal_ends(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list
     return []
 
 
-def _internal_error(ctx: StageContext, run: SuiteRun, err: dict[str, Any]) -> Finding:
-    location = location_of(err.get("target_frame"))
-    title = f"pytest stopped with an internal error: {err.get('type')}"
-    problem = f"pytest reported an internal error (exit status {run.child.returncode}): {err.get('type')}: {_first_line(err.get('message'))}."
+def _internal_error(ctx: StageContext, run: SuiteRun, err: InternalErrorEvent) -> Finding:
+    location = site_location(err.target_frame)
+    title = f"pytest stopped with an internal error: {err.type}"
+    problem = f"pytest reported an internal error (exit status {run.child.returncode}): {err.type}: {_first_line(err.message)}."
     impact = "The suite did not run to its end; its results cannot be trusted."
-    evidence = Evidence(kind=EvidenceKind.OBSERVED, summary=f"exit status {run.child.returncode} ({EXIT_MEANING.get(run.child.returncode or 0, '?')})", traceback=err.get("traceback") or _tail(run.child.stderr), data={"exit_status": run.child.returncode, "command": run.command})
+    evidence = Evidence(kind=EvidenceKind.OBSERVED, summary=f"exit status {run.child.returncode} ({exit_meaning(run.child.returncode or 0, '?')})", traceback=err.traceback or _tail(run.child.stderr), data={"exit_status": run.child.returncode, "command": run.command})
     if location is None:
         # pytest (or traingate's plugin) broke: the stage cannot vouch for anything.
         fix = "Run the same command by hand; if pytest itself breaks, report it with this report.json."
-        return ctx.stage_error(title, reason="pytest-internal-error", key=str(err.get("type")), title=title, problem=problem, impact=impact, fix=fix, evidence=evidence)
+        return ctx.stage_error(title, reason="pytest-internal-error", key=err.type, title=title, problem=problem, impact=impact, fix=fix, evidence=evidence)
     # Raised from the target's own hooks: its suite cannot be collected or run.
     return ctx.finding(
         category=Category.COLLECTION_ERROR,
@@ -304,7 +306,7 @@ def _internal_error(ctx: StageContext, run: SuiteRun, err: dict[str, Any]) -> Fi
         impact=impact,
         fix="Read the traceback: an exception raised in a conftest hook or a plugin stops pytest this way.",
         evidence=evidence,
-        key=f"internal error {err.get('type')}",
+        key=f"internal error {err.type}",
     )
 
 
@@ -344,7 +346,7 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
     if run.child.timed_out or result.ran - environment > 0:
         return []
     code = run.child.returncode
-    modules = [str(e.get("path") or e.get("nodeid")) for e in result.environment_collection_errors()]
+    modules = [e.path or e.nodeid for e in result.environment_collection_errors()]
     if modules and result.ran == 0:
         why = (
             f"{len(modules)} test module(s) could not be imported here ({', '.join(modules[:5])}: a package that is not installed, or the network), "
@@ -359,14 +361,14 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
     elif not result.finished:
         why = f"the pytest process ended ({run.child.signal_name or f'exit status {code}'}) before it reported any test"
     elif result.interrupt is not None:
-        why = f"pytest was stopped before any test ran ({result.interrupt.get('type')}: {_first_line(result.interrupt.get('message'))}; exit status {code})"
+        why = f"pytest was stopped before any test ran ({result.interrupt.type}: {_first_line(result.interrupt.message)}; exit status {code})"
     elif result.collected == 0 and result.deselected:
         why = f"all {result.deselected} collected tests were deselected"
     elif result.collected == 0 or not result.tests:
-        why = f"pytest collected no tests (exit status {code}: {EXIT_MEANING.get(code or 0, 'unknown')})"
+        why = f"pytest collected no tests (exit status {code}: {exit_meaning(code or 0, 'unknown')})"
     else:
         why = f"all {result.count('skipped')} tests were skipped"
-    location = location_of((result.interrupt or {}).get("target_frame"))
+    location = site_location(result.interrupt.target_frame if result.interrupt is not None else None)
     return [
         ctx.finding(
             category=Category.NO_TESTS,
@@ -422,11 +424,11 @@ def skipped_tests(ctx: StageContext, result: SuiteResult, hidden: frozenset[str]
             ctx.finding(
                 category=Category.SKIPPED_TESTS,
                 severity=Severity.LOW,
-                title=f"{group['count']} test(s) skipped: {group['reason']}",
-                location=Location(path=group["path"], line=group["line"]) if group.get("path") else None,
-                problem=f"{group['count']} test(s) were skipped with the reason \"{group['reason']}\"; what they check was not verified in this run.",
-                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{group['count']} skipped: {group['reason']}", data={"tests": group["tests"][:100]}),
-                key=f"skipped {group['reason']}",
+                title=f"{group.count} test(s) skipped: {group.reason}",
+                location=Location(path=group.path, line=group.line) if group.path else None,
+                problem=f"{group.count} test(s) were skipped with the reason \"{group.reason}\"; what they check was not verified in this run.",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{group.count} skipped: {group.reason}", data={"tests": group.tests[:100]}),
+                key=f"skipped {group.reason}",
             )
         )
     return findings
@@ -451,13 +453,13 @@ def _usage_message(run: SuiteRun) -> str:
 def _full_message(test: TestOutcome) -> str:
     """The failure's message in whole lines (a multi-line assertion diff stays readable), cut
     at a line boundary with the number of lines left out; the traceback holds all of it."""
-    failure = test.failure or {}
-    if not failure.get("message"):
+    failure = test.failure
+    if failure is None or not failure.message:
         return f"{test.message or 'no message'}."
-    return f"{failure.get('type')}: " + clip_text(str(failure["message"]), 800, max_lines=12)
+    return f"{failure.type}: " + clip_text(failure.message, 800, max_lines=12)
 
 
-def _first_line(text: Any) -> str:
+def _first_line(text: str | None) -> str:
     return first_line(str(text or ""), 300)
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from traingate.pipeline.config import EntrypointConfig
+from traingate.pipeline.execution_details import EntrypointCoverage, NoEntrypoint
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 
@@ -189,20 +189,20 @@ def executed_lines(data_file: Path, file: Path) -> set[int] | None:
     return set(lines or [])
 
 
-def coverage_details(source: EntrypointSource | None, executed: set[int] | None, note: str = "") -> dict[str, Any]:
+def coverage_details(source: EntrypointSource | None, executed: set[int] | None, note: str = "") -> EntrypointCoverage | NoEntrypoint:
     if source is None:
-        return {"measured": False, "note": note or "no entrypoint configured"}
+        return NoEntrypoint(measured=False, note=note or "no entrypoint configured")
     hit = sorted(source.span & executed) if executed is not None else []
-    return {
-        "measured": executed is not None,
-        "path": source.rel,
-        "function": source.function,
-        "def_line": source.def_line,
-        "body_statements": len(source.statements),
-        "executed_statements": len(source.statements & executed) if executed is not None else None,
-        "executed_lines": hit[:200],
-        "note": note,
-    }
+    return EntrypointCoverage(
+        measured=executed is not None,
+        path=source.rel,
+        function=source.function,
+        def_line=source.def_line,
+        body_statements=len(source.statements),
+        executed_statements=len(source.statements & executed) if executed is not None else None,
+        executed_lines=hit[:200],
+        note=note,
+    )
 
 
 def untested_finding(ctx: StageContext, source: EntrypointSource, executed: set[int], command: str) -> Finding | None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import linecache
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
+from traingate.pipeline.execution_details import WarningRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.messages import WarningRecord
+from traingate.stages.contract.pytest_events import WarningEvent
 
 _DEPRECATION = ("DeprecationWarning", "PendingDeprecationWarning")
 
@@ -39,41 +40,42 @@ class WarningSite:
         deprecation = self.category in _DEPRECATION or "deprecat" in self.message.lower()
         return deprecation and (self.via_torch or "torch" in self.message or "/torch/" in self.issued_at)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "category": self.category,
-            "message": self.message[:500],
-            "location": f"{self.path}:{self.line}" if self.path else self.issued_at,
-            "code": self.code,
-            "sources": sorted(self.sources),
-            "count": self.count,
-            "deprecated_torch_api": self.deprecated_torch_api,
-        }
+    def row(self) -> WarningRow:
+        return WarningRow(
+            category=self.category,
+            message=self.message[:500],
+            location=f"{self.path}:{self.line}" if self.path else self.issued_at,
+            code=self.code,
+            sources=sorted(self.sources),
+            count=self.count,
+            deprecated_torch_api=self.deprecated_torch_api,
+        )
 
 
-def gather(root: Path, test_warnings: list[dict[str, Any]], smoke_warnings: list[dict[str, Any]]) -> list[WarningSite]:
+def gather(root: Path, test_warnings: list[WarningEvent], smoke_warnings: list[WarningRecord]) -> list[WarningSite]:
     """Merge the plugin's and the harness's warning records into one site per place+message."""
-    sites: dict[tuple[Any, ...], WarningSite] = {}
-    for source, records in (("tests", test_warnings), ("smoke", smoke_warnings)):
-        for record in records:
-            frame = record.get("target_frame") or {}
-            path, line = frame.get("path"), frame.get("line")
-            key = (record.get("category"), record.get("message"), path, line if path else record.get("filename"))
-            site = sites.get(key)
-            if site is None:
-                code = frame.get("code") or (linecache.getline(str(root / path), int(line)).strip() if path and line else "")
-                site = sites[key] = WarningSite(
-                    category=str(record.get("category", "Warning")),
-                    message=str(record.get("message", "")),
-                    path=path,
-                    line=line,
-                    function=frame.get("function"),
-                    code=code,
-                    via_torch=bool(record.get("via_torch")),
-                    issued_at=f"{record.get('filename')}:{record.get('lineno')}",
-                )
-            site.sources.add(source)
-            site.count += int(record.get("count", 1))  # the harness counts repeats of a record
+    sites: dict[tuple[str, str, str | None, int | str | None], WarningSite] = {}
+    records: list[tuple[str, WarningEvent | WarningRecord]] = [("tests", w) for w in test_warnings] + [("smoke", w) for w in smoke_warnings]
+    for source, record in records:
+        frame = record.target_frame
+        path, line = (frame.path, frame.line) if frame is not None else (None, None)
+        key = (record.category, record.message, path, line if path else record.filename)
+        site = sites.get(key)
+        if site is None:
+            code = (frame.code if frame is not None else "") or (linecache.getline(str(root / path), int(line)).strip() if path and line else "")
+            site = sites[key] = WarningSite(
+                category=record.category,
+                message=record.message,
+                path=path,
+                line=line,
+                function=frame.function if frame is not None else None,
+                code=code,
+                via_torch=isinstance(record, WarningEvent) and record.via_torch,
+                issued_at=f"{record.filename}:{record.lineno}",
+            )
+        site.sources.add(source)
+        # The harness counts repeats of a record; the plugin sends one event per warning.
+        site.count += record.count if isinstance(record, WarningRecord) else 1
     return list(sites.values())
 
 

@@ -11,11 +11,28 @@ test-environment (`execution_checks`), entrypoint-crash (`execution_smoke`), ent
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
+from traingate.pipeline.execution_details import (
+    Accounting,
+    BaselineNotCompared,
+    BaselineTests,
+    CollectionErrorRow,
+    EntrypointCoverage,
+    ExecutionDetails,
+    NoEntrypoint,
+    NoSuite,
+    PytestDetails,
+    SmokeDetails,
+    SmokeNotConfigured,
+    SmokeRun,
+    SuiteCounts,
+    TestRow,
+    XdistDisabled,
+)
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome, TestRecord
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
+from traingate.stages.contract.messages import WarningRecord
 from traingate.stages.contract.text import first_line
 from traingate.stages.execution.accounting import Selection, test_records
 from traingate.stages.execution.accounting_checks import (
@@ -30,8 +47,8 @@ from traingate.stages.execution.accounting_checks import (
 )
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
-from traingate.stages.execution.smoke import SmokeResult, smoke_calls
-from traingate.stages.execution.suite import EXIT_MEANING, SuiteResult, SuiteRun, counts, group_skips, parse_events, run_suite
+from traingate.stages.execution.smoke import SmokeResult, run_details, smoke_calls
+from traingate.stages.execution.suite import SuiteResult, SuiteRun, counts, exit_meaning, group_skips, parse_events, run_suite
 from traingate.stages.execution.deprecations import deprecated_api_findings, gather
 
 MAX_TEST_ROWS = 500
@@ -58,57 +75,58 @@ class ExecutionStage:
         result = parse_events(suite.events) if suite else SuiteResult()
         selection = Selection(result.selection, ctx.root, suite.config_file if suite else None)
         records = test_records(result, selection, ctx.root) if suite else []
-        hidden = frozenset(r.nodeid for f in hidden_skips(ctx, records) for r in records if r.nodeid in f.evidence.data.get("tests", []))
+        hidden = frozenset(nodeid for f in hidden_skips(ctx, records) for nodeid in _named_tests(f))
 
         findings = suite_findings(ctx, suite, result, hidden) if suite else [no_suite_finding(ctx)]
-        accounting: dict[str, Any] = {}
+        pytest: PytestDetails | NoSuite = NoSuite(declared=False, note=NO_SUITE_NOTE)
         if suite is not None:
             found, accounting = self._accounting(ctx, suite, result, selection, records)
             findings += found
+            pytest = pytest_details(suite, result, accounting)
         coverage = self._coverage(ctx, suite, result, source, findings)
         if smoke is not None:
             findings += smoke.findings
         findings += (leftover_findings(ctx, suite.child, "The test run") if suite else []) + entrypoint_leftover_findings(ctx)
-        smoke_warnings = [w for _, _, run in (smoke.runs if smoke else []) for w in (run.result or {}).get("warnings", [])]
-        sites = gather(ctx.root, result.warnings, smoke_warnings)
+        sites = gather(ctx.root, result.warnings, smoke_warnings(smoke))
         findings += deprecated_api_findings(ctx, sites)
 
+        smoke_rows = smoke_details(ctx, smoke)
+        details = ExecutionDetails(
+            pytest=pytest,
+            smoke=smoke_rows,
+            coverage=coverage,
+            warnings=[s.row() for s in sorted(sites, key=lambda s: (not s.deprecated_torch_api, -s.count))][:100],
+        )
         return StageOutcome(
-            summary=summary(suite, result, smoke, coverage),
-            metrics=metrics(suite, result, smoke, coverage),
+            summary=summary(suite, result, smoke_rows, coverage),
+            metrics=metrics(suite, result, smoke_rows, coverage),
             findings=findings,
             tests=records,
-            details={
-                "pytest": {**pytest_details(suite, result), "accounting": accounting} if suite else {"declared": False, "note": NO_SUITE_NOTE},
-                "smoke": smoke_details(ctx, smoke),
-                "coverage": coverage,
-                "warnings": [s.as_dict() for s in sorted(sites, key=lambda s: (not s.deprecated_torch_api, -s.count))][:100],
-            },
+            details=details.model_dump(mode="json"),
         )
 
     @staticmethod
-    def _accounting(ctx: StageContext, suite: SuiteRun, result: SuiteResult, selection: Selection, records: list[TestRecord]) -> tuple[list[Finding], dict[str, Any]]:
+    def _accounting(ctx: StageContext, suite: SuiteRun, result: SuiteResult, selection: Selection, records: list[TestRecord]) -> tuple[list[Finding], Accounting]:
         """Findings of the test accounting, and what the report shows of it."""
         found = rewritten_outcomes(ctx, result, selection) + observation_stopped(ctx, suite, selection)
         found += selection_findings(ctx, result, selection, records) + hidden_skips(ctx, records) + module_skips(ctx, records)
         found += left_out_files(ctx, result, records)
         base, why_not = baseline_records(ctx.baseline)
-        comparison: dict[str, Any] = {"note": why_not}
-        if base is not None:
-            version = str((ctx.baseline or {}).get("version") or "the baseline")
-            disabled, comparison = disabled_against_baseline(ctx, records, base, version)
+        comparison: BaselineTests | BaselineNotCompared = BaselineNotCompared(note=why_not)
+        if base is not None and ctx.baseline is not None:
+            disabled, comparison = disabled_against_baseline(ctx, records, base, ctx.baseline.version or "the baseline")
             found += disabled
-        details = {
-            "taken_out": [r.model_dump(mode="json") for r in records if r.taken_out is not None][:MAX_TEST_ROWS],
-            "rewritten": [r.model_dump(mode="json") for r in records if r.rewritten][:MAX_TEST_ROWS],
-            "options": {dest: selection.describe(dest) for dest in selection.effective},
-            "xdist_disabled": result.xdist_disabled,
-            "baseline": comparison,
-        }
+        details = Accounting(
+            taken_out=[r for r in records if r.taken_out is not None][:MAX_TEST_ROWS],
+            rewritten=[r for r in records if r.rewritten][:MAX_TEST_ROWS],
+            options={dest: selection.describe(dest) for dest in selection.effective},
+            xdist_disabled=XdistDisabled.model_validate(result.xdist_disabled.model_dump()) if result.xdist_disabled else None,
+            baseline=comparison,
+        )
         return found, details
 
     @staticmethod
-    def _coverage(ctx: StageContext, suite: SuiteRun | None, result: SuiteResult, source: EntrypointSource | None, findings: list[Finding]) -> dict[str, Any]:
+    def _coverage(ctx: StageContext, suite: SuiteRun | None, result: SuiteResult, source: EntrypointSource | None, findings: list[Finding]) -> EntrypointCoverage | NoEntrypoint:
         if ctx.config.entrypoint is None:
             return coverage_details(None, None, "no entrypoint configured")
         if source is None or not source.span:
@@ -128,98 +146,110 @@ class ExecutionStage:
         return coverage_details(source, executed)
 
 
-def pytest_details(suite: SuiteRun, result: SuiteResult) -> dict[str, Any]:
+def _named_tests(finding: Finding) -> list[str]:
+    """The node ids a `hidden_skips` finding names (its evidence lists them)."""
+    tests = finding.evidence.data["tests"]
+    return [str(t) for t in tests]
+
+
+def pytest_details(suite: SuiteRun, result: SuiteResult, accounting: Accounting) -> PytestDetails:
     code = suite.child.returncode
     ordered = sorted(result.tests, key=lambda t: (t.outcome == "passed", t.outcome == "skipped"))
-    return {
-        "command": suite.command,
-        "config_file": suite.config_file,
-        "exit_status": code,
-        "exit_meaning": suite.child.signal_name or ("timed out" if suite.child.timed_out else EXIT_MEANING.get(code if code is not None else -1, "not a pytest exit status")),
-        "duration_s": round(suite.child.duration_s, 3),
-        "timed_out": suite.child.timed_out,
-        "finished": result.finished,
-        "counts": counts(result),
-        "tests": [
-            {"nodeid": t.nodeid, "outcome": t.outcome, "duration_s": round(t.duration_s, 3), "message": t.message}
-            for t in ordered[:MAX_TEST_ROWS]
-        ],
-        "tests_omitted": max(0, len(ordered) - MAX_TEST_ROWS),
-        "skips": group_skips(result.tests),
-        "collection_errors": [
-            {"nodeid": e.get("nodeid"), "type": e.get("type"), "message": first_line(str(e.get("message") or ""), 300)} for e in result.collection_errors
-        ],
-        "stdout_tail": suite.child.stdout[-3000:],
-    }
+    return PytestDetails(
+        command=suite.command,
+        config_file=suite.config_file,
+        exit_status=code,
+        exit_meaning=suite.child.signal_name or ("timed out" if suite.child.timed_out else exit_meaning(code if code is not None else -1, "not a pytest exit status")),
+        duration_s=round(suite.child.duration_s, 3),
+        timed_out=suite.child.timed_out,
+        finished=result.finished,
+        counts=counts(result),
+        tests=[TestRow(nodeid=t.nodeid, outcome=t.outcome, duration_s=round(t.duration_s, 3), message=t.message) for t in ordered[:MAX_TEST_ROWS]],
+        tests_omitted=max(0, len(ordered) - MAX_TEST_ROWS),
+        skips=group_skips(result.tests),
+        collection_errors=[CollectionErrorRow(nodeid=e.nodeid, type=e.type, message=first_line(e.message or "", 300)) for e in result.collection_errors],
+        stdout_tail=suite.child.stdout[-3000:],
+        accounting=accounting,
+    )
 
 
-def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> dict[str, Any]:
+def smoke_warnings(smoke: SmokeResult | None) -> list[WarningRecord]:
+    """The warnings every smoke call's harness recorded (its validated `HarnessResult`)."""
+    results = [run.result for _, _, run in (smoke.runs if smoke else []) if run.result is not None]
+    return [WarningRecord.model_validate(w) for result in results for w in result["warnings"]]
+
+
+def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> SmokeDetails | SmokeNotConfigured:
     ep = ctx.config.entrypoint
     if ep is None or smoke is None:
-        return {"configured": False, "runs": [], "notes": ["No smoke call: no entrypoint is configured ([tool.traingate.entrypoint] call)."]}
-    return {
-        "configured": True, "label": ep.label, "call": ep.call, "script": ep.script, "args": ep.args,
-        "amp_args": ep.amp_args.model_dump() if ep.amp_args else None, "setup": ep.setup, "kwargs": ep.kwargs, "amp_flag": ep.amp_flag,
-        "seed": ep.seed, "device": ctx.device, **smoke.details(),
-    }
+        return SmokeNotConfigured(configured=False, runs=[], notes=["No smoke call: no entrypoint is configured ([tool.traingate.entrypoint] call)."])
+    return SmokeDetails(
+        configured=True, label=ep.label, call=ep.call, script=ep.script, args=ep.args,
+        amp_args=ep.amp_args.model_dump() if ep.amp_args else None, setup=ep.setup, kwargs=ep.kwargs, amp_flag=ep.amp_flag,
+        seed=ep.seed, device=ctx.device, runs=[SmokeRun.model_validate(run_details(label, amp, run)) for label, amp, run in smoke.runs], notes=smoke.notes,
+    )
 
 
-def metrics(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> list[Metric]:
+def metrics(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeDetails | SmokeNotConfigured, coverage: EntrypointCoverage | NoEntrypoint) -> list[Metric]:
     c = counts(result)
     found = [Metric(id="tests.suite", name="test_suite", value="not declared", note=NO_SUITE_NOTE)] if suite is None else [
-
-        Metric(id="tests.collected", name="tests_collected", value=c["collected"], note=f"{c['deselected']} deselected" if c["deselected"] else ""),
-        Metric(id="tests.passed", name="tests_passed", value=c["passed"]),
-        Metric(id="tests.failed", name="tests_failed", value=c["failed"]),
-        Metric(id="tests.errors", name="tests_errors", value=c["errors"], note=f"{c['collection_errors']} collection error(s)" if c["collection_errors"] else ""),
-        Metric(id="tests.skipped", name="tests_skipped", value=c["skipped"]),
-        Metric(id="tests.environment", name="tests_not_runnable_here", value=c["environment"], note="failed for want of the network or a package (counted in tests_failed/tests_errors too)"),
+        Metric(id="tests.collected", name="tests_collected", value=c.collected, note=f"{c.deselected} deselected" if c.deselected else ""),
+        Metric(id="tests.passed", name="tests_passed", value=c.passed),
+        Metric(id="tests.failed", name="tests_failed", value=c.failed),
+        Metric(id="tests.errors", name="tests_errors", value=c.errors, note=f"{c.collection_errors} collection error(s)" if c.collection_errors else ""),
+        Metric(id="tests.skipped", name="tests_skipped", value=c.skipped),
+        Metric(id="tests.environment", name="tests_not_runnable_here", value=c.environment, note="failed for want of the network or a package (counted in tests_failed/tests_errors too)"),
         Metric(id="pytest.duration_s", name="pytest_duration_s", value=round(suite.child.duration_s, 3), unit="s", note="wall time of the pytest process, under coverage of the entrypoint's file"),
     ]
-    for run in (smoke.details()["runs"] if smoke else []):
-        if run["duration_s"] is not None:
-            suffix = "" if run["label"] == "smoke" else "_" + run["label"].replace("-", "_")
-            found.append(Metric(id=f"smoke_call.duration_s.{run['label']}", name=f"smoke_call{suffix}_s", value=run["duration_s"], unit="s", note=f"setup + call; process wall {run['wall_s']} s"))
-    if coverage.get("measured"):
+    for run in smoke.runs:
+        if run.duration_s is not None:
+            suffix = "" if run.label == "smoke" else "_" + run.label.replace("-", "_")
+            found.append(Metric(id=f"smoke_call.duration_s.{run.label}", name=f"smoke_call{suffix}_s", value=run.duration_s, unit="s", note=f"setup + call; process wall {run.wall_s} s"))
+    if isinstance(coverage, EntrypointCoverage) and coverage.executed_statements is not None:
         found.append(
             Metric(
                 id="coverage.entrypoint_statements_executed",
                 name="entrypoint_body_statements_executed",
-                value=coverage["executed_statements"],
+                value=coverage.executed_statements,
                 threshold=1,
-                passed=coverage["executed_statements"] >= 1,
-                note=f"of {coverage['body_statements']} statements of {coverage['function']}'s body, while the tests ran",
+                passed=coverage.executed_statements >= 1,
+                note=f"of {coverage.body_statements} statements of {coverage.function}'s body, while the tests ran",
             )
         )
     return found
 
 
-def summary(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeResult | None, coverage: dict[str, Any]) -> str:
+def summary(suite: SuiteRun | None, result: SuiteResult, smoke: SmokeDetails | SmokeNotConfigured, coverage: EntrypointCoverage | NoEntrypoint) -> str:
     c = counts(result)
     if suite is None:
         tests = "no test suite declared (tests = false): pytest not run"
     elif suite.child.timed_out:
         running = [t.nodeid for t in result.tests if t.outcome == "crashed"]
-        tests = f"the test suite overran its budget after {suite.child.duration_s:.0f}s ({c['passed']} passed before that" + (f"; {running[-1]} was still running)" if running else ")")
+        tests = f"the test suite overran its budget after {suite.child.duration_s:.0f}s ({c.passed} passed before that" + (f"; {running[-1]} was still running)" if running else ")")
     else:
-        taken_out = "".join(f", {c[k]} {k.replace('_', ' ')}" for k in ("xfailed", "xpassed", "deselected", "not_run") if c[k])
-        tests = f"{c['passed']} passed, {c['failed']} failed, {c['errors']} errors, {c['skipped']} skipped{taken_out} of {c['collected']} collected (pytest exit {suite.child.returncode})"
-        if c["not_collected"]:
-            tests += f", {c['not_collected']} test file(s) or module(s) kept out of collection"
-        if c["rewritten"]:
-            tests += f"; {c['rewritten']} outcome(s) rewritten by a hook (counted failed)"
-        if c["collection_errors"]:
-            tests += f", {c['collection_errors']} collection error(s)"
-        if c["environment"] or c["environment_modules"]:
-            not_here = [f"{c['environment']} test(s)"] if c["environment"] else []
-            not_here += [f"{c['environment_modules']} test module(s)"] if c["environment_modules"] else []
-            tests += f"; suite incomplete: {' and '.join(not_here)} could not run here (network or missing package)"
+        tests = _suite_summary(suite, c)
     parts = [tests]
-    if smoke is None:
+    if not smoke.configured:
         parts.append("no entrypoint configured")
     else:
-        failed = [r for r in smoke.details()["runs"] if not r["ok"]]
-        parts.append(f"smoke call {failed[0]['failure']}" if failed else "smoke call ok")
-    if coverage.get("measured"):
-        parts.append(f"tests execute {coverage['executed_statements']}/{coverage['body_statements']} entrypoint statements")
+        failed = [r for r in smoke.runs if not r.ok]
+        parts.append(f"smoke call {failed[0].failure}" if failed else "smoke call ok")
+    if isinstance(coverage, EntrypointCoverage) and coverage.executed_statements is not None:
+        parts.append(f"tests execute {coverage.executed_statements}/{coverage.body_statements} entrypoint statements")
     return "; ".join(parts)
+
+
+def _suite_summary(suite: SuiteRun, c: SuiteCounts) -> str:
+    taken_out = "".join(f", {n} {k.replace('_', ' ')}" for k, n in (("xfailed", c.xfailed), ("xpassed", c.xpassed), ("deselected", c.deselected), ("not_run", c.not_run)) if n)
+    tests = f"{c.passed} passed, {c.failed} failed, {c.errors} errors, {c.skipped} skipped{taken_out} of {c.collected} collected (pytest exit {suite.child.returncode})"
+    if c.not_collected:
+        tests += f", {c.not_collected} test file(s) or module(s) kept out of collection"
+    if c.rewritten:
+        tests += f"; {c.rewritten} outcome(s) rewritten by a hook (counted failed)"
+    if c.collection_errors:
+        tests += f", {c.collection_errors} collection error(s)"
+    if c.environment or c.environment_modules:
+        not_here = [f"{c.environment} test(s)"] if c.environment else []
+        not_here += [f"{c.environment_modules} test module(s)"] if c.environment_modules else []
+        tests += f"; suite incomplete: {' and '.join(not_here)} could not run here (network or missing package)"
+    return tests

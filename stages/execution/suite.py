@@ -18,13 +18,41 @@ import shlex
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from traingate.pipeline.execution_details import SkipGroup, SuiteCounts
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.pipeline.tomlcompat import tomllib
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_records
-from traingate.stages.contract.messages import PYTEST_EVENT, PYTEST_EVENT_KINDS, CoverageSpec, PytestRequest
+from traingate.stages.contract.messages import PYTEST_EVENT, CoverageSpec, PytestRequest
+from traingate.stages.contract.pytest_events import (
+    PYTEST_EVENTS,
+    CollectedEvent,
+    CollectErrorEvent,
+    CollectSkipEvent,
+    ConftestErrorEvent,
+    DeselectedEvent,
+    DescribedException,
+    EnvironmentCause,
+    FinishEvent,
+    FixtureRaised,
+    IgnoredEvent,
+    InternalErrorEvent,
+    InterruptEvent,
+    ItemRecord,
+    ItemsEvent,
+    OptionValue,
+    PytestEvent,
+    RaisedException,
+    ReportEvent,
+    SelectionEvent,
+    SkipSite,
+    StartEvent,
+    TestStartEvent,
+    WarningEvent,
+    XdistDisabledEvent,
+)
 from traingate.stages.contract.text import clip_line, first_line, strip_ansi
 
 EXIT_MEANING = {
@@ -35,6 +63,13 @@ EXIT_MEANING = {
     4: "usage error",
     5: "no tests collected",
 }
+
+
+def exit_meaning(code: int, unknown: str) -> str:
+    """What pytest means by an exit status; `unknown` for one pytest never uses."""
+    return EXIT_MEANING.get(code, unknown)
+
+
 # Environment variables of an enclosing pytest run that must not shape the target's run.
 _FOREIGN_PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 RAN = ("passed", "failed", "error", "xfailed", "xpassed", "crashed", "interrupted")
@@ -51,7 +86,7 @@ class SuiteRun:
     args: list[str]
     config_file: str | None  # relative to the target root; None when an empty one was used
     child: ChildResult
-    events: list[dict[str, Any]]
+    events: list[PytestEvent]
     coverage_file: Path | None
     # Why the events cannot be trusted (a record without this run's nonce, out of sequence,
     # garbage on the channel); the events are then empty and the stage fails closed.
@@ -150,41 +185,61 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
     )
 
 
-def decode_events(data: bytes, nonce: str) -> list[dict[str, Any]]:
+def decode_events(data: bytes, nonce: str) -> list[PytestEvent]:
     """The plugin's events from the channel's bytes; a last record cut off by a dying process
-    is dropped. ChannelError on any record the plugin did not write."""
-    events: list[dict[str, Any]] = []
+    is dropped. ChannelError on any record the plugin did not write, or not in the shape it writes."""
+    events: list[PytestEvent] = []
     for record in read_records(data, nonce, allow_cut_tail=True):
-        if record.kind != PYTEST_EVENT or record.body.get("event") not in PYTEST_EVENT_KINDS:
+        if record.kind != PYTEST_EVENT:
             raise ChannelError(f"record {record.seq} is not a pytest event the plugin writes")
-        events.append(record.body)
+        try:
+            events.append(PYTEST_EVENTS.validate_python(record.body))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            raise ChannelError(f"record {record.seq} is not a pytest event the plugin writes: {where}: {error['msg']}") from None
     return events
 
 
 # -- parsing -------------------------------------------------------------------------------
 
 
+class PhaseRewrite(BaseModel):
+    """A phase whose logged outcome is not what it did, as the gate saw it (`phase_rewrite`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    when: str
+    did: str
+    reported: str
+    made: str | None  # the outcome pytest's own makereport made, before any wrapper
+    raised: RaisedException | None
+
+
 @dataclass
 class TestOutcome:
+    __test__ = False  # not a pytest test class
     nodeid: str
     outcome: str  # passed failed error skipped xfailed xpassed crashed interrupted
     duration_s: float = 0.0
     message: str = ""
     path: str | None = None  # the test's own location, relative to the target root
     line: int | None = None
-    failure: dict[str, Any] | None = None  # describe_exception() of the failing phase
+    failure: DescribedException | None = None  # the failing phase's exception
     longrepr: str = ""
-    skip: dict[str, Any] | None = None
+    skip: SkipSite | None = None
     # Each phase's report event as logged, with what the gate itself saw of the phase.
-    phases: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Phases whose logged outcome is not what the test did (`phase_rewrites`).
-    rewrites: list[dict[str, Any]] = field(default_factory=list)
+    phases: dict[str, ReportEvent] = field(default_factory=dict)
+    # Phases whose logged outcome is not what the test did (`phase_rewrite`).
+    rewrites: list[PhaseRewrite] = field(default_factory=list)
 
     @property
-    def environment(self) -> dict[str, Any] | None:
+    def environment(self) -> EnvironmentCause | None:
         """Why the test could not run in this environment, as the plugin classified its
-        exception (`kind`: network, missing-package); None for a failure of the code."""
-        return (self.failure or {}).get("environment") or None
+        exception (network, missing-package); None for a failure of the code."""
+        return self.failure.environment if self.failure is not None else None
+
+    def phase(self, when: str) -> ReportEvent | None:
+        return self.phases.get(when)
 
 
 @dataclass
@@ -192,24 +247,24 @@ class SuiteResult:
     tests: list[TestOutcome] = field(default_factory=list)
     collected: int | None = None  # None: collection never finished
     deselected: int = 0
-    collection_errors: list[dict[str, Any]] = field(default_factory=list)
-    conftest_error: dict[str, Any] | None = None
-    warnings: list[dict[str, Any]] = field(default_factory=list)
-    interrupt: dict[str, Any] | None = None
-    internal_error: dict[str, Any] | None = None
+    collection_errors: list[CollectErrorEvent] = field(default_factory=list)
+    conftest_error: ConftestErrorEvent | None = None
+    warnings: list[WarningEvent] = field(default_factory=list)
+    interrupt: InterruptEvent | None = None
+    internal_error: InternalErrorEvent | None = None
     started: bool = False
-    xdist_workers: Any = None  # set when the target's own options spread its tests over xdist workers
+    xdist_workers: int | str | None = None  # set when the target's own options spread its tests over xdist workers
     finished: bool = False
     exitstatus: int | None = None
     collected_ids: list[str] | None = None  # the node ids pytest collected, when it said
     stopped: str | None = None  # why pytest stopped before running every test (-x, --maxfail)
     # The accounting of `pytest_accounting`: what selected the run and what took tests out.
-    selection: dict[str, Any] = field(default_factory=dict)
-    xdist_disabled: dict[str, Any] | None = None
-    ignored: list[dict[str, Any]] = field(default_factory=list)
-    collect_skips: list[dict[str, Any]] = field(default_factory=list)
-    deselected_items: list[dict[str, Any]] = field(default_factory=list)
-    items: dict[str, dict[str, Any]] = field(default_factory=dict)
+    selection: SelectionEvent | None = None
+    xdist_disabled: XdistDisabledEvent | None = None
+    ignored: list[IgnoredEvent] = field(default_factory=list)
+    collect_skips: list[CollectSkipEvent] = field(default_factory=list)
+    deselected_items: list[DeselectedEvent] = field(default_factory=list)
+    items: dict[str, ItemRecord] = field(default_factory=dict)
 
     def count(self, *outcomes: str) -> int:
         return sum(t.outcome in outcomes for t in self.tests)
@@ -218,71 +273,79 @@ class SuiteResult:
         """Failed tests that could not run here (network, missing package): not code defects."""
         return [t for t in self.tests if t.outcome in ("failed", "error") and t.environment is not None]
 
-    def environment_collection_errors(self) -> list[dict[str, Any]]:
+    def environment_collection_errors(self) -> list[CollectErrorEvent]:
         """Test modules that could not be imported here because their own import of a package
         that is not installed (or of the network) failed: limits of the environment, not code
         defects. Only where the failing line is in the test module itself."""
-        return [e for e in self.collection_errors if e.get("environment") and (e.get("target_frame") or {}).get("path") == e.get("path")]
+        return [e for e in self.collection_errors if e.environment is not None and e.target_frame is not None and e.target_frame.path == e.path]
+
+    @property
+    def effective_options(self) -> dict[str, OptionValue]:
+        return self.selection.effective if self.selection is not None else {}
+
+    def item(self, nodeid: str) -> ItemRecord | None:
+        return self.items.get(nodeid)
 
     @property
     def ran(self) -> int:
         return self.count(*RAN)
 
 
-def parse_events(events: list[dict[str, Any]]) -> SuiteResult:
-    """Fold the event lines into one outcome per test.
+def parse_events(events: list[PytestEvent]) -> SuiteResult:
+    """Fold the events into one outcome per test.
 
     A test whose teardown was never reported did not finish: `interrupted` when pytest still
     reached its end (pytest.exit, KeyboardInterrupt), `crashed` when the process ended first.
     """
     result = SuiteResult()
-    phases: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()
+    phases: OrderedDict[str, dict[str, ReportEvent]] = OrderedDict()
     places: dict[str, tuple[str | None, int | None]] = {}
     for event in events:
-        kind = event["event"]
-        if kind == "start":
-            result.started = True
-            result.xdist_workers = event.get("xdist_workers")
-        elif kind == "conftest_error":
-            result.conftest_error = event
-        elif kind == "collect_error":
-            result.collection_errors.append(event)
-        elif kind == "collected":
-            result.collected = int(event.get("count", 0))
-            result.deselected = int(event.get("deselected", 0))
-            if "nodeids" in event:
-                result.collected_ids = [str(n) for n in event["nodeids"]]
-        elif kind == "test_start":
-            phases.setdefault(event["nodeid"], {})
-            places[event["nodeid"]] = (event.get("path"), event.get("line"))
-        elif kind == "report":
-            phases.setdefault(event["nodeid"], {})[event["when"]] = event
-        elif kind == "warning":
-            result.warnings.append(event)
-        elif kind == "interrupt":
-            result.interrupt = event
-        elif kind == "internal_error":
-            result.internal_error = event
-        elif kind in _ACCOUNTING:
-            _ACCOUNTING[kind](result, event)
-        elif kind == "finish":
-            result.finished = True
-            result.exitstatus = int(event.get("exitstatus", -1))
-            result.stopped = event.get("stopped")
+        if isinstance(event, TestStartEvent):
+            phases.setdefault(event.nodeid, {})
+            places[event.nodeid] = (event.path, event.line)
+        elif isinstance(event, ReportEvent):
+            phases.setdefault(event.nodeid, {})[event.when] = event
+        else:
+            _take_event(result, event)
     for nodeid, by_phase in phases.items():
         path, line = places.get(nodeid, (nodeid.split("::", 1)[0], None))
         result.tests.append(_fold(nodeid, by_phase, path, line, result.finished))
     return result
 
 
-_ACCOUNTING: dict[str, Any] = {
-    "selection": lambda result, event: setattr(result, "selection", event),
-    "xdist_disabled": lambda result, event: setattr(result, "xdist_disabled", event),
-    "ignored": lambda result, event: result.ignored.append(event),
-    "collect_skip": lambda result, event: result.collect_skips.append(event),
-    "deselected": lambda result, event: result.deselected_items.append(event),
-    "items": lambda result, event: result.items.update((str(i["nodeid"]), i) for i in event.get("items", [])),
-}
+def _take_event(result: SuiteResult, event: PytestEvent) -> None:
+    """Fold one event that is not about a single test's phases into the result."""
+    match event:
+        case StartEvent():
+            result.started, result.xdist_workers = True, event.xdist_workers
+        case ConftestErrorEvent():
+            result.conftest_error = event
+        case CollectErrorEvent():
+            result.collection_errors.append(event)
+        case CollectedEvent():
+            result.collected, result.deselected = event.count, event.deselected
+            result.collected_ids = list(event.nodeids) if event.nodeids is not None else None
+        case WarningEvent():
+            result.warnings.append(event)
+        case InterruptEvent():
+            result.interrupt = event
+        case InternalErrorEvent():
+            result.internal_error = event
+        case FinishEvent():
+            result.finished, result.exitstatus, result.stopped = True, event.exitstatus, event.stopped
+        case SelectionEvent():
+            result.selection = event
+        case XdistDisabledEvent():
+            result.xdist_disabled = event
+        case IgnoredEvent():
+            result.ignored.append(event)
+        case CollectSkipEvent():
+            result.collect_skips.append(event)
+        case DeselectedEvent():
+            result.deselected_items.append(event)
+        case ItemsEvent():
+            result.items.update((item.nodeid, item) for item in event.items)
 
 
 def inconsistencies(run: SuiteRun, result: SuiteResult) -> list[tuple[str, str]]:
@@ -303,7 +366,7 @@ def inconsistencies(run: SuiteRun, result: SuiteResult) -> list[tuple[str, str]]
         found.append(("exit-1-without-failures", "pytest exited with status 1 (tests failed), but no failure or error was recorded"))
     if code == 0 and failures:
         found.append(("exit-0-with-failures", f"pytest exited with status 0 (all tests passed), but {failures} failure(s) or error(s) were recorded"))
-    listed_only = any(k in (result.selection.get("effective") or {}) for k in ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test"))
+    listed_only = any(k in result.effective_options for k in ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test"))
     if result.collected_ids is not None and result.interrupt is None and not result.stopped and not result.xdist_workers and not listed_only:
         reported = {t.nodeid for t in result.tests}
         missing = [n for n in result.collected_ids if n not in reported]
@@ -315,67 +378,66 @@ def inconsistencies(run: SuiteRun, result: SuiteResult) -> list[tuple[str, str]]
     return found
 
 
-def _fold(nodeid: str, by_phase: dict[str, dict[str, Any]], path: str | None, line: int | None, finished: bool) -> TestOutcome:
-    test = TestOutcome(nodeid=nodeid, outcome="passed", path=path, line=line)
-    test.duration_s = round(sum(float(p.get("duration", 0.0)) for p in by_phase.values()), 6)
-    setup, call, teardown = (by_phase.get(w) for w in ("setup", "call", "teardown"))
-    if call is not None and call["outcome"] == "failed":
+def _fold(nodeid: str, by_phase: dict[str, ReportEvent], path: str | None, line: int | None, finished: bool) -> TestOutcome:
+    test = TestOutcome(nodeid=nodeid, outcome="passed", path=path, line=line, phases=by_phase)
+    test.duration_s = round(sum(p.duration for p in by_phase.values()), 6)
+    setup, call, teardown = (test.phase(w) for w in ("setup", "call", "teardown"))
+    if call is not None and call.outcome == "failed":
         test.outcome = "failed"
         _take_failure(test, call)
-    elif setup is not None and setup["outcome"] == "failed":
+    elif setup is not None and setup.outcome == "failed":
         test.outcome = "error"
         _take_failure(test, setup)
-    elif teardown is not None and teardown["outcome"] == "failed":
+    elif teardown is not None and teardown.outcome == "failed":
         test.outcome = "error"
         _take_failure(test, teardown)
-    elif any(p is not None and p["outcome"] == "skipped" for p in (setup, call)):
-        skipped = call if call is not None and call["outcome"] == "skipped" else setup
+    elif any(p is not None and p.outcome == "skipped" for p in (setup, call)):
+        skipped = call if call is not None and call.outcome == "skipped" else setup
         assert skipped is not None
-        if "wasxfail" in skipped:
-            test.outcome, test.message = "xfailed", skipped["wasxfail"]
+        if skipped.wasxfail is not None:
+            test.outcome, test.message = "xfailed", skipped.wasxfail
         else:
             test.outcome = "skipped"
-            test.skip = skipped.get("skip")
-            test.message = skip_reason(test.skip)
-    elif call is not None and "wasxfail" in call:
-        test.outcome, test.message = "xpassed", call["wasxfail"]
+            test.skip = skipped.skip
+            test.message = skip_reason(test.skip.reason if test.skip is not None else None)
+    elif call is not None and call.wasxfail is not None:
+        test.outcome, test.message = "xpassed", call.wasxfail
     if teardown is None and test.outcome not in ("failed", "error"):
         test.outcome = "interrupted" if finished else "crashed"
         test.message = "the run stopped during this test" if finished else "the test process ended during this test"
-    test.phases = by_phase
-    test.rewrites = [r for when in ("setup", "call", "teardown") if (r := phase_rewrite(when, by_phase.get(when))) is not None]
+    test.rewrites = [r for when in ("setup", "call", "teardown") if (r := phase_rewrite(when, test.phase(when))) is not None]
     if test.rewrites and test.outcome not in ("failed", "error", "crashed", "interrupted"):
         # The gate's own observation wins over the logged report: the test did not pass.
         first = test.rewrites[0]
-        test.outcome = "failed" if first["when"] == "call" else "error"
-        test.message = clip_line(f"{first['did']}, but its {first['when']} report says {first['reported']}", 500)
+        test.outcome = "failed" if first.when == "call" else "error"
+        test.message = clip_line(f"{first.did}, but its {first.when} report says {first.reported}", 500)
     return test
 
 
-def phase_rewrite(when: str, phase: dict[str, Any] | None) -> dict[str, Any] | None:
+def phase_rewrite(when: str, phase: ReportEvent | None) -> PhaseRewrite | None:
     """Where the outcome pytest logged for a phase is not what the phase did, as the gate's
     plugin saw it from outside every hook: an exception the test (or a fixture) raised, a test
     function never called, a phase that never ran, or a status hook that calls a failure
-    something else. None when they agree (or the phase was not observed at all: no report)."""
+    something else. None when they agree (or no report was logged for the phase)."""
     if phase is None:
         return None
-    reported, observed, made = phase["outcome"], phase.get("observed"), phase.get("made_outcome")
-    xfailed = "wasxfail" in phase
+    reported, observed = phase.outcome, phase.observed
+    xfailed = phase.wasxfail is not None
     did: str | None = None
-    if "observed" in phase and observed is None and reported == "passed":
+    if observed is None and reported == "passed":
         did = f"the gate saw no {when} phase run"
     elif observed is not None:
-        raised = observed.get("raised") or (observed.get("fixture_raised") if when == "setup" else None)
-        if observed.get("called") is False and reported == "passed":
+        raised = observed.raised or (observed.fixture_raised if when == "setup" else None)
+        if observed.called is False and reported == "passed":
             did = "the test function was never called"
-        elif raised is not None and _contradicts(raised.get("kind", "other"), reported, xfailed):
-            what = f"{raised.get('type')}: {first_line(str(raised.get('message') or ''), 200)}".rstrip(": ")
-            did = f"the {'fixture ' + repr(raised['fixture']) if 'fixture' in raised else 'test'} raised {what}"
-    if did is None and phase.get("teststatus") not in (None, "failed", "error") and reported == "failed":
-        did, reported = "the test failed", f"{phase['teststatus']} (pytest_report_teststatus)"
+        elif raised is not None and _contradicts(raised.kind, reported, xfailed):
+            what = f"{raised.type}: {first_line(raised.message, 200)}".rstrip(": ")
+            did = f"the {'fixture ' + repr(raised.fixture) if isinstance(raised, FixtureRaised) else 'test'} raised {what}"
+    if did is None and phase.teststatus not in (None, "failed", "error") and reported == "failed":
+        did, reported = "the test failed", f"{phase.teststatus} (pytest_report_teststatus)"
     if did is None:
         return None
-    return {"when": when, "did": did, "reported": reported + (" (xfail)" if xfailed else ""), "made": made, "raised": (observed or {}).get("raised")}
+    return PhaseRewrite(when=when, did=did, reported=reported + (" (xfail)" if xfailed else ""), made=phase.made_outcome, raised=observed.raised if observed else None)
 
 
 def _contradicts(kind: str, reported: str, xfailed: bool) -> bool:
@@ -387,64 +449,58 @@ def _contradicts(kind: str, reported: str, xfailed: bool) -> bool:
     return False
 
 
-def _take_failure(test: TestOutcome, phase: dict[str, Any]) -> None:
-    failure = phase.get("failure") or {}
-    test.failure = failure or None
-    test.longrepr = phase.get("longrepr", "")
-    if failure:
+def _take_failure(test: TestOutcome, phase: ReportEvent) -> None:
+    failure = phase.failure
+    test.failure = failure
+    test.longrepr = phase.longrepr
+    if failure is not None:
         # One line: the message labels the test in tables and titles; the traceback has the rest.
-        test.message = clip_line(f"{failure.get('type')}: {first_line(str(failure.get('message') or ''), 500)}".strip().rstrip(":"), 500)
+        test.message = clip_line(f"{failure.type}: {first_line(failure.message, 500)}".strip().rstrip(":"), 500)
     else:
         lines = [ln for ln in strip_ansi(test.longrepr).splitlines() if ln.startswith("E ")]
         test.message = clip_line(lines[-1][1:].strip() if lines else (test.longrepr.strip().splitlines() or [""])[-1], 500)
 
 
-def skip_reason(skip: dict[str, Any] | None) -> str:
+def skip_reason(reason: str | None) -> str:
     """The reason as a reader wrote it: pytest prefixes `Skipped: `."""
-    if not skip:
-        return "no reason given"
-    reason = str(skip.get("reason", "")).strip()
+    reason = (reason or "").strip()
     if reason.startswith("Skipped:"):
         reason = reason[len("Skipped:"):].strip()
     return reason or "no reason given"
 
 
-def group_skips(tests: list[TestOutcome]) -> list[dict[str, Any]]:
+def group_skips(tests: list[TestOutcome]) -> list[SkipGroup]:
     """Skipped tests grouped by reason, the largest group first."""
     groups: OrderedDict[str, list[TestOutcome]] = OrderedDict()
     for test in tests:
         if test.outcome == "skipped":
             groups.setdefault(test.message or "no reason given", []).append(test)
-    return [
-        {
-            "reason": reason,
-            "count": len(members),
-            "tests": [t.nodeid for t in members],
-            "path": (members[0].skip or {}).get("path") or members[0].path,
-            "line": (members[0].skip or {}).get("line") or members[0].line,
-        }
-        for reason, members in sorted(groups.items(), key=lambda kv: -len(kv[1]))
-    ]
+    found = []
+    for reason, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        first, skip = members[0], members[0].skip
+        path, line = (skip.path, skip.line) if skip is not None else (None, None)
+        found.append(SkipGroup(reason=reason, count=len(members), tests=[t.nodeid for t in members], path=path or first.path, line=line or first.line))
+    return found
 
 
-def counts(result: SuiteResult) -> dict[str, int]:
+def counts(result: SuiteResult) -> SuiteCounts:
     # Deselected tests were collected too (pytest counts them so); a hook that drops tests
     # without saying so is counted here as well, from the gate's own record of them.
     deselected = max(result.deselected, len(result.deselected_items))
     selected = result.collected if result.collected is not None else len(result.tests)
-    return {
-        "collected": selected + deselected,
-        "deselected": deselected,
-        "not_collected": len(result.ignored) + len(result.collect_skips),
-        "rewritten": sum(bool(t.rewrites) for t in result.tests),
-        "not_run": len(set(result.collected_ids or []) - {t.nodeid for t in result.tests}),
-        "passed": result.count("passed"),
-        "failed": result.count("failed", "crashed", "interrupted"),
-        "errors": result.count("error"),
-        "skipped": result.count("skipped"),
-        "xfailed": result.count("xfailed"),
-        "xpassed": result.count("xpassed"),
-        "collection_errors": len(result.collection_errors) + (1 if result.conftest_error else 0),
-        "environment": len(result.environment_failures()),
-        "environment_modules": len(result.environment_collection_errors()),
-    }
+    return SuiteCounts(
+        collected=selected + deselected,
+        deselected=deselected,
+        not_collected=len(result.ignored) + len(result.collect_skips),
+        rewritten=sum(bool(t.rewrites) for t in result.tests),
+        not_run=len(set(result.collected_ids or []) - {t.nodeid for t in result.tests}),
+        passed=result.count("passed"),
+        failed=result.count("failed", "crashed", "interrupted"),
+        errors=result.count("error"),
+        skipped=result.count("skipped"),
+        xfailed=result.count("xfailed"),
+        xpassed=result.count("xpassed"),
+        collection_errors=len(result.collection_errors) + (1 if result.conftest_error else 0),
+        environment=len(result.environment_failures()),
+        environment_modules=len(result.environment_collection_errors()),
+    )

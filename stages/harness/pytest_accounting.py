@@ -39,6 +39,17 @@ import pytest
 from _pytest.nodes import Node
 
 from traingate.stages.contract.frames import innermost_target, is_target_file, relative
+from traingate.stages.contract.pytest_events import (
+    CollectSkipEvent,
+    DeselectedEvent,
+    IgnoredEvent,
+    ItemRecord,
+    ItemsEvent,
+    PhaseObservation,
+    PytestEvent,
+    SelectionEvent,
+    XdistDisabledEvent,
+)
 
 # Option destinations that narrow or stop the run, with the flag a reader knows them by.
 SELECTION_OPTIONS: dict[str, str] = {
@@ -89,7 +100,7 @@ _DESELECTORS = {
 _PYTEST_DIRS = (os.sep + "_pytest" + os.sep, os.sep + "pluggy" + os.sep)
 MAX_MESSAGE = 500
 
-Emit = Callable[..., None]
+Emit = Callable[[PytestEvent], None]
 
 
 def _is_machinery(filename: str) -> bool:
@@ -138,7 +149,7 @@ class TestAccountant:
         # test's own outcome. It runs them in this one process instead, and says so.
         option = config.option
         if getattr(option, "tx", None) and getattr(option, "dist", "no") != "no":
-            self.emit("xdist_disabled", workers=len(option.tx), dist=str(option.dist))
+            self.emit(XdistDisabledEvent(workers=len(option.tx), dist=str(option.dist)))
             option.numprocesses, option.dist, option.tx = 0, "no", []
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -146,12 +157,15 @@ class TestAccountant:
         self._config = config
         addopts = [str(a) for a in config.getini("addopts")]
         self.emit(
-            "selection",
-            addopts=addopts,
-            effective=_selection_values(config, None),
-            from_addopts=_selection_values(config, addopts),
-            from_args=_selection_values(config, [str(a) for a in config.invocation_params.args]),
-            target_hooks=_target_hooks(config, self.root),
+            SelectionEvent.model_validate(
+                {
+                    "addopts": addopts,
+                    "effective": _selection_values(config, None),
+                    "from_addopts": _selection_values(config, addopts),
+                    "from_args": _selection_values(config, [str(a) for a in config.invocation_params.args]),
+                    "target_hooks": _target_hooks(config, self.root),
+                }
+            )
         )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -160,13 +174,13 @@ class TestAccountant:
         if ignored and collection_path.name != "__pycache__" and is_target_file(str(collection_path), self.root):
             by = _ignored_by(collection_path, config)
             if by is not None:
-                self.emit("ignored", path=relative(str(collection_path), self.root), is_dir=collection_path.is_dir(), by=by)
+                self.emit(IgnoredEvent(path=relative(str(collection_path), self.root), is_dir=collection_path.is_dir(), by=by))
         return ignored
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
             path, line, reason = report.longrepr
-            self.emit("collect_skip", nodeid=report.nodeid, reason=str(reason)[:MAX_MESSAGE], path=_rel(str(path), self.root), line=line)
+            self.emit(CollectSkipEvent(nodeid=report.nodeid, reason=str(reason)[:MAX_MESSAGE], path=_rel(str(path), self.root), line=line if isinstance(line, int) else None))
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
         by = _deselector(self.root)
@@ -184,13 +198,14 @@ class TestAccountant:
                 self._deselected[item.nodeid] = {"by": "silently removed by a pytest_collection_modifyitems hook", "option": None, "site": None}
         for item in before:
             if item.nodeid in self._deselected and id(item) not in kept:
-                self.emit("deselected", nodeid=item.nodeid, **_item_place(item, self.root), source_hash=_source_hash(item), **self._deselected[item.nodeid])
+                place = {"nodeid": item.nodeid, **_item_place(item, self.root), "source_hash": _source_hash(item)}
+                self.emit(DeselectedEvent.model_validate({**place, **self._deselected[item.nodeid]}))
         return result
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.emit("items", items=[self._describe(item) for item in session.items])
+        self.emit(ItemsEvent(items=[self._describe(item) for item in session.items]))
 
-    def _describe(self, item: pytest.Item) -> dict[str, Any]:
+    def _describe(self, item: pytest.Item) -> ItemRecord:
         declared = _declared_marks(item)
         marks = []
         for name in ("skip", "skipif", "xfail"):
@@ -204,7 +219,7 @@ class TestAccountant:
                         "site": self._mark_sites.get((item.nodeid, name)),
                     }
                 )
-        return {"nodeid": item.nodeid, **_item_place(item, self.root), "source_hash": _source_hash(item), "marks": marks}
+        return ItemRecord.model_validate({"nodeid": item.nodeid, **_item_place(item, self.root), "source_hash": _source_hash(item), "marks": marks})
 
     # -- what each phase did ---------------------------------------------------------------
 
@@ -283,7 +298,8 @@ class TestAccountant:
     def phase_facts(self, report: pytest.TestReport) -> dict[str, Any]:
         """What the gate saw of this phase, for the report event (`EventRecorder` calls it)."""
         key = (report.nodeid, report.when)
-        facts: dict[str, Any] = {"observed": self._observed.pop(key, None), "made_outcome": self._made.pop(key, None)}
+        observed = self._observed.pop(key, None)
+        facts: dict[str, Any] = {"observed": PhaseObservation.model_validate(observed) if observed is not None else None, "made_outcome": self._made.pop(key, None)}
         if self._config is not None and report.failed:
             try:
                 status = self._config.hook.pytest_report_teststatus(report=report, config=self._config)

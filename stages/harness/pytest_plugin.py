@@ -27,7 +27,22 @@ import pytest
 
 from traingate.stages.contract.channel import ChannelWriter
 from traingate.stages.contract.frames import innermost_target, is_target_file, relative
-from traingate.stages.contract.messages import PYTEST_EVENT
+from traingate.stages.contract.messages import PYTEST_EVENT, TargetFrame
+from traingate.stages.contract.pytest_events import (
+    CollectedEvent,
+    CollectErrorEvent,
+    ConftestErrorEvent,
+    DescribedException,
+    FinishEvent,
+    InternalErrorEvent,
+    InterruptEvent,
+    PytestEvent,
+    ReportEvent,
+    SkipSite,
+    StartEvent,
+    TestStartEvent,
+    WarningEvent,
+)
 
 MAX_TEXT = 6000
 MAX_WARNINGS = 500
@@ -68,7 +83,7 @@ def original_exception(exc: BaseException) -> BaseException:
     return exc
 
 
-def describe_exception(exc: BaseException, root: Path) -> dict[str, Any]:
+def describe_exception(exc: BaseException, root: Path) -> DescribedException:
     """Type, message, traceback text and the innermost frame in the target's code."""
     exc = original_exception(exc)
     triples = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(exc.__traceback__)]
@@ -77,13 +92,20 @@ def describe_exception(exc: BaseException, root: Path) -> dict[str, Any]:
         # The file that does not parse has no frame of its own: its line is in the exception.
         site = {"path": relative(exc.filename, root), "line": exc.lineno or 0, "function": "<module>", "code": (exc.text or "").strip()}
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return {
-        "type": type(exc).__name__,
-        "message": str(exc)[:MAX_TEXT],
-        "traceback": text[-MAX_TEXT:],
-        "target_frame": site,
-        "environment": environment_cause(exc, root),
-    }
+    return DescribedException.model_validate(
+        {
+            "type": type(exc).__name__,
+            "message": str(exc)[:MAX_TEXT],
+            "traceback": text[-MAX_TEXT:],
+            "target_frame": site,
+            "environment": environment_cause(exc, root),
+        }
+    )
+
+
+def target_frame(site: dict[str, object] | None) -> TargetFrame | None:
+    """`innermost_target`'s record as the contract's frame."""
+    return TargetFrame.model_validate(site) if site is not None else None
 
 
 # Exception classes, by module-qualified name, that mean "the network could not be reached"
@@ -159,16 +181,16 @@ class EventRecorder:
     def __init__(self, channel: ChannelWriter, root: str | Path) -> None:
         self.root = Path(root).resolve()
         self._out = channel
-        self._failures: dict[tuple[str, str], dict[str, Any]] = {}
-        self._collect_failures: dict[str, dict[str, Any]] = {}
+        self._failures: dict[tuple[str, str], DescribedException] = {}
+        self._collect_failures: dict[str, DescribedException] = {}
         self._deselected = 0
         self._warnings = 0
         # Set by the launcher: what the gate itself saw of each phase, added to its report event.
         self.phase_facts: Callable[[pytest.TestReport], dict[str, Any]] | None = None
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: PytestEvent) -> None:
         try:
-            self._out.send(PYTEST_EVENT, {"event": event, **fields})
+            self._out.send(PYTEST_EVENT, event.model_dump(mode="json"))
         except Exception:  # noqa: BLE001 - a lost event shows as a missing outcome; the gate fails closed on it
             pass
 
@@ -182,19 +204,21 @@ class EventRecorder:
         try:
             return (yield)
         except BaseException as exc:
-            self.emit("conftest_error", conftest=str(getattr(exc, "path", "")), **describe_exception(exc, self.root))
+            described = describe_exception(exc, self.root)
+            self.emit(ConftestErrorEvent(conftest=str(getattr(exc, "path", "")), **dict(described)))
             raise
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         config = session.config
         self.emit(
-            "start",
-            pytest=pytest.__version__,
-            rootdir=str(config.rootpath),
-            inifile=str(config.inipath) if config.inipath else None,
-            args=list(config.invocation_params.args),
-            pid=os.getpid(),
-            xdist_workers=getattr(config.option, "numprocesses", None),
+            StartEvent(
+                pytest=pytest.__version__,
+                rootdir=str(config.rootpath),
+                inifile=str(config.inipath) if config.inipath else None,
+                args=[str(a) for a in config.invocation_params.args],
+                pid=os.getpid(),
+                xdist_workers=getattr(config.option, "numprocesses", None),
+            )
         )
 
     @pytest.hookimpl(wrapper=True)
@@ -209,13 +233,14 @@ class EventRecorder:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if not report.failed:
             return
-        described = self._collect_failures.pop(report.nodeid, {})
+        described = self._collect_failures.pop(report.nodeid, None)
         self.emit(
-            "collect_error",
-            nodeid=report.nodeid,
-            path=_node_path(report.nodeid),
-            longrepr=report.longreprtext[-MAX_TEXT:],
-            **described,
+            CollectErrorEvent(
+                nodeid=report.nodeid,
+                path=_node_path(report.nodeid),
+                longrepr=report.longreprtext[-MAX_TEXT:],
+                **(dict(described) if described is not None else {}),
+            )
         )
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
@@ -223,13 +248,13 @@ class EventRecorder:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # The node ids let the gate check that every collected test got a terminal report.
-        self.emit("collected", count=len(session.items), deselected=self._deselected, nodeids=[item.nodeid for item in session.items])
+        self.emit(CollectedEvent(count=len(session.items), deselected=self._deselected, nodeids=[item.nodeid for item in session.items]))
 
     # -- running ---------------------------------------------------------------------------
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         path, line, _ = location
-        self.emit("test_start", nodeid=nodeid, path=path, line=(line + 1) if line is not None else None)
+        self.emit(TestStartEvent(nodeid=nodeid, path=path, line=(line + 1) if line is not None else None))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
@@ -242,22 +267,23 @@ class EventRecorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # Last of the implementations: the outcome as pytest finally logs it, after any hook.
         event: dict[str, Any] = {
-            "nodeid": report.nodeid,
-            "when": report.when,
-            "outcome": report.outcome,
+            "nodeid": str(report.nodeid),
+            "when": str(report.when),
+            "outcome": str(report.outcome),
             "duration": round(float(report.duration), 6),
+            "observed": None,
         }
         if hasattr(report, "wasxfail"):
             event["wasxfail"] = str(report.wasxfail)
         if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
             path, line, reason = report.longrepr
-            event["skip"] = {"path": self._rel(str(path)), "line": line, "reason": str(reason)}
+            event["skip"] = SkipSite(path=self._rel(str(path)), line=line if isinstance(line, int) else None, reason=str(reason))
         if report.failed:
             event["failure"] = self._failures.pop((report.nodeid, report.when), None)
             event["longrepr"] = report.longreprtext[-MAX_TEXT:]
         if self.phase_facts is not None:
             event.update(self.phase_facts(report))
-        self.emit("report", **event)
+        self.emit(ReportEvent(**event))
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str, nodeid: str, location: tuple[str, int, str] | None) -> None:
         self._warnings += 1
@@ -269,33 +295,35 @@ class EventRecorder:
         if site is None and is_target_file(filename, self.root):
             site = innermost_target([(filename, int(warning_message.lineno), "")], self.root, innermost_first=True)
         self.emit(
-            "warning",
-            category=warning_message.category.__name__ if warning_message.category else "Warning",
-            message=str(warning_message.message)[:2000],
-            filename=self._rel(filename),
-            lineno=int(warning_message.lineno),
-            when=when,
-            nodeid=nodeid,
-            target_frame=site,
-            via_torch=_issued_by_torch(stack, self.root),
+            WarningEvent(
+                category=warning_message.category.__name__ if warning_message.category else "Warning",
+                message=str(warning_message.message)[:2000],
+                filename=self._rel(filename),
+                lineno=int(warning_message.lineno),
+                when=str(when),
+                nodeid=str(nodeid),
+                target_frame=target_frame(site),
+                via_torch=_issued_by_torch(stack, self.root),
+            )
         )
 
     # -- ends ------------------------------------------------------------------------------
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        self.emit("interrupt", **describe_exception(excinfo.value, self.root))
+        self.emit(InterruptEvent(**dict(describe_exception(excinfo.value, self.root))))
 
     def pytest_internalerror(self, excrepr: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
-        self.emit("internal_error", **describe_exception(excinfo.value, self.root))
+        self.emit(InternalErrorEvent(**dict(describe_exception(excinfo.value, self.root))))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.emit(
-            "finish",
-            exitstatus=int(exitstatus),
-            testscollected=session.testscollected,
-            testsfailed=session.testsfailed,
-            # Why pytest stopped before running every collected test (`-x`, `--maxfail`), if it did.
-            stopped=str(session.shouldfail or session.shouldstop or "") or None,
+            FinishEvent(
+                exitstatus=int(exitstatus),
+                testscollected=session.testscollected,
+                testsfailed=session.testsfailed,
+                # Why pytest stopped before running every collected test (`-x`, `--maxfail`), if it did.
+                stopped=str(session.shouldfail or session.shouldstop or "") or None,
+            )
         )
 
     def _rel(self, path: str) -> str:

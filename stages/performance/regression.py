@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, Severity
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.performance.sign_test import sign_test
 from traingate.stages.performance.spread import ratio_from_iqr
@@ -26,10 +26,10 @@ SPREAD_FACTOR = 3.0
 HIGH_RATIO = 1.5
 
 
-def _baseline_metrics(baseline: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    for stage in baseline.get("stages", []):
-        if stage.get("name") == "performance":
-            return {m["id"]: m for m in stage.get("metrics", []) if isinstance(m, dict) and "id" in m}
+def _baseline_metrics(baseline: PipelineReport) -> dict[str, Metric]:
+    for stage in baseline.stages:
+        if stage.name == "performance":
+            return {m.id: m for m in stage.metrics if m.id}
     return {}
 
 
@@ -39,17 +39,17 @@ def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], d
     baseline = ctx.baseline
     if not baseline:
         return {"compared": [], "note": "no baseline given"}, []
-    base_env = baseline.get("environment", {}) or {}
-    if base_env.get("device") and base_env.get("device") != device:
-        return {"compared": [], "note": f"baseline measured on {base_env.get('device')}, this run on {device}: not comparable"}, []
+    base_device = baseline.environment.device
+    if base_device and base_device != device:
+        return {"compared": [], "note": f"baseline measured on {base_device}, this run on {device}: not comparable"}, []
     old = _baseline_metrics(baseline)
     current = {m.id: m for m in metrics}
     compared, findings = [], []
     for metric_id, metric in current.items():
         before = old.get(metric_id)
-        if before is None or not isinstance(before.get("value"), (int, float)) or not isinstance(metric.value, (int, float)) or before["value"] <= 0:
+        if before is None or not isinstance(before.value, (int, float)) or not isinstance(metric.value, (int, float)) or before.value <= 0:
             continue
-        ratio = float(metric.value) / float(before["value"])
+        ratio = float(metric.value) / float(before.value)
         if metric_id in spreads:
             spread_now = _relative(current.get(spreads[metric_id]), metric)
             spread_then = _relative(old.get(spreads[metric_id]), before)
@@ -62,11 +62,11 @@ def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], d
         else:
             continue
         regressed = ratio - 1 > allowed
-        row = {"metric": metric.name, "metric_id": metric_id, "unit": metric.unit, "baseline": before["value"], "current": metric.value, "ratio": round(ratio, 4), "allowed": round(allowed, 4), "regressed": regressed}
-        row["spread"] = _ratio_spread(metric_id, spreads, current, old, float(metric.value), float(before["value"]))
+        row: dict[str, Any] = {"metric": metric.name, "metric_id": metric_id, "unit": metric.unit, "baseline": before.value, "current": metric.value, "ratio": round(ratio, 4), "allowed": round(allowed, 4), "regressed": regressed}
+        row["spread"] = _ratio_spread(metric_id, spreads, current, old, float(metric.value), float(before.value))
         compared.append(row)
         if regressed:
-            findings.append(_finding(ctx, kind, row, spread_now, spread_then, device, baseline.get("version")))
+            findings.append(_finding(ctx, kind, row, spread_now, spread_then, device, baseline.version))
     return {"compared": compared, "note": None if compared else "the baseline has no performance metrics of the same ids"}, findings
 
 
@@ -78,29 +78,28 @@ def few_steps(ctx: StageContext, label: str, times_s: list[float], device: str) 
     baseline = ctx.baseline
     if not baseline or not times_s:
         return None, None
-    base_env = baseline.get("environment", {}) or {}
-    if base_env.get("device") and base_env.get("device") != device:
+    if baseline.environment.device and baseline.environment.device != device:
         return None, None
     metric_id = f"step_time.median.{label}"
     before = _baseline_metrics(baseline).get(metric_id)
-    if before is None or not isinstance(before.get("value"), (int, float)) or before["value"] <= 0:
+    if before is None or not isinstance(before.value, (int, float)) or before.value <= 0:
         return None, None
-    limit_ms = float(before["value"]) * (1 + MIN_RELATIVE)
+    limit_ms = float(before.value) * (1 + MIN_RELATIVE)
     steps_ms = [t * 1e3 for t in times_s]
     test = sign_test(steps_ms, limit_ms)
     current = sorted(steps_ms)[len(steps_ms) // 2]
     row = {
-        "metric": f"step time, median ({label})", "metric_id": metric_id, "unit": "ms", "baseline": before["value"],
-        "current": round(current, 4), "ratio": round(current / float(before["value"]), 4), "allowed": MIN_RELATIVE,
+        "metric": f"step time, median ({label})", "metric_id": metric_id, "unit": "ms", "baseline": before.value,
+        "current": round(current, 4), "ratio": round(current / float(before.value), 4), "allowed": MIN_RELATIVE,
         "regressed": test.decisive_above, "spread": None, "steps": len(steps_ms),
         "sign_test": test.record(f"slower than the baseline median + {MIN_RELATIVE:.0%}"),
     }
     if not test.decisive_above:
         return row, None
-    return row, _finding(ctx, "step time", row, 0.0, 0.0, device, baseline.get("version"))
+    return row, _finding(ctx, "step time", row, 0.0, 0.0, device, baseline.version)
 
 
-def _ratio_spread(metric_id: str, spreads: dict[str, str], current: dict[str, Metric], old: dict[str, dict[str, Any]], now: float, then: float) -> dict[str, Any] | None:
+def _ratio_spread(metric_id: str, spreads: dict[str, str], current: dict[str, Metric], old: dict[str, Metric], now: float, then: float) -> dict[str, Any] | None:
     """The step-time ratio's interval from both runs' IQRs (the baseline keeps no per-step
     times); None for metrics without a spread."""
     if metric_id not in spreads:
