@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import TARGETS, line_of
 from tests.test_performance import metric, only, perf_gate
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, Severity
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.performance.consistency import missed_without_finding, undecided_misses
 from traingate.stages.performance.leak import decide
 from traingate.stages.performance.sign_test import sign_test
@@ -79,7 +79,7 @@ def test_five_profiled_steps_waiting_on_data_are_an_input_stall(tmp_path: Path) 
 class _Ctx:
     """The few attributes `few_steps` reads, and a finding factory that records its call."""
 
-    def __init__(self, baseline: dict) -> None:
+    def __init__(self, baseline: PipelineReport) -> None:
         self.baseline = baseline
         self.made: list[dict] = []
 
@@ -88,8 +88,13 @@ class _Ctx:
         return kwargs
 
 
-def _baseline(median_ms: float) -> dict:
-    return {"environment": {"device": "cpu"}, "stages": [{"name": "performance", "metrics": [{"id": "step_time.median.default", "name": "step time", "value": median_ms}]}]}
+def _baseline(median_ms: float, device: str = "cpu") -> PipelineReport:
+    """A --baseline report whose performance stage measured this median step time on `device`."""
+    stage = {"name": "performance", "status": "passed", "score": 100, "duration_s": 1.0, "summary": "", "metrics": [{"id": "step_time.median.default", "name": "step time", "value": median_ms}]}
+    return PipelineReport.model_validate({
+        "tool_version": "0", "task": "t", "version": "v1", "target": {"path": "."}, "started_at": "", "duration_s": 1.0, "decision": "PASS", "score": 100,
+        "environment": {"python": "3.11", "torch": None, "device": device, "device_name": device}, "stages": [stage],
+    })
 
 
 def test_five_steps_all_slower_than_the_baseline_are_a_regression_by_the_sign_test() -> None:
@@ -103,4 +108,4 @@ def test_five_steps_all_slower_than_the_baseline_are_a_regression_by_the_sign_te
     row, finding = few_steps(_Ctx(_baseline(1.0)), "default", [0.002] * 4 + [0.00105], "cpu")  # type: ignore[arg-type]
     assert finding is None and row is not None and not row["regressed"]
     # A baseline from another device is not compared.
-    assert few_steps(_Ctx({**_baseline(1.0), "environment": {"device": "cuda"}}), "default", [0.002] * 5, "cpu") == (None, None)  # type: ignore[arg-type]
+    assert few_steps(_Ctx(_baseline(1.0, device="cuda")), "default", [0.002] * 5, "cpu") == (None, None)  # type: ignore[arg-type]
