@@ -28,9 +28,6 @@ class SmokeResult:
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def details(self) -> dict[str, Any]:
-        return {"runs": [run_details(label, amp, run) for label, amp, run in self.runs], "notes": self.notes}
-
 
 def smoke_plan(ctx: StageContext) -> tuple[list[tuple[str, bool | None]], list[str]]:
     """The calls to make, configured setting first, and notes on how the order was chosen."""
