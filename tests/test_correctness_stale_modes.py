@@ -4,29 +4,16 @@ comments."""
 
 from __future__ import annotations
 
-from typing import Any
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.conftest import GateRun
+from tests.correctness_runs import correctness_gate as _gate
+from tests.correctness_runs import located as _located
+from tests.correctness_runs import marker as _marker
+from tests.correctness_runs import site as _site
 
 pytestmark = pytest.mark.slow
-
-
-def _gate(case: str, factory: pytest.TempPathFactory) -> GateRun:
-    return run_gate(TARGETS / case, factory.mktemp(case) / "out", "--stages", "correctness", timeout=300)
-
-
-def _marker(case: str, marker: str) -> tuple[str, int]:
-    return "train.py", line_of(TARGETS / case / "train.py", f"# marker: {marker}")
-
-
-def _located(finding: dict[str, Any]) -> tuple[str, int]:
-    return finding["location"]["path"], finding["location"]["line"]
-
-
-def _site(site: dict[str, Any]) -> tuple[str, int]:
-    return site["path"], site["line"]
 
 
 @pytest.fixture(scope="module")
