@@ -5,36 +5,17 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of, run_gate
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.schema import Metric, PipelineReport
-from traingate.stages.base import StageContext
+from traingate.pipeline.schema import Metric
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression
 from traingate.stages.performance.spread import ratio_from_iqr, ratio_of_medians
 from traingate.stages.performance.stage import analyse
-
-
-def make_ctx(tmp_path: Path, baseline: dict[str, Any] | None = None, **config: Any) -> StageContext:
-    return StageContext(
-        stage="performance", root=tmp_path, config=TargetConfig.model_validate(config), device="cpu",
-        deadline=time.time() + 60, scratch=tmp_path, baseline=as_report(baseline) if baseline is not None else None,
-    )
-
-
-def as_report(baseline: dict[str, Any]) -> PipelineReport:
-    """A report.json holding the given version, device and stages (name and metrics), as --baseline reads it."""
-    environment = {"python": "3.11", "torch": None, "device_name": "cpu", **baseline["environment"]}
-    stages = [{"status": "passed", "score": 100, "duration_s": 1.0, "summary": "", **stage} for stage in baseline["stages"]]
-    return PipelineReport.model_validate({
-        "tool_version": "0", "task": "t", "version": baseline["version"], "target": {"path": "."}, "started_at": "", "duration_s": 1.0,
-        "decision": "PASS", "score": 100, "environment": environment, "stages": stages,
-    })
+from tests.test_perf_units import make_ctx
 
 
 def clock(step_ms: list[float], losses: list[float] | None = None) -> dict[str, Any]:
