@@ -31,7 +31,7 @@ from traingate.pipeline.outputs import FORMATS, FormatError, display_path, parse
 from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.processes import become_subreaper, kill_descendants
 from traingate.pipeline.registry import build_registry, stage_names
-from traingate.pipeline.rules import RULES, find_rule
+from traingate.pipeline.rules import RULES, rule_by_id
 from traingate.pipeline.rules import explain as explain_rule
 from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageReport
 from traingate.pipeline.torch_probe import torch_facts
@@ -159,7 +159,7 @@ def explain_command(category: str | None) -> int:
             shown = f"  {listed.sub}" if listed.sub else listed.id
             print(f"{shown:<{width}}  {listed.stage:<11}  {listed.blocks.value:<6}  {listed.description}")
         return ExitCode.PASS
-    rule = find_rule(category)
+    rule = rule_by_id(category)
     if rule is None:
         print(f"traingate: error: unknown category or rule {category!r} (`traingate explain` lists them)", file=sys.stderr)
         return ExitCode.USAGE

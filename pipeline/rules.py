@@ -552,12 +552,8 @@ def rule_for(category: Category) -> Rule:
 
 
 def rule_by_id(rule_id: str) -> Rule | None:
-    return _BY_ID.get(rule_id)
-
-
-def find_rule(name: str) -> Rule | None:
     """A rule by its id (`memory-leak`, `gradscaler-protocol/missing-update`), or None."""
-    return _BY_ID.get(name)
+    return _BY_ID.get(rule_id)
 
 
 def sub_rules(category: Category) -> tuple[Rule, ...]:

@@ -132,7 +132,7 @@ def hidden_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
     groups: OrderedDict[tuple[str, str, str], list[TestRecord]] = OrderedDict()
     for record in records:
         taken = record.taken_out
-        if taken is None or record.outcome not in ("skipped", "xfailed") or not _hidden(taken.how, taken.by):
+        if taken is None or not reported_apart(record):
             continue
         groups.setdefault((record.outcome, taken.by, taken.reason), []).append(record)
     found = []
@@ -182,8 +182,12 @@ def module_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
     return found
 
 
-def _hidden(how: str, by: str) -> bool:
-    return how.startswith("xfail") or how == "skip-marker-added" or (how == "skip-call" and by != "pytest.skip() in the test")
+def reported_apart(record: TestRecord) -> bool:
+    """A skip a hook or fixture made, or any xfail: `hidden_skips` names it, not the plain skip groups."""
+    taken = record.taken_out
+    if taken is None or record.outcome not in ("skipped", "xfailed"):
+        return False
+    return taken.how.startswith("xfail") or taken.how == "skip-marker-added" or (taken.how == "skip-call" and taken.by != "pytest.skip() in the test")
 
 
 def left_out_files(ctx: StageContext, result: SuiteResult, records: list[TestRecord]) -> list[Finding]:

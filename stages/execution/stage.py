@@ -39,6 +39,7 @@ from traingate.stages.execution.accounting_checks import (
     baseline_records,
     disabled_against_baseline,
     hidden_skips,
+    reported_apart,
     left_out_files,
     module_skips,
     observation_stopped,
@@ -75,7 +76,7 @@ class ExecutionStage:
         result = parse_events(suite.events) if suite else SuiteResult()
         selection = Selection(result.selection, ctx.root, suite.config_file if suite else None)
         records = test_records(result, selection, ctx.root) if suite else []
-        hidden = frozenset(nodeid for f in hidden_skips(ctx, records) for nodeid in _named_tests(f))
+        hidden = frozenset(r.nodeid for r in records if reported_apart(r))
 
         findings = suite_findings(ctx, suite, result, hidden) if suite else [no_suite_finding(ctx)]
         pytest: PytestDetails | NoSuite = NoSuite(declared=False, note=NO_SUITE_NOTE)
@@ -144,12 +145,6 @@ class ExecutionStage:
         if finding is not None:
             findings.append(finding)
         return coverage_details(source, executed)
-
-
-def _named_tests(finding: Finding) -> list[str]:
-    """The node ids a `hidden_skips` finding names (its evidence lists them)."""
-    tests = finding.evidence.data["tests"]
-    return [str(t) for t in tests]
 
 
 def pytest_details(suite: SuiteRun, result: SuiteResult, accounting: Accounting) -> PytestDetails:

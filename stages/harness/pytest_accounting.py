@@ -252,7 +252,7 @@ class TestAccountant:
         try:
             return (yield)
         except BaseException as exc:
-            record["raised"] = record["raised"] or _describe_raise(exc, self.root, item)
+            record["raised"] = record["raised"] or _describe_raise(exc, self.root)
             raise
         finally:
             self._phase = None
@@ -268,7 +268,7 @@ class TestAccountant:
             try:
                 return function(*args, **kwargs)
             except BaseException as exc:
-                record["raised"] = _describe_raise(exc, root, None)
+                record["raised"] = _describe_raise(exc, root)
                 record["raised_in_function"] = True
                 raise
 
@@ -285,7 +285,7 @@ class TestAccountant:
             item = getattr(request, "_pyfuncitem", None)
             if self._phase == "setup" and self._current is not None and name in getattr(item, "fixturenames", ()):
                 record = self._observed.setdefault((self._current, "setup"), {"ran": True, "raised": None, "called": None})
-                record["fixture_raised"] = {"fixture": name, **_describe_raise(exc, self.root, None)}
+                record["fixture_raised"] = {"fixture": name, **_describe_raise(exc, self.root)}
             raise
 
     @pytest.hookimpl(wrapper=True, trylast=True)
@@ -391,7 +391,7 @@ def _caller_site(root: Path, start: Any = None) -> dict[str, Any] | None:
     return innermost_target(frames, root, innermost_first=True)
 
 
-def _describe_raise(exc: BaseException, root: Path, item: pytest.Item | None) -> dict[str, Any]:
+def _describe_raise(exc: BaseException, root: Path) -> dict[str, Any]:
     """The exception, its kind (skip, xfail, exit, other) and where in the target's code it came from."""
     kind = "other"
     if isinstance(exc, pytest.skip.Exception):
