@@ -13,6 +13,7 @@ from traingate.pipeline.schema import Category, Finding, Metric
 CATEGORIES_BY_PREFIX: dict[str, frozenset[Category]] = {
     "memory.held_growth": frozenset({Category.MEMORY_LEAK}),
     "memory.graph_nodes_growth": frozenset({Category.MEMORY_LEAK}),
+    "memory.host_growth": frozenset({Category.MEMORY_LEAK}),
     "memory.peak.": frozenset({Category.PERF_REGRESSION}),
     "data_wait.": frozenset({Category.INPUT_STALL}),
     "syncs.": frozenset({Category.HOST_SYNC}),

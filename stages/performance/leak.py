@@ -30,6 +30,10 @@ from typing import Any
 from traingate.stages.performance.sign_test import sign_test
 
 MIN_SLOPE_BYTES = 64.0
+# The host memory's floor (probe/host_memory.py). Clean loops under the full probe grow the
+# host heap by 0.2-1.2 KiB a step (Theil-Sen over 24-40 steps: the probe's own step records,
+# one-off caches at the checks) on the clean fixtures: 16 KiB is over ten times that.
+HOST_MIN_SLOPE_BYTES = 16384.0
 NOISE_FACTOR = 3.0
 SEGMENTS = 3
 
@@ -111,12 +115,14 @@ def _rank(values: list[float], q: float) -> float:
     return ordered[round(q * (len(ordered) - 1))]
 
 
-def decide(series: list[float], min_steps: int) -> LeakVerdict:
-    """The leak verdict for the memory held at each profiled step boundary."""
+def decide(series: list[float], min_steps: int, floor: float = MIN_SLOPE_BYTES) -> LeakVerdict:
+    """The leak verdict for the memory held at each profiled step boundary; `floor` is the
+    smallest growth per step that counts (MIN_SLOPE_BYTES for exact tensor bytes,
+    HOST_MIN_SLOPE_BYTES for the host memory)."""
     values = [float(v) for v in series]
     n = len(values)
     if n < max(min_steps, SEGMENTS * 2):
-        short = _short_series(values)
+        short = _short_series(values, floor)
         if short is not None:
             return short
         needed = max(min_steps, SEGMENTS * 2)
@@ -126,10 +132,10 @@ def decide(series: list[float], min_steps: int) -> LeakVerdict:
     noise = 1.4826 * median(abs(r - median(residuals)) for r in residuals)
     parts = segments(values)
     seg_len = n / len(parts)
-    rise_floor = max(MIN_SLOPE_BYTES, 0.25 * slope * seg_len)
+    rise_floor = max(floor, 0.25 * slope * seg_len)
     rising = all(b[0] - a[0] >= rise_floor and b[1] - a[1] >= rise_floor for a, b in pairwise(parts))
-    if slope < MIN_SLOPE_BYTES:
-        reason = f"no growth: {slope:.0f} bytes/step, under the {MIN_SLOPE_BYTES:.0f} bytes/step floor"
+    if slope < floor:
+        reason = f"no growth: {slope:.0f} bytes/step, under the {floor:.0f} bytes/step floor"
         return _verdict(False, reason, values, slope, noise, parts)
     if slope * (n - 1) < NOISE_FACTOR * noise:
         reason = f"growth of {slope * (n - 1):.0f} bytes is within {NOISE_FACTOR:.0f}x the noise ({noise:.0f} bytes)"
@@ -140,17 +146,17 @@ def decide(series: list[float], min_steps: int) -> LeakVerdict:
     return _verdict(True, f"grows {slope:.0f} bytes/step, steadily, over {n} steps", values, slope, noise, parts)
 
 
-def _short_series(values: list[float]) -> LeakVerdict | None:
+def _short_series(values: list[float], floor: float) -> LeakVerdict | None:
     """Too few steps for the segment test, yet decisive: every step-to-step change is a rise
     of at least the floor, and the one-sided sign test over those changes (p = 0.5^changes)
     is under 0.05, so 6 steps (5 rises) decide."""
     diffs = [b - a for a, b in pairwise(values)]
-    if not diffs or any(d < MIN_SLOPE_BYTES for d in diffs):
+    if not diffs or any(d < floor for d in diffs):
         return None
     test = sign_test(diffs, 0.0)
     if not test.decisive_above:
         return None
-    reason = f"grows at every one of {len(diffs)} step-to-step changes, each at least {MIN_SLOPE_BYTES:.0f} bytes ({test.statement('rose')})"
+    reason = f"grows at every one of {len(diffs)} step-to-step changes, each at least {floor:.0f} bytes ({test.statement('rose')})"
     return _verdict(True, reason, values, noise=0.0)
 
 

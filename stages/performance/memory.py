@@ -1,6 +1,6 @@
 """`memory-leak`: memory held between training steps grows with the number of steps.
 
-The verdict is statistical (stages/perf_leak.py) over the memory held at each step
+The verdict is statistical (leak.py) over the memory held at each step
 boundary of the instrumented run. A leak is then attributed with what the run observed:
 the creation sites of storages that survive from most earlier steps, the named container
 holding them (a local list, `self.history`, a module global), and the line after which that
@@ -12,12 +12,18 @@ seen growing from one check to the next, is a leak even when those tensors' byte
 the floor: each keeps its step's graph nodes, which no byte count shows.
 A tensor bound to a name whose autograd graph keeps growing between checks (a running
 `total = total + loss`) is a leak too, though backward has freed its saved tensors: the
-graph's nodes stay. It is found by counting the graph's nodes at a few step boundaries.
+graph's nodes stay. It is found at a few step boundaries by the number of steps whose nodes
+the graph holds (a descent to its oldest nodes, probe/graph_span.py), which does not depend
+on the graph's size, and by its node count up to the walk cap (10,000 nodes).
 
-One verdict covers both measures, bytes held per step and autograd nodes held per step: a
-leak found from either is the verdict's, the metric's and the report's, whatever the other
-measure says; both are shown. Node counts stop at the probe's walk cap (10,000 nodes), so
-graphs larger than that are not followed from check to check.
+The third measure is the process's host memory at each step boundary (probe/host_memory.py),
+with the same trend test and its own floor (HOST_MIN_SLOPE_BYTES). It sees what the tensor
+bytes cannot: graph nodes, objects outside torch. When a growing held graph explains it,
+it is part of that graph's finding; when nothing does, it is a finding of its own, at the
+training loop's model call.
+
+One verdict covers the three measures: a leak found from any of them is the verdict's, the
+metric's and the report's, whatever the others say; all are shown.
 
 Severity: high when the growth is steady (r^2 >= 0.9, or a significant Mann-Kendall trend
 with r^2 >= 0.5) and large (at least a quarter of what
@@ -35,7 +41,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
-from traingate.stages.performance.leak import MIN_SLOPE_BYTES, LeakVerdict, decide
+from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
 
 CATEGORY = Category.MEMORY_LEAK
@@ -49,10 +55,14 @@ GRAPH_STEPS = 3
 TABLE_ROWS = 12
 
 
-def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: int, device: str) -> tuple[dict[str, Any], list[Finding]]:
+def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: int, device: str, loop_site: Location | None = None) -> tuple[dict[str, Any], list[Finding]]:
+    """Details and findings from the tensor bytes, the host memory and the autograd graphs
+    held between steps; `loop_site` (the training loop's model call) locates a host-memory
+    leak nothing else located."""
     held = [int(v) for v in memory.get("held_bytes", [])]
     series = held[warmup:]
     verdict = decide([float(v) for v in series], min_steps)
+    host = host_verdict(memory, warmup, min_steps)
     attribution = attribute(memory)
     holder = attribution.get("holder")
     attribution["stores"] = storing_lines(ctx.root, holder) if holder else []
@@ -61,13 +71,15 @@ def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: i
     details = {
         "source": memory.get("source"),
         "verdict": verdict.record(),
+        "host": {"source": memory.get("host_source"), "verdict": host.record() if host else None},
         "chart": chart(held, warmup),
         "table": table(held, warmup),
         "peak_tracked_bytes": memory.get("peak_tracked_bytes"),
         "attribution": attribution,
         "graphs": graphs,
     }
-    findings = [_graph_finding(ctx, g, memory, device) for g in graphs if g["growing"]]
+    host_leak = host if host is not None and host.leak else None
+    findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g["growing"]]
     kept = kept_graphs(memory)
     details["kept_graphs"] = kept
     nodes = node_growth(graphs, kept if verdict.steps >= min_steps else None)
@@ -75,45 +87,64 @@ def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: i
         findings.insert(0, _finding(ctx, verdict, attribution, memory, device, nodes=nodes))
     elif kept is not None and verdict.steps >= min_steps:
         findings.insert(0, _finding(ctx, verdict, attribution, memory, device, kept, nodes=nodes))
-    details["verdict"] = combined_verdict(verdict, nodes, leak=bool(findings))
+    elif host_leak is not None and not findings:
+        findings.append(host_finding(ctx, host_leak, verdict, memory, device, loop_site))
+    details["verdict"] = combined_verdict(verdict, nodes, leak=bool(findings), host=host)
     return details, findings
+
+
+def host_verdict(memory: dict[str, Any], warmup: int, min_steps: int) -> LeakVerdict | None:
+    """The same trend test over the process's host memory, with the host floor; None when
+    the probe had no host measure."""
+    host = [float(v) for v in memory.get("host_bytes", [])]
+    if not memory.get("host_source") or len(host) <= warmup:
+        return None
+    return decide(host[warmup:], min_steps, floor=HOST_MIN_SLOPE_BYTES)
 
 
 def node_growth(graphs: list[dict[str, Any]], kept: dict[str, Any] | None) -> dict[str, Any]:
     """The second measure: autograd nodes held between steps, per step, from the checks.
     The fastest-growing holder: a named tensor whose graph keeps growing, or a container
-    that keeps each step's tensors with their graphs. `leak` when one of them is a leak."""
-    series = [(g["holder"]["description"], g["points"]) for g in graphs if g["growing"]]
+    that keeps each step's tensors with their graphs. `leak` when one of them is a leak.
+    Node counts that stopped at the walk cap give no rate (None); the steps held are kept."""
+    series = [(g["holder"]["description"], g["points"], g.get("steps_held", [])) for g in graphs if g["growing"]]
     if kept is not None:
-        series.append((kept["description"], [[p["step"], p["nodes"]] for p in kept["points"] if p.get("nodes") is not None]))
+        series.append((kept["description"], [[p["step"], p["nodes"]] for p in kept["points"] if p.get("nodes") is not None], []))
     measured = []
-    for description, points in series:
+    for description, points, steps_held in series:
+        per_step = None
         if len(points) >= 2:
             (first_step, first), (last_step, last) = points[0], points[-1]
-            measured.append({"held_by": description, "per_step": (last - first) / max(1, last_step - first_step), "points": points})
-        else:
-            measured.append({"held_by": description, "per_step": None, "points": points})
+            per_step = (last - first) / max(1, last_step - first_step)
+        measured.append({"held_by": description, "per_step": per_step if per_step else None, "points": points, "steps_held": steps_held})
     leak = bool(series)
     if not measured:
-        return {"leak": False, "per_step": None, "held_by": None, "points": []}
+        return {"leak": False, "per_step": None, "held_by": None, "points": [], "steps_held": []}
     best = max(measured, key=lambda m: m["per_step"] if m["per_step"] is not None else -1.0)
     return {"leak": leak, **best}
 
 
-def combined_verdict(bytes_verdict: LeakVerdict, nodes: dict[str, Any], leak: bool) -> dict[str, Any]:
-    """One verdict over both measures: a leak when the bytes held grow or an autograd graph
-    held between steps grows. The bytes verdict's statistics stay, under their own names."""
+def combined_verdict(bytes_verdict: LeakVerdict, nodes: dict[str, Any], leak: bool, host: LeakVerdict | None = None) -> dict[str, Any]:
+    """One verdict over the three measures: a leak when the tensor bytes held grow, an
+    autograd graph held between steps grows, or the host memory grows. The bytes verdict's
+    statistics stay, under their own names; the host's are under `host`."""
     record = bytes_verdict.record()
+    host_note = f"; host memory: {host.reason}" if host is not None else ""
     if bytes_verdict.leak:
         reason = bytes_verdict.reason
     elif leak and nodes.get("held_by"):
-        per_step = f"{nodes['per_step']:,.0f} autograd nodes per step" if nodes.get("per_step") is not None else "autograd nodes"
-        reason = f"{nodes['held_by']} keeps {per_step} (tensor bytes: {bytes_verdict.reason})"
+        per_step = f"{nodes['per_step']:,.0f} autograd nodes per step" if nodes.get("per_step") else "every step's autograd nodes"
+        reason = f"{nodes['held_by']} keeps {per_step} (tensor bytes: {bytes_verdict.reason}{host_note})"
+    elif leak and host is not None and host.leak:
+        reason = f"host memory {host.reason}, while the tensor bytes do not ({bytes_verdict.reason})"
     elif leak:
-        reason = f"autograd graphs held between steps grow (tensor bytes: {bytes_verdict.reason})"
+        reason = f"autograd graphs held between steps grow (tensor bytes: {bytes_verdict.reason}{host_note})"
     else:
-        reason = bytes_verdict.reason
-    return {**record, "leak": leak, "reason": reason, "bytes_leak": bytes_verdict.leak, "bytes_reason": bytes_verdict.reason, "nodes": nodes}
+        reason = bytes_verdict.reason + host_note
+    return {
+        **record, "leak": leak, "reason": reason, "bytes_leak": bytes_verdict.leak, "bytes_reason": bytes_verdict.reason, "nodes": nodes,
+        "host": host.record() if host is not None else None,
+    }
 
 
 def kept_graphs(memory: dict[str, Any]) -> dict[str, Any] | None:
@@ -135,21 +166,26 @@ def kept_graphs(memory: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def growing_graphs(memory: dict[str, Any]) -> list[dict[str, Any]]:
-    """Autograd graphs held by one named tensor, by name, with their size at each check.
-    Growing: seen at two checks at least, larger at each, and at the last one at least
-    GRAPH_STEPS steps' worth of nodes."""
+    """Autograd graphs held by one named tensor, by name, with their size and the steps they
+    hold at each check. Growing: seen at two checks at least, and either holding nodes from
+    more steps at each (and at least GRAPH_STEPS at the last: probe/graph_span.py, which does
+    not depend on the graph's size), or larger at each and at the last at least GRAPH_STEPS
+    steps' worth of nodes (where the nodes carry no creation numbers)."""
     step_nodes = int(memory.get("step_graph_nodes") or 0)
     series: dict[str, dict[str, Any]] = {}
     for check in memory.get("checks", []):
         for g in check.get("graphs", []):
-            item = series.setdefault(g["description"], {"holder": g, "points": []})
+            item = series.setdefault(g["description"], {"holder": g, "points": [], "steps": []})
             item["points"].append([check["step"], g["nodes"]])
+            item["steps"].append([check["step"], g.get("steps")])
             item["holder"] = g
     out = []
     for description, item in series.items():
         nodes = [n for _, n in item["points"]]
-        growing = step_nodes > 0 and len(nodes) >= 2 and all(b > a for a, b in pairwise(nodes)) and nodes[-1] >= GRAPH_STEPS * step_nodes
-        out.append({"description": description, "holder": item["holder"], "points": item["points"], "step_nodes": step_nodes, "growing": growing})
+        spans = [n for _, n in item["steps"]]
+        by_steps = len(spans) >= 2 and None not in spans and all(b > a for a, b in pairwise(spans)) and spans[-1] >= GRAPH_STEPS
+        by_nodes = step_nodes > 0 and len(nodes) >= 2 and all(b > a for a, b in pairwise(nodes)) and nodes[-1] >= GRAPH_STEPS * step_nodes
+        out.append({"description": description, "holder": item["holder"], "points": item["points"], "steps_held": item["steps"], "step_nodes": step_nodes, "growing": by_steps or by_nodes})
     return out
 
 
@@ -178,31 +214,90 @@ def _holder_key(holder: dict[str, Any] | None) -> str:
     return ":".join(str(holder.get(part) or "") for part in ("kind", "owner", "name"))
 
 
-def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, Any], device: str) -> Finding:
+def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, Any], device: str, host: LeakVerdict | None) -> Finding:
     holder = graph["holder"]
     (first_step, first), (last_step, last) = graph["points"][0], graph["points"][-1]
     per_step = (last - first) / max(1, last_step - first_step)
-    site = holder.get("created_at")
+    spans = [p for p in graph.get("steps_held", []) if p[1] is not None]
+    site = graph_store(ctx, holder)
     location = Location(path=site["path"], line=site["line"], function=site["function"]) if site else None
     code = site["code"] if site else ""
+    # Past the walk cap the node counts stop moving; the steps held still grow.
+    capped = per_step <= 0 and bool(spans)
+    if capped and spans:
+        grew = f"holds nodes made in {spans[0][1]} steps at step {spans[0][0]} and in {spans[-1][1]} at step {spans[-1][0]}"
+        size = f"one step's graph has at least {graph['step_nodes']:,} nodes"
+    else:
+        grew = f"grew from {first:,} nodes at step {first_step} to {last:,} at step {last_step} ({per_step:.0f} nodes per step)"
+        size = f"one step's graph has {graph['step_nodes']:,}"
+    host_sentence = (
+        f" The process's {memory.get('host_source') or 'host memory'} grew {_bytes(host.slope_bytes_per_step)} per step over {host.steps} steps"
+        f" (r^2 {host.r2:.2f}) while the tensor storages did not: that is the graph's nodes."
+        if host is not None else ""
+    )
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH,
         title=f"An autograd graph held by {holder['description']} grows every step",
         location=location,
         problem=(
-            f"{holder['description']} is a tensor whose autograd graph grew from {first:,} nodes at step {first_step} to {last:,} at step "
-            f"{last_step} ({per_step:.0f} nodes per step; one step's graph has {graph['step_nodes']}): it keeps every step's graph"
-            + (f", built at `{code}`" if code else "") + ". Backward frees the saved tensors, so the tensor bytes do not show it; the graph nodes stay."
+            f"{holder['description']} is a tensor whose autograd graph {grew}; {size}: it keeps every step's graph"
+            + (f", stored at `{code}`" if code else "") + ". Backward frees the saved tensors, so the tensor bytes do not show it; the graph nodes stay."
+            + host_sentence
         ),
         impact="The graph grows for the whole run: memory rises step after step, and a backward through this tensor would traverse every step.",
         fix="Accumulate a number, not the graph: `total += loss.item()` at logging intervals or `total += loss.detach()`.",
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
-            summary=f"{first:,} -> {last:,} autograd nodes between steps {first_step} and {last_step} on {device}",
-            data={"held_by": holder, "nodes_at_step": graph["points"], "nodes_per_step": round(per_step, 1), "one_step_graph_nodes": graph["step_nodes"], "device": device},
+            summary=(
+                (f"graph nodes from {spans[0][1]} -> {spans[-1][1]} steps between steps {spans[0][0]} and {spans[-1][0]}" if capped and spans else f"{first:,} -> {last:,} autograd nodes between steps {first_step} and {last_step}")
+                + (f"; host memory +{_bytes(host.slope_bytes_per_step)}/step" if host is not None else "")
+                + f" on {device}"
+            ),
+            data={
+                "held_by": holder, "nodes_at_step": graph["points"], "steps_held_at_step": graph.get("steps_held", []), "nodes_per_step": round(per_step, 1),
+                "one_step_graph_nodes": graph["step_nodes"], "node_count_capped": capped, "stored_at": site, "device": device,
+                "host_bytes_per_step": round(host.slope_bytes_per_step, 1) if host is not None else None, "host_measure": memory.get("host_source"),
+            },
         ),
         key=f"graph\x1f{_holder_key(holder)}\x1f{code}",
+    )
+
+
+def graph_store(ctx: StageContext, holder: dict[str, Any]) -> dict[str, Any] | None:
+    """Where a held graph is stored into its name: the line that made the tensor's storage
+    when the source stores into the name there (`total = total + loss`), else the first such
+    store in the source (`total += loss` on a tensor made before the loop), else the line
+    that made it."""
+    created = holder.get("created_at")
+    stores = storing_lines(ctx.root, holder)
+    if created and (not stores or any((s["path"], s["line"]) == (created["path"], created["line"]) for s in stores)):
+        return dict(created)
+    return dict(stores[0]) if stores else (dict(created) if created else None)
+
+
+def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, memory: dict[str, Any], device: str, loop_site: Location | None) -> Finding:
+    """Host memory grows while no tensor storage or named graph does: measured, not located
+    beyond the training loop."""
+    source = memory.get("host_source") or "host memory"
+    return ctx.finding(
+        category=CATEGORY,
+        severity=severity_for(host, graph=False),
+        title=f"Host memory held between steps grows {_bytes(host.slope_bytes_per_step)} per step",
+        location=loop_site,
+        problem=(
+            f"The process's {source} grew from {_mib(host.start_bytes)} to {_mib(host.start_bytes + host.total_growth_bytes)} over {host.steps} steps "
+            f"after warm-up: {_bytes(host.slope_bytes_per_step)} per step (r^2 {host.r2:.2f}, {host.increasing_fraction:.0%} of steps grew) on {device}. "
+            f"The tensor storages did not grow ({tensors.reason}) and no named tensor was seen holding an autograd graph of several steps, "
+            "so what holds it is not known: objects outside torch, or a graph reached through no name the probe looks at. "
+            "The finding points at the training loop's model call."
+        ),
+        evidence=Evidence(
+            kind=EvidenceKind.MEASURED,
+            summary=f"+{host.total_growth_bytes:,.0f} bytes of {source} over {host.steps} steps, {host.slope_bytes_per_step:,.0f} bytes/step (Theil-Sen), r^2 {host.r2:.2f}",
+            data={**host.record(), "measured_as": source, "tensor_bytes": tensors.record(), "device": device},
+        ),
+        key=f"host\x1f{source}",
     )
 
 

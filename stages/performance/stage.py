@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.rules import categories_of
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, StageOutcome
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.contract import instruments
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
-from traingate.stages.performance.leak import MIN_SLOPE_BYTES
+from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
 
 FULL = instruments.PERFORMANCE_FULL
 LIGHT = instruments.PERFORMANCE_LIGHT
@@ -91,7 +91,7 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     ]
     not_measured: list[str] = []
 
-    memory, leaks = perf_memory.analyse(ctx, profile["memory"], warmup, min_steps, device)
+    memory, leaks = perf_memory.analyse(ctx, profile["memory"], warmup, min_steps, device, _loop_site(clock))
     findings += leaks
     verdict = memory["verdict"]
     # One verdict over both measures (bytes held, autograd nodes held): a leak found from
@@ -106,6 +106,17 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         passed=not verdict["leak"] if decided else None,
         note=f"{'leak' if verdict['leak'] else 'no leak'}: {verdict['reason']}; bytes r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
     ))
+    host = verdict["host"]
+    if host is not None:
+        metrics.append(Metric(
+            id="memory.host_growth",
+            name="host memory between steps, growth",
+            value=round(host["slope_bytes_per_step"], 1),
+            unit="bytes/step",
+            threshold=HOST_MIN_SLOPE_BYTES,
+            passed=not host["leak"] if host["leak"] or host["steps"] >= min_steps else None,
+            note=f"{'grows' if host['leak'] else 'no growth'}: {host['reason']}; r^2 {host['r2']:.2f} over {host['steps']} steps ({memory['host']['source']})",
+        ))
     nodes = verdict["nodes"]
     metrics.append(Metric(
         id="memory.graph_nodes_growth",
@@ -254,7 +265,7 @@ def _graph_walk_note(profile: dict[str, Any]) -> str:
     window = profile.get("instrumentation") or {}
     if not window.get("graph_walk_capped"):
         return ""
-    return f"; one step's autograd graph has at least {window.get('graph_walk_cap') or 0:,} nodes, where graph walks stop, so graphs held across steps are not followed by node count on this loop (retained bytes still are)"
+    return f"; one step's autograd graph has at least {window.get('graph_walk_cap') or 0:,} nodes, where graph walks stop, so graphs held across steps are followed by the steps their nodes come from, not by node count, on this loop (retained bytes and host memory still are)"
 
 
 def _fastest(clocks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
@@ -348,3 +359,12 @@ def _no_steps(ctx: StageContext, run: EntrypointRun, clock: dict[str, Any]) -> S
         ),
     )
     return StageOutcome(summary="no training step to profile", findings=[finding])
+
+
+def _loop_site(clock: dict[str, Any]) -> Location | None:
+    """The training loop's model call: the most frequent outermost forward site."""
+    sites = clock.get("forward_sites") or []
+    if not sites:
+        return None
+    path, line, function = sites[0][0]
+    return Location(path=path, line=line, function=function)

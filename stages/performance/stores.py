@@ -1,7 +1,8 @@
 """Where the target's source stores into a holder, found with `ast`: the lines that add to
 the attribute, global or local a leak's tensors are held by (`self._outputs[step] = ...`,
 `losses.append(loss)`), which is where the fix goes. Rebinding the name to a fresh container
-(`self._outputs = {}`) is initialisation, not a store into it."""
+(`self._outputs = {}`) is initialisation, not a store into it; rebinding it to an expression
+that reads it (`total = total + loss`) is a store."""
 
 from __future__ import annotations
 
@@ -71,6 +72,10 @@ def _rooted_at(node: ast.AST, name: str, attribute: bool) -> bool:
     return False
 
 
+def _reads(value: ast.AST, name: str, attribute: bool) -> bool:
+    return any(_is_holder(node, name, attribute) for node in ast.walk(value))
+
+
 def _stores_into(node: ast.AST, name: str, attribute: bool) -> bool:
     if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -79,6 +84,9 @@ def _stores_into(node: ast.AST, name: str, attribute: bool) -> bool:
                 return True
             # `holder += [x]` grows it in place.
             if isinstance(node, ast.AugAssign) and _is_holder(target, name, attribute):
+                return True
+            # `total = total + loss` rebinds the name to what it held and more.
+            if isinstance(node, ast.Assign) and _is_holder(target, name, attribute) and _reads(node.value, name, attribute):
                 return True
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
         func = node.value.func

@@ -124,6 +124,7 @@ class HolderRecord(Payload):
     graph: bool  # the held tensors carry their autograd graphs
     description: str  # memory.py matches growth lines and graph series on it
     reference: str
+    steps: int | None = None  # a held graph: the distinct steps its nodes come from (None: not numbered)
 
 
 class CheckHolder(HolderRecord):
@@ -167,6 +168,8 @@ class MemoryRecord(Payload):
 
     source: Literal["torch.cuda.memory_allocated", "live tensor storages (dispatch-mode registry)"]
     held_bytes: list[int]  # at each step boundary of the instrumented window
+    host_source: str | None = None  # probe/host_memory.py: which host measure; None: none here
+    host_bytes: list[int] = []  # the process's host memory at the same boundaries
     peak_tracked_bytes: int
     storages_registered: int
     checks: list[LeakCheck]

@@ -32,6 +32,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from traingate.stages.contract.frames import relative
 from traingate.stages.contract.tensors import exact_dtype
 from traingate.stages.performance.probe.frame_index import FrameIndex, Site, caller_frame, graph_size
+from traingate.stages.performance.probe.graph_span import sequence_number
 
 PHASES = ("data", "forward", "backward", "optimizer")
 INSTRUMENT = "instrument"  # time the instruments spend at step boundaries: not the target's
@@ -79,6 +80,11 @@ class StepClock:
     training_device: str = "cpu"
     measure_graph: bool = False  # size of one step's autograd graph (the leak search needs it)
     step_graph_nodes: int = 0
+    # With measure_graph: per completed step, the sequence number of the newest autograd
+    # node its backward calls started from. Nodes are numbered in creation order, so these
+    # marks tell which step made a node (probe/graph_span.py).
+    seq_marks: list[int] = field(default_factory=list)
+    _newest_seq: int = -1
     backward_calls: int = 0
     training_forwards: int = 0
     _pending_losses: list[Any] = field(default_factory=list)
@@ -183,6 +189,8 @@ class StepClock:
             self.loaders[self._last_loader].fed_steps += 1
         self._last_loader = None
         self.boundaries.append(len(self.transitions) - 1)
+        if self.measure_graph:
+            self.seq_marks.append(self._newest_seq)
         self.losses.append(_mean_loss(self._pending_losses))
         self._pending_losses = []
         if self.listeners:
@@ -213,8 +221,10 @@ class StepClock:
             clock.backward_calls += 1
             clock._activity = True
             clock.backward_site = clock.frames.innermost(caller_frame(3))
-            if clock.measure_graph and clock.completed in (1, 2) and isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-                clock.step_graph_nodes = max(clock.step_graph_nodes, graph_size(loss))
+            if clock.measure_graph and isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+                clock._newest_seq = max(clock._newest_seq, sequence_number(loss.grad_fn))
+                if clock.completed in (1, 2):
+                    clock.step_graph_nodes = max(clock.step_graph_nodes, graph_size(loss))
             clock.push("backward")
             try:
                 return call()

@@ -25,6 +25,7 @@ import torch
 
 from traingate.stages.contract.frames import relative
 from traingate.stages.performance.probe.frame_index import FrameIndex, Site, graph_size, graphs_size
+from traingate.stages.performance.probe.graph_span import steps_held
 
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
 _CO_OPTIMIZED = 0x0001  # a function frame: its f_locals is a snapshot, not a namespace
@@ -44,6 +45,7 @@ class Holder:
     graph: bool = False
     tensor: Any = None  # one held tensor, to look up where it was created; dropped after
     keys: list[str] = field(default_factory=list)  # outermost first: `[<int>]`, `["embeddings"]`
+    steps: int | None = None  # for a held graph: the distinct steps its nodes come from
 
     def reference(self) -> str:
         """The reference chain from the named root down to the tensor:
@@ -71,6 +73,7 @@ class Holder:
             "graph": self.graph,
             "description": self.describe(),
             "reference": self.reference(),
+            "steps": self.steps,
         }
 
 
@@ -84,12 +87,12 @@ def target_stack(frames: FrameIndex) -> list[FrameType]:
     return out
 
 
-def find_holder(samples: list[torch.Tensor], stack: list[FrameType], frames: FrameIndex, step_nodes: int = 0) -> Holder | None:
+def find_holder(samples: list[torch.Tensor], stack: list[FrameType], frames: FrameIndex, step_nodes: int = 0, marks: list[int] | None = None) -> Holder | None:
     """The named thing that holds (through containers) one of `samples`, else a named tensor
     whose autograd graph spans several steps (`step_nodes`: one step's graph size)."""
     snapshots = [(f, f.f_locals) for f in stack if f.f_code.co_flags & _CO_OPTIMIZED]
     try:
-        return _search(samples, snapshots, frames) or _direct(snapshots, frames, step_nodes)
+        return _search(samples, snapshots, frames) or _direct(snapshots, frames, step_nodes, marks)
     finally:
         # The locals snapshots would otherwise keep this step's tensors alive.
         for _, snapshot in snapshots:
@@ -201,14 +204,14 @@ def live_tensors_with(storage_keys: set[int], limit: int = 12) -> list[torch.Ten
     return found
 
 
-def _direct(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex, step_nodes: int) -> Holder | None:
+def _direct(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex, step_nodes: int, marks: list[int] | None) -> Holder | None:
     """A single tensor bound to a name that keeps the autograd graph of several steps alive
     (a running `total = total + loss`): the largest such graph, at least three steps' worth."""
-    found = _graph_candidates(snapshots, frames, step_nodes, factor=3)
+    found = _graph_candidates(snapshots, frames, step_nodes, factor=3, marks=marks)
     return found[0][1] if found else None
 
 
-def named_graphs(stack: list[FrameType], frames: FrameIndex, step_nodes: int, factor: int = 2) -> list[tuple[int, Holder]]:
+def named_graphs(stack: list[FrameType], frames: FrameIndex, step_nodes: int, factor: int = 2, marks: list[int] | None = None) -> list[tuple[int, Holder]]:
     """Tensors bound to a name (a local of a target frame, an attribute of an object one
     holds, a global of a target module) whose autograd graph is at least `factor` steps'
     worth of nodes, largest first. A graph that keeps growing from one check to the next
@@ -216,25 +219,32 @@ def named_graphs(stack: list[FrameType], frames: FrameIndex, step_nodes: int, fa
     saved tensors, not the nodes)."""
     snapshots = [(f, f.f_locals) for f in stack if f.f_code.co_flags & _CO_OPTIMIZED]
     try:
-        return _graph_candidates(snapshots, frames, step_nodes, factor)
+        return _graph_candidates(snapshots, frames, step_nodes, factor, marks)
     finally:
         for _, snapshot in snapshots:
             if type(snapshot) is dict:
                 snapshot.clear()
 
 
-def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex, step_nodes: int, factor: int) -> list[tuple[int, Holder]]:
-    if step_nodes <= 0:
+def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex, step_nodes: int, factor: int, marks: list[int] | None = None) -> list[tuple[int, Holder]]:
+    """Named tensors whose graph holds at least `factor` steps: counted as the distinct steps
+    its oldest nodes come from (graph_span.py) where autograd numbers its nodes, else as
+    `factor` times one step's node count."""
+    if step_nodes <= 0 and not marks:
         return []
     candidates: list[tuple[int, Holder]] = []
     seen: set[int] = set()
 
     def consider(value: Any, make: Any) -> None:
-        if _has_graph(value) and id(value) not in seen:
-            seen.add(id(value))
-            size = graph_size(value, limit=step_nodes * 5000)
-            if size >= factor * step_nodes:
-                candidates.append((size, make()))
+        if not _has_graph(value) or id(value) in seen:
+            return
+        seen.add(id(value))
+        steps = steps_held(value, marks) if marks else None
+        size = graph_size(value, limit=max(1, step_nodes) * 5000)
+        if (steps is not None and steps >= factor) or (steps is None and step_nodes > 0 and size >= factor * step_nodes):
+            holder = make()
+            holder.steps = steps
+            candidates.append((size, holder))
 
     # `consider` calls its factory at once, so the lambdas below never outlive the loop
     # variables they read (ruff's B023 does not apply).
@@ -253,7 +263,7 @@ def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex
     for module in _target_module_dicts(frames).values():
         for name, value in list(vars(module).items()):
             consider(value, lambda: Holder("global", name, module.__name__, relative(module.__file__ or "", frames.root), 1, _held_type(value), [], True, value))  # noqa: B023
-    return sorted(candidates, key=lambda c: -c[0])
+    return sorted(candidates, key=lambda c: (-(c[1].steps or 0), -c[0]))
 
 
 def _refers(ref: Any, obj: Any) -> bool:

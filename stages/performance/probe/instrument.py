@@ -23,12 +23,15 @@ window ended where it did.
 from __future__ import annotations
 
 import time
+from itertools import pairwise
+from statistics import median
 from typing import Any
 
 import torch
 
 from traingate.stages.performance.probe.clock import StepClock
 from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES, FrameIndex, site_record
+from traingate.stages.performance.probe.host_memory import HostMemory
 from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, held_graph_nodes, live_tensors_with, named_graphs, target_stack
 from traingate.stages.performance.probe.sampler import Sampler
 from traingate.stages.performance.probe.syncs import SyncCounter
@@ -53,6 +56,10 @@ STEADY_WINDOW_STEPS = 8
 # Total movement of the held memory a steady window allows: the leak analysis's floor per
 # step (MIN_SLOPE_BYTES in stages/performance/leak.py, which the probe does not import).
 STEADY_BYTES = 64
+# Median growth of the host memory per step a steady window allows: the host measure's floor
+# (HOST_MIN_SLOPE_BYTES in stages/performance/leak.py). A median, since each check leaves
+# a one-off 70-130 KiB of the probe's own.
+STEADY_HOST_BYTES = 16 * 1024
 
 
 class LightProbe:
@@ -74,6 +81,7 @@ class FullProbe:
         self.root: Any = None
         self.warmup = 3
         self.series: list[int] = []
+        self.host_series: list[int] = []  # the process's host memory at the same boundaries
         self.checks: list[dict[str, Any]] = []
         self.growth: list[dict[str, Any]] = []
         self._tracer: GrowthTracer | None = None
@@ -98,6 +106,7 @@ class FullProbe:
         self.tracker = Tracker(self.frames, self.clock, self.syncs)
         self.syncs.bound, self.syncs.mark_bound = self.tracker.bound, self.tracker.mark_bound
         self.sampler = Sampler(self.frames, self.clock)
+        self.host = HostMemory()
         self.clock.listeners.append(self._on_step)
         self.clock.install()
         self.syncs.install()
@@ -111,6 +120,9 @@ class FullProbe:
             self._finish_tracer()  # first: tracing keeps a snapshot of the loop's locals
         if self.tracker.active:
             self.series.append(self.tracker.held_bytes(self.clock.training_device))
+            host = self.host.read()
+            if host is not None:
+                self.host_series.append(host)
             if completed - self.warmup in CHECKPOINTS:
                 self._checkpoint(completed)
             self._plan_window(completed)
@@ -136,8 +148,10 @@ class FullProbe:
         """Whether the steps since warm-up leave a longer window nothing to find: held memory
         flat, nothing made after warm-up kept past the next step, no retained tensors or
         graphs at the checks, the same syncs at every step."""
-        held = self.series[self.warmup :]
+        held, host = self.series[self.warmup :], self.host_series[self.warmup :]
         if not held or max(held) - min(held) >= STEADY_BYTES or self._tracer is not None:
+            return False
+        if len(host) > 1 and median(b - a for a, b in pairwise(host)) >= STEADY_HOST_BYTES:
             return False
         if any(c["sites"] or c["holder"] or c["graphs"] for c in self.checks):
             return False
@@ -173,14 +187,14 @@ class FullProbe:
         if sites:
             samples = _samples(sites, last)
             stack = target_stack(self.frames)
-            holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes) if samples else None
+            holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes, self.clock.seq_marks) if samples else None
             if holder is None and self._object_scans > 0:
                 # The tensors first seen with these storages are gone, or what still holds them
                 # is not the leak (a cycle awaiting collection): what keeps the storages is
                 # another tensor object (a detached view). One scan finds it.
                 self._object_scans -= 1
                 samples = live_tensors_with(_storage_keys(sites, last))
-                holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes)
+                holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes, self.clock.seq_marks)
             del samples
             if holder is not None:
                 check["holder"] = holder.record()
@@ -201,7 +215,7 @@ class FullProbe:
     def _graphs(self) -> list[dict[str, Any]]:
         """Named tensors whose autograd graph spans several steps, with its size now."""
         out = []
-        for nodes, holder in named_graphs(target_stack(self.frames), self.frames, self.clock.step_graph_nodes)[:3]:
+        for nodes, holder in named_graphs(target_stack(self.frames), self.frames, self.clock.step_graph_nodes, marks=self.clock.seq_marks)[:3]:
             record = holder.record()
             record["nodes"] = nodes
             record["created_at"] = site_record(self.tracker.site_of(holder.tensor), self.root)
@@ -232,6 +246,8 @@ class FullProbe:
             "memory": {
                 "source": "torch.cuda.memory_allocated" if device == "cuda" else "live tensor storages (dispatch-mode registry)",
                 "held_bytes": self.series,
+                "host_source": self.host.source,
+                "host_bytes": self.host_series,
                 "peak_tracked_bytes": self.tracker.peak_bytes,
                 "storages_registered": self.tracker.registered,
                 "checks": self.checks,
