@@ -1,15 +1,22 @@
-"""How small a leak the performance stage detects, and whether clean loops stay clean.
+"""How small a leak the performance stage detects, by each measure, and whether clean loops
+stay clean.
 
     .venv/bin/python benchmarks/perf_leak_sensitivity.py [--steps 50] [--no-clean]
 
-1. Sensitivity: a synthetic training loop is written to a temporary folder with a leak of
+1. Tensor bytes: a synthetic training loop is written to a temporary folder with a leak of
    N bytes per step (a list that keeps one new float32 tensor of N/4 elements per step,
    next to ordinary per-step temporaries), profiled over 50 steps by the instrumented run
    (the same probe and the same verdict code the stage uses), and N is bisected between
-   4 bytes and 64 KiB for the smallest leak reported. A second series keeps losses with
-   their graphs (`losses.append(loss)`) to show what the classic leak measures per step.
-2. False positives: the whole stage runs on the clean fixtures and the example's v6 and
-   v7-fixed, and the memory-leak findings are counted (goal: 0).
+   4 bytes and 64 KiB for the smallest leak the tensor-bytes measure reports. A second
+   series keeps losses with their graphs (`losses.append(loss)`) to show what the classic
+   leak measures per step.
+2. Host memory: the same loop keeps N bytes per step outside torch (a `bytearray`, which no
+   tensor measure sees), N bisected between 1 KiB and 1 MiB for the smallest leak the host
+   measure reports; then a running total over a step of about 10,400 autograd nodes
+   (`running_loss += loss`, past the node-count cap) with what each measure says of it.
+3. False positives: the whole stage runs on the clean fixtures and the example's v6 and
+   v7-fixed, and the memory-leak findings are counted (goal: 0), with each loop's tensor
+   and host growth per step.
 Asserts nothing.
 """
 
@@ -34,14 +41,17 @@ from traingate.stages.performance.memory import analyse  # noqa: E402
 
 FULL = "traingate.stages.performance.probe.instrument:full"
 WARMUP, MIN_STEPS = 3, 8
-CLEAN = ["perf_clean_plain", "perf_clean_amp", "perf_bounded_cache", "perf_sync", "perf_stall"]
+CLEAN = [
+    "perf_clean_plain", "perf_clean_amp", "perf_bounded_cache", "perf_sync", "perf_stall", "perf_heavy_graph_clean",
+    "corr_clean", "real_float64_clean", "result_files",
+]
 
 LOOP = '''
 import torch
 from torch import nn
 
 
-def train(steps: int = 50, leak_elements: int = 0) -> float:
+def train(steps: int = 50, leak_elements: int = 0, leak_host_bytes: int = 0) -> float:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -54,6 +64,8 @@ def train(steps: int = 50, leak_elements: int = 0) -> float:
         optimizer.step()
         if leak_elements:
             kept.append(torch.zeros(leak_elements))
+        if leak_host_bytes:
+            kept.append(bytearray(leak_host_bytes))
     return float(loss)
 
 
@@ -88,9 +100,28 @@ def verdict(memory: dict[str, Any], scratch: Path) -> tuple[bool, dict[str, Any]
     return any(f.category.value == "memory-leak" for f in findings), details["verdict"]
 
 
-def detected(target: Path, elements: int, steps: int, scratch: Path) -> tuple[bool, dict[str, Any]]:
-    data = profile(target, "loop:train", {"steps": steps, "leak_elements": elements}, scratch)
-    return verdict(data["memory"], scratch)
+def measured(target: Path, kwargs: dict[str, Any], steps: int, scratch: Path) -> dict[str, Any]:
+    """The combined verdict for one call of the loop: `bytes_leak` (tensor bytes) and
+    `host.leak` (host memory) say which measure found it."""
+    data = profile(target, "loop:train", {"steps": steps, **kwargs}, scratch)
+    return verdict(data["memory"], scratch)[1]
+
+
+def smallest(name: str, unit: int, low: int, high: int, found_by: Any, target: Path, steps: int, scratch: Path) -> None:
+    """Bisect the leak size (`unit` bytes per count) for the smallest one `found_by` reports."""
+    hit = found_by(high)
+    if not hit[0]:
+        print(f"  {name}: a {high * unit} bytes/step leak is not detected within {steps} steps ({hit[1]})")
+        return
+    while high - low > 1:
+        middle = (low + high) // 2
+        hit = found_by(middle)
+        print(f"    leak {middle * unit:>8} bytes/step: {'detected' if hit[0] else 'missed  '} ({hit[1]})")
+        if hit[0]:
+            high = middle
+        else:
+            low = middle
+    print(f"  {name}: smallest leak detected within {steps} steps: {high * unit} bytes/step (missed at {low * unit} bytes/step)")
 
 
 def sensitivity(steps: int) -> None:
@@ -99,25 +130,39 @@ def sensitivity(steps: int) -> None:
         target.mkdir()
         (target / "loop.py").write_text(LOOP)
         scratch = Path(tmp)
-        clean, clean_verdict = detected(target, 0, steps, scratch)
-        print(f"no leak: reported={clean} ({clean_verdict['reason']})")
-        low, high = 1, 16384  # float32 elements: 4 bytes .. 64 KiB per step
-        hit, _ = detected(target, high, steps, scratch)
-        if not hit:
-            print(f"a {high * 4} bytes/step leak is not detected within {steps} steps")
-            return
-        while high - low > 1:
-            middle = (low + high) // 2
-            hit, found = detected(target, middle, steps, scratch)
-            print(f"  leak {middle * 4:>6} bytes/step: {'detected' if hit else 'missed  '} (measured slope {found['slope_bytes_per_step']:.0f} bytes/step; {found['reason']})")
-            if hit:
-                high = middle
-            else:
-                low = middle
-        print(f"smallest leak detected within {steps} steps: {high * 4} bytes/step (missed at {low * 4} bytes/step)")
+        clean = measured(target, {}, steps, scratch)
+        print(f"no leak: reported={clean['leak']} (tensor bytes: {clean['bytes_reason']}; host: {(clean['host'] or {}).get('reason', 'not measured')})")
+
+        def by_tensor_bytes(elements: int) -> tuple[bool, str]:
+            v = measured(target, {"leak_elements": elements}, steps, scratch)
+            return v["bytes_leak"], f"measured {v['slope_bytes_per_step']:.0f} bytes/step; {v['bytes_reason']}"
+
+        def by_host_memory(kib: int) -> tuple[bool, str]:
+            v = measured(target, {"leak_host_bytes": kib * 1024}, steps, scratch)
+            host = v["host"] or {}
+            return bool(host.get("leak")), f"measured {host.get('slope_bytes_per_step', float('nan')):.0f} bytes/step; {host.get('reason', 'not measured')}; tensor bytes leak: {v['bytes_leak']}"
+
+        print("1. tensor bytes (float32 tensors kept in a list)")
+        smallest("tensor bytes", 4, 1, 16384, by_tensor_bytes, target, steps, scratch)
         data = profile(target, "loop:train_losses", {"steps": steps}, scratch)
         hit, found = verdict(data["memory"], scratch)
-        print(f"losses.append(loss) with their graphs: measured {found['slope_bytes_per_step']:.0f} bytes/step, detected={hit}")
+        print(f"  losses.append(loss) with their graphs: measured {found['slope_bytes_per_step']:.0f} bytes/step, detected={hit}")
+        print("2. host memory (bytearrays kept in a list, outside torch)")
+        smallest("host memory", 1024, 1, 1024, by_host_memory, target, steps, scratch)
+        heavy_graph(scratch)
+
+
+def heavy_graph(scratch: Path) -> None:
+    """The running total over a step past the node-count cap: what each measure says."""
+    target = REPO / "tests" / "targets" / "perf_leak_heavy_graph"
+    data = profile(target, "train:train", {}, scratch)
+    hit, found = verdict(data["memory"], scratch)
+    host = found["host"] or {}
+    print(
+        f"  running_loss += loss over a {data['memory']['step_graph_nodes']:,}+ node step: detected={hit}; tensor bytes "
+        f"{found['slope_bytes_per_step']:.0f} bytes/step ({found['bytes_reason']}); host {host.get('slope_bytes_per_step', float('nan')):,.0f} bytes/step; "
+        f"graph held by {found['nodes']['held_by']}, steps held {found['nodes'].get('steps_held')}"
+    )
 
 
 def false_positives() -> None:
@@ -136,7 +181,11 @@ def false_positives() -> None:
             leaks = [f for s in report["stages"] for f in s["findings"] if f["category"] == "memory-leak"]
             total += len(leaks)
             verdict_ = report["stages"][0]["details"].get("memory", {}).get("verdict", {})
-            print(f"  {target.name:<20} memory-leak findings: {len(leaks)}  (slope {verdict_.get('slope_bytes_per_step', float('nan')):.1f} bytes/step, r2 {verdict_.get('r2', float('nan')):.2f})")
+            host = verdict_.get("host") or {}
+            print(
+                f"  {target.name:<24} memory-leak findings: {len(leaks)}  (tensor bytes {verdict_.get('slope_bytes_per_step', float('nan')):.1f} bytes/step, "
+                f"r2 {verdict_.get('r2', float('nan')):.2f}; host {host.get('slope_bytes_per_step', float('nan')):,.0f} bytes/step)"
+            )
         print(f"false positives over {len(targets)} clean loops: {total}")
 
 

@@ -166,8 +166,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.MEMORY_LEAK, "performance", Severity.HIGH,
         "memory held between training steps grows with the number of steps",
-        "Runs the entrypoint instrumented and samples the live tensor memory held between optimizer steps.",
-        "A robust slope (Theil-Sen) and trend test (Mann-Kendall) over the steps after warm-up, with the holder and allocation site of what grows.",
+        "Runs the entrypoint instrumented and samples, between optimizer steps, the live tensor memory, the process's host memory "
+        "and the steps whose autograd nodes each named tensor's graph holds.",
+        "A robust slope (Theil-Sen) and trend test (Mann-Kendall) over the steps after warm-up, on tensor bytes and on host memory, "
+        "and graphs holding more steps at each check; with the holder and the line that stores into it.",
         Blocks.POLICY,
         "A long run keeps every step's tensors until it runs out of memory; what fits for a few hundred steps fails hours in.",
         "Keep Python numbers or detached values instead of tensors: `losses.append(loss.item())` once per logging interval, "

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
+import contextlib
+import inspect
+import io
 import json
 import os
+import textwrap
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -12,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from traingate.pipeline.cli import main
 from traingate.pipeline.processes import become_subreaper, kill_descendants
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,15 +58,84 @@ def line_of(path: Path, text: str) -> int:
     return number
 
 
-def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateRun:
-    """Run `traingate run` exactly as a CI job would, in a subprocess."""
+# A test that starts the traingate command line (a gate run costs seconds) is marked `slow` at
+# collection: its function, the fixtures it uses and the test helpers they call are read, and
+# any of them that calls `start_cli` (`run_gate`, the `gate` fixture, ...) or names TRAINGATE
+# counts. A CLI started from a test that is not marked fails the test (see `start_cli`), so
+# the reading cannot miss one silently.
+_current: list[pytest.Item] = []
+_reaches: dict[Any, bool] = {}
+
+
+def _starts_cli(function: Any) -> bool:
+    """Whether `function` (a test, a fixture or a helper under tests/) calls start_cli,
+    directly or through the helpers and names it reads."""
+    code = getattr(function, "__code__", None)
+    if code is None or not code.co_filename.startswith(str(REPO / "tests")):
+        return False
+    if function is start_cli:
+        return True
+    known = _reaches.get(code)
+    if known is not None:
+        return known
+    _reaches[code] = False  # recursion guard
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - {code.co_name}
+    scope = {**vars(builtins), **function.__globals__, **_closure(function)}
+    found = "TRAINGATE" in names or any(_starts_cli(scope[name]) for name in names if callable(scope.get(name)))
+    _reaches[code] = found
+    return found
+
+
+def _closure(function: Any) -> dict[str, Any]:
+    cells = getattr(function, "__closure__", None) or ()
+    return {name: cell.cell_contents for name, cell in zip(function.__code__.co_freevars, cells, strict=False) if name}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        function = getattr(item, "function", None)
+        info = getattr(item, "_fixtureinfo", None)
+        fixtures = [d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
+        if any(_starts_cli(f) for f in [function, *fixtures] if f is not None):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _current[:] = [item]
+
+
+def start_cli(args: list[str], *, cwd: Path = REPO, timeout: float = 600, env: dict[str, str] | None = None, **options: Any) -> subprocess.CompletedProcess[str]:
+    """`traingate ARGS` in a subprocess, as a CI job runs it, from a test marked slow."""
+    if _current and _current[0].get_closest_marker("slow") is None:
+        pytest.fail(f"{_current[0].nodeid} starts the traingate CLI but was not marked slow: call it through start_cli, run_gate or the gate fixture")
     # When this suite itself runs in GitHub Actions, the runs it makes must not annotate the
     # real job or append to its step summary.
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "TRAINGATE_POLICY")}
-    done = subprocess.run(
-        [*TRAINGATE, "run", str(target), "--out", str(out), *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env,
-    )
+    base = env if env is not None else dict(os.environ)
+    clean = {k: v for k, v in base.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "TRAINGATE_POLICY")}
+    return subprocess.run([*TRAINGATE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=clean, **options)
+
+
+def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`traingate ARGS` run in this process, output captured: for the commands that start no
+    stage (schema, explain, history, merge, --help). Milliseconds instead of a second's
+    interpreter start, so these tests stay out of the slow set."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code: Any = main(list(args))
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    return subprocess.CompletedProcess(["traingate", *args], int(code), out.getvalue(), err.getvalue())
+
+
+def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateRun:
+    """Run `traingate run` exactly as a CI job would, in a subprocess."""
+    done = start_cli(["run", str(target), "--out", str(out), *args], timeout=timeout)
     report_path = out / "report.json"
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     return GateRun(done.returncode, report, out, done.stdout, done.stderr)

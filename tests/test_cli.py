@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TRAINGATE, run_gate
+from tests.conftest import REPO, TRAINGATE, cli_in_process, run_gate
 
 
 def test_config_error_exits_2_and_still_writes_a_report(tmp_path: Path) -> None:
@@ -33,7 +33,8 @@ def test_unknown_stage_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_schema_command_prints_the_report_schema() -> None:
-    done = subprocess.run([*TRAINGATE, "schema"], capture_output=True, text=True, cwd=REPO, check=True)
+    done = cli_in_process("schema")
+    assert done.returncode == 0
     schema = json.loads(done.stdout)
     assert schema["title"] == "PipelineReport"
     assert {"decision", "score", "stages", "environment"} <= set(schema["properties"])
@@ -42,7 +43,7 @@ def test_schema_command_prints_the_report_schema() -> None:
 
 
 def test_help_explains_the_exit_codes() -> None:
-    done = subprocess.run([*TRAINGATE, "run", "--help"], capture_output=True, text=True, cwd=REPO)
+    done = cli_in_process("run", "--help")
     assert done.returncode == 0
     assert "--baseline" in done.stdout and "--stages" in done.stdout
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.conftest import REPO, TRAINGATE
+from tests.conftest import cli_in_process
 from tests.report_builders import measured, report, stage, write
 from traingate.pipeline.history import load_history
 from traingate.pipeline.schema import Category, Metric, Severity
 
 
 def history(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINGATE, "history", *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    return cli_in_process("history", *args)
 
 
 def _perf_metrics(step_ms: float, growth: float, speedup: float) -> list[Metric]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TARGETS, TRAINGATE, run_gate
+from tests.conftest import TARGETS, cli_in_process, run_gate
 from tests.report_builders import measured, report, stage, write
 from traingate.pipeline.merge import MergeError, merge_reports
 from traingate.pipeline.policy import decide
@@ -18,7 +18,7 @@ KNOWN = ["execution", "performance", "concurrency", "correctness"]
 
 
 def merge(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINGATE, "merge", *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    return cli_in_process("merge", *args)
 
 
 def _split_run(tmp_path: Path) -> tuple[Path, Path]:

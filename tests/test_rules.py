@@ -20,7 +20,7 @@ from traingate.pipeline.registry import build_registry
 from traingate.pipeline.rules import ANY_STAGE, RULES, rule_for, sub_rules
 from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus
 from traingate.stages.base import StageContext
-from tests.conftest import REPO, TARGETS, TRAINGATE, line_of, run_gate
+from tests.conftest import REPO, TARGETS, cli_in_process, line_of, run_gate
 
 BLOCK_ON = {Severity.CRITICAL, Severity.HIGH}
 
@@ -88,7 +88,7 @@ def test_readme_names_every_category_with_its_one_liner() -> None:
 
 
 def _explain(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TRAINGATE, "explain", *args], capture_output=True, text=True, timeout=60, cwd=REPO)
+    return cli_in_process("explain", *args)
 
 
 def test_explain_prints_a_rule_in_full() -> None:
