@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 
 from traingate.pipeline.cli import main
+from traingate.pipeline.isolation import run_child
+from traingate.pipeline.orchestrator import run_pipeline
 from traingate.pipeline.processes import become_subreaper, kill_descendants
+from traingate.stages.base import run_entrypoint
 
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = Path(__file__).resolve().parent / "targets"
@@ -58,23 +61,28 @@ def line_of(path: Path, text: str) -> int:
     return number
 
 
-# A test that starts the traingate command line (a gate run costs seconds) is marked `slow` at
-# collection: its function, the fixtures it uses and the test helpers they call are read, and
-# any of them that calls `start_cli` (`run_gate`, the `gate` fixture, ...) or names TRAINGATE
-# counts. A CLI started from a test that is not marked fails the test (see `start_cli`), so
+# A test that starts the traingate command line (a gate run costs seconds), a stage agent or
+# the target's code in a child process is marked `slow` at collection: its function, the
+# fixtures it uses and the test helpers they call are read, and any of them that calls
+# `start_cli` (`run_gate`, the `gate` fixture, ...), `run_pipeline`, `run_entrypoint` or
+# `run_child`, names TRAINGATE or starts `sys.executable`, counts. A CLI started from a test that is not marked fails the test (see `start_cli`), so
 # the reading cannot miss one silently.
 _current: list[pytest.Item] = []
 _reaches: dict[Any, bool] = {}
+# The gate's own entry points that start stage agents or the target's code in children.
+_STARTS_TARGET = {run_entrypoint, run_child, run_pipeline}
+# Followed: the tests' helpers and the gate's own functions they call (an editable install).
+_OWN_CODE = tuple(str(REPO / folder) + os.sep for folder in ("tests", "pipeline", "stages", "reports"))
 
 
 def _starts_cli(function: Any) -> bool:
-    """Whether `function` (a test, a fixture or a helper under tests/) calls start_cli,
-    directly or through the helpers and names it reads."""
-    code = getattr(function, "__code__", None)
-    if code is None or not code.co_filename.startswith(str(REPO / "tests")):
-        return False
-    if function is start_cli:
+    """Whether `function` (a test, a fixture, a helper, a function of the gate's) calls one of
+    the entry points above, directly or through the functions it names."""
+    if function is start_cli or any(function is entry for entry in _STARTS_TARGET):
         return True
+    code = getattr(function, "__code__", None)
+    if code is None or not code.co_filename.startswith(_OWN_CODE):
+        return False
     known = _reaches.get(code)
     if known is not None:
         return known
@@ -85,7 +93,9 @@ def _starts_cli(function: Any) -> bool:
         return False
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - {code.co_name}
     scope = {**vars(builtins), **function.__globals__, **_closure(function)}
-    found = "TRAINGATE" in names or any(_starts_cli(scope[name]) for name in names if callable(scope.get(name)))
+    # A Python child of its own (`subprocess.run([sys.executable, ...])`) counts too.
+    interpreter = any(isinstance(n, ast.Attribute) and n.attr == "executable" and isinstance(n.value, ast.Name) and n.value.id == "sys" for n in ast.walk(tree))
+    found = "TRAINGATE" in names or (interpreter and "subprocess" in names) or any(_starts_cli(scope[name]) for name in names if callable(scope.get(name)))
     _reaches[code] = found
     return found
 
