@@ -13,9 +13,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from traingate.pipeline import findings
 from traingate.pipeline.config import TargetConfig
@@ -30,8 +30,12 @@ from traingate.pipeline.schema import (
     Severity,
     StageOutcome,
 )
+from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import HARNESS_RESULT, DistributedSpec, EntrypointRequest, HarnessResult
+
+
+PayloadModel = TypeVar("PayloadModel", bound=BaseModel)
 
 
 @dataclass
@@ -120,6 +124,7 @@ class EntrypointRun:
     # handed back nothing that can be trusted.
     result: dict[str, Any] | None
     channel_problem: str | None = None  # why what it handed back was rejected
+    _payloads: dict[str, BaseModel] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -132,6 +137,18 @@ class EntrypointRun:
     def instrument(self, spec: str) -> dict[str, Any]:
         data: dict[str, Any] = (self.result or {}).get("instruments", {}).get(spec, {})
         return data
+
+    def payload(self, spec: str, model: type[PayloadModel]) -> PayloadModel | None:
+        """The instrument's payload as its model (validated when the result was read, so
+        this cannot fail on a run whose result was accepted); None when the run handed back
+        none or the instrument's collect() raised (its traceback is under `error`)."""
+        data = self.instrument(spec)
+        if not data or set(data) == {instruments.ERROR_KEY}:
+            return None
+        cached = self._payloads.get(spec)
+        if not isinstance(cached, model):
+            cached = self._payloads[spec] = model.model_validate(data)
+        return cached
 
     def failure(self) -> str | None:
         """None when the call returned; otherwise what went wrong, in a few words."""
