@@ -202,28 +202,9 @@ def run_entrypoint(
     `traingate.stages.contract.channel`); the copy of the request left in the scratch
     folder is for people, holds no nonce, and is never read back.
     """
-    ep = ctx.config.entrypoint
-    if ep is None:
-        raise ValueError("no entrypoint configured")
+    fields = _request_fields(ctx, amp, instruments or [], options or {}, deterministic, kwargs_override or {}, distributed)
     name = ctx.next_name(label)
     nonce = new_nonce()
-    fields: dict[str, Any] = {
-        "target_root": str(ctx.root),
-        "call": ep.call,
-        "script": ep.script,
-        "args": ep.script_argv(amp),
-        "setup": ep.setup,
-        "kwargs": {**ep.kwargs, **(kwargs_override or {})},
-        "amp_flag": ep.amp_flag,
-        "amp": amp,
-        "seed": ep.seed,
-        "device": ctx.device,
-        "instruments": instruments or [],
-        "instrument_options": options or {},
-        "deterministic": deterministic,
-    }
-    if distributed is not None:
-        fields["distributed"] = distributed.model_dump(mode="json")
 
     def request(fd: int) -> bytes:
         return EntrypointRequest(**fields, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
@@ -243,6 +224,34 @@ def run_entrypoint(
     ctx.entrypoint_runs.append((label, child))
     record, problem = read_harness_result(child, nonce)
     return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
+
+
+def _request_fields(
+    ctx: StageContext, amp: bool | None, instruments: list[str], options: dict[str, Any], deterministic: bool,
+    kwargs_override: dict[str, Any], distributed: DistributedSpec | None,
+) -> dict[str, Any]:
+    """The entrypoint request's fields but its channel (which only the child's pipe gives)."""
+    ep = ctx.config.entrypoint
+    if ep is None:
+        raise ValueError("no entrypoint configured")
+    fields: dict[str, Any] = {
+        "target_root": str(ctx.root),
+        "call": ep.call,
+        "script": ep.script,
+        "args": ep.script_argv(amp),
+        "setup": ep.setup,
+        "kwargs": {**ep.kwargs, **kwargs_override},
+        "amp_flag": ep.amp_flag,
+        "amp": amp,
+        "seed": ep.seed,
+        "device": ctx.device,
+        "instruments": instruments,
+        "instrument_options": options,
+        "deterministic": deterministic,
+    }
+    if distributed is not None:
+        fields["distributed"] = distributed.model_dump(mode="json")
+    return fields
 
 
 def read_harness_result(child: ChildResult, nonce: str) -> tuple[HarnessResult | None, str | None]:

@@ -336,14 +336,15 @@ def severity_for(verdict: LeakVerdict, graph: bool) -> Severity:
     return Severity.HIGH if steady and large else Severity.MEDIUM
 
 
-def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any], memory: dict[str, Any], device: str, kept: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None) -> Finding:
+def _problem(verdict: LeakVerdict, attribution: dict[str, Any], device: str, kept: dict[str, Any] | None, nodes: dict[str, Any] | None) -> str:
+    """The finding's problem statement: the growth, where the retained tensors were made,
+    what holds them and where it is stored into, and the autograd nodes they keep."""
     holder = attribution.get("holder")
     growth = attribution.get("growth")
     graph = bool(holder and holder.get("graph"))
-    location = _location(attribution)
-    created = [f"{s['site']['path']}:{s['site']['line']} (`{s['site']['code']}`, {s['bytes']:,} bytes from {s['steps']} steps)" for s in attribution.get("sites", []) if s.get("site")][:3]
     held_by = holder["description"] if holder else None
     stored = attribution.get("stored_at")
+    created = [f"{s['site']['path']}:{s['site']['line']} (`{s['site']['code']}`, {s['bytes']:,} bytes from {s['steps']} steps)" for s in attribution.get("sites", []) if s.get("site")][:3]
     sentences = [
         f"Memory held at the step boundary grew from {_mib(verdict.start_bytes)} to {_mib(verdict.start_bytes + verdict.total_growth_bytes)} "
         f"over {verdict.steps} steps after warm-up: {verdict.slope_bytes_per_step:,.0f} bytes per step (r^2 {verdict.r2:.2f}, "
@@ -367,6 +368,16 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
         )
     if nodes and nodes.get("per_step") is not None:
         sentences.append(f"Autograd nodes held by {nodes['held_by']}: {nodes['per_step']:,.0f} more per step ({_points(nodes['points'])}).")
+    return " ".join(sentences)
+
+
+def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any], memory: dict[str, Any], device: str, kept: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None) -> Finding:
+    holder = attribution.get("holder")
+    growth = attribution.get("growth")
+    graph = bool(holder and holder.get("graph"))
+    location = _location(attribution)
+    held_by = holder["description"] if holder else None
+    stored = attribution.get("stored_at")
     key_code = (stored or {}).get("code") or (growth or {}).get("site", {}).get("code") or (location.function if location else "")
     return ctx.finding(
         category=CATEGORY,
@@ -377,7 +388,7 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
             else f"Memory held between steps grows {_bytes(verdict.slope_bytes_per_step)} per step" + (f" ({held_by})" if held_by else "")
         ),
         location=location,
-        problem=" ".join(sentences),
+        problem=_problem(verdict, attribution, device, kept, nodes),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=(

@@ -14,6 +14,7 @@ optimizer step, is a blocking `stage-error`: nothing was profiled, and that neve
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,148 +79,41 @@ class PerformanceStage:
         return analyse(ctx, profile, {k: _fastest(v, warmup) for k, v in timings.items()}, runs, flag)
 
 
+@dataclass
+class _Measured:
+    """What the sections of the analysis add up: findings, metrics, and what was not measured."""
+
+    ctx: StageContext
+    device: str
+    warmup: int
+    min_steps: int
+    findings: list[Finding] = field(default_factory=list)
+    metrics: list[Metric] = field(default_factory=list)
+    not_measured: list[str] = field(default_factory=list)
+
+
 def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[str, Any]], runs: list[dict[str, Any]], flag: str | None) -> StageOutcome:
     """Findings, metrics and report details from what the runs measured."""
-    settings, policy = ctx.config.performance, ctx.config.policy
-    warmup, min_steps = settings.warmup_steps, settings.min_steps
+    settings = ctx.config.performance
     clock = profile["clock"]
     steps = int(clock["steps"])
     device = "cuda" if str(clock["training_device"]).startswith("cuda") else "cpu"
-    findings: list[Finding] = []
-    metrics: list[Metric] = [
-        Metric(id="steps.profiled", name="training steps observed", value=steps, unit="steps", note=f"optimizer steps in the instrumented run; the first {warmup} are warm-up" + _window_note(profile, steps)),
-    ]
-    not_measured: list[str] = []
-
-    memory, leaks = perf_memory.analyse(ctx, profile["memory"], warmup, min_steps, device, _loop_site(clock))
-    findings += leaks
-    verdict = memory["verdict"]
-    # One verdict over both measures (bytes held, autograd nodes held): a leak found from
-    # either one fails this metric, whatever the other says.
-    decided = verdict["leak"] or verdict["steps"] >= min_steps
-    metrics.append(Metric(
-        id="memory.held_growth",
-        name="memory held between steps, growth",
-        value=round(verdict["slope_bytes_per_step"], 1),
-        unit="bytes/step",
-        threshold=MIN_SLOPE_BYTES,
-        passed=not verdict["leak"] if decided else None,
-        note=f"{'leak' if verdict['leak'] else 'no leak'}: {verdict['reason']}; bytes r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
+    out = _Measured(ctx, device, settings.warmup_steps, settings.min_steps)
+    out.metrics.append(Metric(
+        id="steps.profiled", name="training steps observed", value=steps, unit="steps",
+        note=f"optimizer steps in the instrumented run; the first {out.warmup} are warm-up" + _window_note(profile, steps),
     ))
-    host = verdict["host"]
-    if host is not None:
-        metrics.append(Metric(
-            id="memory.host_growth",
-            name="host memory between steps, growth",
-            value=round(host["slope_bytes_per_step"], 1),
-            unit="bytes/step",
-            threshold=HOST_MIN_SLOPE_BYTES,
-            passed=not host["leak"] if host["leak"] or host["steps"] >= min_steps else None,
-            note=f"{'grows' if host['leak'] else 'no growth'}: {host['reason']}; r^2 {host['r2']:.2f} over {host['steps']} steps ({memory['host']['source']})",
-        ))
-    nodes = verdict["nodes"]
-    metrics.append(Metric(
-        id="memory.graph_nodes_growth",
-        name="autograd nodes held between steps, growth",
-        value=round(nodes["per_step"], 1) if nodes["per_step"] is not None else None,
-        unit="nodes/step",
-        note=(
-            f"held by {nodes['held_by']}, counted at steps {', '.join(str(p[0]) for p in nodes['points'])}" if nodes["held_by"]
-            else "no named tensor or container was seen holding a growing autograd graph at the checks"
-        ) + _graph_walk_note(profile),
-    ))
-    if verdict["steps"] < min_steps and not verdict["leak"]:
-        not_measured.append(f"Memory leak: {verdict['reason']}.")
-    if device == "cpu":
-        metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile["memory"]["peak_tracked_bytes"], unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
-
-    # On a heavy loop syncs are counted over the instrumented window only: rates are per counted step.
-    sync_steps = min(steps, int(profile["syncs"].get("steps_counted") or steps))
-    sync_summary, sync_findings = perf_sync.analyse(ctx, profile["syncs"], sync_steps, device, _code_reader(ctx.root))
-    findings += sync_findings
-    metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
-    metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
-
-    spreads: dict[str, str] = {}
-    timing_details: dict[str, Any] = {}
-    few_step_rows: list[dict[str, Any]] = []
-    for label, run_clock in timings.items():
-        stats = perf_timing.step_stats(run_clock, warmup, min_steps)
-        if stats is None:
-            # Too few steps for a median, but every one of them may still be slower than the baseline.
-            few, few_finding = perf_regression.few_steps(ctx, label, perf_timing.step_times(run_clock, warmup), device)
-            findings += [few_finding] if few_finding else []
-            if few is not None:
-                few_step_rows.append(few)
-            if few_finding is None:
-                not_measured.append(f"Step time ({label}): not enough steps to decide ({len(perf_timing.step_times(run_clock, warmup))} of {min_steps}) after warm-up" + (f"; {few['sign_test']['statement']}" if few else "") + ".")
-            continue
-        median_id, iqr_id = f"step_time.median.{label}", f"step_time.iqr.{label}"
-        spreads[median_id] = iqr_id
-        metrics.append(Metric(id=median_id, name=f"step time, median ({label})", value=round(stats.median_s * 1e3, 4), unit="ms", note=f"{stats.steps} steps after warm-up, {stats.clock} clock, on {device}"))
-        metrics.append(Metric(id=iqr_id, name=f"step time, IQR ({label})", value=round(stats.iqr_s * 1e3, 4), unit="ms", note="interquartile range of the step times"))
-        timing_details[label] = stats.record()
-        if run_clock.get("peak_memory_bytes") is not None:
-            metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}device.{label}", name=f"peak device memory ({label})", value=run_clock["peak_memory_bytes"], unit="bytes", note="torch.cuda.max_memory_allocated"))
-
-    amp_details = None
-    amp_counts = profile.get("amp") if flag else None
-    if flag and "fp32" in timings and "amp" in timings:
-        comparison = perf_amp.compare(timings["fp32"], timings["amp"], warmup, min_steps, device, perf_amp.amp_active(amp_counts))
-        amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
-        metrics += amp_metrics
-        location = perf_amp.amp_location(amp_counts, clock.get("forward_sites", []))
-        inactive, not_applicable = perf_amp.inactive_check(ctx, amp_counts, clock.get("forward_sites", []), flag, device)
-        findings += [inactive] if inactive else []
-        metrics += not_applicable
-        accuracy = perf_amp.accuracy_finding(ctx, comparison, policy, location)
-        findings += [accuracy] if accuracy else []
-        findings += perf_amp.target_findings(ctx, comparison, policy, location)
-        for m in amp_metrics:
-            if m.passed is None and m.threshold is not None:
-                not_measured.append(f"{m.name}: {m.note}.")
-        amp_details = {**comparison, "counts": amp_counts, "location": location.model_dump() if location else None}
-    elif not flag:
-        not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
-
-    primary = "amp" if flag else "default"
-    primary_clock = timings.get(primary) or next(iter(timings.values()), None)
-    stall, breakdown = None, None
-    if primary_clock is not None:
-        data_sites = perf_timing.sampled_sites(profile, "data", limit=5)
-        stall, stall_finding = perf_timing.input_stall(ctx, primary_clock, warmup, min_steps, primary, data_sites)
-        findings += [stall_finding] if stall_finding else []
-        if stall["median_share"] is not None and stall["loader"]:
-            decided = stall.get("decided", True)
-            test = stall.get("sign_test") or {}
-            note = "time in DataLoader iteration / step time, host clock" + (f"; {test['statement']}" if test else "")
-            if not decided:
-                note = f"not enough steps to decide ({stall['steps']} of {stall['min_steps']}); " + note
-                not_measured.append(f"Input stall: not enough steps to decide ({stall['steps']} of {stall['min_steps']}), and the sign test was not decisive either way.")
-            metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=(stall_finding is None) if decided else None, note=note))
-        if not stall["loader"]:
-            not_measured.append("Input stall: the loop iterates no DataLoader, so data waits were not timed (the time before each forward is in the breakdown's rest).")
-        breakdown = perf_timing.breakdown(primary_clock, warmup)
-        if breakdown is not None:
-            breakdown["run"] = primary
-            breakdown["rest_sites"] = perf_timing.sampled_sites(profile, "rest")
-
-    regression, regression_findings = perf_regression.compare(ctx, metrics, spreads, device)
-    findings += regression_findings
-    if few_step_rows:
-        regression = {**regression, "compared": [*regression.get("compared", []), *few_step_rows]}
-        if any(r["regressed"] for r in few_step_rows):
-            regression["note"] = None
-    if regression.get("note"):
-        not_measured.append(f"Performance regression: {regression['note']}.")
-
-    for line in perf_consistency.undecided_misses(metrics, findings):
-        not_measured.append(line)
-
+    memory = _memory_section(out, profile, flag)
+    sync_summary = _sync_section(out, profile, steps)
+    spreads, timing_details, few_step_rows = _timing_section(out, timings)
+    amp_details = _amp_section(out, profile, timings, flag)
+    stall, breakdown = _stall_section(out, profile, timings, flag)
+    regression = _regression_section(out, spreads, few_step_rows)
+    out.not_measured += perf_consistency.undecided_misses(out.metrics, out.findings)
     details = {
         "device": clock["training_device"],
         "device_kind": device,
-        "steps": {"observed": steps, "warmup": warmup, "profiled": max(0, steps - warmup), "truncated": clock.get("truncated", False), "instrumented": _instrumented_steps(profile, steps)},
+        "steps": {"observed": steps, "warmup": out.warmup, "profiled": max(0, steps - out.warmup), "truncated": clock.get("truncated", False), "instrumented": _instrumented_steps(profile, steps)},
         "instrumentation": profile.get("instrumentation"),
         "runs": runs,
         "memory": memory,
@@ -230,11 +124,157 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         "breakdown": breakdown,
         "stall": stall,
         "regression": regression,
-        "not_measured": not_measured,
+        "not_measured": out.not_measured,
         "instrument_s": profile.get("instrument_s"),
     }
-    summary = _summary(steps, warmup, device, findings, timing_details)
-    return StageOutcome(summary=summary, metrics=metrics, findings=findings, details=details)
+    summary = _summary(steps, out.warmup, device, out.findings, timing_details)
+    return StageOutcome(summary=summary, metrics=out.metrics, findings=out.findings, details=details)
+
+
+def _memory_section(out: _Measured, profile: dict[str, Any], flag: str | None) -> dict[str, Any]:
+    """memory-leak: one verdict over tensor bytes, held graphs and host memory, a metric each."""
+    memory, leaks = perf_memory.analyse(out.ctx, profile["memory"], out.warmup, out.min_steps, out.device, _loop_site(profile["clock"]))
+    out.findings += leaks
+    verdict = memory["verdict"]
+    # One verdict over the measures: a leak found from any one fails this metric, whatever the others say.
+    decided = verdict["leak"] or verdict["steps"] >= out.min_steps
+    out.metrics.append(Metric(
+        id="memory.held_growth",
+        name="memory held between steps, growth",
+        value=round(verdict["slope_bytes_per_step"], 1),
+        unit="bytes/step",
+        threshold=MIN_SLOPE_BYTES,
+        passed=not verdict["leak"] if decided else None,
+        note=f"{'leak' if verdict['leak'] else 'no leak'}: {verdict['reason']}; bytes r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
+    ))
+    host = verdict["host"]
+    if host is not None:
+        out.metrics.append(Metric(
+            id="memory.host_growth",
+            name="host memory between steps, growth",
+            value=round(host["slope_bytes_per_step"], 1),
+            unit="bytes/step",
+            threshold=HOST_MIN_SLOPE_BYTES,
+            passed=not host["leak"] if host["leak"] or host["steps"] >= out.min_steps else None,
+            note=f"{'grows' if host['leak'] else 'no growth'}: {host['reason']}; r^2 {host['r2']:.2f} over {host['steps']} steps ({memory['host']['source']})",
+        ))
+    nodes = verdict["nodes"]
+    out.metrics.append(Metric(
+        id="memory.graph_nodes_growth",
+        name="autograd nodes held between steps, growth",
+        value=round(nodes["per_step"], 1) if nodes["per_step"] is not None else None,
+        unit="nodes/step",
+        note=(
+            f"held by {nodes['held_by']}, counted at steps {', '.join(str(p[0]) for p in nodes['points'])}" if nodes["held_by"]
+            else "no named tensor or container was seen holding a growing autograd graph at the checks"
+        ) + _graph_walk_note(profile),
+    ))
+    if verdict["steps"] < out.min_steps and not verdict["leak"]:
+        out.not_measured.append(f"Memory leak: {verdict['reason']}.")
+    if out.device == "cpu":
+        out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile["memory"]["peak_tracked_bytes"], unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
+    return memory
+
+
+def _sync_section(out: _Measured, profile: dict[str, Any], steps: int) -> dict[str, Any]:
+    """host-sync: syncs per step and call site, the target's and the libraries' apart."""
+    # On a heavy loop syncs are counted over the instrumented window only: rates are per counted step.
+    sync_steps = min(steps, int(profile["syncs"].get("steps_counted") or steps))
+    sync_summary, sync_findings = perf_sync.analyse(out.ctx, profile["syncs"], sync_steps, out.device, _code_reader(out.ctx.root))
+    out.findings += sync_findings
+    out.metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
+    out.metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
+    return sync_summary
+
+
+def _timing_section(out: _Measured, timings: dict[str, dict[str, Any]]) -> tuple[dict[str, str], dict[str, Any], list[dict[str, Any]]]:
+    """Step time per timing run: median and spread, or, with too few steps, the sign test
+    against the baseline. Returns the median->spread metric ids, the per-run statistics and
+    the few-step comparisons."""
+    spreads: dict[str, str] = {}
+    timing_details: dict[str, Any] = {}
+    few_step_rows: list[dict[str, Any]] = []
+    for label, run_clock in timings.items():
+        stats = perf_timing.step_stats(run_clock, out.warmup, out.min_steps)
+        if stats is None:
+            # Too few steps for a median, but every one of them may still be slower than the baseline.
+            few, few_finding = perf_regression.few_steps(out.ctx, label, perf_timing.step_times(run_clock, out.warmup), out.device)
+            out.findings += [few_finding] if few_finding else []
+            if few is not None:
+                few_step_rows.append(few)
+            if few_finding is None:
+                out.not_measured.append(f"Step time ({label}): not enough steps to decide ({len(perf_timing.step_times(run_clock, out.warmup))} of {out.min_steps}) after warm-up" + (f"; {few['sign_test']['statement']}" if few else "") + ".")
+            continue
+        median_id, iqr_id = f"step_time.median.{label}", f"step_time.iqr.{label}"
+        spreads[median_id] = iqr_id
+        out.metrics.append(Metric(id=median_id, name=f"step time, median ({label})", value=round(stats.median_s * 1e3, 4), unit="ms", note=f"{stats.steps} steps after warm-up, {stats.clock} clock, on {out.device}"))
+        out.metrics.append(Metric(id=iqr_id, name=f"step time, IQR ({label})", value=round(stats.iqr_s * 1e3, 4), unit="ms", note="interquartile range of the step times"))
+        timing_details[label] = stats.record()
+        if run_clock.get("peak_memory_bytes") is not None:
+            out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}device.{label}", name=f"peak device memory ({label})", value=run_clock["peak_memory_bytes"], unit="bytes", note="torch.cuda.max_memory_allocated"))
+    return spreads, timing_details, few_step_rows
+
+
+def _amp_section(out: _Measured, profile: dict[str, Any], timings: dict[str, dict[str, Any]], flag: str | None) -> dict[str, Any] | None:
+    """AMP on vs off: speedup, memory, loss drift, and whether reduced precision ran at all."""
+    if not flag:
+        out.not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
+        return None
+    if "fp32" not in timings or "amp" not in timings:
+        return None
+    ctx, policy, clock = out.ctx, out.ctx.config.policy, profile["clock"]
+    amp_counts = profile.get("amp")
+    comparison = perf_amp.compare(timings["fp32"], timings["amp"], out.warmup, out.min_steps, out.device, perf_amp.amp_active(amp_counts))
+    amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
+    out.metrics += amp_metrics
+    location = perf_amp.amp_location(amp_counts, clock.get("forward_sites", []))
+    inactive, not_applicable = perf_amp.inactive_check(ctx, amp_counts, clock.get("forward_sites", []), flag, out.device)
+    out.findings += [inactive] if inactive else []
+    out.metrics += not_applicable
+    accuracy = perf_amp.accuracy_finding(ctx, comparison, policy, location)
+    out.findings += [accuracy] if accuracy else []
+    out.findings += perf_amp.target_findings(ctx, comparison, policy, location)
+    out.not_measured += [f"{m.name}: {m.note}." for m in amp_metrics if m.passed is None and m.threshold is not None]
+    return {**comparison, "counts": amp_counts, "location": location.model_dump() if location else None}
+
+
+def _stall_section(out: _Measured, profile: dict[str, Any], timings: dict[str, dict[str, Any]], flag: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """input-stall and the step's time breakdown, from the primary timing run."""
+    primary = "amp" if flag else "default"
+    primary_clock = timings.get(primary) or next(iter(timings.values()), None)
+    if primary_clock is None:
+        return None, None
+    data_sites = perf_timing.sampled_sites(profile, "data", limit=5)
+    stall, stall_finding = perf_timing.input_stall(out.ctx, primary_clock, out.warmup, out.min_steps, primary, data_sites)
+    out.findings += [stall_finding] if stall_finding else []
+    if stall["median_share"] is not None and stall["loader"]:
+        decided = stall.get("decided", True)
+        test = stall.get("sign_test") or {}
+        note = "time in DataLoader iteration / step time, host clock" + (f"; {test['statement']}" if test else "")
+        if not decided:
+            note = f"not enough steps to decide ({stall['steps']} of {stall['min_steps']}); " + note
+            out.not_measured.append(f"Input stall: not enough steps to decide ({stall['steps']} of {stall['min_steps']}), and the sign test was not decisive either way.")
+        out.metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=(stall_finding is None) if decided else None, note=note))
+    if not stall["loader"]:
+        out.not_measured.append("Input stall: the loop iterates no DataLoader, so data waits were not timed (the time before each forward is in the breakdown's rest).")
+    breakdown = perf_timing.breakdown(primary_clock, out.warmup)
+    if breakdown is not None:
+        breakdown["run"] = primary
+        breakdown["rest_sites"] = perf_timing.sampled_sites(profile, "rest")
+    return stall, breakdown
+
+
+def _regression_section(out: _Measured, spreads: dict[str, str], few_step_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """perf-regression against the baseline, the few-step comparisons included."""
+    regression, regression_findings = perf_regression.compare(out.ctx, out.metrics, spreads, out.device)
+    out.findings += regression_findings
+    if few_step_rows:
+        regression = {**regression, "compared": [*regression.get("compared", []), *few_step_rows]}
+        if any(r["regressed"] for r in few_step_rows):
+            regression["note"] = None
+    if regression.get("note"):
+        out.not_measured.append(f"Performance regression: {regression['note']}.")
+    return regression
 
 
 def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timing: dict[str, Any]) -> str:
