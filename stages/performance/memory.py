@@ -40,7 +40,7 @@ from collections import Counter
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
 
@@ -220,7 +220,7 @@ def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, A
     per_step = (last - first) / max(1, last_step - first_step)
     spans = [p for p in graph.get("steps_held", []) if p[1] is not None]
     site = graph_store(ctx, holder)
-    location = Location(path=site["path"], line=site["line"], function=site["function"]) if site else None
+    location = location_of(site)
     code = site["code"] if site else ""
     # Past the walk cap the node counts stop moving; the steps held still grow.
     capped = per_step <= 0 and bool(spans)
@@ -320,10 +320,7 @@ def _location(attribution: dict[str, Any]) -> Location | None:
         (attribution.get("holder") or {}).get("created_at"),
         next((s["site"] for s in attribution.get("sites", []) if s.get("site")), None),
     ]
-    site = next((c for c in candidates if c), None)
-    if not site:
-        return None
-    return Location(path=site["path"], line=site["line"], function=site["function"])
+    return location_of(next((c for c in candidates if c), None))
 
 
 def severity_for(verdict: LeakVerdict, graph: bool) -> Severity:
