@@ -139,9 +139,11 @@ class EntrypointRun:
         return data
 
     def payload(self, spec: str, model: type[PayloadModel]) -> PayloadModel | None:
-        """The instrument's payload as its model (validated when the result was read, so
-        this cannot fail on a run whose result was accepted); None when the run handed back
-        none or the instrument's collect() raised (its traceback is under `error`)."""
+        """The instrument's payload as its model; None when the run handed back none or the
+        instrument's collect() raised (its traceback is under `error`). It is validated from
+        the result's JSON form, as the dict readers see it: a non-finite float is None there,
+        so a field a probe may fill with NaN or inf is typed `float | None` in its model. A
+        payload that does not fit raises, and the stage fails closed."""
         data = self.instrument(spec)
         if not data or set(data) == {instruments.ERROR_KEY}:
             return None

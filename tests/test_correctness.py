@@ -189,10 +189,11 @@ def test_a_lambda_lr_warmup_from_zero_names_the_scheduler(tmp_path: Path) -> Non
 
 
 def test_a_first_step_gradient_that_is_not_finite_is_incomparable_not_a_crash() -> None:
+    from traingate.stages.contract.payloads.correctness import FirstUpdatePayload
     from traingate.stages.correctness.accumulation import compare_first_updates
 
-    def first(grad: list[float | None], norm: float | None) -> dict:
-        return {"stepped": True, "stop": "FirstStepReached", "params": [{"group": 0, "numel": 2, "grad_norm": norm, "grad_sample": grad, "update_norm": None, "update_sample": None}]}
+    def first(grad: list[float | None], norm: float | None) -> FirstUpdatePayload:
+        return FirstUpdatePayload.model_validate({"stepped": True, "stop": "FirstStepReached", "params": [{"group": 0, "numel": 2, "grad_norm": norm, "grad_sample": grad, "update_norm": None, "update_sample": None}]})
 
     comparable = compare_first_updates(first([2.0, 4.0], 4.5), first([1.0, 2.0], 2.25))
     assert comparable is not None and comparable["gradient_norm_ratio"] == pytest.approx(2.0)

@@ -4,6 +4,7 @@ with the gloo backend on the CPU; expected lines come from `# marker:` comments.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TARGETS, line_of
+from traingate.stages.contract.payloads.correctness import RanksPayload
 
 pytestmark = pytest.mark.slow
 
@@ -137,23 +139,27 @@ def test_backend_follows_the_device() -> None:
     assert (backend_for("cpu"), backend_for("cuda")) == ("gloo", "nccl")
 
 
-def _rank_watch(running_mean: str, *, broadcast_buffers: bool | None) -> dict[str, Any]:
+def _digest(name: str) -> str:
+    return hashlib.blake2b(name.encode(), digest_size=16).hexdigest()
+
+
+def _rank_watch(running_mean: str, *, broadcast_buffers: bool | None) -> RanksPayload:
     """What RankWatch reports for a Linear + BatchNorm1d model, identical parameters, the
     BatchNorm's running mean digest given; wrapped in DDP unless `broadcast_buffers` is None."""
     wrapped = broadcast_buffers is not None
     tensor = {"module": "BatchNorm1d", "site": 0, "module_site": 1, "in_ddp": wrapped, "shape": [8], "sampled": False, "numel": 8}
-    return {
+    return RanksPayload.model_validate({
         "steps": 4,
         "sites": [{"path": "train.py", "line": 20, "function": "train", "code": "model = DDP(model)"}, {"path": "train.py", "line": 19, "function": "train", "code": "bn"}],
         "tensors": [
-            {**tensor, "name": "m.1.weight", "kind": "parameter", "digest": "w", "values": [1.0] * 8},
-            {**tensor, "name": "m.1.running_mean", "kind": "buffer", "digest": running_mean, "values": [0.5 if running_mean == "b" else 0.25] * 8},
+            {**tensor, "name": "m.1.weight", "kind": "parameter", "digest": _digest("w"), "values": [1.0] * 8},
+            {**tensor, "name": "m.1.running_mean", "kind": "buffer", "digest": _digest(running_mean), "values": [0.5 if running_mean == "b" else 0.25] * 8},
         ],
-        "initial": {"m.1.weight": "w0"},
+        "initial": {"m.1.weight": _digest("w0")},
         "ddp": [{"site": 0, "module": "Sequential", "broadcast_buffers": broadcast_buffers}] if wrapped else [],
         "seeds": [],
         "loaders": [],
-    }
+    })
 
 
 @pytest.mark.parametrize(("broadcast_buffers", "reported"), [(False, True), (None, True), (True, False)])

@@ -69,7 +69,7 @@ def test_a_softmax_module_feeding_cross_entropy_is_named_and_sampled_a_few_times
     assert fed["kind"] == "probabilities" and fed["module"] == "Softmax" and fed["producer"] == "SoftmaxBackward0"
     assert fed["calls"] == CALLS_PER_SITE + 3 and fed["sampled"] == CALLS_PER_SITE and fed["gradients_recorded"] is True
     assert spatial["kind"] == "logits" and spatial["module"] is None
-    [finding] = loss_input_check(_ctx(tmp_path), result, Location(path="train.py"))[0]
+    [finding] = loss_input_check(_ctx(tmp_path), LossInputsPayload.model_validate(result), Location(path="train.py"))[0]
     assert finding.category.value == "loss-input-mismatch" and finding.severity is Severity.HIGH and finding.blocking
 
 
@@ -88,7 +88,7 @@ def _judged(tmp_path: Path, tensors: list[tuple[str, Any]], grad: bool = True) -
     with torch.set_grad_enabled(grad):
         for function, tensor in tensors:
             watch.observe(function, tensor)
-    return loss_input_check(_ctx(tmp_path), watch.collect(), Location(path="train.py"))[0]
+    return loss_input_check(_ctx(tmp_path), LossInputsPayload.model_validate(watch.collect()), Location(path="train.py"))[0]
 
 
 def test_the_right_inputs_give_no_finding(tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def test_transpose_and_batchnorm_in_eval_mode_are_clean(tmp_path: Path) -> None:
     result = _mixing(_capture(_Sequence("transpose").train(), torch.randn(6, 5, 3)))
     assert result["applicable"] and [s["others_count"] for s in result["samples"]] == [0, 0]
     assert "mixing_op" not in result
-    findings, record = mixing_check(_ctx(tmp_path), result, Location(path="train.py"))
+    findings, record = mixing_check(_ctx(tmp_path), MixingPayload.model_validate(result), Location(path="train.py"))
     assert findings == [] and record["ran"] and record["mixed"] is False
 
 
@@ -178,14 +178,14 @@ def test_a_reduction_over_the_batch_behind_an_embedding_is_found(tmp_path: Path)
     result = _mixing(_capture(_Centred(), torch.randint(0, 10, (6, 7))))
     assert result["applicable"] and all(s["others_count"] == 5 for s in result["samples"])
     assert result["mixing_op"]["name"] == "mean" and result["sites"][result["mixing_op"]["site"]]["code"] == "return self.head(h - h.mean(0))"
-    [finding] = mixing_check(_ctx(tmp_path), result, Location(path="train.py"))[0]
+    [finding] = mixing_check(_ctx(tmp_path), MixingPayload.model_validate(result), Location(path="train.py"))[0]
     assert finding.severity is Severity.HIGH and finding.blocking and finding.location.line == result["sites"][result["mixing_op"]["site"]]["line"]
 
 
 def test_without_a_dataloader_dim_0_is_assumed_and_does_not_block(tmp_path: Path) -> None:
     result = _mixing(_capture(_Centred(), torch.randint(0, 10, (6, 7)), batch_size=None))
     assert result["batch_dim_assumed"] is True
-    [finding] = mixing_check(_ctx(tmp_path), result, Location(path="train.py"))[0]
+    [finding] = mixing_check(_ctx(tmp_path), MixingPayload.model_validate(result), Location(path="train.py"))[0]
     assert finding.severity is Severity.MEDIUM and not finding.blocking
 
 
@@ -200,5 +200,5 @@ def test_without_a_dataloader_dim_0_is_assumed_and_does_not_block(tmp_path: Path
 def test_a_batch_it_cannot_identify_is_not_applicable(tmp_path: Path, args: tuple[Any, ...], batch_size: int, shapes: set[tuple[int, ...]], reason: str) -> None:
     result = _mixing(_capture(_Sequence("transpose"), *args, batch_size=batch_size, shapes=shapes))
     assert result["applicable"] is False and reason in result["reason"]
-    findings, record = mixing_check(_ctx(tmp_path), result, Location(path="train.py"))
+    findings, record = mixing_check(_ctx(tmp_path), MixingPayload.model_validate(result), Location(path="train.py"))
     assert findings == [] and record["applicable"] is False and record["note"].startswith("not applicable")

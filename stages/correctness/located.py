@@ -3,29 +3,50 @@ instrument's own table of the target's lines."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 from traingate.pipeline.schema import Location
+from traingate.stages.contract.payloads.correctness import Site, StepsPayload
 
 
-def site(data: dict[str, Any], index: int | None) -> dict[str, Any] | None:
-    sites = data.get("sites", [])
+class Sited(Protocol):
+    """A payload with its own table of the target's lines."""
+
+    @property
+    def sites(self) -> list[Site]: ...
+
+
+def site(data: Sited | None, index: int | None) -> Site | None:
+    sites = data.sites if data is not None else []
     return sites[index] if isinstance(index, int) and 0 <= index < len(sites) else None
 
 
-def location(data: dict[str, Any], index: int | None, fallback: Location) -> Location:
+def site_record(data: Sited | None, index: int | None) -> dict[str, Any] | None:
+    """The site as the evidence and the stage's details give it."""
+    found = site(data, index)
+    return found.model_dump(mode="json") if found is not None else None
+
+
+def location(data: Sited | None, index: int | None, fallback: Location) -> Location:
     found = site(data, index)
     if found is None:
         return fallback
-    return Location(path=found["path"], line=found["line"], function=found.get("function"))
+    return Location(path=found.path, line=found.line, function=found.function)
 
 
-def code(data: dict[str, Any], index: int | None) -> str:
+def code(data: Sited | None, index: int | None) -> str:
     found = site(data, index)
-    return str(found.get("code", "")) if found else ""
+    return found.code if found else ""
 
 
-def main_step_site(steps: dict[str, Any]) -> int | None:
+def main_step_site(steps: StepsPayload | None) -> int | None:
     """The line of the target that made the most optimizer steps."""
-    sites = steps.get("step_sites", [])
-    return max(sites, key=lambda s: s["steps"])["site"] if sites else None
+    sites = steps.step_sites if steps is not None else []
+    return max(sites, key=lambda s: s.steps).site if sites else None
+
+
+def record(model: BaseModel) -> dict[str, Any]:
+    """A payload record as the evidence gives it: JSON types, the probe's key names."""
+    return model.model_dump(mode="json", by_alias=True)

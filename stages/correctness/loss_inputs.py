@@ -8,6 +8,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.correctness import LossInputSite, LossInputsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.LOSS_INPUT_MISMATCH
@@ -23,9 +24,9 @@ class _Mismatch:
     why: str  # what it does to the loss
 
 
-def _mismatch(loss: dict[str, Any]) -> _Mismatch | None:
-    function, kind = loss["function"], loss["kind"]
-    training = loss["gradients_recorded"]
+def _mismatch(loss: LossInputSite) -> _Mismatch | None:
+    function, kind = loss.function, loss.kind
+    training = loss.gradients_recorded
     severe = Severity.HIGH if training else Severity.MEDIUM
     if function == "cross_entropy" and kind == "probabilities":
         return _Mismatch("probabilities (non-negative rows summing to 1)", "raw logits", severe, "cross_entropy applies log-softmax itself: on probabilities in [0, 1] the loss barely depends on the model's output and the gradients shrink")
@@ -35,7 +36,7 @@ def _mismatch(loss: dict[str, Any]) -> _Mismatch | None:
         given = "raw logits (rows whose exp sums to more than 1, which no log-probabilities do)" if kind == "logits" else "probabilities (non-negative rows summing to 1)"
         return _Mismatch(given, "log-probabilities (`log_softmax` of the logits)", severe, "nll_loss only picks minus the target's entry: on these inputs that is not a likelihood, it is unbounded below and training pushes the target's value up instead of normalising")
     if function == "binary_cross_entropy_with_logits" and kind == "unit-interval":
-        sigmoid = loss["producer"] == "SigmoidBackward0" or loss["module"] == "Sigmoid"
+        sigmoid = loss.producer == "SigmoidBackward0" or loss.module == "Sigmoid"
         return _Mismatch(
             "sigmoid outputs (every value in [0, 1]" + (", made by a sigmoid)" if sigmoid else "; no sigmoid was seen making them)"),
             "raw logits", severe if sigmoid else Severity.MEDIUM,
@@ -44,63 +45,64 @@ def _mismatch(loss: dict[str, Any]) -> _Mismatch | None:
     return None
 
 
-def loss_input_check(ctx: StageContext, data: dict[str, Any], fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
-    """The findings, one per loss line given the wrong input, and the check's record."""
-    losses = data.get("losses", [])
-    if not losses:
-        return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE, "calls": data.get("calls", 0)}
+def loss_input_check(ctx: StageContext, data: LossInputsPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+    """The findings, one per loss line given the wrong input, and the check's record (not
+    applicable without the payload: the run handed back none)."""
+    if data is None or not data.losses:
+        return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE, "calls": data.calls if data is not None else 0}
+    losses = data.losses
     judged = [(loss, _mismatch(loss)) for loss in losses]
     findings = [_finding(ctx, data, loss, mismatch, fallback) for loss, mismatch in judged if mismatch is not None]
     record = {
         "ran": True,
         "applicable": True,
-        "calls": data.get("calls", 0),
-        "lines": [{"function": loss["function"], "site": located.site(data, loss["site"]), "kind": loss["kind"], "sampled": loss["sampled"], "rows": loss["rows"]} for loss in losses],
+        "calls": data.calls,
+        "lines": [{"function": loss.function, "site": located.site_record(data, loss.site), "kind": loss.kind, "sampled": loss.sampled, "rows": loss.rows} for loss in losses],
         "mismatches": len(findings),
     }
     return findings, record
 
 
-def _producer(data: dict[str, Any], loss: dict[str, Any]) -> str:
-    if loss["module"]:
-        found = located.site(data, loss["module_site"])
-        where = f", called at {found['path']}:{found['line']} (`{found['code']}`)" if found else ""
-        return f"the output of a `{loss['module']}` module{where}"
-    if loss["producer"] in _SQUASHED:
-        return f"the output of `{_SQUASHED[loss['producer']]}`"
-    return f"the output of `{loss['producer']}`" if loss["producer"] else "a tensor whose producer was not seen"
+def _producer(data: LossInputsPayload, loss: LossInputSite) -> str:
+    if loss.module:
+        found = located.site(data, loss.module_site)
+        where = f", called at {found.path}:{found.line} (`{found.code}`)" if found else ""
+        return f"the output of a `{loss.module}` module{where}"
+    if loss.producer in _SQUASHED:
+        return f"the output of `{_SQUASHED[loss.producer]}`"
+    return f"the output of `{loss.producer}`" if loss.producer else "a tensor whose producer was not seen"
 
 
-def _finding(ctx: StageContext, data: dict[str, Any], loss: dict[str, Any], mismatch: _Mismatch, fallback: Location) -> Finding:
-    found = located.site(data, loss["site"])
-    line = f"{found['path']}:{found['line']} (`{found['code']}`)" if found else "a line outside the target"
+def _finding(ctx: StageContext, data: LossInputsPayload, loss: LossInputSite, mismatch: _Mismatch, fallback: Location) -> Finding:
+    found = located.site(data, loss.site)
+    line = f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
     producer = _producer(data, loss)
     return ctx.finding(
         category=CATEGORY,
         severity=mismatch.severity,
-        title=f"`{loss['function']}` was given {mismatch.given.split(' (')[0]}, not {mismatch.expected.split(' (')[0]}: {producer}",
-        location=located.location(data, loss["site"], fallback),
+        title=f"`{loss.function}` was given {mismatch.given.split(' (')[0]}, not {mismatch.expected.split(' (')[0]}: {producer}",
+        location=located.location(data, loss.site, fallback),
         problem=(
-            f"The call at {line} gave `{loss['function']}` {mismatch.given}: {producer}. It expects {mismatch.expected}; {mismatch.why}. "
-            f"Seen on every sampled call ({loss['sampled']} of {loss['calls']}, {loss['rows']} rows)"
-            + ("" if loss["gradients_recorded"] else "; these calls recorded no gradients (a validation loss): its metric is wrong, the training is not")
+            f"The call at {line} gave `{loss.function}` {mismatch.given}: {producer}. It expects {mismatch.expected}; {mismatch.why}. "
+            f"Seen on every sampled call ({loss.sampled} of {loss.calls}, {loss.rows} rows)"
+            + ("" if loss.gradients_recorded else "; these calls recorded no gradients (a validation loss): its metric is wrong, the training is not")
             + "."
         ),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{loss['sampled']} sampled call(s) of {loss['function']} given {loss['kind']}",
+            summary=f"{loss.sampled} sampled call(s) of {loss.function} given {loss.kind}",
             data={
-                "function": loss["function"],
-                "input_kind": loss["kind"],
-                "calls": loss["calls"],
-                "sampled_calls": loss["sampled"],
-                "rows": loss["rows"],
-                "producer": loss["producer"],
-                "module": loss["module"],
-                "module_site": located.site(data, loss["module_site"]),
-                "gradients_recorded": loss["gradients_recorded"],
-                "example": loss["example"],
+                "function": loss.function,
+                "input_kind": loss.kind,
+                "calls": loss.calls,
+                "sampled_calls": loss.sampled,
+                "rows": loss.rows,
+                "producer": loss.producer,
+                "module": loss.module,
+                "module_site": located.site_record(data, loss.module_site),
+                "gradients_recorded": loss.gradients_recorded,
+                "example": loss.example,
             },
         ),
-        key=f"{loss['function']}:{loss['kind']}",
+        key=f"{loss.function}:{loss.kind}",
     )

@@ -7,86 +7,89 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.correctness import MixingPayload, SampleDependency, TracedOp
 from traingate.stages.correctness import located
 
 CATEGORY = Category.BATCH_MIXING
 
 
-def mixing_check(ctx: StageContext, data: dict[str, Any], fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
-    """The finding when some sample's outputs depend on another sample, and the check's record."""
-    if not data.get("applicable"):
-        return [], {"ran": False, "applicable": False, "note": f"not applicable: {data.get('reason') or 'nothing was captured'}"}
-    mixed = [s for s in data["samples"] if s["others_count"]]
+def mixing_check(ctx: StageContext, data: MixingPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+    """The finding when some sample's outputs depend on another sample, and the check's record
+    (not applicable without the payload: the run handed back none)."""
+    if data is None or not data.applicable:
+        return [], {"ran": False, "applicable": False, "note": f"not applicable: {(data.reason if data is not None else None) or 'nothing was captured'}"}
+    mixed = [s for s in data.samples if s.others_count]
     record = {
         "ran": True,
         "applicable": True,
-        "model": data["model"],
-        "batch_size": data["batch_size"],
-        "batch_dim": data["batch_dim"],
-        "batch_dim_assumed": data["batch_dim_assumed"],
-        "samples_judged": [s["sample"] for s in data["samples"]],
+        "model": data.model,
+        "batch_size": data.batch_size,
+        "batch_dim": data.batch_dim,
+        "batch_dim_assumed": data.batch_dim_assumed,
+        "samples_judged": [s.sample for s in data.samples],
         "mixed": bool(mixed),
-        "site": located.site(data, data["site"]),
+        "site": located.site_record(data, data.site),
     }
     if not mixed:
         return [], record
     return [_finding(ctx, data, mixed, fallback)], record
 
 
-def _op(data: dict[str, Any], op: dict[str, Any] | None) -> str:
+def _op(data: MixingPayload, op: TracedOp | None) -> str:
     if op is None:
         return ""
-    found = located.site(data, op["site"])
-    where = f" at {found['path']}:{found['line']} (`{found['code']}`)" if found else ""
-    return f"`{op['name']}`{where}, output shape {tuple(op['shape'])}"
+    found = located.site(data, op.site)
+    where = f" at {found.path}:{found.line} (`{found.code}`)" if found else ""
+    return f"`{op.name}`{where}, output shape {tuple(op.shape)}"
 
 
-def _severity(data: dict[str, Any]) -> tuple[Severity, str]:
-    if data["batch_dim_assumed"]:
+def _severity(data: MixingPayload) -> tuple[Severity, str]:
+    if data.batch_dim_assumed:
         return Severity.MEDIUM, " No DataLoader said how many samples the batch has, so dim 0 was taken for the batch: medium, not blocking."
-    if data["pairwise_output"]:
+    if data.pairwise_output:
         return Severity.MEDIUM, " An output has two dimensions of the batch's size (pairwise scores, as in contrastive models, mix samples by design): medium, not blocking."
     return Severity.HIGH, ""
 
 
-def _finding(ctx: StageContext, data: dict[str, Any], mixed: list[dict[str, Any]], fallback: Location) -> Finding:
-    mixing, layout = data.get("mixing_op"), data.get("layout_op")
-    location = located.location(data, mixing["site"], fallback) if mixing else located.location(data, data["site"], fallback)
-    model = f"`{data['model']}`"
+def _finding(ctx: StageContext, data: MixingPayload, mixed: list[SampleDependency], fallback: Location) -> Finding:
+    mixing, layout = data.mixing_op, data.layout_op
+    location = located.location(data, mixing.site if mixing else data.site, fallback)
+    model = f"`{data.model}`"
     first = mixed[0]
-    others = ", ".join(str(j) for j in first["others"]) + (", ..." if first["others_count"] > len(first["others"]) else "")
+    others = ", ".join(str(j) for j in first.others) + (", ..." if first.others_count > len(first.others) else "")
     severity, caveat = _severity(data)
+    pair = data.pair or []  # the two samples the located op mixes: given with `mixing_op`
     where = (
-        f" The samples first mix in {_op(data, mixing)}: its output holds values computed from both sample {data['pair'][0]} and sample {data['pair'][1]}."
+        f" The samples first mix in {_op(data, mixing)}: its output holds values computed from both sample {pair[0]} and sample {pair[1]}."
         if mixing
-        else f" The op where they first mix was not found ({data.get('locate_error') or 'the NaN runs did not show it'}); it is located at the model's call."
+        else f" The op where they first mix was not found ({data.locate_error or 'the NaN runs did not show it'}); it is located at the model's call."
     )
-    laid_out = f" Before it, {_op(data, layout)} spread each sample over several indexes of every dimension of size {data['batch_size']}: a `view`/`reshape` where `transpose`/`permute` was meant?" if layout else ""
+    laid_out = f" Before it, {_op(data, layout)} spread each sample over several indexes of every dimension of size {data.batch_size}: a `view`/`reshape` where `transpose`/`permute` was meant?" if layout else ""
     return ctx.finding(
         category=CATEGORY,
         severity=severity,
-        title=f"{model}'s output for sample {first['sample']} depends on {first['others_count']} other sample(s) of its batch" + (f": they mix at `{mixing['name']}`" if mixing else ""),
+        title=f"{model}'s output for sample {first.sample} depends on {first.others_count} other sample(s) of its batch" + (f": they mix at `{mixing.name}`" if mixing else ""),
         location=location,
         problem=(
-            f"On the run's first training batch ({data['batch_size']} samples along dim {data['batch_dim']}), with {model} in eval mode, the gradient of sample {first['sample']}'s outputs "
-            f"with respect to the input of sample(s) {others} is not zero (largest {first['largest_other_gradient']:.3g}, against {first['own_gradient']:.3g} for its own input)."
+            f"On the run's first training batch ({data.batch_size} samples along dim {data.batch_dim}), with {model} in eval mode, the gradient of sample {first.sample}'s outputs "
+            f"with respect to the input of sample(s) {others} is not zero (largest {first.largest_other_gradient:.3g}, against {first.own_gradient:.3g} for its own input)."
             + where + laid_out + caveat
         ),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"nonzero gradient across samples: sample {first['sample']} depends on {first['others_count']} other(s)",
+            summary=f"nonzero gradient across samples: sample {first.sample} depends on {first.others_count} other(s)",
             data={
-                "model": data["model"],
-                "model_site": located.site(data, data["site"]),
-                "batch_size": data["batch_size"],
-                "batch_dim": data["batch_dim"],
-                "batch_dim_assumed": data["batch_dim_assumed"],
-                "pairwise_output": data["pairwise_output"],
-                "dependencies": data["samples"],
-                "mixing_op": {**mixing, "site": located.site(data, mixing["site"])} if mixing else None,
-                "layout_op": {**layout, "site": located.site(data, layout["site"])} if layout else None,
-                "ops_traced": data.get("ops_traced"),
+                "model": data.model,
+                "model_site": located.site_record(data, data.site),
+                "batch_size": data.batch_size,
+                "batch_dim": data.batch_dim,
+                "batch_dim_assumed": data.batch_dim_assumed,
+                "pairwise_output": data.pairwise_output,
+                "dependencies": [located.record(s) for s in data.samples],
+                "mixing_op": {**located.record(mixing), "site": located.site_record(data, mixing.site)} if mixing else None,
+                "layout_op": {**located.record(layout), "site": located.site_record(data, layout.site)} if layout else None,
+                "ops_traced": data.ops_traced,
             },
         ),
-        key=f"{data['model']}:{mixing['name'] if mixing else ''}",
+        key=f"{data.model}:{mixing.name if mixing else ''}",
     )

@@ -7,118 +7,119 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.correctness import EvalWhileTraining, ModeModule, ModesPayload, TrainUnderNoGrad
 from traingate.stages.correctness import located
 
 CATEGORY = Category.TRAIN_EVAL_MODE
 NOT_APPLICABLE = "not applicable: no Dropout (p > 0), MultiheadAttention with dropout, BatchNorm or other norm layer that tracks running statistics ran a forward"
 
 
-def mode_check(ctx: StageContext, modes: dict[str, Any], fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+def mode_check(ctx: StageContext, modes: ModesPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
     """The findings, one per line that called the model in the wrong mode, and the check's
-    record for the stage report."""
-    if not modes.get("dependent_modules"):
+    record for the stage report (not applicable without the payload: the run handed back none)."""
+    if modes is None or not modes.dependent_modules:
         return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE}
     record = {
         "ran": True,
         "applicable": True,
-        "dependent_modules": modes["dependent_modules"],
-        "classes": modes.get("classes", []),
-        "eval_while_training": len(modes.get("eval_while_training", [])),
-        "train_under_no_grad": len(modes.get("train_under_no_grad", [])),
-        "frozen_on_purpose": modes.get("frozen_on_purpose", 0),
-        "library_calls": modes.get("library_calls", 0),
+        "dependent_modules": modes.dependent_modules,
+        "classes": modes.classes,
+        "eval_while_training": len(modes.eval_while_training),
+        "train_under_no_grad": len(modes.train_under_no_grad),
+        "frozen_on_purpose": modes.frozen_on_purpose,
+        "library_calls": modes.library_calls,
     }
-    findings = [_eval_finding(ctx, modes, r, fallback) for r in modes.get("eval_while_training", [])]
-    findings += [_no_grad_finding(ctx, modes, r, fallback) for r in modes.get("train_under_no_grad", [])]
+    findings = [_eval_finding(ctx, modes, r, fallback) for r in modes.eval_while_training]
+    findings += [_no_grad_finding(ctx, modes, r, fallback) for r in modes.train_under_no_grad]
     return findings, record
 
 
-def _names(record: dict[str, Any]) -> str:
-    listed = record["modules"]
-    return ", ".join(f"`{m['name']}` ({m['class']})" for m in listed[:6]) + (", ..." if len(listed) > 6 else "")
+def _names(record: EvalWhileTraining | TrainUnderNoGrad) -> str:
+    listed = record.modules
+    return ", ".join(f"`{m.name}` ({m.class_})" for m in listed[:6]) + (", ..." if len(listed) > 6 else "")
 
 
-def _line(modes: dict[str, Any], index: int | None) -> str:
+def _line(modes: ModesPayload, index: int | None) -> str:
     found = located.site(modes, index)
-    return f"{found['path']}:{found['line']} (`{found['code']}`)" if found else "a line outside the target"
+    return f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
 
 
-def _is_norm(module: dict[str, Any]) -> bool:
-    return bool(module["kind"] == "norm")
+def _is_norm(module: ModeModule) -> bool:
+    return module.kind == "norm"
 
 
-def _short(modes: dict[str, Any], index: int | None) -> str:
+def _short(modes: ModesPayload, index: int | None) -> str:
     found = located.site(modes, index)
-    return f"{found['path']}:{found['line']}" if found else "a line outside the target"
+    return f"{found.path}:{found.line}" if found else "a line outside the target"
 
 
-def _has_norm(record: dict[str, Any]) -> bool:
-    return any(_is_norm(m) for m in record["modules"])
+def _has_norm(record: EvalWhileTraining | TrainUnderNoGrad) -> bool:
+    return any(_is_norm(m) for m in record.modules)
 
 
-def _eval_finding(ctx: StageContext, modes: dict[str, Any], record: dict[str, Any], fallback: Location) -> Finding:
-    model = f"`{record['root']}`" if record["root"] else "the model"
-    steps = ", ".join(str(s) for s in record["step_indexes"][:10]) + (", ..." if record["steps"] > 10 else "")
+def _eval_finding(ctx: StageContext, modes: ModesPayload, record: EvalWhileTraining, fallback: Location) -> Finding:
+    model = f"`{record.root}`" if record.root else "the model"
+    steps = ", ".join(str(s) for s in record.step_indexes[:10]) + (", ..." if record.steps > 10 else "")
     return ctx.finding(
         category=CATEGORY,
-        title=f"{record['steps']} optimizer step(s) trained {model} with {_names(record)} in eval mode, left there by the `eval()` at {_short(modes, record['eval_site'])}",
-        location=located.location(modes, record["site"], fallback),
+        title=f"{record.steps} optimizer step(s) trained {model} with {_names(record)} in eval mode, left there by the `eval()` at {_short(modes, record.eval_site)}",
+        location=located.location(modes, record.site, fallback),
         problem=(
-            f"The forward call at {_line(modes, record['site'])} ran {_names(record)} in eval mode with gradients recorded, and the optimizer step at "
-            f"{_line(modes, record['step_site'])} then trained {model} on that forward. The model was put in eval mode by the call at {_line(modes, record['eval_site'])} "
-            f"and nothing switched it back to train mode before step {record['first_step']}, the first affected: the training runs without dropout"
+            f"The forward call at {_line(modes, record.site)} ran {_names(record)} in eval mode with gradients recorded, and the optimizer step at "
+            f"{_line(modes, record.step_site)} then trained {model} on that forward. The model was put in eval mode by the call at {_line(modes, record.eval_site)} "
+            f"and nothing switched it back to train mode before step {record.first_step}, the first affected: the training runs without dropout"
             + (" and normalises with the running statistics instead of the batch's" if _has_norm(record) else "")
             + f". Steps affected: {steps}."
         ),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{record['steps']} step(s) after a forward with {len(record['modules'])} mode-dependent module(s) in eval mode",
+            summary=f"{record.steps} step(s) after a forward with {len(record.modules)} mode-dependent module(s) in eval mode",
             data={
                 "mode": "eval",
                 "gradients_recorded": True,
-                "model": record["root"],
-                "modules": record["modules"],
-                "steps_affected": record["step_indexes"],
-                "steps": record["steps"],
-                "forward_site": located.site(modes, record["site"]),
-                "step_site": located.site(modes, record["step_site"]),
-                "eval_site": located.site(modes, record["eval_site"]),
+                "model": record.root,
+                "modules": [located.record(m) for m in record.modules],
+                "steps_affected": record.step_indexes,
+                "steps": record.steps,
+                "forward_site": located.site_record(modes, record.site),
+                "step_site": located.site_record(modes, record.step_site),
+                "eval_site": located.site_record(modes, record.eval_site),
             },
         ),
-        key=f"eval-while-training:{record['root']}",
+        key=f"eval-while-training:{record.root}",
     )
 
 
-def _no_grad_finding(ctx: StageContext, modes: dict[str, Any], record: dict[str, Any], fallback: Location) -> Finding:
-    model = f"`{record['root']}`" if record["root"] else "the model"
-    context = "torch.inference_mode()" if record["inference_mode"] else "torch.no_grad()"
+def _no_grad_finding(ctx: StageContext, modes: ModesPayload, record: TrainUnderNoGrad, fallback: Location) -> Finding:
+    model = f"`{record.root}`" if record.root else "the model"
+    context = "torch.inference_mode()" if record.inference_mode else "torch.no_grad()"
     norm = _has_norm(record)
-    dropout = any(not _is_norm(m) for m in record["modules"])
+    dropout = any(not _is_norm(m) for m in record.modules)
     effects = " and ".join(
         e for e, present in (("updated the norm layers' running statistics with these batches (the model changed)", norm), ("ran with dropout on", dropout)) if present
     )
     return ctx.finding(
         category=CATEGORY,
         title=f"A forward under {context} ran {model} in train mode: {_names(record)}",
-        location=located.location(modes, record["site"], fallback),
+        location=located.location(modes, record.site, fallback),
         problem=(
-            f"The call at {_line(modes, record['site'])}, under `{context}` (after {record['first_step']} optimizer step(s)), ran {_names(record)} in train mode "
-            f"({record['forwards']} forward call(s) of these modules): they {effects}. An evaluation or inference pass without `model.eval()` reports metrics of a noisier model"
+            f"The call at {_line(modes, record.site)}, under `{context}` (after {record.first_step} optimizer step(s)), ran {_names(record)} in train mode "
+            f"({record.forwards} forward call(s) of these modules): they {effects}. An evaluation or inference pass without `model.eval()` reports metrics of a noisier model"
             + (" and shifts the normalisation the trained model uses." if norm else ".")
         ),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{record['forwards']} forward call(s) of mode-dependent module(s) in train mode under {context}",
+            summary=f"{record.forwards} forward call(s) of mode-dependent module(s) in train mode under {context}",
             data={
                 "mode": "train",
                 "gradients_recorded": False,
-                "inference_mode": record["inference_mode"],
-                "model": record["root"],
-                "modules": record["modules"],
-                "forwards": record["forwards"],
-                "after_step": record["first_step"],
-                "forward_site": located.site(modes, record["site"]),
+                "inference_mode": record.inference_mode,
+                "model": record.root,
+                "modules": [located.record(m) for m in record.modules],
+                "forwards": record.forwards,
+                "after_step": record.first_step,
+                "forward_site": located.site_record(modes, record.site),
             },
         ),
-        key=f"train-under-no-grad:{record['root']}",
+        key=f"train-under-no-grad:{record.root}",
     )

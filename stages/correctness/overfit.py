@@ -9,20 +9,23 @@ three steps'.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.correctness import LossesPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.NO_LEARNING
 TAIL = 3
 
 
-def step_losses(losses: dict[str, Any]) -> list[float]:
-    """The loss of each optimizer step: the backward losses made before it, summed."""
+def step_losses(losses: LossesPayload | None) -> list[float]:
+    """The loss of each optimizer step: the backward losses made before it, summed (none
+    without the payload: the run handed back none)."""
+    if losses is None:
+        return []
     per_step: dict[int, float] = {}
-    for value, step in zip(losses.get("losses", []), losses.get("steps_of_calls", []), strict=False):
+    for value, step in zip(losses.losses, losses.steps_of_calls, strict=False):
         if isinstance(value, (int, float)):
             per_step[step] = per_step.get(step, 0.0) + float(value)
         else:
@@ -39,11 +42,11 @@ def reduction(curve: list[float]) -> float | None:
     return 1.0 - (sum(tail) / len(tail)) / curve[0]
 
 
-def overfit_finding(ctx: StageContext, curve: list[float], fraction: float, losses: dict[str, Any], steps: int, fallback: Location) -> list[Finding]:
+def overfit_finding(ctx: StageContext, curve: list[float], fraction: float, losses: LossesPayload, steps: int, fallback: Location) -> list[Finding]:
     required = ctx.config.policy.overfit_min_reduction
     if fraction >= required:
         return []
-    sites = losses.get("backward_sites", [])
+    sites = losses.backward_sites
     site = sites[0] if sites else None
     shown = ", ".join(f"{v:.4g}" for v in curve[:3]) + " ... " + ", ".join(f"{v:.4g}" for v in curve[-TAIL:])
     return [
@@ -62,7 +65,7 @@ def overfit_finding(ctx: StageContext, curve: list[float], fraction: float, loss
             evidence=Evidence(
                 kind=EvidenceKind.MEASURED,
                 summary=f"loss {curve[0]:.6g} -> {sum(curve[-TAIL:]) / TAIL:.6g} over {steps} steps on one batch ({fraction:.1%} reduction, required {required:.0%})",
-                data={"step_losses": curve[:500], "reduction": fraction, "required": required, "steps": steps, "backward_site": located.site(losses, site)},
+                data={"step_losses": curve[:500], "reduction": fraction, "required": required, "steps": steps, "backward_site": located.site_record(losses, site)},
             ),
             key="overfit",
         )

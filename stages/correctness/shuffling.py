@@ -3,58 +3,57 @@ DistributedSampler repeats one order every epoch. Observed; medium, so not block
 
 from __future__ import annotations
 
-from typing import Any
-
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.correctness import LoaderOrdering, LoadersPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNSHUFFLED_TRAINING
 
 
-def shuffling_findings(ctx: StageContext, watch: dict[str, Any], fallback: Location) -> list[Finding]:
+def shuffling_findings(ctx: StageContext, watch: LoadersPayload, fallback: Location) -> list[Finding]:
     findings = []
-    for loader in watch.get("loaders", []):
-        if not loader.get("steps") or loader.get("iterable_dataset"):
+    for loader in watch.loaders:
+        if not loader.steps or loader.iterable_dataset:
             continue  # not a training loader, or the dataset orders itself
         problem = _problem(loader)
         if problem is None:
             continue
         kind, text = problem
-        where = located.site(watch, loader["site"])
+        where = located.site(watch, loader.site)
         findings.append(
             ctx.finding(
                 category=CATEGORY,
                 severity=Severity.MEDIUM,
                 title=(
-                    f"The training DataLoader uses a {loader['sampler']}: every epoch sees the data in the same order"
+                    f"The training DataLoader uses a {loader.sampler}: every epoch sees the data in the same order"
                     if kind == "sequential"
-                    else f"DistributedSampler.set_epoch is never called over {loader['epochs']} epochs: every epoch repeats one order"
+                    else f"DistributedSampler.set_epoch is never called over {loader.epochs} epochs: every epoch repeats one order"
                 ),
-                location=located.location(watch, loader["site"], fallback),
-                problem=text + (f" The loader is built at `{where['code']}`." if where else ""),
+                location=located.location(watch, loader.site, fallback),
+                problem=text + (f" The loader is built at `{where.code}`." if where else ""),
                 evidence=Evidence(
                     kind=EvidenceKind.OBSERVED,
-                    summary=f"{loader['steps']} optimizer step(s) fed by this loader over {loader['epochs']} epoch(s), sampler {loader['sampler']}",
-                    data={"loader": {**loader, "site": where}, "kind": kind},
+                    summary=f"{loader.steps} optimizer step(s) fed by this loader over {loader.epochs} epoch(s), sampler {loader.sampler}",
+                    data={"loader": {**located.record(loader), "site": located.record(where) if where else None}, "kind": kind},
                 ),
-                key=f"{kind}:{where['path']}:{where['line']}" if where else kind,
+                key=f"{kind}:{where.path}:{where.line}" if where else kind,
             )
         )
     return findings
 
 
-def _problem(loader: dict[str, Any]) -> tuple[str, str] | None:
-    sampler = loader.get("sampler")
-    if sampler == "SequentialSampler" and (loader.get("length") or 0) > 1:
+def _problem(loader: LoaderOrdering) -> tuple[str, str] | None:
+    sampler = loader.sampler
+    if sampler == "SequentialSampler" and (loader.length or 0) > 1:
         return "sequential", (
-            f"This DataLoader handed out the batches of {loader['steps']} optimizer step(s) with a SequentialSampler "
-            f"({loader['length']} batches an epoch, {loader['epochs']} epoch(s)): no shuffle=True and no shuffling sampler, "
+            f"This DataLoader handed out the batches of {loader.steps} optimizer step(s) with a SequentialSampler "
+            f"({loader.length} batches an epoch, {loader.epochs} epoch(s)): no shuffle=True and no shuffling sampler, "
             "so the batches always come in dataset order."
         )
-    if sampler == "DistributedSampler" and loader.get("sampler_shuffles") and loader.get("epochs", 0) > 1 and not loader.get("set_epoch_calls"):
+    if sampler == "DistributedSampler" and loader.sampler_shuffles and loader.epochs > 1 and not loader.set_epoch_calls:
         return "set-epoch", (
             f"This DataLoader's DistributedSampler shuffles, but set_epoch() was never called while the loader was iterated over "
-            f"{loader['epochs']} epochs: the sampler seeds its shuffle with the epoch, so every epoch got the same order."
+            f"{loader.epochs} epochs: the sampler seeds its shuffle with the epoch, so every epoch got the same order."
         )
     return None

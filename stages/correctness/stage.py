@@ -30,6 +30,19 @@ from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
+from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
+from traingate.stages.contract.payloads.correctness import (
+    FirstUpdatePayload,
+    GradientsPayload,
+    LoadersPayload,
+    LossesPayload,
+    LossInputsPayload,
+    MixingPayload,
+    ModesPayload,
+    OneBatchPayload,
+    RanksPayload,
+    StepsPayload,
+)
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
 from traingate.stages.correctness import modes, stale
 from traingate.stages.correctness import loss_inputs, mixing
@@ -104,22 +117,20 @@ class _Session:
         if broken:
             self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument(broken[0])[instruments.ERROR_KEY])
             return self._outcome()
-        steps, losses, loaders = first.instrument(STEPS), first.instrument(LOSSES), first.instrument(LOADERS)
+        # None: the run ended before the instrument was installed (an import or setup failure).
+        steps, losses, loaders = first.payload(STEPS, StepsPayload), first.payload(LOSSES, LossesPayload), first.payload(LOADERS, LoadersPayload)
         main_site = located.location(steps, located.main_step_site(steps), self.fallback)
-        self.findings += ineffective.ineffective_findings(self.ctx, steps, main_site)
-        self.findings += unused.unused_findings(self.ctx, steps, main_site)
-        self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
-        self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
+        if steps is not None:
+            self.findings += ineffective.ineffective_findings(self.ctx, steps, main_site)
+            self.findings += unused.unused_findings(self.ctx, steps, main_site)
+        if losses is not None:
+            self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
+        if loaders is not None:
+            self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
         self._gradients_and_modes(first, main_site)
         self._loss_inputs_and_mixing(first, main_site)
-        self.checks["observed"] = {
-            "steps": steps.get("steps", 0),
-            "optimizers": steps.get("optimizers", []),
-            "modules": steps.get("modules_seen", 0),
-            "backward_calls": losses.get("calls", 0),
-            "loaders": [{**loader, "site": located.site(loaders, loader["site"])} for loader in loaders.get("loaders", [])],
-        }
-        if not steps.get("steps"):
+        self.checks["observed"] = _observed(steps, losses, loaders)
+        if steps is None or not steps.steps:
             if first.ok:
                 self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
             else:
@@ -135,16 +146,16 @@ class _Session:
 
     # -- stale-gradients, train-eval-mode: read from the instrumented run ----------------------------
     def _gradients_and_modes(self, first: EntrypointRun, main_site: Location) -> None:
-        found, self.checks["stale_gradients"] = stale.stale_gradient_check(self.ctx, first.instrument(GRADIENTS), main_site)
+        found, self.checks["stale_gradients"] = stale.stale_gradient_check(self.ctx, first.payload(GRADIENTS, GradientsPayload), main_site)
         self.findings += found
-        found, self.checks["train_eval_mode"] = modes.mode_check(self.ctx, first.instrument(MODES), main_site)
+        found, self.checks["train_eval_mode"] = modes.mode_check(self.ctx, first.payload(MODES, ModesPayload), main_site)
         self.findings += found
 
     # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
     def _loss_inputs_and_mixing(self, first: EntrypointRun, main_site: Location) -> None:
-        found, self.checks["loss_input_mismatch"] = loss_inputs.loss_input_check(self.ctx, first.instrument(LOSS_INPUTS), main_site)
+        found, self.checks["loss_input_mismatch"] = loss_inputs.loss_input_check(self.ctx, first.payload(LOSS_INPUTS, LossInputsPayload), main_site)
         self.findings += found
-        found, self.checks["batch_mixing"] = mixing.mixing_check(self.ctx, first.instrument(MIXING), main_site)
+        found, self.checks["batch_mixing"] = mixing.mixing_check(self.ctx, first.payload(MIXING, MixingPayload), main_site)
         self.findings += found
 
     # -- distributed data parallel ------------------------------------------------------------------
@@ -162,49 +173,50 @@ class _Session:
         label = "distributed"
         amp = True if self.entrypoint.amp_switch else None
         run = run_distributed(self.ctx, label=label, nproc=config.nproc, timeout_s=timeout, instruments=[RANKS], amp=amp)
-        record = (run.result or {}).get("distributed")
-        outcome = run.failure() or "returned"
-        if record is not None and not run.ok:
-            first_failed = _first_failure(record["ranks"])
-            if record["timed_out"]:
-                outcome = f"ranks still running at the {record['timeout_s']:g}s timeout"
-            elif first_failed is not None:
-                outcome = f"rank {first_failed['rank']} {first_failed['ending']}"
+        data = (run.result or {}).get("distributed")
+        record = DistributedRecord.model_validate(data) if data is not None else None
         self.runs.append(
-            {"label": label, "purpose": f"ddp-divergence: {config.nproc} ranks under torchrun", "kwargs": {}, "duration_s": round(run.child.duration_s, 2), "outcome": outcome}
+            {"label": label, "purpose": f"ddp-divergence: {config.nproc} ranks under torchrun", "kwargs": {}, "duration_s": round(run.child.duration_s, 2), "outcome": _distributed_outcome(run, record)}
         )
         check: dict[str, Any] = {"ran": False, "nproc": config.nproc, "backend": backend_for(self.ctx.device), "timeout_s": round(timeout, 2)}
         self.checks["distributed"] = check
-        what = f"The correctness stage's distributed run ({config.nproc} ranks under torchrun) of {self.entrypoint.label}"
         if run.child.timed_out or record is None:
             # The harness reports the ranks' timeout itself; the child overrunning its own budget,
             # or handing back nothing, is the gate's failure.
             self.stopped = f"the {label} run handed back no result"
             self._fail(run, f"the {label} run handed back no result", reason="distributed-no-result", key=label)
             return
-        check.update({"start_method": record["start_method"], "duration_s": round(record["duration_s"], 2), "ranks": [{k: r[k] for k in ("rank", "ending", "duration_s")} for r in record["ranks"]]})
-        if record["launcher_error"]:
-            self._fail(run, "torchrun could not launch the ranks", reason="distributed-launch", key=label, detail=record["launcher_error"])
+        check.update({"start_method": record.start_method, "duration_s": round(record.duration_s, 2), "ranks": [{"rank": r.rank, "ending": r.ending, "duration_s": r.duration_s} for r in record.ranks]})
+        what = f"The correctness stage's distributed run ({config.nproc} ranks under torchrun) of {self.entrypoint.label}"
+        self._ranks(run, record, check, what)
+
+    def _ranks(self, run: EntrypointRun, record: DistributedRecord, check: dict[str, Any], what: str) -> None:
+        """What the ranks of the distributed run that handed back a result did: a launch
+        failure, a hang, a failed rank, or their payloads compared."""
+        label = "distributed"
+        if record.launcher_error:
+            self._fail(run, "torchrun could not launch the ranks", reason="distributed-launch", key=label, detail=record.launcher_error)
             return
-        if record["timed_out"]:
-            self.stopped = f"the {label} run did not finish within {record['timeout_s']:g}s"
+        if record.timed_out:
+            self.stopped = f"the {label} run did not finish within {record.timeout_s:g}s"
             self.findings.append(divergence.hang_finding(self.ctx, record, self.fallback, what))
             return
-        failed = _first_failure(record["ranks"])
+        failed = _first_failure(record.ranks)
         if failed is not None:
-            self.stopped = f"rank {failed['rank']} of the {label} run {failed['ending']}"
+            self.stopped = f"rank {failed.rank} of the {label} run {failed.ending}"
             as_run = _rank_run(run, failed)
             if is_target_crash(self.ctx, as_run):
-                self.findings.append(entrypoint_crash_finding(self.ctx, as_run, f"{what}, rank {failed['rank']},", fallback=self.fallback))
+                self.findings.append(entrypoint_crash_finding(self.ctx, as_run, f"{what}, rank {failed.rank},", fallback=self.fallback))
             else:
-                self._fail(as_run, f"rank {failed['rank']} of the {label} run {failed['ending']}", reason="distributed-rank-failed", key=label, detail=failed.get("stacks") or None)
+                self._fail(as_run, f"rank {failed.rank} of the {label} run {failed.ending}", reason="distributed-rank-failed", key=label, detail=failed.stacks or None)
             return
-        watches = [r["instruments"].get(RANKS, {}) for r in record["ranks"]]
-        broken = next((w for w in watches if instruments.ERROR_KEY in w or "tensors" not in w), None)
+        payloads = [r.instruments.get(RANKS, {}) for r in record.ranks]
+        broken = next((w for w in payloads if instruments.ERROR_KEY in w or "tensors" not in w), None)
         if broken is not None:
             self._fail(run, f"instrument {RANKS} failed in the {label} run", reason="instrument-failed", key=RANKS, detail=broken.get(instruments.ERROR_KEY))
             return
-        if not all(w.get("steps") for w in watches):
+        watches = [RanksPayload.model_validate(w) for w in payloads]
+        if not all(w.steps for w in watches):
             self._fail(run, f"a rank of the {label} run made no optimizer step", reason="no-optimizer-step", key=label)
             return
         found = divergence.divergence_findings(self.ctx, watches, self.fallback)
@@ -212,11 +224,11 @@ class _Session:
         check.update(
             {
                 "ran": True,
-                "steps_per_rank": [w["steps"] for w in watches],
-                "ddp_wrapped": bool(watches[0].get("ddp")),
-                "tensors_compared": len(watches[0]["tensors"]),
+                "steps_per_rank": [w.steps for w in watches],
+                "ddp_wrapped": bool(watches[0].ddp),
+                "tensors_compared": len(watches[0].tensors),
                 "parameters_differing": divergence.differing_parameters(watches),
-                "loaders": [{"sampler": loader["sampler"], "steps": loader["steps"], "batches": loader["batches"]} for loader in watches[0].get("loaders", [])],
+                "loaders": [{"sampler": loader.sampler, "steps": loader.steps, "batches": loader.batches} for loader in watches[0].loaders],
                 "findings": len(found),
             }
         )
@@ -235,19 +247,19 @@ class _Session:
         run = self._run("overfit-one-batch", f"no-learning: {limit} steps on one repeated batch", [ONE_BATCH, LOSSES], options={"correctness": {"overfit_steps": limit}})
         if run is None:
             return
-        watch, losses = run.instrument(ONE_BATCH), run.instrument(LOSSES)
+        watch, losses = run.payload(ONE_BATCH, OneBatchPayload), run.payload(LOSSES, LossesPayload)
         stopped_here = (run.exception or {}).get("type") == OVERFIT_STEPS_DONE
-        if not (run.ok or stopped_here) or instruments.ERROR_KEY in watch:
+        if not (run.ok or stopped_here) or instruments.ERROR_KEY in run.instrument(ONE_BATCH):
             self._fail(run, "the one-batch overfit run failed", reason="overfit-run-failed", key="overfit")
             return
-        if not watch.get("loaders") or not watch.get("batches_repeated"):
+        if watch is None or not watch.loaders or not watch.batches_repeated:
             self._fail(run, "the one-batch overfit run repeated no DataLoader batch (the entrypoint feeds its batches without a DataLoader)", reason="overfit-no-dataloader", key="overfit")
             return
         curve = overfit.step_losses(losses)
         fraction = overfit.reduction(curve)
         self.checks["overfit"] = {
             "ran": fraction is not None,
-            "steps": watch.get("steps", 0),
+            "steps": watch.steps,
             "limit": limit,
             "reduction": fraction,
             "required": self.ctx.config.policy.overfit_min_reduction,
@@ -255,8 +267,8 @@ class _Session:
             "last_losses": curve[-overfit.TAIL:],
             "note": None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
         }
-        if fraction is not None:
-            self.findings += overfit.overfit_finding(self.ctx, curve, fraction, losses, watch.get("steps", 0), self.fallback)
+        if fraction is not None and losses is not None:  # a reduction is measured on the losses
+            self.findings += overfit.overfit_finding(self.ctx, curve, fraction, losses, watch.steps, self.fallback)
 
     # -- grad-accumulation --------------------------------------------------------------------------
     def _accumulation(self, first: EntrypointRun) -> None:
@@ -269,9 +281,9 @@ class _Session:
             self._config_error(f"[tool.traingate.entrypoint] kwargs sets no integer `{config.batch_size_kwarg}`: the micro-batch size b is unknown")
             return
         k = config.accumulation
-        setup = {"accumulation_kwarg": config.accumulation_kwarg, "batch_size_kwarg": config.batch_size_kwarg, "accumulation": k, "batch_size": batch}
+        setup: accumulation.Setup = {"accumulation_kwarg": config.accumulation_kwarg, "batch_size_kwarg": config.batch_size_kwarg, "accumulation": k, "batch_size": batch}
         specs = [FIRST_UPDATE, LOSSES]
-        runs = []
+        runs: list[tuple[EntrypointRun, FirstUpdatePayload]] = []
         for label, kwargs in (
             ("accumulated", {config.accumulation_kwarg: k, config.batch_size_kwarg: batch}),
             ("large-batch", {config.accumulation_kwarg: 1, config.batch_size_kwarg: k * batch}),
@@ -283,18 +295,19 @@ class _Session:
             run = self._run(label, "grad-accumulation: one update", specs, kwargs)
             if run is None:
                 return
-            update = run.instrument(FIRST_UPDATE)
-            if (run.exception or {}).get("type") != FIRST_STEP_REACHED or not update.get("stepped"):
+            update = run.payload(FIRST_UPDATE, FirstUpdatePayload)
+            if (run.exception or {}).get("type") != FIRST_STEP_REACHED or update is None or not update.stepped:
                 self._fail(run, f"the gradient-accumulation {label} run made no optimizer step", reason="accumulation-run-failed", key=label)
                 return
-            runs.append(run)
-        accumulated, large = runs
-        comparison = accumulation.compare_first_updates(accumulated.instrument(FIRST_UPDATE), large.instrument(FIRST_UPDATE))
+            runs.append((run, update))
+        (accumulated, accumulated_update), (_, large_update) = runs
+        comparison = accumulation.compare_first_updates(accumulated_update, large_update)
         if comparison is None:
             self._fail(accumulated, "the two gradient-accumulation runs' parameters do not line up, a first-step gradient is not finite, or the large batch's gradient is zero", reason="accumulation-incomparable")
             return
-        losses = accumulated.instrument(LOSSES)
-        self.checks["grad_accumulation"] = {"ran": True, **setup, **comparison, "tolerance": self.ctx.config.policy.grad_accumulation_tolerance, "backward_calls_before_step": losses.get("calls")}
+        losses = accumulated.payload(LOSSES, LossesPayload)
+        calls = losses.calls if losses is not None else None
+        self.checks["grad_accumulation"] = {"ran": True, **setup, **comparison, "tolerance": self.ctx.config.policy.grad_accumulation_tolerance, "backward_calls_before_step": calls}
         self.findings += accumulation.accumulation_finding(self.ctx, comparison, losses, setup, self.fallback)
 
     # -- failing closed ----------------------------------------------------------------------------
@@ -397,30 +410,54 @@ class _Session:
         )
 
 
-def _first_failure(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _observed(steps: StepsPayload | None, losses: LossesPayload | None, loaders: LoadersPayload | None) -> dict[str, Any]:
+    """What the instrumented run was seen doing, for the stage's details (nothing of a payload
+    the run did not hand back)."""
+    return {
+        "steps": steps.steps if steps is not None else 0,
+        "optimizers": [located.record(o) for o in steps.optimizers] if steps is not None else [],
+        "modules": steps.modules_seen if steps is not None else 0,
+        "backward_calls": losses.calls if losses is not None else 0,
+        "loaders": [{**located.record(loader), "site": located.site_record(loaders, loader.site)} for loader in loaders.loaders] if loaders is not None else [],
+    }
+
+
+def _distributed_outcome(run: EntrypointRun, record: DistributedRecord | None) -> str:
+    """How the distributed run went, in a few words, for the stage's list of runs."""
+    outcome = run.failure() or "returned"
+    if record is not None and not run.ok:
+        first_failed = _first_failure(record.ranks)
+        if record.timed_out:
+            outcome = f"ranks still running at the {record.timeout_s:g}s timeout"
+        elif first_failed is not None:
+            outcome = f"rank {first_failed.rank} {first_failed.ending}"
+    return outcome
+
+
+def _first_failure(ranks: list[RankResult]) -> RankResult | None:
     """The rank whose failure the others followed: one that died before reporting (the harness
     catches every exception, so the target ended that process), else one that raised something
     other than a collective's error (which a peer's death causes), else the first that failed."""
-    died = [r for r in ranks if not r["reported"] and r.get("exit_status") is not None]
-    raised = [r for r in ranks if r["exception"] is not None]
-    own = [r for r in raised if not _collective_error(r["exception"])]
-    for group in (died, own, raised, [r for r in ranks if not r["ok"]]):
+    died = [r for r in ranks if not r.reported and r.exit_status is not None]
+    raised = [r for r in ranks if r.exception is not None]
+    own = [r for r in raised if r.exception is not None and not _collective_error(r.exception)]
+    for group in (died, own, raised, [r for r in ranks if not r.ok]):
         if group:
             return group[0]
     return None
 
 
-def _collective_error(exception: dict[str, Any]) -> bool:
+def _collective_error(exception: ExceptionRecord) -> bool:
     """An error a collective raises when a peer is gone (gloo's connection reset, NCCL's abort)."""
-    message = str(exception.get("message", ""))
-    return str(exception.get("type", "")).startswith("Dist") or "gloo" in message or "NCCL" in message
+    return exception.type.startswith("Dist") or "gloo" in exception.message or "NCCL" in exception.message
 
 
-def _rank_run(run: EntrypointRun, rank: dict[str, Any]) -> EntrypointRun:
+def _rank_run(run: EntrypointRun, rank: RankResult) -> EntrypointRun:
     """One rank of a distributed run seen as a run of its own: its exception, or its exit status
     and its stack dumps, for the crash finding to be located in the rank's own code."""
-    child = dataclasses.replace(run.child, stacks=rank.get("stacks") or "", returncode=rank["exit_status"] if rank.get("exit_status") is not None else run.child.returncode)
-    if not rank["reported"]:
+    child = dataclasses.replace(run.child, stacks=rank.stacks, returncode=rank.exit_status if rank.exit_status is not None else run.child.returncode)
+    if not rank.reported:
         return EntrypointRun(child=child, result=None)
-    result = {**(run.result or {}), "ok": rank["ok"], "phase": rank["phase"] or "call", "exception": rank["exception"]}
+    exception = rank.exception.model_dump(mode="json") if rank.exception is not None else None
+    result = {**(run.result or {}), "ok": rank.ok, "phase": rank.phase or "call", "exception": exception}
     return EntrypointRun(child=child, result=result)

@@ -7,61 +7,64 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.correctness import GradientsPayload, StaleStep
 from traingate.stages.correctness import located
 
 CATEGORY = Category.STALE_GRADIENTS
+PER_STEP = {"step", "carried_norm", "applied_norm", "carried_share", "params_carrying", "params"}  # of a stale step, in the evidence
 NOT_APPLICABLE = "not applicable: no optimizer step followed a backward call made after that optimizer's previous step (fewer than two steps to compare)"
 
 
-def stale_gradient_check(ctx: StageContext, gradients: dict[str, Any], fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
-    """The findings, one per line that steps, and the check's record for the stage report."""
-    judged = gradients.get("judged", 0)
-    if not judged:
+def stale_gradient_check(ctx: StageContext, gradients: GradientsPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+    """The findings, one per line that steps, and the check's record for the stage report
+    (not applicable without the payload: the run handed back none)."""
+    if gradients is None or not gradients.judged:
         return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE}
-    record = {"ran": True, "applicable": True, "steps_judged": judged, "steps_stale": gradients.get("stale_count", 0), "largest_carried_share": gradients.get("largest_share", 0.0)}
-    by_site: dict[int | None, list[dict[str, Any]]] = {}
-    for step in gradients.get("stale", []):
-        by_site.setdefault(step["site"], []).append(step)
+    judged = gradients.judged
+    record = {"ran": True, "applicable": True, "steps_judged": judged, "steps_stale": gradients.stale_count, "largest_carried_share": gradients.largest_share}
+    by_site: dict[int | None, list[StaleStep]] = {}
+    for step in gradients.stale:
+        by_site.setdefault(step.site, []).append(step)
     # Steps past the listed ones are counted, not kept: all theirs when one line steps.
-    counts = {site: (gradients.get("stale_count", 0) if len(by_site) == 1 else len(steps)) for site, steps in by_site.items()}
+    counts = {site: (gradients.stale_count if len(by_site) == 1 else len(steps)) for site, steps in by_site.items()}
     findings = [_finding(ctx, gradients, steps, counts[site], fallback) for site, steps in by_site.items()]
     return findings, record
 
 
-def _ratio(step: dict[str, Any]) -> str:
-    share = step.get("carried_share")
+def _ratio(step: StaleStep) -> str:
+    share = step.carried_share
     return "an unknown share" if share is None else f"{share:.2f}x the norm"
 
 
-def _finding(ctx: StageContext, gradients: dict[str, Any], steps: list[dict[str, Any]], count: int, fallback: Location) -> Finding:
+def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleStep], count: int, fallback: Location) -> Finding:
     first = steps[0]
-    judged = gradients["judged"]
-    backward = located.site(gradients, first["backward_site"])
-    backward_text = f"{backward['path']}:{backward['line']} (`{backward['code']}`)" if backward else "a line outside the target"
-    step_code = located.code(gradients, first["site"]) or "optimizer.step()"
-    listed = ", ".join(str(s["step"]) for s in steps[:10]) + (", ..." if count > 10 else "")
-    shares = [s["carried_share"] for s in steps if s.get("carried_share") is not None]
+    judged = gradients.judged
+    backward = located.site(gradients, first.backward_site)
+    backward_text = f"{backward.path}:{backward.line} (`{backward.code}`)" if backward else "a line outside the target"
+    step_code = located.code(gradients, first.site) or "optimizer.step()"
+    listed = ", ".join(str(s.step) for s in steps[:10]) + (", ..." if count > 10 else "")
+    shares = [s.carried_share for s in steps if s.carried_share is not None]
     return ctx.finding(
         category=CATEGORY,
         title=f"{count} of {judged} optimizer step(s) applied gradients carried over from before the previous step: `.grad` is never cleared between steps",
-        location=located.location(gradients, first["site"], fallback),
+        location=located.location(gradients, first.site, fallback),
         problem=(
-            f"Between optimizer step {first['step']} and the previous step of its optimizer nothing cleared the gradients of {first['params_carrying']} of "
-            f"{first['params']} parameter(s) (no `zero_grad()`, `set_to_none` or `param.grad = None`), so the backward call at {backward_text} added to what was already there "
-            f"and `{step_code}` applied the sum. At step {first['step']} the gradient carried over had {_ratio(first)} of the gradient the step applied"
+            f"Between optimizer step {first.step} and the previous step of its optimizer nothing cleared the gradients of {first.params_carrying} of "
+            f"{first.params} parameter(s) (no `zero_grad()`, `set_to_none` or `param.grad = None`), so the backward call at {backward_text} added to what was already there "
+            f"and `{step_code}` applied the sum. At step {first.step} the gradient carried over had {_ratio(first)} of the gradient the step applied"
             + (f" (up to {max(shares):.2f}x over the steps affected)" if shares else "")
             + f". Steps affected: {listed}."
         ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
-            summary=f"{count} of {judged} step(s) carried earlier gradients; carried/applied gradient norm at step {first['step']}: {_ratio(first)}",
+            summary=f"{count} of {judged} step(s) carried earlier gradients; carried/applied gradient norm at step {first.step}: {_ratio(first)}",
             data={
-                "steps_affected": [s["step"] for s in steps],
+                "steps_affected": [s.step for s in steps],
                 "steps_stale": count,
                 "steps_judged": judged,
-                "step_site": located.site(gradients, first["site"]),
-                "backward_site": backward,
-                "per_step": [{k: s[k] for k in ("step", "carried_norm", "applied_norm", "carried_share", "params_carrying", "params")} for s in steps[:50]],
+                "step_site": located.site_record(gradients, first.site),
+                "backward_site": located.record(backward) if backward else None,
+                "per_step": [s.model_dump(mode="json", include=PER_STEP) for s in steps[:50]],
             },
         ),
         key="stale-gradients",

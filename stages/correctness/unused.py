@@ -3,24 +3,25 @@ optimizer group that never receive a gradient."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.correctness import ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNUSED_PARAMETER
 
 
-def unused_findings(ctx: StageContext, steps: dict[str, Any], fallback: Location) -> list[Finding]:
-    if not steps.get("steps"):
+def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) -> list[Finding]:
+    if not steps.steps:
         return []
     findings = []
-    outside = steps.get("not_in_optimizer", [])
+    outside = steps.not_in_optimizer
     if outside:
         findings.append(
             _finding(
-                ctx, steps, outside, steps.get("not_in_optimizer_count", len(outside)), fallback,
+                ctx, steps, outside, steps.not_in_optimizer_count, fallback,
                 reason="not-in-optimizer",
                 title="{count} trainable parameter(s) received gradients but are in no optimizer group, e.g. `{name}`",
                 problem=(
@@ -29,16 +30,16 @@ def unused_findings(ctx: StageContext, steps: dict[str, Any], fallback: Location
                 ),
             )
         )
-    no_grad = steps.get("no_gradient", [])
+    no_grad = steps.no_gradient
     if no_grad:
         findings.append(
             _finding(
-                ctx, steps, no_grad, steps.get("no_gradient_count", len(no_grad)), fallback,
+                ctx, steps, no_grad, steps.no_gradient_count, fallback,
                 reason="no-gradient",
                 title="{count} parameter(s) in an optimizer group never received a gradient, e.g. `{name}`",
                 problem=(
                     "{names} are in an optimizer group ({optimizers}) but their `.grad` was None at every one of the "
-                    f"{steps['steps']} optimizer steps: the loss does not depend on them (a dead branch, `detach()`, or `torch.no_grad()` "
+                    f"{steps.steps} optimizer steps: the loss does not depend on them (a dead branch, `detach()`, or `torch.no_grad()` "
                     "around part of the forward). Their module was built at {site}."
                 ),
             )
@@ -47,36 +48,39 @@ def unused_findings(ctx: StageContext, steps: dict[str, Any], fallback: Location
 
 
 def _finding(
-    ctx: StageContext, steps: dict[str, Any], params: list[dict[str, Any]], count: int, fallback: Location, *, reason: str, title: str, problem: str
+    ctx: StageContext, steps: StepsPayload, params: Sequence[ParameterDescription], count: int, fallback: Location, *, reason: str, title: str, problem: str
 ) -> Finding:
     first = params[0]
     name = _qualified(first)
-    names = ", ".join(f"`{_qualified(p)}`" + (f" (of {p['root']})" if p.get("root") else "") for p in params[:8]) + (", ..." if count > 8 else "")
-    where = located.site(steps, first["site"])
-    site_text = f"{where['path']}:{where['line']} (`{where['code']}`)" if where else "an unknown line"
-    optimizers = ", ".join(f"{o['class']} with {sum(g['params'] for g in o['groups'])} parameter(s)" for o in steps.get("optimizers", [])) or "none"
+    names = ", ".join(f"`{_qualified(p)}`" + (f" (of {p.root})" if p.root else "") for p in params[:8]) + (", ..." if count > 8 else "")
+    where = located.site(steps, first.site)
+    site_text = f"{where.path}:{where.line} (`{where.code}`)" if where else "an unknown line"
+    optimizers = ", ".join(f"{o.class_} with {sum(g.params for g in o.groups)} parameter(s)" for o in steps.optimizers) or "none"
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH,
         title=title.format(count=count, name=name),
-        location=located.location(steps, first["site"], fallback),
+        location=located.location(steps, first.site, fallback),
         problem=problem.format(names=names, optimizers=optimizers, site=site_text),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=f"{count} parameter(s): {reason}",
             data={
                 "reason": reason,
-                "parameters": [{**p, "qualified_name": _qualified(p), "site": located.site(steps, p["site"]), "root_site": located.site(steps, p["root_site"])} for p in params[:50]],
+                "parameters": [
+                    {**located.record(p), "qualified_name": _qualified(p), "site": located.site_record(steps, p.site), "root_site": located.site_record(steps, p.root_site)}
+                    for p in params[:50]
+                ],
                 "count": count,
-                "optimizers": steps.get("optimizers", []),
+                "optimizers": [located.record(o) for o in steps.optimizers],
             },
         ),
         key=f"{reason}:" + ",".join(sorted(_qualified(p) for p in params[:20])),
     )
 
 
-def _qualified(param: dict[str, Any]) -> str:
+def _qualified(param: ParameterDescription) -> str:
     """The parameter's qualified name in its root module (`encoder.layers.3.attn.proj.weight`)."""
-    if not param.get("name"):
-        return f"<unnamed parameter of shape {tuple(param.get('shape', []))}>"
-    return str(param["name"])
+    if not param.name:
+        return f"<unnamed parameter of shape {tuple(param.shape)}>"
+    return param.name

@@ -3,7 +3,9 @@
 Every probe interns the target's lines in its own table (`sites`, a list of `Site`); the
 records refer to a line by its index there, `None` where no frame of the target was on the
 stack. Non-finite floats are sent as their repr ("nan", "inf", "-inf") where the analyses
-tell them apart from numbers; elsewhere they stay floats.
+tell them apart from numbers; elsewhere they stay floats, and reach the stage as None: the
+parent reads the payloads from the harness result dumped to JSON types, which has no spelling
+for them (`NonFiniteFloat`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from traingate.stages.contract.payloads.base import Payload
 NonFiniteRepr = Literal["nan", "inf", "-inf"]
 # A BLAKE2b digest of 16 bytes, in hex (`probe.ranks._tensor_digest`, `_batch_digest`).
 Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+# A float the probe writes as it is, NaN and inf included: None once the parent has it.
+NonFiniteFloat = float | None
 
 
 class Site(Payload):
@@ -169,10 +173,10 @@ class ParameterUpdate(Payload):
     group: int
     numel: int
     grad_norm: float | None  # None: the parameter had no gradient
-    grad_sample: list[float] | None
+    grad_sample: list[NonFiniteFloat] | None
     # Written after step() returned; absent when the run ended inside it (`stepped` is false).
     update_norm: float | None = None
-    update_sample: list[float] | None = None
+    update_sample: list[NonFiniteFloat] | None = None
 
 
 class FirstUpdatePayload(Payload):
@@ -342,7 +346,7 @@ class LossInputSite(Payload):
     module: str | None  # the class of the Softmax/LogSoftmax/Sigmoid module whose output it is
     module_site: int | None  # the line that called that module
     gradients_recorded: bool
-    example: list[float]
+    example: list[NonFiniteFloat]  # the first sampled values; not finite where `kind` is "empty"
 
 
 class LossInputsPayload(Payload):
@@ -360,8 +364,8 @@ class SampleDependency(Payload):
     sample: int
     others: list[int]  # the first of the other samples its outputs depend on
     others_count: int
-    own_gradient: float
-    largest_other_gradient: float
+    own_gradient: NonFiniteFloat
+    largest_other_gradient: NonFiniteFloat
 
 
 class TracedOp(Payload):
