@@ -5,11 +5,14 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import fcntl
 import inspect
 import io
 import json
 import os
 import textwrap
+import time
+from collections.abc import Callable
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -160,6 +163,33 @@ def gate(tmp_path: Path):
         return run_gate(target, tmp_path / "out", *args, timeout=timeout)
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def shared_gate(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[GateRun, float]]:
+    """shared_gate("case", "--stages", "performance") runs traingate on tests/targets/case once
+    for the whole test session, whichever worker asks first (a file lock in the workers'
+    common folder), and hands every test that asks the same run and its wall time: one gate
+    run per fixture target and arguments, shared by the assertions that read it."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+    def run(case: str, *args: str, timeout: float = 600) -> tuple[GateRun, float]:
+        name = "-".join([case, *(a.strip("-").replace("/", "_") for a in args)])
+        out, done = shared / f"gate-{name}", shared / f"gate-{name}.json"
+        with open(shared / f"gate-{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.is_file():
+                started = time.monotonic()
+                gate = run_gate(TARGETS / case, out, *args, timeout=timeout)
+                wall = time.monotonic() - started
+                done.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr, "wall": wall}))
+        saved = json.loads(done.read_text())
+        report_path = out / "report.json"
+        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        return GateRun(saved["returncode"], report, out, saved["stdout"], saved["stderr"]), saved["wall"]
+
+    return run
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

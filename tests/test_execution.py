@@ -7,14 +7,11 @@ workers read the cached result.
 
 from __future__ import annotations
 
-import fcntl
-import json
-import time
 from collections.abc import Callable
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, run_gate
+from tests.conftest import TARGETS, GateRun
 from tests.conftest import line_of as conftest_line_of
 
 pytestmark = pytest.mark.slow
@@ -23,27 +20,9 @@ HANG_BUDGET_S = 10  # timeout_s of exec_hang
 
 
 @pytest.fixture(scope="session")
-def exec_gate(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Callable[[str], tuple[GateRun, float]]:
+def exec_gate(shared_gate: Callable[..., tuple[GateRun, float]]) -> Callable[[str], tuple[GateRun, float]]:
     """gate run of tests/targets/<case> with only the execution stage, and its wall time."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if worker_id != "master" else base
-
-    def run(case: str) -> tuple[GateRun, float]:
-        out = shared / f"exec-gate-{case}"
-        done = shared / f"exec-gate-{case}.json"
-        with open(shared / f"exec-gate-{case}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not done.is_file():
-                started = time.monotonic()
-                gate = run_gate(TARGETS / case, out, "--stages", "execution", timeout=300)
-                wall = time.monotonic() - started
-                done.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr, "wall": wall}))
-        saved = json.loads(done.read_text())
-        report_path = out / "report.json"
-        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-        return GateRun(saved["returncode"], report, out, saved["stdout"], saved["stderr"]), saved["wall"]
-
-    return run
+    return lambda case: shared_gate(case, "--stages", "execution", timeout=300)
 
 
 def line_of(case: str, path: str, marker: str) -> int:
