@@ -12,8 +12,8 @@ from tests.conftest import TARGETS, line_of, run_gate
 pytestmark = pytest.mark.slow
 
 
-def test_declared_no_suite_runs_no_pytest_but_says_so_everywhere(gate):
-    run = gate("exec_no_suite", "--stages", "execution")
+def test_declared_no_suite_runs_no_pytest_but_says_so_everywhere(shared_gate):
+    run, _ = shared_gate("exec_no_suite", "--stages", "execution")
     assert run.returncode == 0, run.stderr
     stage = run.stage("execution")
     # The planted failing test would block if pytest had run.
@@ -40,8 +40,8 @@ def test_empty_tests_list_is_a_configuration_error(gate):
     assert "()" not in error["problem"] + error["fix"]
 
 
-def test_stages_left_out_are_listed_with_their_reason(gate):
-    run = gate("exec_no_suite", "--stages", "execution")
+def test_stages_left_out_are_listed_with_their_reason(shared_gate):
+    run, _ = shared_gate("exec_no_suite", "--stages", "execution")
     not_run = {n["name"]: n["reason"] for n in run.report["stages_not_run"]}
     assert not_run == {"performance": "not requested with --stages", "concurrency": "not requested with --stages", "correctness": "not requested with --stages"}
     report_md = (run.out / "report.md").read_text()
