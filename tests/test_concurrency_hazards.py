@@ -19,6 +19,7 @@ from traingate.stages.base import EntrypointRun
 from traingate.stages.concurrency.determinism import RunData, compare, comparable_leaves, without_volatile_text
 from traingate.stages.concurrency.loaders import _start_method_groups
 from traingate.stages.concurrency.probe.loaders import _innermost_unpicklable
+from traingate.stages.contract.payloads.concurrency import ParamFingerprints, StartMethodCheck
 from traingate.stages.performance.amp import amp_flag_names, cuda_only_gate
 
 
@@ -38,21 +39,25 @@ def test_the_walk_names_the_innermost_unpicklable_object() -> None:
     assert partial_path == "collate_fn.keywords['key']" and partial_culprit is local
 
 
-def _failed_check(loader_line: int, culprit_line: int | None, method: str = "spawn") -> dict[str, Any]:
-    culprit = {"attribute": "dataset.transform", "type": "function", "defined_at": {"path": "train.py", "line": culprit_line, "code": "t = lambda x: x"} if culprit_line else None}
-    return {
-        "site": {"path": "train.py", "line": loader_line},
+def _site(line: int, code: str = "DataLoader(rows, num_workers=2)") -> dict[str, Any]:
+    return {"path": "train.py", "line": line, "function": "train", "code": code}
+
+
+def _failed_check(loader_line: int, culprit_line: int | None, method: str = "spawn") -> StartMethodCheck:
+    culprit = {"attribute": "dataset.transform", "type": "function", "defined_at": _site(culprit_line, "t = lambda x: x") if culprit_line else None, "qualname": "<lambda>"}
+    return StartMethodCheck.model_validate({
+        "site": _site(loader_line),
         "method": method,
         "used": "fork",
         "pickle": {"ok": False, "object": "dataset", "error": "AttributeError: Can't pickle local object", "culprit": culprit},
-        "batch": {"ok": False, "error": "AttributeError: Can't pickle local object"},
-    }
+        "batch": {"ok": False, "error": "AttributeError: Can't pickle local object", "kind": "other", "worker_site": None, "seconds": 1.0},
+    })
 
 
 def test_loaders_broken_by_one_object_are_one_group() -> None:
-    ok = {"site": {"path": "train.py", "line": 30}, "method": "spawn", "batch": {"ok": True}}
+    ok = StartMethodCheck.model_validate({"site": _site(30), "method": "spawn", "used": "fork", "batch": {"ok": True, "seconds": 1.0}})
     groups = _start_method_groups([_failed_check(20, 10), _failed_check(21, 10), ok, _failed_check(40, 35)])
-    assert [[c["site"]["line"] for c in g] for g in groups] == [[20, 21], [40]]
+    assert [[c.site.line if c.site else None for c in g] for g in groups] == [[20, 21], [40]]
 
 
 # -- determinism on what training computes ----------------------------------------------------------
@@ -60,8 +65,8 @@ def test_loaders_broken_by_one_object_are_one_group() -> None:
 def _run(losses: list[list[float]], params: list[dict[str, Any]], returned: Any) -> RunData:
     child = ChildResult(argv=[], returncode=0, timed_out=False, duration_s=1.0, stdout="", stderr="")
     result = {"ok": True, "returned": returned, "exception": None}
-    fingerprints = {"steps": params, "names": [["fc.weight", "fc.bias"]]}
-    return RunData("run", "0", EntrypointRun(child=child, result=result), losses, {}, fingerprints)
+    fingerprints = {"steps": params, "names": [["fc.weight", "fc.bias"]], "group_sizes": [[2]], "detailed_steps": len(params), "dropped": 0}
+    return RunData("run", "0", EntrypointRun(child=child, result=result), losses, None, ParamFingerprints.model_validate(fingerprints))
 
 
 def _step(weight: float, bias: float) -> dict[str, Any]:

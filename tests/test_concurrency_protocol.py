@@ -2,54 +2,64 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from traingate.stages.concurrency.protocol import check, count_guarded_skips, segment
+from traingate.stages.contract.payloads.concurrency import (
+    AutogradGradEvent,
+    BackwardEvent,
+    ClipEvent,
+    OptimizerStepEvent,
+    ProtocolEvent,
+    ScaleEvent,
+    ScalerStepEvent,
+    UnscaleEvent,
+    UpdateEvent,
+    ZeroGradEvent,
+)
 
 SITES = {"zero": 0, "scale": 1, "backward": 2, "unscale": 3, "clip": 4, "step": 5, "update": 6, "direct": 7}
 
 
-def zero(opt: int = 0) -> dict[str, Any]:
-    return {"op": "zero_grad", "opt": opt, "site": SITES["zero"]}
+def zero(opt: int = 0) -> ProtocolEvent:
+    return ZeroGradEvent.model_validate({"op": "zero_grad", "opt": opt, "site": SITES["zero"]})
 
 
-def scale(enabled: bool = True) -> dict[str, Any]:
-    return {"op": "scale", "scaler": 0, "enabled": enabled, "site": SITES["scale"]}
+def scale(enabled: bool = True) -> ProtocolEvent:
+    return ScaleEvent.model_validate({"op": "scale", "scaler": 0, "enabled": enabled, "site": SITES["scale"]})
 
 
-def backward(scaled: bool = True) -> dict[str, Any]:
-    return {"op": "backward", "scaled_by": 0 if scaled else None, "site": SITES["backward"]}
+def backward(scaled: bool = True) -> ProtocolEvent:
+    return BackwardEvent.model_validate({"op": "backward", "scaled_by": 0 if scaled else None, "site": SITES["backward"]})
 
 
-def unscale(opt: int = 0, site: str = "unscale") -> dict[str, Any]:
-    return {"op": "unscale_", "scaler": 0, "opt": opt, "enabled": True, "site": SITES[site]}
+def unscale(opt: int = 0, site: str = "unscale") -> ProtocolEvent:
+    return UnscaleEvent.model_validate({"op": "unscale_", "scaler": 0, "opt": opt, "enabled": True, "site": SITES[site]})
 
 
-def clip(opts: tuple[int, ...] = (0,)) -> dict[str, Any]:
-    return {"op": "clip", "fn": "clip_grad_norm_", "opts": list(opts), "site": SITES["clip"]}
+def clip(opts: tuple[int, ...] = (0,)) -> ProtocolEvent:
+    return ClipEvent.model_validate({"op": "clip", "fn": "clip_grad_norm_", "opts": list(opts), "site": SITES["clip"]})
 
 
-def sstep(opt: int = 0, stepped: bool = True, grads: bool = True) -> list[dict[str, Any]]:
-    call = {"op": "scaler.step", "scaler": 0, "opt": opt, "enabled": True, "stepped": stepped, "site": SITES["step"]}
-    inner = {"op": "optimizer.step", "opt": opt, "via_scaler": True, "closure": False, "grads": grads, "site": SITES["step"]}
+def sstep(opt: int = 0, stepped: bool = True, grads: bool = True) -> list[ProtocolEvent]:
+    call = ScalerStepEvent.model_validate({"op": "scaler.step", "scaler": 0, "opt": opt, "enabled": True, "stepped": stepped, "site": SITES["step"]})
+    inner = OptimizerStepEvent.model_validate({"op": "optimizer.step", "opt": opt, "via_scaler": True, "closure": False, "grads": grads, "site": SITES["step"]})
     return [call, inner] if stepped else [call]
 
 
-def update() -> dict[str, Any]:
-    return {"op": "update", "scaler": 0, "enabled": True, "site": SITES["update"]}
+def update() -> ProtocolEvent:
+    return UpdateEvent.model_validate({"op": "update", "scaler": 0, "enabled": True, "site": SITES["update"]})
 
 
-def direct_step(opt: int = 0, grads: bool = True, closure: bool = False) -> dict[str, Any]:
-    return {"op": "optimizer.step", "opt": opt, "via_scaler": False, "closure": closure, "grads": grads, "site": SITES["direct"]}
+def direct_step(opt: int = 0, grads: bool = True, closure: bool = False) -> ProtocolEvent:
+    return OptimizerStepEvent.model_validate({"op": "optimizer.step", "opt": opt, "via_scaler": False, "closure": closure, "grads": grads, "site": SITES["direct"]})
 
 
-def documented_iteration(guard_skips: bool = False) -> list[dict[str, Any]]:
+def documented_iteration(guard_skips: bool = False) -> list[ProtocolEvent]:
     return [zero(), scale(), backward(), unscale(), clip(), *sstep(stepped=not guard_skips), update()]
 
 
-def kinds(events: list[dict[str, Any]]) -> list[tuple[str, int | None]]:
+def kinds(events: list[ProtocolEvent]) -> list[tuple[str, int | None]]:
     return [(v.kind, v.site) for v in check(events).violations]
 
 
@@ -127,11 +137,11 @@ def test_step_on_the_previous_iterations_gradients_is_stale() -> None:
         # LBFGS-style closure computes its own backward inside step
         [zero(), backward(scaled=False), direct_step(), direct_step(closure=True)],
         # gradients from torch.autograd.grad assigned by hand
-        [{"op": "autograd.grad", "site": 2}, direct_step(), {"op": "autograd.grad", "site": 2}, direct_step()],
+        [AutogradGradEvent.model_validate({"op": "autograd.grad", "site": 2}), direct_step(), AutogradGradEvent.model_validate({"op": "autograd.grad", "site": 2}), direct_step()],
     ],
     ids=["accumulation", "after-zero-grad", "no-grads", "closure", "autograd-grad"],
 )
-def test_no_stale_gradient_false_positives(events: list[dict[str, Any]]) -> None:
+def test_no_stale_gradient_false_positives(events: list[ProtocolEvent]) -> None:
     assert kinds(events) == []
 
 

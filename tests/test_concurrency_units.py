@@ -20,6 +20,7 @@ from traingate.stages.base import entrypoint_location
 from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
 from traingate.stages.concurrency.stage import ConcurrencyStage
 from traingate.pipeline.registry import build_registry
+from traingate.stages.contract.payloads.concurrency import LoaderPayload, NonBlockingPayload, RngPayload, StreamPayload
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ def test_entrypoint_location_is_the_def_line(tmp_path: Path) -> None:
 def run_data(label: str, losses: list[list[Any]], returned: Any = None, ok: bool = True, records: list[dict[str, Any]] | None = None, hash_seed: str = "0") -> RunData:
     child = ChildResult(argv=[], returncode=0, timed_out=False, duration_s=1.0, stdout="", stderr="")
     result = {"ok": ok, "returned": returned, "exception": None if ok else {"type": "RuntimeError", "message": "boom"}}
-    return RunData(label, hash_seed, EntrypointRun(child=child, result=result), losses, {"records": records or []})
+    return RunData(label, hash_seed, EntrypointRun(child=child, result=result), losses, RngPayload.model_validate({"records": records or [], "target_modules": []}))
 
 
 def test_exact_comparison_treats_nan_as_equal_and_ignores_timings() -> None:
@@ -152,27 +153,37 @@ def test_deterministic_rerun_names_the_refused_op() -> None:
 SITE = {"path": "data.py", "line": 30, "function": "make", "code": "DataLoader(ds, num_workers=2)"}
 
 
+SETTINGS = {
+    "num_workers": 2, "batch_size": 8, "sampler": "SequentialSampler", "persistent_workers": True, "prefetch_factor": 2, "pin_memory": False,
+    "timeout": 0, "multiprocessing_context": None, "start_method": "fork", "generator": None, "dataset": "Rows", "collate_fn": None, "worker_init_fn": None,
+}
+
+
 def loader(constructions: int, live: list[int], persistent: bool = True) -> dict[str, Any]:
-    settings = {"num_workers": 2, "persistent_workers": persistent, "prefetch_factor": 2, "start_method": "fork"}
-    return {"site": SITE, "settings": settings, "constructions": constructions, "iterations": constructions, "batches": 6, "live_workers": live}
+    settings = {**SETTINGS, "persistent_workers": persistent}
+    return {"site": SITE, "settings": settings, "constructions": constructions, "iterations": constructions, "batches": 6, "live_workers": live, "settings_vary": False}
+
+
+def watch(**records: list[dict[str, Any]]) -> LoaderPayload:
+    return LoaderPayload.model_validate({"loaders": [], "construction_errors": [], "errors": [], "start_method_checks": [], **records})
 
 
 def test_loader_observations_become_hazards_with_their_severity(ctx: StageContext) -> None:
     worker_site = {"path": "data.py", "line": 12, "function": "__getitem__", "code": "return self.rows[i]"}
-    watch = {
-        "construction_errors": [{"site": SITE, "settings": {"num_workers": 0, "prefetch_factor": 2}, "type": "ValueError", "message": "prefetch_factor option could only be specified in multiprocessing."}],
-        "errors": [
-            {"site": SITE, "type": "RuntimeError", "message": "DataLoader worker (pid(s) 123) exited unexpectedly", "kind": "worker-died", "worker_site": None, "settings": {}},
-            {"site": SITE, "type": "KeyError", "message": "Caught KeyError in DataLoader worker process 0.\nOriginal Traceback", "kind": "worker-exception", "worker_site": worker_site, "settings": {}},
-            {"site": SITE, "type": "ValueError", "message": "unrelated", "kind": "other", "worker_site": None, "settings": {}},
+    observed = watch(
+        construction_errors=[{"site": SITE, "settings": {"num_workers": 0, "prefetch_factor": 2}, "type": "ValueError", "message": "prefetch_factor option could only be specified in multiprocessing."}],
+        errors=[
+            {"site": SITE, "type": "RuntimeError", "message": "DataLoader worker (pid(s) 123) exited unexpectedly", "kind": "worker-died", "worker_site": None, "settings": SETTINGS},
+            {"site": SITE, "type": "KeyError", "message": "Caught KeyError in DataLoader worker process 0.\nOriginal Traceback", "kind": "worker-exception", "worker_site": worker_site, "settings": SETTINGS},
+            {"site": SITE, "type": "ValueError", "message": "unrelated", "kind": "other", "worker_site": None, "settings": SETTINGS},
         ],
-        "loaders": [loader(3, [2, 4, 6])],
-        "start_method_checks": [
+        loaders=[loader(3, [2, 4, 6])],
+        start_method_checks=[
             {"site": SITE, "method": "spawn", "used": "fork", "pickle": {"ok": True}, "batch": {"ok": True, "seconds": 2.0}},
-            {"site": SITE, "method": "forkserver", "used": "fork", "pickle": {"ok": True}, "batch": {"ok": False, "error": "KeyError: 'vocab'", "kind": "worker-exception"}},
+            {"site": SITE, "method": "forkserver", "used": "fork", "pickle": {"ok": True}, "batch": {"ok": False, "error": "KeyError: 'vocab'", "kind": "worker-exception", "worker_site": None, "seconds": 2.0}},
         ],
-    }
-    findings = loader_findings(ctx, watch, None)
+    )
+    findings = loader_findings(ctx, observed, None)
     assert all(f.category is Category.DATALOADER_HAZARD for f in findings)
     summary = sorted((f.location.line if f.location else 0, f.severity.value, f.blocking, f.title.split(" ")[0]) for f in findings)
     assert summary == [(12, "high", True, "A"), (30, "high", True, "A"), (30, "high", True, "DataLoader"), (30, "high", True, "DataLoader"), (30, "high", True, "Persistent")]
@@ -180,10 +191,10 @@ def test_loader_observations_become_hazards_with_their_severity(ctx: StageContex
 
 
 def test_persistent_loader_recreated_without_leak_is_medium_and_single_construction_is_fine(ctx: StageContext) -> None:
-    [finding] = loader_findings(ctx, {"loaders": [loader(3, [2, 2, 2])]}, None)
+    [finding] = loader_findings(ctx, watch(loaders=[loader(3, [2, 2, 2])]), None)
     assert finding.severity.value == "medium" and not finding.blocking
-    assert loader_findings(ctx, {"loaders": [loader(1, [2])]}, None) == []
-    assert loader_findings(ctx, {"loaders": [loader(3, [2, 4, 6], persistent=False)]}, None) == []
+    assert loader_findings(ctx, watch(loaders=[loader(1, [2])]), None) == []
+    assert loader_findings(ctx, watch(loaders=[loader(3, [2, 4, 6], persistent=False)]), None) == []
 
 
 # -- CUDA observations ------------------------------------------------------------------------------
@@ -191,7 +202,8 @@ def test_persistent_loader_recreated_without_leak_is_medium_and_single_construct
 def test_observed_nonblocking_race_is_located_at_the_copy(ctx: StageContext) -> None:
     copy = {"path": "eval.py", "line": 8, "function": "evaluate", "code": "host = logits.to('cpu', non_blocking=True)"}
     read = {"path": "eval.py", "line": 9, "function": "evaluate", "code": "preds = host.argmax(-1)"}
-    [finding] = nonblocking_observed(ctx, {"races": [{"copy_site": copy, "read_site": read, "read_by": "argmax"}] * 2}, None)
+    races = [{"copy_site": copy, "read_site": read, "read_by": "argmax"}] * 2
+    [finding] = nonblocking_observed(ctx, NonBlockingPayload.model_validate({"available": True, "copies": 2, "races": races}), None)
     assert finding.category is Category.NONBLOCKING_RACE and finding.location is not None and finding.location.line == 8
     assert finding.blocking and finding.evidence.kind.value == "observed"
 
@@ -212,7 +224,7 @@ def test_csan_report_printed_to_stderr_becomes_a_stream_race(ctx: StageContext) 
         Previous access by stream 0 during kernel:
           File "{target}", line 17, in overlap
     """)
-    [finding] = stream_findings(ctx, {"reports": []}, stderr, None)
+    [finding] = stream_findings(ctx, StreamPayload.model_validate({"available": True, "reports": [], "total": 0}), stderr, None)
     assert finding.category is Category.STREAM_RACE
     assert finding.location is not None and (finding.location.path, finding.location.line) == ("side.py", 21)
     assert finding.blocking

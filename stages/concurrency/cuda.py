@@ -10,26 +10,29 @@ and the stream check does not run; the details say so.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.concurrency.loaders import as_sent
 from traingate.stages.concurrency.static import SourceHit
+from traingate.stages.contract.payloads.concurrency import NonBlockingPayload, Site, StreamPayload, StreamReport
 
 NONBLOCKING = Category.NONBLOCKING_RACE
 STREAMS = Category.STREAM_RACE
 _CSAN_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$', re.M)
 
-def _location(site: dict[str, Any] | None, fallback: Location | None) -> Location | None:
-    return Location(path=site["path"], line=site["line"], function=site.get("function")) if site else fallback
+def _location(site: Site | None, fallback: Location | None) -> Location | None:
+    return Location(path=site.path, line=site.line, function=site.function) if site else fallback
 
 
-def nonblocking_observed(ctx: StageContext, watch: dict[str, Any], fallback: Location | None) -> list[Finding]:
+def nonblocking_observed(ctx: StageContext, watch: NonBlockingPayload, fallback: Location | None) -> list[Finding]:
     findings = []
-    seen: set[tuple[Any, ...]] = set()
-    for race in watch.get("races", []):
-        copy, read = race.get("copy_site"), race.get("read_site")
-        marker = ((copy or {}).get("path"), (copy or {}).get("line"))
+    seen: set[tuple[str | None, int | None]] = set()
+    for race in watch.races:
+        copy, read = race.copy_site, race.read_site
+        marker = (copy.path, copy.line) if copy else (None, None)
         if marker in seen:
             continue
         seen.add(marker)
@@ -40,12 +43,12 @@ def nonblocking_observed(ctx: StageContext, watch: dict[str, Any], fallback: Loc
                 title="Result of a non_blocking device-to-host copy read before synchronisation",
                 location=_location(copy, fallback),
                 problem=(
-                    f"A copy to the host made with non_blocking=True was read by {race.get('read_by')} at "
-                    f"{read['path']}:{read['line']} (`{read.get('code', '')}`) before any synchronisation, so the read can see "
+                    f"A copy to the host made with non_blocking=True was read by {race.read_by} at "
+                    f"{read.path}:{read.line} (`{read.code}`) before any synchronisation, so the read can see "
                     "the buffer before the copy finished."
                 ),
-                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"read by {race.get('read_by')} at {read['path']}:{read['line']} with the copy pending", data={"copy_site": copy, "read_site": read}),
-                key=f"observed:{(copy or {}).get('code', '')}",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"read by {race.read_by} at {read.path}:{read.line} with the copy pending", data={"copy_site": as_sent(copy), "read_site": as_sent(read)}),
+                key=f"observed:{copy.code if copy else ''}",
             )
         )
     return findings
@@ -71,18 +74,35 @@ def nonblocking_static(ctx: StageContext, hits: list[SourceHit]) -> list[Finding
     ]
 
 
-def stream_findings(ctx: StageContext, sanitizer: dict[str, Any], stderr: str, fallback: Location | None) -> list[Finding]:
-    reports = list(sanitizer.get("reports", []))
+@dataclass(frozen=True)
+class _Race:
+    """One report of the sanitizer: from its payload, or as CSAN printed it to stderr."""
+
+    site: Site | None
+    previous_site: Site | None
+    operator: str
+    streams: tuple[int | str | None, int | str | None]
+    message: str
+    data: dict[str, Any]  # the evidence: the report but its message
+
+    @classmethod
+    def reported(cls, report: StreamReport) -> _Race:
+        data = report.model_dump(mode="json", exclude={"message"})
+        return cls(report.site, report.previous_site, report.operator, report.streams, report.message, data)
+
+
+def stream_findings(ctx: StageContext, sanitizer: StreamPayload, stderr: str, fallback: Location | None) -> list[Finding]:
+    reports = [_Race.reported(report) for report in sanitizer.reports]
     if not reports and "CSAN detected a possible data race" in stderr:
         reports = [_from_stderr(ctx, block) for block in stderr.split("============================")[1:] if "CSAN detected" in block]
     findings, seen = [], set()
     for report in reports:
-        site = report.get("site")
-        marker = ((site or {}).get("path"), (site or {}).get("line"))
+        site = report.site
+        marker = (site.path, site.line) if site else (None, None)
         if marker in seen:
             continue
         seen.add(marker)
-        previous = report.get("previous_site")
+        previous = report.previous_site
         findings.append(
             ctx.finding(
                 category=STREAMS,
@@ -90,19 +110,19 @@ def stream_findings(ctx: StageContext, sanitizer: dict[str, Any], stderr: str, f
                 title="Unsynchronised tensor access from two CUDA streams",
                 location=_location(site, fallback),
                 problem=(
-                    f"The CUDA sanitizer saw `{report.get('operator', '')[:120]}` access a tensor on stream {report.get('streams', ['?'])[0]} "
-                    f"while a kernel on stream {report.get('streams', ['?', '?'])[-1]} could still be using it"
-                    + (f" (previous access at {previous['path']}:{previous['line']})" if previous else "")
+                    f"The CUDA sanitizer saw `{report.operator[:120]}` access a tensor on stream {report.streams[0]} "
+                    f"while a kernel on stream {report.streams[-1]} could still be using it"
+                    + (f" (previous access at {previous.path}:{previous.line})" if previous else "")
                     + ", with no event or stream synchronisation between them."
                 ),
-                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="CSAN detected a possible data race", traceback=report.get("message"), data={k: v for k, v in report.items() if k != "message"}),
-                key=f"stream:{(site or {}).get('code', '')}",
+                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="CSAN detected a possible data race", traceback=report.message, data=report.data),
+                key=f"stream:{site.code if site else ''}",
             )
         )
     return findings
 
 
-def _from_stderr(ctx: StageContext, block: str) -> dict[str, Any]:
+def _from_stderr(ctx: StageContext, block: str) -> _Race:
     """A CSAN report printed to stderr, located at its first stack's innermost target frame."""
     from traingate.stages.contract.frames import is_target_file, relative
 
@@ -110,6 +130,6 @@ def _from_stderr(ctx: StageContext, block: str) -> dict[str, Any]:
     site = None
     for match in reversed(list(_CSAN_FRAME.finditer(first_stack))):
         if is_target_file(match.group(1), ctx.root):
-            site = {"path": relative(match.group(1), ctx.root), "line": int(match.group(2)), "function": match.group(3).strip(), "code": ""}
+            site = Site(path=relative(match.group(1), ctx.root), line=int(match.group(2)), function=match.group(3).strip(), code="")
             break
-    return {"message": block[-6000:], "site": site, "streams": ["?", "?"], "operator": ""}
+    return _Race(site, None, "", ("?", "?"), block[-6000:], {"site": as_sent(site), "streams": ["?", "?"], "operator": ""})

@@ -19,17 +19,36 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, StageContext
+from traingate.stages.contract.payloads.concurrency import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
 from traingate.stages.contract.text import clip_line, strip_ansi
 
 CATEGORY = Category.NONDETERMINISM
 # Returned values that legitimately differ between two identical runs.
 VOLATILE_KEY = re.compile(r"(time|duration|elapsed|latency|wall|clock|sec|_s$|_ms$|_us$|speed|throughput|per_s|fps|rate|util|mem|rss|bytes|date|stamp|pid|path|dir|host|uuid)", re.I)
 _DETERMINISTIC_OP = re.compile(r"^(.+?) does not have a deterministic implementation", re.M)
+
+
+class CurveRow(TypedDict):
+    """One optimizer step of two runs' loss curves, side by side (the report's table)."""
+
+    step: int
+    first: str
+    second: str
+    same: bool
+
+
+class SeedingCause(TypedDict):
+    """A seeding call that explains two runs diverging, as the evidence shows it."""
+
+    api: str
+    site: dict[str, Any]  # the call's `Site`, as the probe sent it
+    why: str
+    seeds: list[bool | int | float | str | None]
 
 
 @dataclass
@@ -39,14 +58,27 @@ class RunData:
     label: str
     hash_seed: str
     run: EntrypointRun
-    losses: list[list[Any]]
-    rng: dict[str, Any] = field(default_factory=dict)
-    params: dict[str, Any] = field(default_factory=dict)  # the probe's parameter fingerprints
+    losses: list[list[float | str | None]]
+    rng: RngPayload | None = None  # None: the run handed back no seeding calls
+    params: ParamFingerprints | None = None  # the probe's parameter fingerprints; None: none handed back
+
+    @property
+    def fingerprinted(self) -> list[ParamStep]:
+        """The parameters after each fingerprinted optimizer step."""
+        return self.params.steps if self.params is not None else []
+
+    @property
+    def seeding(self) -> list[SeedingRecord]:
+        return self.rng.records if self.rng is not None else []
+
+    @property
+    def target_modules(self) -> list[str]:
+        return self.rng.target_modules if self.rng is not None else []
 
     @property
     def trained(self) -> bool:
         """Whether any optimizer step was observed (so training itself was compared)."""
-        return bool(self.losses or self.params.get("steps"))
+        return bool(self.losses or self.fingerprinted)
 
     @property
     def outcome(self) -> str:
@@ -109,7 +141,7 @@ def same_value(a: Any, b: Any) -> bool:
     """Exact equality; NaN equals NaN (two runs that both produce NaN agree)."""
     if isinstance(a, float) and isinstance(b, float):
         return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list) and isinstance(b, list):
+    if (isinstance(a, list) and isinstance(b, list)) or (isinstance(a, tuple) and isinstance(b, tuple)):
         return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
@@ -181,11 +213,11 @@ def comparable_leaves(value: Any, prefix: str = "") -> tuple[dict[str, Any], lis
 def compare(a: RunData, b: RunData) -> Divergence | None:
     """The first difference between two runs: a step's loss or the parameters after it, then
     a returned value, then the outcome."""
-    steps_a, steps_b = a.params.get("steps", []), b.params.get("steps", [])
+    steps_a, steps_b = a.fingerprinted, b.fingerprinted
     for index in range(max(len(a.losses), len(b.losses), len(steps_a), len(steps_b))):
         if index < len(a.losses) and index < len(b.losses) and not same_value(a.losses[index], b.losses[index]):
             return Divergence("step", index, a.losses[index], b.losses[index])
-        if index < len(steps_a) and index < len(steps_b):
+        if index < len(steps_a) and index < len(steps_b) and a.params is not None and b.params is not None:
             moved = _parameter_difference(a.params, b.params, index)
             if moved is not None:
                 return moved
@@ -204,28 +236,33 @@ def compare(a: RunData, b: RunData) -> Divergence | None:
     return None
 
 
-def _parameter_difference(a: dict[str, Any], b: dict[str, Any], index: int) -> Divergence | None:
+def _parameter_difference(a: ParamFingerprints, b: ParamFingerprints, index: int) -> Divergence | None:
     """The first parameter whose fingerprint differs after step `index`, named when the step is
     one of those recorded per parameter, else its group."""
-    x, y = a["steps"][index], b["steps"][index]
-    if same_value(x.get("groups"), y.get("groups")) and same_value(x.get("params"), y.get("params")) and x.get("optimizer") == y.get("optimizer"):
+    x, y = a.steps[index], b.steps[index]
+    if same_value(x.groups, y.groups) and same_value(x.params, y.params) and x.optimizer == y.optimizer:
         return None
-    optimizer = x.get("optimizer", 0)
-    names = (a.get("names") or [[]])[optimizer] if optimizer < len(a.get("names") or []) else []
-    for i, (p, q) in enumerate(zip(x.get("params") or [], y.get("params") or [], strict=False)):
+    optimizer = x.optimizer
+    names = a.names[optimizer] if optimizer < len(a.names) else []
+    for i, (p, q) in enumerate(zip(x.params or [], y.params or [], strict=False)):
         if not same_value(p, q):
-            return Divergence("parameters", index, p, q, names[i] if i < len(names) else f"parameter {i}")
-    for g, (p, q) in enumerate(zip(x.get("groups") or [], y.get("groups") or [], strict=False)):
+            return Divergence("parameters", index, list(p), list(q), names[i] if i < len(names) else f"parameter {i}")
+    for g, (p, q) in enumerate(zip(x.groups, y.groups, strict=False)):
         if not same_value(p, q):
-            return Divergence("parameters", index, p, q, f"optimizer {optimizer}, param group {g} (summed)")
-    return Divergence("parameters", index, x.get("groups"), y.get("groups"), f"optimizer {optimizer}")
+            return Divergence("parameters", index, list(p), list(q), f"optimizer {optimizer}, param group {g} (summed)")
+    return Divergence("parameters", index, _listed(x.groups), _listed(y.groups), f"optimizer {optimizer}")
 
 
-def side_by_side(a: RunData, b: RunData, divergence: Divergence | None, before: int = 8, limit: int = 40) -> list[dict[str, Any]]:
+def _listed(fingerprints: list[Fingerprint]) -> list[list[float | None]]:
+    """Fingerprints as the probe sent them: lists, as the evidence shows them."""
+    return [list(fingerprint) for fingerprint in fingerprints]
+
+
+def side_by_side(a: RunData, b: RunData, divergence: Divergence | None, before: int = 8, limit: int = 40) -> list[CurveRow]:
     """The two loss curves up to (and one step past) the divergence."""
     end = (divergence.step + 1) if divergence and divergence.step is not None else min(len(a.losses), len(b.losses), limit)
     start = max(0, end - (before + 1)) if divergence and divergence.step is not None else 0
-    rows = []
+    rows: list[CurveRow] = []
     for index in range(start, min(end + 1, max(len(a.losses), len(b.losses)))):
         x = a.losses[index] if index < len(a.losses) else None
         y = b.losses[index] if index < len(b.losses) else None
@@ -233,26 +270,24 @@ def side_by_side(a: RunData, b: RunData, divergence: Divergence | None, before: 
     return rows[:limit]
 
 
-def rng_causes(a: RunData, b: RunData) -> list[dict[str, Any]]:
+def rng_causes(a: RunData, b: RunData) -> list[SeedingCause]:
     """Seeding calls that explain two runs diverging under the same hash seed: generators seeded
     from the OS's entropy, and seeds whose value differed between the runs."""
-    causes: list[dict[str, Any]] = []
+    causes: list[SeedingCause] = []
     seen: set[tuple[Any, ...]] = set()
-    first, second = a.rng.get("records", []), b.rng.get("records", [])
+    first, second = a.seeding, b.seeding
     for record in first + second:
-        site = record.get("site") or {}
-        marker = (record["api"], site.get("path"), site.get("line"))
-        if record.get("entropy") and marker not in seen:
+        marker = (record.api, record.site.path, record.site.line)
+        if record.entropy and marker not in seen:
             seen.add(marker)
-            causes.append({"api": record["api"], "site": site, "why": "seeded from the OS's entropy", "seeds": [record.get("seed")]})
+            causes.append({"api": record.api, "site": record.site.model_dump(mode="json"), "why": "seeded from the OS's entropy", "seeds": [record.seed]})
     paired: dict[tuple[Any, ...], list[Any]] = {}
     for records, slot in ((first, 0), (second, 1)):
         counts: dict[tuple[Any, ...], int] = {}
         for record in records:
-            site = record.get("site") or {}
-            base = (record["api"], site.get("path"), site.get("line"))
+            base = (record.api, record.site.path, record.site.line)
             counts[base] = counts.get(base, 0) + 1
-            paired.setdefault((*base, counts[base]), [None, None, site])[slot] = record.get("seed")
+            paired.setdefault((*base, counts[base]), [None, None, record.site.model_dump(mode="json")])[slot] = record.seed
     for (api, path, line, _n), (x, y, site) in paired.items():
         if x is not None and y is not None and x != y and (api, path, line) not in seen:
             seen.add((api, path, line))
@@ -338,7 +373,7 @@ def returned_only_finding(ctx: StageContext, divergence: Divergence, pair: tuple
     """Two runs trained identically (same losses, same parameters step by step) and returned
     something different: not what training computes, so info, never blocking."""
     a, b = pair
-    steps = len(a.params.get("steps", []))
+    steps = len(a.fingerprinted)
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.INFO,

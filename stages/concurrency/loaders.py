@@ -18,46 +18,64 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.base import Payload
+from traingate.stages.contract.payloads.concurrency import (
+    BatchFailed,
+    ConstructionError,
+    Culprit,
+    IterationError,
+    LoaderPayload,
+    LoaderRecord,
+    PickleFailed,
+    Site,
+    StartMethodCheck,
+)
 
 CATEGORY = Category.DATALOADER_HAZARD
 
 
-def _location(site: dict[str, Any] | None, fallback: Location | None) -> Location | None:
-    if not site:
+def _location(site: Site | None, fallback: Location | None) -> Location | None:
+    if site is None:
         return fallback
-    return Location(path=site["path"], line=site["line"], function=site.get("function"))
+    return Location(path=site.path, line=site.line, function=site.function)
 
 
-def _code(site: dict[str, Any] | None) -> str:
-    return str((site or {}).get("code", ""))
+def _code(site: Site | None) -> str:
+    return site.code if site else ""
 
 
-def loader_findings(ctx: StageContext, watch: dict[str, Any], fallback: Location | None) -> list[Finding]:
+def as_sent(record: Payload | None) -> dict[str, Any] | None:
+    """A record of the payload as the probe sent it (the keys it left out still left out),
+    for evidence and details."""
+    return record.model_dump(mode="json", exclude_unset=True) if record is not None else None
+
+
+def loader_findings(ctx: StageContext, watch: LoaderPayload, fallback: Location | None) -> list[Finding]:
     findings: list[Finding] = []
-    findings += [_rejected(ctx, e, fallback) for e in watch.get("construction_errors", [])]
-    findings += [_worker_failure(ctx, e, fallback) for e in watch.get("errors", []) if e.get("kind") != "other"]
-    loaders = {_site_key(loader["site"]): loader for loader in watch.get("loaders", [])}
-    for group in _start_method_groups(watch.get("start_method_checks", [])):
-        findings.append(_start_method_failure(ctx, group, [loaders.get(_site_key(c.get("site"))) for c in group], fallback))
-    for loader in watch.get("loaders", []):
+    findings += [_rejected(ctx, e, fallback) for e in watch.construction_errors]
+    findings += [_worker_failure(ctx, e, fallback) for e in watch.errors if e.kind != "other"]
+    loaders = {_site_key(loader.site): loader for loader in watch.loaders}
+    for group in _start_method_groups(watch.start_method_checks):
+        findings.append(_start_method_failure(ctx, group, [loaders.get(_site_key(c.site)) for c in group], fallback))
+    for loader in watch.loaders:
         recreated = _recreated_persistent(ctx, loader, fallback)
         if recreated is not None:
             findings.append(recreated)
     return findings
 
 
-def _rejected(ctx: StageContext, error: dict[str, Any], fallback: Location | None) -> Finding:
-    site = error.get("site")
+def _rejected(ctx: StageContext, error: ConstructionError, fallback: Location | None) -> Finding:
+    site = error.site
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH,
-        title=f"DataLoader rejected its settings: {error['message'][:120]}",
+        title=f"DataLoader rejected its settings: {error.message[:120]}",
         location=_location(site, fallback),
-        problem=f"Constructing the DataLoader raised {error['type']}: {error['message']}",
+        problem=f"Constructing the DataLoader raised {error.type}: {error.message}",
         impact="The training stops before its first batch whenever this line runs.",
         fix="Only pass prefetch_factor and persistent_workers=True together with num_workers > 0 (or drop them when num_workers is 0).",
-        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{error['type']} at construction", data={"settings": error.get("settings", {}), "error": error["message"]}),
-        key=f"rejected:{error['type']}:{_code(site)}",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{error.type} at construction", data={"settings": dict(error.settings), "error": error.message}),
+        key=f"rejected:{error.type}:{_code(site)}",
     )
 
 
@@ -68,88 +86,87 @@ _WORKER_TEXT = {
 }
 
 
-def _worker_failure(ctx: StageContext, error: dict[str, Any], fallback: Location | None) -> Finding:
-    title, problem, fix = _WORKER_TEXT[error["kind"]]
-    site = error.get("worker_site") or error.get("site")
+def _worker_failure(ctx: StageContext, error: IterationError, fallback: Location | None) -> Finding:
+    title, problem, fix = _WORKER_TEXT[error.kind]
+    site = error.worker_site or error.site
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH,
         title=title,
         location=_location(site, fallback),
-        problem=f"{problem}: {error['type']}: {error['message'].splitlines()[0][:300] if error['message'] else ''}",
+        problem=f"{problem}: {error.type}: {error.message.splitlines()[0][:300] if error.message else ''}",
         fix=fix,
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{error['type']} from the loader built at {_where(error.get('site'))}",
-            traceback=error["message"],
-            data={"settings": error.get("settings"), "loader_site": error.get("site"), "kind": error["kind"]},
+            summary=f"{error.type} from the loader built at {_where(error.site)}",
+            traceback=error.message,
+            data={"settings": as_sent(error.settings), "loader_site": as_sent(error.site), "kind": error.kind},
         ),
-        key=f"{error['kind']}:{error['type']}:{_code(site)}",
+        key=f"{error.kind}:{error.type}:{_code(site)}",
     )
 
 
-def _where(site: dict[str, Any] | None) -> str:
-    return f"{site['path']}:{site['line']}" if site else "an unknown line"
+def _where(site: Site | None) -> str:
+    return f"{site.path}:{site.line}" if site else "an unknown line"
 
 
-def _site_key(site: dict[str, Any] | None) -> tuple[Any, Any]:
-    return (site or {}).get("path"), (site or {}).get("line")
+def _site_key(site: Site | None) -> tuple[str | None, int | None]:
+    return (site.path, site.line) if site else (None, None)
 
 
-def _start_method_groups(checks: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _start_method_groups(checks: list[StartMethodCheck]) -> list[list[StartMethodCheck]]:
     """Failed start-method checks, one group per fix: every loader broken by the same object
     that cannot be pickled (one lambda breaks the train and the val loader) is one group;
     a worker that fails for another reason is a group of its own."""
-    groups: dict[Any, list[dict[str, Any]]] = {}
+    groups: dict[Any, list[StartMethodCheck]] = {}
     for check in checks:
-        if (check.get("batch") or {"ok": True})["ok"]:
+        if check.batch.ok:
             continue  # the pickling probe alone is a hint; a worker that loads a batch is the answer
         culprit = _culprit_of(check)
-        defined = (culprit or {}).get("defined_at")
+        defined = culprit.defined_at if culprit else None
         if defined:
             key: Any = ("defined", _site_key(defined))
         elif culprit:
-            key = ("attribute", culprit.get("type"), culprit.get("attribute"), check.get("method"))
+            key = ("attribute", culprit.type, culprit.attribute, check.method)
         else:
-            key = ("site", _site_key(check.get("site")), check.get("method"))
+            key = ("site", _site_key(check.site), check.method)
         groups.setdefault(key, []).append(check)
     return list(groups.values())
 
 
-def _culprit_of(check: dict[str, Any]) -> dict[str, Any] | None:
-    pickled = check.get("pickle") or {"ok": True}
-    return None if pickled["ok"] else (pickled.get("culprit") or None)
+def _culprit_of(check: StartMethodCheck) -> Culprit | None:
+    return check.pickle.culprit if isinstance(check.pickle, PickleFailed) else None
 
 
-def _start_method_failure(ctx: StageContext, group: list[dict[str, Any]], loaders: list[dict[str, Any] | None], fallback: Location | None) -> Finding:
+def _start_method_failure(ctx: StageContext, group: list[StartMethodCheck], loaders: list[LoaderRecord | None], fallback: Location | None) -> Finding:
     check, loader = group[0], loaders[0]
-    pickled = check.get("pickle") or {"ok": True}
-    batch = check.get("batch") or {"ok": True}
-    method, used = check["method"], check.get("used") or "fork"
-    methods = list(dict.fromkeys(c["method"] for c in group))
-    batches = loader["batches"] if loader else 0
+    pickled, batch = check.pickle, check.batch
+    assert isinstance(batch, BatchFailed)  # only failed checks are grouped
+    method, used = check.method, check.used or "fork"
+    methods = list(dict.fromkeys(c.method for c in group))
+    batches = loader.batches if loader else 0
     works = f"it loaded {batches} batch(es) under `{used}` in the same run" if batches else f"the run used `{used}`"
-    sites = list(dict.fromkeys(_where(c.get("site")) for c in group))
+    sites = list(dict.fromkeys(_where(c.site) for c in group))
     broken = f"the DataLoader built at {sites[0]}" if len(sites) == 1 else f"{len(sites)} DataLoaders (built at {', '.join(sites)})"
-    site = check.get("site")
-    if not pickled["ok"]:
-        culprit = pickled.get("culprit") or {}
-        defined = culprit.get("defined_at")
-        what = f"`{culprit['attribute']}` ({culprit['type']}{', defined at ' + _where(defined) if defined else ''})" if culprit else f"the {pickled['object']}"
+    site = check.site
+    if isinstance(pickled, PickleFailed):
+        culprit = pickled.culprit
+        defined = culprit.defined_at if culprit else None
+        what = f"`{culprit.attribute}` ({culprit.type}{', defined at ' + _where(defined) if defined else ''})" if culprit else f"the {pickled.object}"
         problem = (
-            f"Under the `{'`/`'.join(methods)}` start method each worker receives the {pickled['object']} pickled, and {what} cannot be pickled: "
-            f"{pickled['error']}. This breaks {broken}. Loading one batch with multiprocessing_context=\"{method}\" failed with {batch['error'][:200]}. {works[0].upper() + works[1:]}."
+            f"Under the `{'`/`'.join(methods)}` start method each worker receives the {pickled.object} pickled, and {what} cannot be pickled: "
+            f"{pickled.error}. This breaks {broken}. Loading one batch with multiprocessing_context=\"{method}\" failed with {batch.error[:200]}. {works[0].upper() + works[1:]}."
         )
         fix = "Replace lambdas and local functions held by the dataset (or passed as collate_fn/worker_init_fn) with module-level functions or callable classes, so the loader works under every start method."
-        error_text = pickled["error"]
+        error_text = pickled.error
         location = _location(defined, None) or _location(site, fallback)
         loaders_text = "its DataLoader fails" if len(sites) == 1 else f"{len(sites)} DataLoaders fail"
         title = f"{what.split(' (')[0]} cannot be pickled: {loaders_text} under `{method}` (fine under `{used}`)"
-        key = f"start-method:unpicklable:{_code(defined) or culprit.get('attribute', '')}" if culprit else f"start-method:{method}:{_code(site)}"
+        key = f"start-method:unpicklable:{_code(defined) or culprit.attribute}" if culprit else f"start-method:{method}:{_code(site)}"
     else:
-        problem = f"A worker started with `{method}` failed to load one batch ({batch['error'][:300]}); {works}."
+        problem = f"A worker started with `{method}` failed to load one batch ({batch.error[:300]}); {works}."
         fix = "Make the dataset self-contained: state set up at run time in the main process (globals, open handles) is not there in a spawned worker; build it in __init__ or worker_init_fn."
-        error_text = batch["error"]
+        error_text = batch.error
         location = _location(site, fallback)
         title = f"DataLoader works under `{used}` but fails under `{method}`"
         key = f"start-method:{method}:{_code(site)}"
@@ -164,32 +181,32 @@ def _start_method_failure(ctx: StageContext, group: list[dict[str, Any]], loader
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=f"{method}: {error_text.splitlines()[0][:200] if error_text else 'failed'}",
-            traceback=batch.get("error") if not batch["ok"] else None,
+            traceback=batch.error,
             data={
                 "start_method": method,
                 "start_methods": methods,
                 "used": used,
                 "batches_under_used": batches,
-                "pickle": pickled,
-                "batch": check.get("batch"),
-                "settings": (loader or {}).get("settings"),
-                "loaders": [{"site": c.get("site"), "method": c["method"], "settings": (lo or {}).get("settings")} for c, lo in zip(group, loaders, strict=True)],
+                "pickle": as_sent(pickled) or {"ok": True},
+                "batch": as_sent(batch),
+                "settings": as_sent(loader.settings) if loader else None,
+                "loaders": [{"site": as_sent(c.site), "method": c.method, "settings": as_sent(lo.settings) if lo else None} for c, lo in zip(group, loaders, strict=True)],
             },
         ),
         key=key,
     )
 
 
-def _recreated_persistent(ctx: StageContext, loader: dict[str, Any], fallback: Location | None) -> Finding | None:
-    settings = loader["settings"]
-    if not (settings.get("persistent_workers") and settings.get("num_workers", 0) > 0 and loader["constructions"] >= 2 and loader["iterations"] >= 2):
+def _recreated_persistent(ctx: StageContext, loader: LoaderRecord, fallback: Location | None) -> Finding | None:
+    settings = loader.settings
+    if not (settings.persistent_workers and settings.num_workers > 0 and loader.constructions >= 2 and loader.iterations >= 2):
         return None
-    live = loader.get("live_workers", [])
-    leak = len(live) >= 2 and live[-1] - live[0] >= settings["num_workers"]
-    site = loader.get("site")
+    live = loader.live_workers
+    leak = len(live) >= 2 and live[-1] - live[0] >= settings.num_workers
+    site = loader.site
     problem = (
-        f"The DataLoader at this line was constructed {loader['constructions']} times with persistent_workers=True and "
-        f"num_workers={settings['num_workers']}, so its workers were started anew for every construction."
+        f"The DataLoader at this line was constructed {loader.constructions} times with persistent_workers=True and "
+        f"num_workers={settings.num_workers}, so its workers were started anew for every construction."
     )
     if leak:
         problem += f" The workers of earlier loaders stayed alive: live worker processes grew from {live[0]} to {live[-1]}."
@@ -203,38 +220,38 @@ def _recreated_persistent(ctx: StageContext, loader: dict[str, Any], fallback: L
         fix="Construct the DataLoader once, before the epoch loop, and iterate it each epoch.",
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{loader['constructions']} constructions, {loader['iterations']} iterations; live workers {live[:10]}",
-            data={"settings": settings, "constructions": loader["constructions"], "iterations": loader["iterations"], "live_workers": live},
+            summary=f"{loader.constructions} constructions, {loader.iterations} iterations; live workers {live[:10]}",
+            data={"settings": as_sent(settings), "constructions": loader.constructions, "iterations": loader.iterations, "live_workers": list(live)},
         ),
         key=f"recreated-persistent:{_code(site)}",
     )
 
 
-def loader_details(watch: dict[str, Any]) -> dict[str, Any]:
+def loader_details(watch: LoaderPayload) -> dict[str, Any]:
     return {
         "ran": True,
         "loaders": [
             {
-                "site": loader.get("site"),
-                "settings": loader.get("settings"),
-                "constructions": loader.get("constructions"),
-                "iterations": loader.get("iterations"),
-                "batches": loader.get("batches"),
-                "live_workers": loader.get("live_workers", [])[:10],
+                "site": as_sent(loader.site),
+                "settings": as_sent(loader.settings),
+                "constructions": loader.constructions,
+                "iterations": loader.iterations,
+                "batches": loader.batches,
+                "live_workers": loader.live_workers[:10],
             }
-            for loader in watch.get("loaders", [])
+            for loader in watch.loaders
         ],
         "start_method_checks": [
             {
-                "site": c.get("site"),
-                "method": c.get("method"),
-                "used": c.get("used"),
-                "ok": (c.get("batch") or {"ok": True})["ok"],
-                "pickled": (c.get("pickle") or {"ok": True})["ok"],
-                "seconds": (c.get("batch") or {}).get("seconds"),
-                "error": (c.get("pickle") or {}).get("error") or (c.get("batch") or {}).get("error"),
+                "site": as_sent(c.site),
+                "method": c.method,
+                "used": c.used,
+                "ok": c.batch.ok,
+                "pickled": c.pickle.ok if c.pickle is not None else True,
+                "seconds": c.batch.seconds,
+                "error": (c.pickle.error if isinstance(c.pickle, PickleFailed) else None) or (c.batch.error if isinstance(c.batch, BatchFailed) else None),
             }
-            for c in watch.get("start_method_checks", [])
+            for c in watch.start_method_checks
         ],
-        "errors": len(watch.get("errors", [])) + len(watch.get("construction_errors", [])),
+        "errors": len(watch.errors) + len(watch.construction_errors),
     }

@@ -14,7 +14,8 @@ the non_blocking check on a CPU, where a copy cannot race, reads the source and 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
@@ -23,6 +24,8 @@ from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallba
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.concurrency.determinism import (
+    CurveRow,
+    Divergence,
     RunData,
     comparable_leaves,
     compare,
@@ -33,8 +36,18 @@ from traingate.stages.concurrency.determinism import (
     side_by_side,
 )
 from traingate.stages.concurrency.loaders import loader_details, loader_findings
-from traingate.stages.concurrency.protocol import protocol_findings
+from traingate.stages.concurrency.protocol import ProtocolCheck, protocol_details, protocol_findings
 from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
+from traingate.stages.contract.payloads.base import Payload
+from traingate.stages.contract.payloads.concurrency import (
+    MODELS,
+    LoaderPayload,
+    LossTracePayload,
+    NonBlockingPayload,
+    ProtocolTracePayload,
+    RngPayload,
+    StreamPayload,
+)
 
 TRACE = instruments.CONCURRENCY_TRACE
 LOSSES = instruments.CONCURRENCY_LOSSES
@@ -44,6 +57,25 @@ NONBLOCKING = instruments.CONCURRENCY_NONBLOCKING
 STREAMS = instruments.CONCURRENCY_STREAMS
 FIRST_HASH_SEED = "0"
 _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
+P = TypeVar("P", bound=Payload)
+
+
+@dataclass
+class DeterminismDetails:
+    """The determinism check's details, as the report renders them; a field still None was
+    not reached (and is left out of `as_dict`)."""
+
+    ran: bool = False
+    compared: list[str] = field(default_factory=list)  # the labels of the runs compared with run 1
+    returned_ignored: list[str] | None = None
+    curves: list[CurveRow] | None = None
+    labels: list[str] | None = None
+    verdict: str | None = None
+    kind: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: value for name, value in values.items() if value is not None}
 
 
 class ConcurrencyStage:
@@ -72,6 +104,11 @@ class _Session:
         self.runs: list[dict[str, Any]] = []
         self.checks: dict[str, Any] = {}
         self.stopped: str | None = None
+        # What the checks observed, typed, for the metrics and the summary; None: not run.
+        self.trace: ProtocolTracePayload | None = None
+        self.protocol: ProtocolCheck | None = None
+        self.loaders: LoaderPayload | None = None
+        self.determinism: DeterminismDetails | None = None
 
     # -- child runs --------------------------------------------------------------------------------
     def _run(self, label: str, purpose: str, instruments: list[str], hash_seed: str, deterministic: bool = False) -> EntrypointRun | None:
@@ -91,7 +128,7 @@ class _Session:
             deterministic=deterministic,
             env=self.ctx.child_env(PYTHONHASHSEED=hash_seed),
         )
-        losses = _losses(run)
+        recorded = _recorded(run)
         self.runs.append(
             {
                 "label": label,
@@ -100,7 +137,7 @@ class _Session:
                 "deterministic": deterministic,
                 "duration_s": round(run.child.duration_s, 2),
                 "outcome": "returned" if run.ok else (run.failure() or "failed"),
-                "steps": len(losses),
+                "steps": len(recorded.losses) if recorded is not None else 0,
             }
         )
         if run.child.timed_out:
@@ -124,9 +161,11 @@ class _Session:
             else:
                 self._fail(first, "the instrumented run ended without reporting", reason="no-result")
             return self._outcome(first)
-        broken = [spec for spec in instruments if "error" in first.instrument(spec)]
+        # An instrument whose collect() raised hands back its traceback instead of a payload
+        # (`error`); one that handed back nothing fails the same way.
+        broken = [spec for spec in instruments if first.payload(spec, MODELS[spec]) is None]
         if broken:
-            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument(broken[0])["error"])
+            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument(broken[0]).get("error"))
             return self._outcome(first)
         self._protocol(first)
         self._loaders(first)
@@ -139,26 +178,28 @@ class _Session:
         return self._outcome(first)
 
     def _protocol(self, first: EntrypointRun) -> None:
-        findings, details = protocol_findings(self.ctx, first.instrument(TRACE), self.fallback)
+        trace = _observed(first, TRACE, ProtocolTracePayload)
+        findings, result = protocol_findings(self.ctx, trace, self.fallback)
         self.findings += findings
-        self.checks["gradscaler"] = details
-        if first.ok and details["steps"] == 0 and not first.instrument(TRACE).get("steps"):
+        self.trace, self.protocol = trace, result
+        self.checks["gradscaler"] = protocol_details(trace, result)
+        if first.ok and result.steps == 0 and not trace.steps:
             self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
 
     def _loaders(self, first: EntrypointRun) -> None:
-        watch = first.instrument(LOADERS)
+        watch = self.loaders = _observed(first, LOADERS, LoaderPayload)
         self.findings += loader_findings(self.ctx, watch, self.fallback)
         self.checks["dataloader"] = {**loader_details(watch), "start_methods": list(self.ctx.config.concurrency.dataloader_start_methods)}
 
     def _nonblocking(self, first: EntrypointRun) -> None:
         hits = nonblocking_reads(self.ctx.root)
         if self.cuda:
-            watch = first.instrument(NONBLOCKING)
+            watch = _observed(first, NONBLOCKING, NonBlockingPayload)
             self.findings += nonblocking_observed(self.ctx, watch, self.fallback)
             self.checks["nonblocking"] = {
                 "ran": True,
                 "mode": "observed",
-                "note": f"observed at the dispatcher on {self.ctx.device}: {watch.get('copies', 0)} non_blocking device-to-host copies, {len(watch.get('races', []))} read before a synchronisation",
+                "note": f"observed at the dispatcher on {self.ctx.device}: {watch.copies} non_blocking device-to-host copies, {len(watch.races)} read before a synchronisation",
                 "static_matches": [h.as_dict() for h in hits],
             }
             return
@@ -174,15 +215,14 @@ class _Session:
         if not self.cuda:
             self.checks["streams"] = {"ran": False, "note": f"not run: the CUDA sanitizer watches CUDA streams, and this run was on {self.ctx.device}"}
             return
-        sanitizer = first.instrument(STREAMS)
+        sanitizer = _observed(first, STREAMS, StreamPayload)
         self.findings += stream_findings(self.ctx, sanitizer, first.child.stderr, self.fallback)
-        self.checks["streams"] = {"ran": bool(sanitizer.get("available")), "note": f"CUDA sanitizer (CSAN) over the instrumented run: {sanitizer.get('total', 0)} unsynchronised access(es) reported"}
+        self.checks["streams"] = {"ran": sanitizer.available, "note": f"CUDA sanitizer (CSAN) over the instrumented run: {sanitizer.total} unsynchronised access(es) reported"}
 
     # -- determinism -------------------------------------------------------------------------------
     def _determinism(self, first: EntrypointRun) -> None:
-        base = RunData(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first, _losses(first), first.instrument(RNG), _params(first))
-        details: dict[str, Any] = {"ran": False, "compared": []}
-        self.checks["determinism"] = details
+        base = _run_data(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first)
+        details = self.determinism = DeterminismDetails()
         divergence, other = None, None
         for index in range(1, self.ctx.config.concurrency.determinism_runs):
             if not self._budget_allows(first):
@@ -192,51 +232,50 @@ class _Session:
             run = self._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
             if run is None:
                 return
-            other = RunData(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run, _losses(run), run.instrument(RNG), _params(run))
-            details["compared"].append(other.label)
+            other = _run_data(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run)
+            details.compared.append(other.label)
             divergence = compare(base, other)
             if divergence is not None:
                 break
         assert other is not None
-        details["ran"] = True
-        _kept, ignored = comparable_leaves((first.result or {}).get("returned"))
-        details["returned_ignored"] = ignored
-        details["curves"] = side_by_side(base, other, divergence)
-        details["labels"] = [base.label, other.label]
-        fingerprinted = len(base.params.get("steps", []))
+        details.ran = True
+        _kept, details.returned_ignored = comparable_leaves((first.result or {}).get("returned"))
+        details.curves = side_by_side(base, other, divergence)
+        details.labels = [base.label, other.label]
+        fingerprinted = len(base.fingerprinted)
         if divergence is None:
-            details["verdict"] = f"identical: {len(base.losses)} optimizer step losses, the parameters after {fingerprinted} steps and the returned values matched exactly"
+            details.verdict = f"identical: {len(base.losses)} optimizer step losses, the parameters after {fingerprinted} steps and the returned values matched exactly"
             return
         if divergence.where == "returned" and base.trained and other.trained:
             # Training computed the same thing; only something returned differs: worth saying, never a block.
-            details["verdict"] = f"identical training ({len(base.losses)} step losses, parameters after {fingerprinted} steps); returned values differ at {divergence.describe()}"
-            details["kind"] = "returned-only"
+            details.verdict = f"identical training ({len(base.losses)} step losses, parameters after {fingerprinted} steps); returned values differ at {divergence.describe()}"
+            details.kind = "returned-only"
             self.findings.append(returned_only_finding(self.ctx, divergence, (base, other), self.fallback))
             return
-        details["verdict"] = f"diverged at {divergence.describe()}"
+        details.verdict = f"diverged at {divergence.describe()}"
         self._classify(first, base, other, divergence, details)
 
-    def _classify(self, first: EntrypointRun, base: RunData, other: RunData, divergence: Any, details: dict[str, Any]) -> None:
+    def _classify(self, first: EntrypointRun, base: RunData, other: RunData, divergence: Divergence, details: DeterminismDetails) -> None:
         if not self._budget_allows(first):
-            details["kind"] = "unclassified"
+            details.kind = "unclassified"
             self.findings.append(nondeterminism_finding(self.ctx, "unclassified", divergence, (base, other), self.fallback, "No budget was left for the run that tells hash order from an unseeded source.", {}))
             return
         run = self._run("rerun-same-hashseed", "determinism: same PYTHONHASHSEED as run 1", [LOSSES, RNG], FIRST_HASH_SEED)
         if run is None:
             return
-        same = RunData(f"run {len(details['compared']) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run, _losses(run), run.instrument(RNG), _params(run))
-        details["compared"].append(same.label)
+        same = _run_data(f"run {len(details.compared) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run)
+        details.compared.append(same.label)
         same_divergence = compare(base, same)
         if same_divergence is None:
             self._hash_order(base, other, divergence, same, details)
         else:
-            details["curves"] = side_by_side(base, same, same_divergence)
-            details["labels"] = [base.label, same.label]
+            details.curves = side_by_side(base, same, same_divergence)
+            details.labels = [base.label, same.label]
             self._same_hash(first, base, same, same_divergence, details)
 
-    def _hash_order(self, base: RunData, other: RunData, divergence: Any, same: RunData, details: dict[str, Any]) -> None:
-        details["kind"] = "hash-order"
-        executed = set(base.rng.get("target_modules", [])) or None
+    def _hash_order(self, base: RunData, other: RunData, divergence: Divergence, same: RunData, details: DeterminismDetails) -> None:
+        details.kind = "hash-order"
+        executed = set(base.target_modules) or None
         hints = set_iterations(self.ctx.root, executed)
         location = hints[0].location() if hints else self.fallback
         explanation = (
@@ -252,16 +291,16 @@ class _Session:
             )
         )
 
-    def _same_hash(self, first: EntrypointRun, base: RunData, same: RunData, divergence: Any, details: dict[str, Any]) -> None:
+    def _same_hash(self, first: EntrypointRun, base: RunData, same: RunData, divergence: Divergence, details: DeterminismDetails) -> None:
         causes = rng_causes(base, same)
         data: dict[str, Any] = {"seeding_calls": causes[:10]}
         if causes:
             cause = causes[0]
-            site = cause["site"]
-            details["kind"] = "unseeded-random"
-            location = Location(path=site["path"], line=site["line"], function=site.get("function")) if site.get("path") else self.fallback
-            explanation = f"The hash seed was the same, so a random source differs: `{cause['api']}` at {site.get('path')}:{site.get('line')} was {cause['why']} (seeds {cause['seeds']})."
-            data["site_code"] = site.get("code", "")
+            site = cause["site"]  # a whole `Site`: the target's own calls are the ones recorded
+            details.kind = "unseeded-random"
+            location = Location(path=site["path"], line=site["line"], function=site["function"]) if site["path"] else self.fallback
+            explanation = f"The hash seed was the same, so a random source differs: `{cause['api']}` at {site['path']}:{site['line']} was {cause['why']} (seeds {cause['seeds']})."
+            data["site_code"] = site["code"]
             self.findings.append(nondeterminism_finding(self.ctx, "unseeded-random", divergence, (base, same), location, explanation, data))
             return
         op = None
@@ -271,15 +310,15 @@ class _Session:
                 return
             op = deterministic_op(run)
         if op is not None:
-            details["kind"] = "nondeterministic-op"
-            site = op.get("site")
-            location = Location(path=site["path"], line=site["line"], function=site.get("function")) if site else self.fallback
-            data.update({"deterministic_rerun": op, "site_code": (site or {}).get("code", op["op"])})
+            details.kind = "nondeterministic-op"
+            frame = op["site"]  # the exception's target frame, when it has one
+            location = Location(path=frame["path"], line=frame["line"], function=frame.get("function")) if frame else self.fallback
+            data.update({"deterministic_rerun": op, "site_code": (frame or {}).get("code", op["op"])})
             explanation = f"The hash seed was the same and no seeding call differed; with torch.use_deterministic_algorithms(True) the run stopped at `{op['op']}`, which has no deterministic implementation."
             self.findings.append(nondeterminism_finding(self.ctx, "nondeterministic-op", divergence, (base, same), location, explanation, data))
             return
-        details["kind"] = "same-hash-unlocated"
-        hints = set_iterations(self.ctx.root, set(base.rng.get("target_modules", [])) or None)
+        details.kind = "same-hash-unlocated"
+        hints = set_iterations(self.ctx.root, set(base.target_modules) or None)
         data["static_hint"] = [h.as_dict() for h in hints[:10]]
         explanation = "The hash seed was the same, no seeding call of the target differed and deterministic algorithms named no op; the source of the randomness was not observed."
         self.findings.append(nondeterminism_finding(self.ctx, "same-hash-unlocated", divergence, (base, same), self.fallback, explanation, data))
@@ -356,17 +395,18 @@ class _Session:
 
     # -- the outcome -------------------------------------------------------------------------------
     def _outcome(self, first: EntrypointRun | None) -> StageOutcome:
+        if self.determinism is not None:
+            self.checks["determinism"] = self.determinism.as_dict()
         for name in ("gradscaler", "dataloader", "nonblocking", "determinism"):
             self.checks.setdefault(name, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
         self.checks.setdefault("streams", {"ran": False, "note": f"not run: the CUDA sanitizer needs a CUDA device, and this run was on {self.ctx.device}" if not self.cuda else f"not run: {self.stopped}"})
-        protocol = self.checks["gradscaler"]
-        determinism = self.checks["determinism"]
-        loaders = self.checks["dataloader"].get("loaders", [])
+        protocol, determinism = self.protocol, self.determinism
+        loaders = self.loaders.loaders if self.loaders is not None else []
         metrics = [
-            Metric(id="steps.observed", name="optimizer steps observed", value=protocol.get("steps", 0), note="in the instrumented run"),
-            Metric(id="gradscaler.iterations_checked", name="GradScaler protocol iterations checked", value=protocol.get("iterations", 0)),
-            Metric(id="determinism.runs_compared", name="determinism runs compared", value=len(determinism.get("compared", [])) + (1 if determinism.get("ran") else 0)),
-            Metric(id="dataloaders.observed", name="DataLoaders observed", value=len(loaders), note=", ".join(f"{(loader['site'] or {}).get('path')}:{(loader['site'] or {}).get('line')} num_workers={loader['settings'].get('num_workers')}" for loader in loaders)[:200]),
+            Metric(id="steps.observed", name="optimizer steps observed", value=protocol.steps if protocol else 0, note="in the instrumented run"),
+            Metric(id="gradscaler.iterations_checked", name="GradScaler protocol iterations checked", value=protocol.iterations if protocol else 0),
+            Metric(id="determinism.runs_compared", name="determinism runs compared", value=len(determinism.compared) + (1 if determinism.ran else 0) if determinism else 0),
+            Metric(id="dataloaders.observed", name="DataLoaders observed", value=len(loaders), note=", ".join(f"{loader.site.path if loader.site else None}:{loader.site.line if loader.site else None} num_workers={loader.settings.num_workers}" for loader in loaders)[:200]),
             Metric(id="child_runs.wall_s", name="child runs wall time", value=round(sum(r["duration_s"] for r in self.runs), 2), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
         ]
         return StageOutcome(
@@ -378,15 +418,14 @@ class _Session:
 
     def _summary(self) -> str:
         parts = [f"{len(self.runs)} run(s) on {self.ctx.device}"]
-        protocol = self.checks.get("gradscaler", {})
-        if protocol.get("ran") and protocol.get("scalers"):
-            parts.append(f"GradScaler protocol checked over {protocol.get('iterations', 0)} iteration(s)")
-        elif protocol.get("ran"):
-            # Most training loops use no scaler; "protocol checked" would claim a check that had nothing to check.
-            parts.append(f"no GradScaler used ({protocol.get('steps', 0)} optimizer step(s) observed)")
-        determinism = self.checks.get("determinism", {})
-        if determinism.get("ran"):
-            parts.append("runs " + determinism.get("verdict", "compared").split(":")[0])
+        if self.trace is not None and self.protocol is not None:
+            if self.trace.scalers:
+                parts.append(f"GradScaler protocol checked over {self.protocol.iterations} iteration(s)")
+            else:
+                # Most training loops use no scaler; "protocol checked" would claim a check that had nothing to check.
+                parts.append(f"no GradScaler used ({self.protocol.steps} optimizer step(s) observed)")
+        if self.determinism is not None and self.determinism.ran:
+            parts.append("runs " + (self.determinism.verdict or "compared").split(":")[0])
         if self.stopped:
             parts.append(f"stopped: {self.stopped}")
         if not self.cuda:
@@ -394,17 +433,21 @@ class _Session:
         return "; ".join(parts)
 
 
-def _losses(run: EntrypointRun) -> list[list[Any]]:
-    for spec in (TRACE, LOSSES):
-        data = run.instrument(spec)
-        if "losses" in data:
-            return list(data["losses"])
-    return []
+def _observed(run: EntrypointRun, spec: str, model: type[P]) -> P:
+    """A payload of the instrumented run, which `_Session.run` checked is there."""
+    payload = run.payload(spec, model)
+    assert payload is not None, spec
+    return payload
 
 
-def _params(run: EntrypointRun) -> dict[str, Any]:
-    for spec in (TRACE, LOSSES):
-        data = run.instrument(spec)
-        if "params" in data:
-            return dict(data["params"])
-    return {}
+def _recorded(run: EntrypointRun) -> LossTracePayload | None:
+    """The losses and parameter fingerprints the run recorded: the protocol trace's in the
+    instrumented run, the loss recorder's in a rerun; None when it handed back neither."""
+    trace = run.payload(TRACE, ProtocolTracePayload)
+    return trace if trace is not None else run.payload(LOSSES, LossTracePayload)
+
+
+def _run_data(label: str, hash_seed: str, run: EntrypointRun) -> RunData:
+    recorded = _recorded(run)
+    losses = list(recorded.losses) if recorded is not None else []
+    return RunData(label, hash_seed, run, losses, run.payload(RNG, RngPayload), recorded.params if recorded is not None else None)

@@ -29,7 +29,9 @@ class Site(Payload):
 
 # (float64 sum, L2 norm) of a parameter, or summed over a param group. Strict, like the losses:
 # the determinism check compares values with their types, and the probe writes only floats.
-Fingerprint = tuple[StrictFloat, StrictFloat]
+# None: a non-finite float as the stage reads it. The probe writes NaN and infinity, but the
+# stage keeps the harness result as JSON (`base.run_entrypoint`), which turns them into null.
+Fingerprint = tuple[StrictFloat | None, StrictFloat | None]
 # A loss that `.item()` could not read is kept as the reason, so the two runs still compare.
 UnreadableLoss = Annotated[str, StringConstraints(pattern=r"^unreadable: ")]
 
@@ -56,9 +58,10 @@ class ParamFingerprints(Payload):
 
 class LossTracePayload(Payload):
     """`probe.trace.LossTrace` (CONCURRENCY_LOSSES): what the determinism reruns compare
-    (`stage._losses`, `stage._params`)."""
+    (`stage._recorded`)."""
 
-    losses: list[list[StrictFloat | UnreadableLoss]]  # per optimizer step, every backward since the previous one
+    # Per optimizer step, every backward since the previous one (None: non-finite, as for `Fingerprint`).
+    losses: list[list[StrictFloat | UnreadableLoss | None]]
     steps: int
     truncated: bool  # more steps than `losses` holds
     params: ParamFingerprints
@@ -181,7 +184,8 @@ SeedingApi = Literal[
 
 class SeedingRecord(Payload):
     api: SeedingApi
-    seed: int | float | str | None  # a scalar as given, anything else its repr; None: from entropy
+    # A scalar as given (a bool kept a bool), anything else its repr; None: from entropy.
+    seed: bool | int | float | str | None
     entropy: bool
     site: Site  # only the target's own calls are recorded
 
@@ -209,7 +213,7 @@ class LoaderSettings(Payload):
     persistent_workers: bool
     prefetch_factor: int | None
     pin_memory: bool
-    timeout: float
+    timeout: int | float  # as the loader holds it: DataLoader's default is the int 0
     multiprocessing_context: str | None  # the start method the loader was given
     start_method: str | None  # the one its workers used; None without workers
     generator: Literal["given"] | None
