@@ -18,9 +18,10 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from traingate.pipeline.rules import categories_of
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
 from traingate.stages.contract import instruments
-from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.stages.session import StageSession
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.concurrency.determinism import (
@@ -91,19 +92,14 @@ class ConcurrencyStage:
         return with_leftover_findings(ctx, _Session(ctx).run())
 
 
-class _Session:
+class _Session(StageSession):
     """One stage run: its child runs, findings and the details its report renders."""
 
+    stage = "concurrency"
+
     def __init__(self, ctx: StageContext) -> None:
-        assert ctx.config.entrypoint is not None
-        self.ctx = ctx
-        self.entrypoint = ctx.config.entrypoint
-        self.fallback = entrypoint_fallback(ctx)
+        super().__init__(ctx)
         self.cuda = ctx.device == "cuda"
-        self.findings: list[Finding] = []
-        self.runs: list[dict[str, Any]] = []
-        self.checks: dict[str, Any] = {}
-        self.stopped: str | None = None
         # What the checks observed, typed, for the metrics and the summary; None: not run.
         self.trace: ProtocolTracePayload | None = None
         self.protocol: ProtocolCheck | None = None
@@ -129,22 +125,8 @@ class _Session:
             env=self.ctx.child_env(PYTHONHASHSEED=hash_seed),
         )
         recorded = _recorded(run)
-        self.runs.append(
-            {
-                "label": label,
-                "purpose": purpose,
-                "hash_seed": hash_seed,
-                "deterministic": deterministic,
-                "duration_s": round(run.child.duration_s, 2),
-                "outcome": "returned" if run.ok else (run.failure() or "failed"),
-                "steps": len(recorded.losses) if recorded is not None else 0,
-            }
-        )
-        if run.child.timed_out:
-            self.findings.append(hang_finding(self.ctx, run.child, f"The concurrency stage's {label} run", run=label))
-            self.stopped = f"the {label} run did not finish within its budget"
-            return None
-        return run
+        steps = len(recorded.losses) if recorded is not None else 0
+        return self._recorded(run, label, purpose, {"hash_seed": hash_seed, "deterministic": deterministic}, {"steps": steps})
 
     def _budget_allows(self, reference: EntrypointRun) -> bool:
         return self.ctx.child_budget() >= reference.child.duration_s * 1.2 + 2.0
@@ -338,30 +320,6 @@ class _Session:
                 impact="Determinism was not checked, so the gate cannot vouch for it (fail closed).",
                 fix="Raise `timeout_s` in [tool.traingate] (the stage needs about three times one run), or make the entrypoint's smoke kwargs smaller.",
                 evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{left:.1f}s left, one run takes {first.child.duration_s:.1f}s", data={"left_s": round(left, 2), "run_s": round(first.child.duration_s, 2)}),
-            )
-        )
-
-    def _fail(self, run: EntrypointRun, what: str, *, reason: str, key: str = "", detail: str | None = None, observed_nothing: bool = False) -> None:
-        """`reason` (and `key`) identify the failure in the fingerprint; `what` is for readers."""
-        exc = run.exception or {}
-        frame = exc.get("target_frame")
-        location = Location(path=frame["path"], line=frame["line"], function=frame.get("function")) if frame else self.fallback
-        self.findings.append(
-            self.ctx.stage_error(
-                what,
-                reason=reason,
-                key=key,
-                title=f"The concurrency stage could not observe the training: {what}",
-                location=location,
-                problem=f"{what} ({run.failure() or 'returned'}); the checks that depend on it did not run." if not observed_nothing else f"{what}: there was no training loop to observe, so no check could run.",
-                impact="Nothing this stage would have checked can be vouched for, so the gate blocks (fail closed).",
-                fix="Point [tool.traingate.entrypoint] at a function that trains for a few steps." if observed_nothing else "Run the execution stage for the entrypoint's own failure; if the failure only happens here, report it with this report.json.",
-                evidence=Evidence(
-                    kind=EvidenceKind.OBSERVED,
-                    summary=run.failure() or what,
-                    traceback=detail or exc.get("traceback") or (run.child.stderr[-8000:] or None),
-                    data={"returncode": run.child.returncode},
-                ),
             )
         )
 

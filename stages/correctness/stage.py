@@ -27,8 +27,8 @@ import dataclasses
 from typing import Any
 
 from traingate.pipeline.rules import categories_of
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
-from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
+from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
 from traingate.stages.contract.payloads.correctness import (
@@ -47,6 +47,7 @@ from traingate.stages.correctness import accumulation, divergence, ineffective, 
 from traingate.stages.correctness import modes, stale
 from traingate.stages.correctness import loss_inputs, mixing
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
+from traingate.stages.session import StageSession
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 
 STEPS = instruments.CORRECTNESS_STEPS
@@ -75,35 +76,14 @@ class CorrectnessStage:
         return with_leftover_findings(ctx, _Session(ctx).run())
 
 
-class _Session:
-    def __init__(self, ctx: StageContext) -> None:
-        assert ctx.config.entrypoint is not None
-        self.ctx = ctx
-        self.entrypoint = ctx.config.entrypoint
-        self.fallback = entrypoint_fallback(ctx)
-        self.findings: list[Finding] = []
-        self.runs: list[dict[str, Any]] = []
-        self.checks: dict[str, Any] = {}
-        self.stopped: str | None = None
+class _Session(StageSession):
+    stage = "correctness"
 
     def _run(self, label: str, purpose: str, specs: list[str], kwargs: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> EntrypointRun | None:
         run = run_entrypoint(
             self.ctx, label=label, amp=True if self.entrypoint.amp_switch else None, instruments=specs, kwargs_override=kwargs, options=options
         )
-        self.runs.append(
-            {
-                "label": label,
-                "purpose": purpose,
-                "kwargs": kwargs or {},
-                "duration_s": round(run.child.duration_s, 2),
-                "outcome": "returned" if run.ok else (run.failure() or "failed"),
-            }
-        )
-        if run.child.timed_out:
-            self.findings.append(hang_finding(self.ctx, run.child, f"The correctness stage's {label} run", run=label))
-            self.stopped = f"the {label} run did not finish within its budget"
-            return None
-        return run
+        return self._recorded(run, label, purpose, {"kwargs": kwargs or {}})
 
     def run(self) -> StageOutcome:
         specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES, LOSS_INPUTS, MIXING]
@@ -327,28 +307,8 @@ class _Session:
         )
 
     def _fail(self, run: EntrypointRun, what: str, *, reason: str, key: str = "", detail: str | None = None, observed_nothing: bool = False) -> None:
-        exc = run.exception or {}
-        frame = exc.get("target_frame")
-        location = Location(path=frame["path"], line=frame["line"], function=frame.get("function")) if frame else self.fallback
         self.stopped = self.stopped or what
-        self.findings.append(
-            self.ctx.stage_error(
-                what,
-                reason=reason,
-                key=key,
-                title=f"The correctness stage could not observe the training: {what}",
-                location=location,
-                problem=f"{what}: there was no training loop to observe, so no check could run." if observed_nothing else f"{what} ({run.failure() or 'returned'}); the checks that depend on it did not run.",
-                impact="Nothing this stage would have checked can be vouched for, so the gate blocks (fail closed).",
-                fix="Point [tool.traingate.entrypoint] at a function that trains for a few steps." if observed_nothing else "Run the execution stage for the entrypoint's own failure; if the failure only happens here, report it with this report.json.",
-                evidence=Evidence(
-                    kind=EvidenceKind.OBSERVED,
-                    summary=run.failure() or what,
-                    traceback=detail or exc.get("traceback") or (run.child.stderr[-8000:] or None),
-                    data={"returncode": run.child.returncode},
-                ),
-            )
-        )
+        super()._fail(run, what, reason=reason, key=key, detail=detail, observed_nothing=observed_nothing)
 
     # -- the outcome -------------------------------------------------------------------------------
     def _check_metrics(self) -> list[Metric]:
