@@ -5,7 +5,8 @@ The harness result's `instruments` field maps an instrument spec
 (`traingate.stages.contract.instruments`) to its payload; `check_instruments` validates each
 against its model when the result is read, so a payload of the wrong shape is a malformed
 result (the stage fails closed) instead of a `KeyError` or a silent default deep inside an
-analysis. The analyses keep reading the validated dicts.
+analysis. The analyses read each payload as its model (`EntrypointRun.payload` on the parent
+side), so a field is read by name and type, never through a dict default.
 """
 
 from __future__ import annotations
