@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from traingate.pipeline.config import TargetConfig  # noqa: E402
 from traingate.stages.base import StageContext, run_entrypoint  # noqa: E402
+from traingate.stages.contract.payloads.performance import MemoryRecord  # noqa: E402
 from traingate.stages.performance.memory import analyse  # noqa: E402
 
 FULL = "traingate.stages.performance.probe.instrument:full"
@@ -96,7 +97,7 @@ def profile(target: Path, call: str, kwargs: dict[str, Any], scratch: Path) -> d
 
 def verdict(memory: dict[str, Any], scratch: Path) -> tuple[bool, dict[str, Any]]:
     ctx = StageContext(stage="performance", root=scratch, config=TargetConfig(), device="cpu", deadline=time.time() + 60, scratch=scratch)
-    details, findings = analyse(ctx, memory, WARMUP, MIN_STEPS, "cpu")
+    details, findings = analyse(ctx, MemoryRecord.model_validate(memory), WARMUP, MIN_STEPS, "cpu")
     return any(f.category.value == "memory-leak" for f in findings), details["verdict"]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from traingate.pipeline.config import TargetConfig
 from traingate.stages.base import StageContext, run_entrypoint
 from traingate.stages.contract import instruments
+from traingate.stages.contract.payloads.performance import FullPayload
 from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES
 from traingate.stages.performance.probe.instrument import HEAVY_OPS_PER_STEP, STEADY_WINDOW_STEPS, WINDOW_STEPS
 from traingate.stages.performance.stage import analyse
@@ -94,7 +95,7 @@ def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(tmp_path: Pa
     counted = {int(step) for record in profile["syncs"]["records"] for step in record["per_step"]}
     assert counted and max(counted) < WINDOW_END
 
-    outcome = analyse(ctx, profile, {}, [], None)
+    outcome = analyse(ctx, FullPayload.model_validate(profile), {}, [], None)
     categories = {f.category.value for f in outcome.findings}
     assert "memory-leak" in categories  # found within the window: 4 KiB per step
     sync = next(f for f in outcome.findings if f.category.value == "host-sync")
@@ -116,7 +117,7 @@ def test_a_light_loop_is_instrumented_at_every_step(tmp_path: Path) -> None:
     assert window["instrumented_steps"] == STEPS
     assert len(profile["memory"]["held_bytes"]) == STEPS
     assert profile["syncs"]["steps_counted"] is None
-    outcome = analyse(ctx, profile, {}, [], None)
+    outcome = analyse(ctx, FullPayload.model_validate(profile), {}, [], None)
     assert "memory-leak" not in {f.category.value for f in outcome.findings}
     sync = next(f for f in outcome.findings if f.category.value == "host-sync")
     assert sync.evidence.data["steps_observed"] == STEPS
@@ -140,7 +141,7 @@ def test_a_steady_heavy_loop_ends_its_window_after_the_shortest_one(tmp_path: Pa
     assert 0 < profile["memory"]["step_graph_nodes"] < MAX_WALK_NODES
     assert window["graph_walk_capped"] is False
 
-    outcome = analyse(ctx, profile, {}, [], None)
+    outcome = analyse(ctx, FullPayload.model_validate(profile), {}, [], None)
     assert "memory-leak" not in {f.category.value for f in outcome.findings}
     held = next(m for m in outcome.metrics if m.id == "memory.held_growth")
     assert held.passed is True  # decided over min_steps points, not left undecided
@@ -167,7 +168,7 @@ def test_a_leak_that_starts_after_warm_up_keeps_the_whole_window(tmp_path: Path)
     window = profile["instrumentation"]
     assert window["ended_steady"] is False
     assert window["instrumented_steps"] == WINDOW_END
-    outcome = analyse(ctx, profile, {}, [], None)
+    outcome = analyse(ctx, FullPayload.model_validate(profile), {}, [], None)
     assert "memory-leak" in {f.category.value for f in outcome.findings}
 
 
@@ -180,6 +181,6 @@ def test_a_graph_larger_than_the_walk_cap_is_counted_up_to_it_and_says_so(tmp_pa
     assert profile["memory"]["step_graph_nodes"] == MAX_WALK_NODES
     window = profile["instrumentation"]
     assert window["graph_walk_capped"] is True and window["graph_walk_cap"] == MAX_WALK_NODES
-    outcome = analyse(ctx, profile, {}, [], None)
+    outcome = analyse(ctx, FullPayload.model_validate(profile), {}, [], None)
     nodes = next(m for m in outcome.metrics if m.id == "memory.graph_nodes_growth")
     assert f"at least {MAX_WALK_NODES:,} nodes" in (nodes.note or "")

@@ -11,6 +11,7 @@ import torch
 
 from tests.conftest import TARGETS, line_of
 from tests.test_performance import metric, only, perf_gate
+from traingate.stages.contract.payloads.performance import HolderRecord
 from traingate.stages.performance.probe.frame_index import FrameIndex
 from traingate.stages.performance.probe.holders import chain_keys, find_holder, live_tensors_with
 from traingate.stages.performance.stores import storing_lines
@@ -47,11 +48,19 @@ def test_a_detached_view_is_found_by_its_storage_and_its_holder_named() -> None:
 
 
 def test_stores_are_found_in_the_source_and_initialisation_is_not_one() -> None:
-    stores = storing_lines(TRACKER, {"kind": "attribute", "name": "_outputs", "owner": "ClassificationTracker", "path": "train.py"})
+    tracker = HolderRecord.model_validate({
+        "kind": "attribute", "name": "_outputs", "owner": "ClassificationTracker", "path": "train.py", "line": line_of(TRACKER / "train.py", "class ClassificationTracker"),
+        "held_type": "dict", "chain": ["dict", "dict"], "graph": False, "description": "`self._outputs` (dict) of `ClassificationTracker`", "reference": 'ClassificationTracker._outputs[<int>]["embeddings"]',
+    })
+    stores = storing_lines(TRACKER, tracker)
     assert [s["line"] for s in stores] == [line_of(TRACKER / "train.py", "marker: tracker-store")]
     assert stores[0]["function"] == "update"
     graph = TARGETS / "perf_leak_graph" / "train.py"
-    local = storing_lines(graph.parent, {"kind": "local", "name": "losses", "owner": "train", "path": "train.py", "line": line_of(graph, "def train(")})
+    losses = HolderRecord.model_validate({
+        "kind": "local", "name": "losses", "owner": "train", "path": "train.py", "line": line_of(graph, "def train("),
+        "held_type": "list", "chain": ["list"], "graph": True, "description": "local `losses` (list) in `train()`", "reference": "losses[<int>]",
+    })
+    local = storing_lines(graph.parent, losses)
     assert [s["line"] for s in local] == [line_of(graph, "marker: leak-append")]
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.conftest import TARGETS, GateRun, line_of
-from tests.test_perf_units import make_ctx
+from tests.test_perf_units import make_ctx, memory_record
 from tests.test_performance import perf_gate
 from traingate.pipeline.schema import Severity
 from traingate.stages.performance import memory as perf_memory
@@ -57,6 +57,7 @@ def memory_payload(host: list[int], graphs: list[dict[str, Any]] | None = None) 
     return {
         "source": "live tensor storages (dispatch-mode registry)", "held_bytes": [4096] * len(host), "checks": checks,
         "growth_lines": [], "step_graph_nodes": 10_000, "host_source": "host heap in use (glibc mallinfo2)", "host_bytes": host,
+        "peak_tracked_bytes": 8192, "storages_registered": 100, "retained_at_end": [],
     }
 
 
@@ -65,7 +66,7 @@ def test_host_growth_nothing_explains_is_a_leak_at_the_training_loop(tmp_path: P
 
     loop = Location(path="train.py", line=12, function="train")
     growing = [50_000_000 + 2_000_000 * i for i in range(20)]
-    details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory_payload(growing), 3, 8, "cpu", loop)
+    details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory_record(memory_payload(growing)), 3, 8, "cpu", loop)
     assert finding.category.value == "memory-leak" and finding.severity is Severity.HIGH
     assert finding.location == loop and finding.evidence.kind.value == "measured"
     assert details["verdict"]["leak"] and not details["verdict"]["bytes_leak"] and details["verdict"]["host"]["leak"]
@@ -73,7 +74,7 @@ def test_host_growth_nothing_explains_is_a_leak_at_the_training_loop(tmp_path: P
     small = [50_000_000 + int(HOST_MIN_SLOPE_BYTES / 4) * i for i in range(20)]
     jump = [50_000_000] * 10 + [58_000_000] * 10
     for series in (small, jump):
-        details, found = perf_memory.analyse(make_ctx(tmp_path), memory_payload(series), 3, 8, "cpu", loop)
+        details, found = perf_memory.analyse(make_ctx(tmp_path), memory_record(memory_payload(series)), 3, 8, "cpu", loop)
         assert found == [] and not details["verdict"]["leak"], details["verdict"]["reason"]
 
 
@@ -82,11 +83,12 @@ def test_a_graph_past_the_node_cap_is_followed_by_the_steps_it_holds(tmp_path: P
     graph = {
         "description": "local `total` (tensor with its autograd graph) in `train()`", "kind": "local", "name": "total", "owner": "train",
         "path": "train.py", "line": 1, "created_at": {"path": "train.py", "line": 2, "function": "train", "code": "total = 0"},
+        "held_type": "Tensor", "chain": [], "graph": True, "reference": "total",
     }
     host = [50_000_000 + 6_000_000 * i for i in range(20)]
     payload = memory_payload(host, [{**graph, "nodes": 10_000, "steps": 0}])
     payload["checks"][0]["graphs"][0]["steps"], payload["checks"][1]["graphs"][0]["steps"] = 11, 19
-    details, [finding] = perf_memory.analyse(make_ctx(tmp_path), payload, 3, 8, "cpu")
+    details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory_record(payload), 3, 8, "cpu")
     # Located at the store into the name, not where its storage was first made.
     assert (finding.location.path, finding.location.line) == ("train.py", 4)
     assert finding.evidence.data["node_count_capped"] and finding.evidence.data["host_bytes_per_step"] >= 5_000_000
@@ -94,7 +96,7 @@ def test_a_graph_past_the_node_cap_is_followed_by_the_steps_it_holds(tmp_path: P
     assert details["verdict"]["nodes"]["steps_held"] == [[11, 11], [19, 19]]
     # The same size, the same two steps held at each check: a graph that does not grow.
     steady = memory_payload([50_000_000] * 20, [{**graph, "nodes": 10_000, "steps": 2}])
-    assert perf_memory.analyse(make_ctx(tmp_path), steady, 3, 8, "cpu")[1] == []
+    assert perf_memory.analyse(make_ctx(tmp_path), memory_record(steady), 3, 8, "cpu")[1] == []
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.schema import Metric, PipelineReport, Severity
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.performance import AmpCounts, FullPayload, MemoryRecord, StepClockRecord, SyncRecords
 from traingate.stages.performance.stage import PerformanceStage, analyse
 
 
@@ -32,11 +33,31 @@ def as_report(baseline: dict[str, Any]) -> PipelineReport:
     })
 
 
-def clock(step_ms: list[float], data_ms: list[float] | None = None, losses: list[float] | None = None, loaders: list[Any] | None = None) -> dict[str, Any]:
+def clock(step_ms: list[float], data_ms: list[float] | None = None, losses: list[float] | None = None, loaders: list[Any] | None = None) -> StepClockRecord:
     steps = [t / 1e3 for t in step_ms]
     data = [t / 1e3 for t in (data_ms or [0.0] * len(step_ms))]
     host = {"step": steps, "data": data, "forward": [s * 0.3 for s in steps], "backward": [s * 0.5 for s in steps], "optimizer": [0.0] * len(steps), "rest": [0.0] * len(steps)}
-    return {"steps": len(steps), "training_device": "cpu", "host": host, "device": None, "losses": losses or [1.0] * len(steps), "loaders": loaders or [], "forward_sites": [], "peak_memory_bytes": None}
+    return StepClockRecord.model_validate({
+        "steps": len(steps), "backward_calls": len(steps), "training_forwards": len(steps), "training_device": "cpu", "host": host, "device": None,
+        "losses": losses or [1.0] * len(steps), "loaders": loaders or [], "forward_sites": [], "peak_memory_bytes": None, "truncated": False,
+    })
+
+
+def memory_record(memory: dict[str, Any]) -> MemoryRecord:
+    """A hand-made memory series as the probe's record: what the test leaves out is what a
+    run without retained tensors reports."""
+    return MemoryRecord.model_validate({
+        "source": "live tensor storages (dispatch-mode registry)", "peak_tracked_bytes": max(memory.get("held_bytes") or [0]), "storages_registered": 100,
+        "checks": [], "step_graph_nodes": 10, "growth_lines": [], "retained_at_end": [], **memory,
+    })
+
+
+def full_payload(profile: dict[str, Any]) -> FullPayload:
+    """A hand-made instrumented run's payload; the window covers every step, as on a light loop."""
+    steps = profile["clock"].steps
+    window = {"ops_per_step": 200, "heavy_ops_per_step": 50_000, "window_end": None, "window_planned": None, "ended_steady": False, "instrumented_steps": steps, "graph_walk_capped": False, "graph_walk_cap": 10_000}
+    syncs = {"in_data_loading": 0, "steps_counted": None, "sync_debug_mode": None, **profile["syncs"]}
+    return FullPayload.model_validate({**profile, "memory": memory_record(profile["memory"]), "syncs": syncs, "instrument_s": 0.01, "instrumentation": window})
 
 
 def baseline_with(metrics: list[dict[str, Any]], device: str = "cpu") -> dict[str, Any]:
@@ -90,7 +111,8 @@ def test_only_direct_per_step_syncs_become_findings(tmp_path: Path) -> None:
         {"kind": ".item()", "explicit": False, "site": ["a.py", 5, "f"], "direct": False, "via": "torch.amp.grad_scaler.GradScaler._maybe_opt_step", "per_step": {str(s): 1 for s in range(10)}, "before_training": 0},
         {"kind": ".tolist()", "explicit": False, "site": ["a.py", 9, "f"], "direct": True, "via": "", "per_step": {"10": 1}, "before_training": 0},
     ]
-    summary, findings = perf_sync.analyse(make_ctx(tmp_path), {"records": records}, 10, "cpu", lambda site: f"line {site[1]}")
+    syncs = SyncRecords.model_validate({"records": records, "in_data_loading": 0, "steps_counted": None, "sync_debug_mode": None})
+    summary, findings = perf_sync.analyse(make_ctx(tmp_path), syncs, 10, "cpu", lambda site: f"line {site[1]}")
     assert sorted((f.location.line, f.severity.value, f.blocking) for f in findings) == [(3, "low", False), (4, "high", True)]
     assert summary["library_per_step"] == pytest.approx(1.0)
     after = next(r for r in summary["rows"] if r["line"] == 9)
@@ -105,7 +127,7 @@ def test_amp_targets_are_not_applicable_on_cpu_and_gate_on_cuda(tmp_path: Path) 
     speed = next(m for m in perf_amp.metrics(cpu, ctx.config.policy, None) if m.name.startswith("AMP speedup"))
     assert speed.value == pytest.approx(10 / 12, rel=1e-3) and speed.passed is None and "not applicable on cpu" in speed.note
     assert perf_amp.target_findings(ctx, cpu, ctx.config.policy, None) == []
-    fp32["peak_memory_bytes"], amp["peak_memory_bytes"] = 1000, 900
+    fp32, amp = fp32.model_copy(update={"peak_memory_bytes": 1000}), amp.model_copy(update={"peak_memory_bytes": 900})
     cuda = perf_amp.compare(fp32, amp, 3, 8, "cuda")
     assert {f.category.value for f in perf_amp.target_findings(ctx, cuda, ctx.config.policy, None)} == {"amp-speedup", "amp-memory"}
     assert perf_amp.accuracy_finding(ctx, cpu, ctx.config.policy, None) is None  # 0.1 % drift
@@ -113,7 +135,7 @@ def test_amp_targets_are_not_applicable_on_cpu_and_gate_on_cuda(tmp_path: Path) 
 
 def loader(wait_ms: float, steps: int = 20, fed: int = 20, name: str = "t.Slow") -> dict[str, Any]:
     return {
-        "site": ["t.py", 9, "f"], "settings": {"num_workers": 0, "batch_size": 4}, "dataset": name, "getitem": ["t.py", 20, "__getitem__"],
+        "site": ["t.py", 9, "f"], "settings": {"num_workers": 0, "batch_size": 4, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}, "dataset": name, "getitem": ["t.py", 20, "__getitem__"],
         "wait_s": wait_ms * steps / 1e3, "batches": steps, "fed_steps": fed, "step_waits": {str(i): wait_ms / 1e3 for i in range(steps)},
     }
 
@@ -146,38 +168,44 @@ def test_the_stage_without_an_entrypoint_is_skipped(tmp_path: Path) -> None:
 def test_analyse_reports_what_was_not_measured(tmp_path: Path) -> None:
     profile = {
         "clock": clock([5.0] * 20),
-        "memory": {"source": "live tensor storages", "held_bytes": [1000] * 20, "peak_tracked_bytes": 2000, "checks": [], "growth_lines": [], "retained_at_end": []},
+        "memory": {"source": "live tensor storages (dispatch-mode registry)", "held_bytes": [1000] * 20, "peak_tracked_bytes": 2000, "checks": [], "growth_lines": [], "retained_at_end": []},
         "syncs": {"records": []},
-        "amp": {"matmul_dtypes_in_steps": {"float32": 40}, "reduced_in_steps": 0, "autocast": []},
+        "amp": {"matmul_dtypes_in_steps": {"float32": 40}, "matmul_dtypes_outside_steps": {}, "reduced_in_steps": 0, "autocast": []},
         "sampler": {"interval_s": 0.002, "samples": []},
     }
-    outcome = analyse(make_ctx(tmp_path, entrypoint={"call": "m:f", "amp_flag": "amp"}), profile, {"fp32": clock([5.0] * 20), "amp": clock([4.0] * 20)}, [], "amp")
+    outcome = analyse(make_ctx(tmp_path, entrypoint={"call": "m:f", "amp_flag": "amp"}), full_payload(profile), {"fp32": clock([5.0] * 20), "amp": clock([4.0] * 20)}, [], "amp")
     assert {f.category.value for f in outcome.findings} == {"amp-inactive"}
     assert any("AMP was not active" in line for line in outcome.details["not_measured"])
     assert any("no baseline" in line for line in outcome.details["not_measured"])
 
 
 def test_graphs_kept_in_a_container_or_grown_by_one_tensor_are_leaks(tmp_path: Path) -> None:
-    holder = {"description": "local `losses` (list) in `train()`", "graph": True, "chain": ["list"], "kind": "local", "name": "losses"}
+    holder = {
+        "description": "local `losses` (list) in `train()`", "graph": True, "chain": ["list"], "kind": "local", "name": "losses", "owner": "train", "path": "t.py", "line": 5,
+        "held_type": "list", "reference": "losses[<int>]", "steps": None, "created_at": {"path": "t.py", "line": 9, "function": "train", "code": "loss = f(x)"},
+    }
     site = {"site": {"path": "t.py", "line": 9, "function": "train", "code": "loss = f(x)"}, "storages": 0, "bytes": 0, "steps": 0}
     checks = [
         {"step": 11, "span": 7, "sites": [{**site, "storages": 7, "steps": 7}], "holder": holder, "graphs": []},
         {"step": 19, "span": 15, "sites": [{**site, "storages": 15, "steps": 15}], "holder": holder, "graphs": []},
     ]
     growth = [{"holder": holder["description"], "container": "list", "depth": 0, "site": {"path": "t.py", "line": 12, "function": "train", "code": "losses.append(loss)"}}]
-    memory = {"source": "x", "held_bytes": [1000 + 16 * i for i in range(30)], "checks": checks, "growth_lines": growth, "step_graph_nodes": 10}
+    memory = memory_record({"held_bytes": [1000 + 16 * i for i in range(30)], "checks": checks, "growth_lines": growth, "step_graph_nodes": 10})
     details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory, 3, 8, "cpu")
     # 16 bytes a step: under the floor by bytes alone, yet one verdict over both measures says leak.
     assert details["verdict"]["leak"] and not details["verdict"]["bytes_leak"]
     assert finding.category.value == "memory-leak" and finding.severity is Severity.HIGH
     assert (finding.location.path, finding.location.line) == ("t.py", 12)
-    graph = {"description": "local `total` (tensor with its autograd graph) in `train()`", "created_at": {"path": "t.py", "line": 14, "function": "train", "code": "total = total + loss"}}
-    running = {"source": "x", "held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [],
+    graph = {
+        "description": "local `total` (tensor with its autograd graph) in `train()`", "created_at": {"path": "t.py", "line": 14, "function": "train", "code": "total = total + loss"},
+        "kind": "local", "name": "total", "owner": "train", "path": "t.py", "line": 5, "held_type": "Tensor", "chain": [], "graph": True, "reference": "total", "steps": None,
+    }
+    running = {"held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [],
                "checks": [{"step": s, "span": 1, "sites": [], "holder": None, "graphs": [{**graph, "nodes": n}]} for s, n in ((11, 74), (19, 130), (35, 242))]}
-    _, [grown] = perf_memory.analyse(make_ctx(tmp_path), running, 3, 8, "cpu")
+    _, [grown] = perf_memory.analyse(make_ctx(tmp_path), memory_record(running), 3, 8, "cpu")
     assert grown.location.line == 14 and grown.evidence.data["nodes_at_step"] == [[11, 74], [19, 130], [35, 242]]
     bounded = {**running, "checks": [{**c, "graphs": [{**graph, "nodes": 40}]} for c in running["checks"]]}
-    assert perf_memory.analyse(make_ctx(tmp_path), bounded, 3, 8, "cpu")[1] == []
+    assert perf_memory.analyse(make_ctx(tmp_path), memory_record(bounded), 3, 8, "cpu")[1] == []
 
 
 @pytest.mark.parametrize(
@@ -216,7 +244,7 @@ def test_autocast_not_kept_off_the_cpu_by_a_device_check_is_no_gate(tmp_path: Pa
 
 def test_a_script_s_inactive_amp_is_named_by_its_amp_arguments(tmp_path: Path) -> None:
     ctx = make_ctx(tmp_path, entrypoint={"script": "train.py", "amp_args": {"on": ["--dtype=bfloat16"], "off": ["--dtype=float32"]}})
-    counts = {"matmul_dtypes_in_steps": {"float32": 40}, "reduced_in_steps": 0, "autocast": []}
+    counts = AmpCounts.model_validate({"matmul_dtypes_in_steps": {"float32": 40}, "matmul_dtypes_outside_steps": {}, "reduced_in_steps": 0, "autocast": []})
     finding, metrics = perf_amp.inactive_check(ctx, counts, [], "amp_args", "cpu")
     assert finding is not None and metrics == []
     assert finding.problem.startswith("With the script's AMP arguments (`--dtype=bfloat16`), all 40 matrix products")

@@ -12,17 +12,21 @@ import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of, run_gate
 from traingate.pipeline.schema import Metric
+from traingate.stages.contract.payloads.performance import AmpCounts, StepClockRecord
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression
 from traingate.stages.performance.spread import ratio_from_iqr, ratio_of_medians
 from traingate.stages.performance.stage import analyse
-from tests.test_perf_units import make_ctx
+from tests.test_perf_units import full_payload, make_ctx, memory_record
 
 
-def clock(step_ms: list[float], losses: list[float] | None = None) -> dict[str, Any]:
+def clock(step_ms: list[float], losses: list[float] | None = None) -> StepClockRecord:
     steps = [t / 1e3 for t in step_ms]
     zeros = [0.0] * len(steps)
     host = {"step": steps, "data": zeros, "forward": [s * 0.3 for s in steps], "backward": [s * 0.5 for s in steps], "optimizer": zeros, "rest": zeros}
-    return {"steps": len(steps), "training_device": "cpu", "host": host, "device": None, "losses": losses or [1.0] * len(steps), "loaders": [], "forward_sites": [], "peak_memory_bytes": None}
+    return StepClockRecord.model_validate({
+        "steps": len(steps), "backward_calls": len(steps), "training_forwards": len(steps), "training_device": "cpu", "host": host, "device": None,
+        "losses": losses or [1.0] * len(steps), "loaders": [], "forward_sites": [], "peak_memory_bytes": None, "truncated": False,
+    })
 
 
 def noisy(centre_ms: float, steps: int, spread: float, seed: int) -> list[float]:
@@ -30,8 +34,8 @@ def noisy(centre_ms: float, steps: int, spread: float, seed: int) -> list[float]
     return [centre_ms * (1 + rng.uniform(-spread, spread)) for _ in range(steps)]
 
 
-ACTIVE = {"matmul_dtypes_in_steps": {"bfloat16": 40}, "reduced_in_steps": 40, "autocast": []}
-INACTIVE = {"matmul_dtypes_in_steps": {"float32": 40}, "reduced_in_steps": 0, "autocast": []}
+ACTIVE = AmpCounts.model_validate({"matmul_dtypes_in_steps": {"bfloat16": 40}, "matmul_dtypes_outside_steps": {}, "reduced_in_steps": 40, "autocast": []})
+INACTIVE = AmpCounts.model_validate({"matmul_dtypes_in_steps": {"float32": 40}, "matmul_dtypes_outside_steps": {}, "reduced_in_steps": 0, "autocast": []})
 
 
 # -- timing ratios and their spread -------------------------------------------------------
@@ -80,7 +84,7 @@ def test_inactive_amp_reports_no_speedup_even_when_the_timings_differ(tmp_path: 
     assert perf_amp.amp_active(INACTIVE) is False and perf_amp.amp_active(ACTIVE) is True and perf_amp.amp_active(None) is None
     # Two fp32 runs whose medians differ 47x (one disturbed run): still not a speedup.
     fp32, amp = clock([47.5] * 30), clock([1.0] * 30)
-    fp32["peak_memory_bytes"], amp["peak_memory_bytes"] = 1000, 500
+    fp32, amp = fp32.model_copy(update={"peak_memory_bytes": 1000}), amp.model_copy(update={"peak_memory_bytes": 500})
     comparison = perf_amp.compare(fp32, amp, 3, 8, "cuda", active=False)
     assert comparison["speedup"] is None and comparison["speedup_spread"] is None and comparison["memory_reduction"] is None
     by_id = {m.id: m for m in perf_amp.metrics(comparison, ctx.config.policy, INACTIVE)}
@@ -93,12 +97,12 @@ def test_inactive_amp_reports_no_speedup_even_when_the_timings_differ(tmp_path: 
 def test_analyse_with_inactive_amp_says_so_and_prints_no_ratio(tmp_path: Path) -> None:
     profile = {
         "clock": clock([5.0] * 20),
-        "memory": {"source": "live tensor storages", "held_bytes": [1000] * 20, "peak_tracked_bytes": 2000, "checks": [], "growth_lines": [], "retained_at_end": []},
+        "memory": {"source": "live tensor storages (dispatch-mode registry)", "held_bytes": [1000] * 20, "peak_tracked_bytes": 2000, "checks": [], "growth_lines": [], "retained_at_end": []},
         "syncs": {"records": []},
         "amp": INACTIVE,
         "sampler": {"interval_s": 0.002, "samples": []},
     }
-    outcome = analyse(make_ctx(tmp_path, entrypoint={"call": "m:f", "amp_flag": "amp"}), profile, {"fp32": clock([47.5] * 20), "amp": clock([1.0] * 20)}, [], "amp")
+    outcome = analyse(make_ctx(tmp_path, entrypoint={"call": "m:f", "amp_flag": "amp"}), full_payload(profile), {"fp32": clock([47.5] * 20), "amp": clock([1.0] * 20)}, [], "amp")
     speed = next(m for m in outcome.metrics if m.id == "amp.speedup")
     assert speed.value is None and "AMP was not active" in (speed.note or "")
     assert outcome.details["amp"]["active"] is False and outcome.details["amp"]["speedup"] is None
@@ -125,9 +129,12 @@ def test_step_time_regression_rows_carry_the_ratios_spread(tmp_path: Path) -> No
 
 # -- one memory verdict --------------------------------------------------------------------
 def test_a_growing_graph_with_flat_bytes_is_one_leak_verdict(tmp_path: Path) -> None:
-    graph = {"description": "local `total` (tensor with its autograd graph) in `train()`", "created_at": {"path": "t.py", "line": 14, "function": "train", "code": "total = total + loss"}}
-    memory = {"source": "x", "held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [],
-              "checks": [{"step": s, "span": 1, "sites": [], "holder": None, "graphs": [{**graph, "nodes": n}]} for s, n in ((11, 74), (19, 130), (35, 242))]}
+    graph = {
+        "description": "local `total` (tensor with its autograd graph) in `train()`", "created_at": {"path": "t.py", "line": 14, "function": "train", "code": "total = total + loss"},
+        "kind": "local", "name": "total", "owner": "train", "path": "t.py", "line": 5, "held_type": "Tensor", "chain": [], "graph": True, "reference": "total", "steps": None,
+    }
+    memory = memory_record({"held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [],
+                            "checks": [{"step": s, "span": 1, "sites": [], "holder": None, "graphs": [{**graph, "nodes": n}]} for s, n in ((11, 74), (19, 130), (35, 242))]})
     details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory, 3, 8, "cpu")
     verdict = details["verdict"]
     assert verdict["leak"] and not verdict["bytes_leak"] and verdict["slope_bytes_per_step"] == 0
@@ -136,7 +143,7 @@ def test_a_growing_graph_with_flat_bytes_is_one_leak_verdict(tmp_path: Path) -> 
 
 
 def test_nothing_growing_is_no_leak_on_either_measure(tmp_path: Path) -> None:
-    memory = {"source": "x", "held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [], "checks": []}
+    memory = memory_record({"held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [], "checks": []})
     details, findings = perf_memory.analyse(make_ctx(tmp_path), memory, 3, 8, "cpu")
     assert findings == [] and not details["verdict"]["leak"] and details["verdict"]["nodes"]["per_step"] is None
 

@@ -24,6 +24,7 @@ from typing import Any
 from traingate.pipeline.config import PolicyConfig
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.performance import AmpCounts, Site, StepClockRecord
 from traingate.stages.performance.spread import RatioSpread, ratio_of_medians
 from traingate.stages.performance.timing import step_stats, step_times
 
@@ -39,30 +40,30 @@ def final_loss(losses: list[float | None]) -> tuple[float | None, int]:
     return (sum(tail) / len(tail), len(tail)) if tail else (None, 0)
 
 
-def amp_active(amp_counts: dict[str, Any] | None) -> bool | None:
+def amp_active(amp_counts: AmpCounts | None) -> bool | None:
     """Did the AMP run compute in reduced precision? From the instrumented AMP run's matrix
     products by dtype: None when they were not counted or there were none."""
     if not amp_counts:
         return None
-    total = sum(amp_counts["matmul_dtypes_in_steps"].values())
-    return None if total == 0 else amp_counts["reduced_in_steps"] > 0
+    total = sum(amp_counts.matmul_dtypes_in_steps.values())
+    return None if total == 0 else amp_counts.reduced_in_steps > 0
 
 
-def compare(fp32: dict[str, Any], amp: dict[str, Any], warmup: int, min_steps: int, device: str, active: bool | None = None) -> dict[str, Any]:
+def compare(fp32: StepClockRecord, amp: StepClockRecord, warmup: int, min_steps: int, device: str, active: bool | None = None) -> dict[str, Any]:
     """The side-by-side numbers (JSON-safe). With `active` False (no matrix product ran in
     reduced precision with AMP on) both runs computed in fp32: their time and memory ratios
     are noise between two like runs, not what AMP does, so none is reported."""
-    sides = {}
+    sides: dict[str, dict[str, Any]] = {}
     for label, clock in (("fp32", fp32), ("amp", amp)):
         stats = step_stats(clock, warmup, min_steps)
-        loss, averaged = final_loss(clock.get("losses", []))
+        loss, averaged = final_loss(clock.losses)
         sides[label] = {
-            "steps": clock.get("steps", 0),
+            "steps": clock.steps,
             "step": stats.record() if stats else None,
-            "peak_memory_bytes": clock.get("peak_memory_bytes"),
+            "peak_memory_bytes": clock.peak_memory_bytes,
             "final_loss": loss,
             "final_loss_steps": averaged,
-            "losses": clock.get("losses", []),
+            "losses": list(clock.losses),
         }
     s32, samp = sides["fp32"]["step"], sides["amp"]["step"]
     spread = ratio_of_medians(step_times(fp32, warmup), step_times(amp, warmup)) if s32 and samp and active is not False else None
@@ -87,7 +88,7 @@ def _speedup_spread(comparison: dict[str, Any]) -> RatioSpread | None:
     return RatioSpread(record["ratio"], record["low"], record["high"], record["method"]) if record else None
 
 
-def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[str, Any] | None) -> list[Metric]:
+def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: AmpCounts | None) -> list[Metric]:
     device = comparison["device"]
     cuda = device == "cuda"
     out = []
@@ -136,22 +137,22 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: dict[s
         note=f"mean of the last {comparison['sides']['amp']['final_loss_steps']} step losses, AMP vs fp32, on {device}" if drift is not None else "not measured: no scalar loss was backpropagated",
     ))
     if amp_counts is not None:
-        reduced = amp_counts["reduced_in_steps"]
-        total = sum(amp_counts["matmul_dtypes_in_steps"].values())
+        reduced = amp_counts.reduced_in_steps
+        total = sum(amp_counts.matmul_dtypes_in_steps.values())
         out.append(Metric(
             id="amp.reduced_matmuls",
             name="AMP reduced-precision matrix products in training steps",
             value=reduced,
             unit="ops",
-            note=f"of {total} matrix products (mm/addmm/bmm/conv/attention) in the instrumented AMP run: {amp_counts['matmul_dtypes_in_steps']}",
+            note=f"of {total} matrix products (mm/addmm/bmm/conv/attention) in the instrumented AMP run: {amp_counts.matmul_dtypes_in_steps}",
         ))
     return out
 
 
-def amp_location(amp_counts: dict[str, Any] | None, forward_sites: list[Any]) -> Location | None:
-    uses = [u for u in (amp_counts or {}).get("autocast", []) if u["site"]]
-    enabled = sorted((u for u in uses if u["enabled"]), key=lambda u: -u["entries"])
-    site = enabled[0]["site"] if enabled else (uses[0]["site"] if uses else (forward_sites[0][0] if forward_sites else None))
+def amp_location(amp_counts: AmpCounts | None, forward_sites: list[tuple[Site, int]]) -> Location | None:
+    uses = [u for u in amp_counts.autocast if u.site] if amp_counts else []
+    enabled = sorted((u for u in uses if u.enabled), key=lambda u: -u.entries)
+    site = enabled[0].site if enabled else (uses[0].site if uses else (forward_sites[0][0] if forward_sites else None))
     return Location(path=site[0], line=site[1], function=site[2]) if site else None
 
 
@@ -328,7 +329,7 @@ def not_applicable_metric(gate: dict[str, Any], setting: str, device: str) -> Me
     )
 
 
-def inactive_check(ctx: StageContext, amp_counts: dict[str, Any] | None, forward_sites: list[Any], flag: str, device: str) -> tuple[Finding | None, list[Metric]]:
+def inactive_check(ctx: StageContext, amp_counts: AmpCounts | None, forward_sites: list[tuple[Site, int]], flag: str, device: str) -> tuple[Finding | None, list[Metric]]:
     """`amp-inactive` and, where the target deliberately leaves AMP off on this device, the
     metric that says the check is not applicable here and how to run it where it is."""
     if not amp_counts:
@@ -336,7 +337,7 @@ def inactive_check(ctx: StageContext, amp_counts: dict[str, Any] | None, forward
     gate = None
     on_args = _amp_on_args(ctx)
     if device != "cuda" and amp_active(amp_counts) is False:
-        files = [str(site[0][0]) for site in forward_sites if site and site[0]] + [str(u["site"][0]) for u in amp_counts.get("autocast", []) if u.get("site")]
+        files = [str(site[0][0]) for site in forward_sites if site and site[0]] + [str(u.site[0]) for u in amp_counts.autocast if u.site]
         gate = cuda_only_gate(ctx.root, amp_flag_names(flag, on_args), list(dict.fromkeys(files)))
     finding = inactive_finding(ctx, amp_counts, forward_sites, flag, device, gate)
     if finding is None and gate is not None:
@@ -345,7 +346,7 @@ def inactive_check(ctx: StageContext, amp_counts: dict[str, Any] | None, forward
 
 
 def inactive_finding(
-    ctx: StageContext, amp_counts: dict[str, Any], forward_sites: list[Any], flag: str, device: str, cuda_gate: dict[str, Any] | None = None
+    ctx: StageContext, amp_counts: AmpCounts, forward_sites: list[tuple[Site, int]], flag: str, device: str, cuda_gate: dict[str, Any] | None = None
 ) -> Finding | None:
     """`amp-inactive`: AMP switched on, yet no matrix product ran in reduced precision.
 
@@ -353,27 +354,27 @@ def inactive_finding(
     the target's code switches AMP on only on CUDA (`cuda_gate`): there it is not applicable
     (the caller says so in a metric). Autocast entered while the forward pass runs outside it
     is reported on every device."""
-    dtypes = amp_counts["matmul_dtypes_in_steps"]
+    dtypes = amp_counts.matmul_dtypes_in_steps
     total = sum(dtypes.values())
-    if total == 0 or amp_counts["reduced_in_steps"] > 0:
+    if total == 0 or amp_counts.reduced_in_steps > 0:
         return None
     script = flag == "amp_args"
     switch = "the script's AMP arguments" if script else "the flag"
-    uses = [u for u in amp_counts.get("autocast", []) if u["site"]]
-    empty = sorted((u for u in uses if u["enabled"]), key=lambda u: -u["entries"])
-    disabled = [u for u in uses if not u["enabled"]]
+    uses = [u for u in amp_counts.autocast if u.site]
+    empty = sorted((u for u in uses if u.enabled), key=lambda u: -u.entries)
+    disabled = [u for u in uses if not u.enabled]
     if not empty and device != "cuda" and cuda_gate is not None:
         return None
     if empty:
         use = empty[0]
-        site = use["site"]
+        site = use.site
         cause = (
-            f"autocast({use['device']}, {use['dtype']}) was entered {use['entries']} times at {site[0]}:{site[1]}, "
-            f"but {sum(use['matmuls'].values())} matrix products ran inside it; the forward pass runs outside the `with` block"
+            f"autocast({use.device}, {use.dtype}) was entered {use.entries} times at {_at(site)}, "
+            f"but {sum(use.matmuls.values())} matrix products ran inside it; the forward pass runs outside the `with` block"
         )
     elif disabled:
-        site = disabled[0]["site"]
-        cause = f"autocast was entered at {site[0]}:{site[1]} with enabled=False: {switch} {'do' if script else 'does'} not reach it"
+        site = disabled[0].site
+        cause = f"autocast was entered at {_at(site)} with enabled=False: {switch} {'do' if script else 'does'} not reach it"
     else:
         site = forward_sites[0][0] if forward_sites else None
         cause = f"autocast was never entered: {switch} {'switch' if script else 'switches'} nothing on"
@@ -387,10 +388,15 @@ def inactive_finding(
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=f"0 of {total} matrix products in float16/bfloat16 on {device}",
-            data={"matmul_dtypes_in_steps": dtypes, "autocast": amp_counts.get("autocast", []), "amp_flag": flag, "device": device},
+            data={"matmul_dtypes_in_steps": dict(dtypes), "autocast": [u.model_dump(mode="json", exclude_unset=True) for u in amp_counts.autocast], "amp_flag": flag, "device": device},
         ),
         key="amp-inactive",
     )
+
+
+def _at(site: Site | None) -> str:
+    """`path:line` of a site the caller kept only when it was set."""
+    return f"{site[0]}:{site[1]}" if site else ""
 
 
 def accuracy_finding(ctx: StageContext, comparison: dict[str, Any], policy: PolicyConfig, location: Location | None) -> Finding | None:

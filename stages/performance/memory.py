@@ -34,13 +34,16 @@ medium otherwise.
 
 from __future__ import annotations
 
-from itertools import pairwise
-
 from collections import Counter
+from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
+
+from pydantic import BaseModel
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
+from traingate.stages.contract.payloads.performance import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
 
@@ -55,31 +58,30 @@ GRAPH_STEPS = 3
 TABLE_ROWS = 12
 
 
-def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: int, device: str, loop_site: Location | None = None) -> tuple[dict[str, Any], list[Finding]]:
+def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int, device: str, loop_site: Location | None = None) -> tuple[dict[str, Any], list[Finding]]:
     """Details and findings from the tensor bytes, the host memory and the autograd graphs
     held between steps; `loop_site` (the training loop's model call) locates a host-memory
     leak nothing else located."""
-    held = [int(v) for v in memory.get("held_bytes", [])]
+    held = list(memory.held_bytes)
     series = held[warmup:]
     verdict = decide([float(v) for v in series], min_steps)
     host = host_verdict(memory, warmup, min_steps)
     attribution = attribute(memory)
-    holder = attribution.get("holder")
-    attribution["stores"] = storing_lines(ctx.root, holder) if holder else []
-    attribution["stored_at"] = stored_at(attribution)
+    attribution.stores = storing_lines(ctx.root, attribution.holder) if attribution.holder else []
+    attribution.stored_at = stored_at(attribution)
     graphs = growing_graphs(memory)
-    details = {
-        "source": memory.get("source"),
+    details: dict[str, Any] = {
+        "source": memory.source,
         "verdict": verdict.record(),
-        "host": {"source": memory.get("host_source"), "verdict": host.record() if host else None},
+        "host": {"source": memory.host_source, "verdict": host.record() if host else None},
         "chart": chart(held, warmup),
         "table": table(held, warmup),
-        "peak_tracked_bytes": memory.get("peak_tracked_bytes"),
-        "attribution": attribution,
-        "graphs": graphs,
+        "peak_tracked_bytes": memory.peak_tracked_bytes,
+        "attribution": attribution.record(),
+        "graphs": [g.record() for g in graphs],
     }
     host_leak = host if host is not None and host.leak else None
-    findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g["growing"]]
+    findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g.growing]
     kept = kept_graphs(memory)
     details["kept_graphs"] = kept
     nodes = node_growth(graphs, kept if verdict.steps >= min_steps else None)
@@ -93,23 +95,23 @@ def analyse(ctx: StageContext, memory: dict[str, Any], warmup: int, min_steps: i
     return details, findings
 
 
-def host_verdict(memory: dict[str, Any], warmup: int, min_steps: int) -> LeakVerdict | None:
+def host_verdict(memory: MemoryRecord, warmup: int, min_steps: int) -> LeakVerdict | None:
     """The same trend test over the process's host memory, with the host floor; None when
     the probe had no host measure."""
-    host = [float(v) for v in memory.get("host_bytes", [])]
-    if not memory.get("host_source") or len(host) <= warmup:
+    host = [float(v) for v in memory.host_bytes]
+    if not memory.host_source or len(host) <= warmup:
         return None
     return decide(host[warmup:], min_steps, floor=HOST_MIN_SLOPE_BYTES)
 
 
-def node_growth(graphs: list[dict[str, Any]], kept: dict[str, Any] | None) -> dict[str, Any]:
+def node_growth(graphs: list[HeldGraph], kept: dict[str, Any] | None) -> dict[str, Any]:
     """The second measure: autograd nodes held between steps, per step, from the checks.
     The fastest-growing holder: a named tensor whose graph keeps growing, or a container
     that keeps each step's tensors with their graphs. `leak` when one of them is a leak.
     Node counts that stopped at the walk cap give no rate (None); the steps held are kept."""
-    series = [(g["holder"]["description"], g["points"], g.get("steps_held", [])) for g in graphs if g["growing"]]
+    series: list[tuple[str, list[list[int]], list[list[int | None]]]] = [(g.holder.description, g.points, g.steps_held) for g in graphs if g.growing]
     if kept is not None:
-        series.append((kept["description"], [[p["step"], p["nodes"]] for p in kept["points"] if p.get("nodes") is not None], []))
+        series.append((kept["description"], [[p["step"], p["nodes"]] for p in kept["points"] if p["nodes"] is not None], []))
     measured = []
     for description, points, steps_held in series:
         per_step = None
@@ -147,16 +149,16 @@ def combined_verdict(bytes_verdict: LeakVerdict, nodes: dict[str, Any], leak: bo
     }
 
 
-def kept_graphs(memory: dict[str, Any]) -> dict[str, Any] | None:
+def kept_graphs(memory: MemoryRecord) -> dict[str, Any] | None:
     """A container that keeps one tensor per step together with its autograd graph, seen
     growing at two checks at least: `losses.append(loss)`. Its tensor bytes may be under
     the floor (a scalar loss), but each kept tensor keeps its step's graph nodes too."""
-    points = []
-    for check in memory.get("checks", []):
-        holder = check.get("holder")
-        if holder and holder.get("graph") and holder.get("chain") and check.get("sites"):
-            top = check["sites"][0]
-            points.append({"step": check["step"], "description": holder["description"], "storages": top["storages"], "steps": top["steps"], "span": check["span"], "nodes": holder.get("nodes")})
+    points: list[dict[str, Any]] = []
+    for check in memory.checks:
+        holder = check.holder
+        if holder and holder.graph and holder.chain and check.sites:
+            top = check.sites[0]
+            points.append({"step": check.step, "description": holder.description, "storages": top.storages, "steps": top.steps, "span": check.span, "nodes": holder.nodes})
     if len(points) < 2 or len({p["description"] for p in points[-2:]}) != 1:
         return None
     a, b = points[-2], points[-1]
@@ -165,60 +167,102 @@ def kept_graphs(memory: dict[str, Any]) -> dict[str, Any] | None:
     return {"description": b["description"], "points": points}
 
 
-def growing_graphs(memory: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass
+class HeldGraph:
+    """One named tensor's autograd graph over the checks: its size (`points`, [step, nodes])
+    and the steps its nodes come from (`steps_held`, [step, steps or None]) at each."""
+
+    holder: GraphHolder  # as seen at the last check
+    points: list[list[int]]
+    steps_held: list[list[int | None]]
+    step_nodes: int
+    growing: bool
+
+    def record(self) -> dict[str, Any]:
+        return {"description": self.holder.description, "holder": _json(self.holder), "points": self.points, "steps_held": self.steps_held, "step_nodes": self.step_nodes, "growing": self.growing}
+
+
+def growing_graphs(memory: MemoryRecord) -> list[HeldGraph]:
     """Autograd graphs held by one named tensor, by name, with their size and the steps they
     hold at each check. Growing: seen at two checks at least, and either holding nodes from
     more steps at each (and at least GRAPH_STEPS at the last: probe/graph_span.py, which does
     not depend on the graph's size), or larger at each and at the last at least GRAPH_STEPS
     steps' worth of nodes (where the nodes carry no creation numbers)."""
-    step_nodes = int(memory.get("step_graph_nodes") or 0)
-    series: dict[str, dict[str, Any]] = {}
-    for check in memory.get("checks", []):
-        for g in check.get("graphs", []):
-            item = series.setdefault(g["description"], {"holder": g, "points": [], "steps": []})
-            item["points"].append([check["step"], g["nodes"]])
-            item["steps"].append([check["step"], g.get("steps")])
-            item["holder"] = g
-    out = []
-    for description, item in series.items():
-        nodes = [n for _, n in item["points"]]
-        spans = [n for _, n in item["steps"]]
-        by_steps = len(spans) >= 2 and None not in spans and all(b > a for a, b in pairwise(spans)) and spans[-1] >= GRAPH_STEPS
+    step_nodes = memory.step_graph_nodes
+    series: dict[str, HeldGraph] = {}
+    for check in memory.checks:
+        for g in check.graphs:
+            item = series.setdefault(g.description, HeldGraph(g, [], [], step_nodes, False))
+            item.points.append([check.step, g.nodes])
+            item.steps_held.append([check.step, g.steps])
+            item.holder = g
+    for item in series.values():
+        nodes = [n for _, n in item.points]
+        spans = [n for _, n in item.steps_held]
+        by_steps = len(spans) >= 2 and None not in spans and all(b > a for a, b in pairwise(_known(spans))) and _known(spans)[-1] >= GRAPH_STEPS
         by_nodes = step_nodes > 0 and len(nodes) >= 2 and all(b > a for a, b in pairwise(nodes)) and nodes[-1] >= GRAPH_STEPS * step_nodes
-        out.append({"description": description, "holder": item["holder"], "points": item["points"], "steps_held": item["steps"], "step_nodes": step_nodes, "growing": by_steps or by_nodes})
-    return out
+        item.growing = by_steps or by_nodes
+    return list(series.values())
 
 
-def attribute(memory: dict[str, Any]) -> dict[str, Any]:
+def _known(values: list[int | None]) -> list[int]:
+    return [v for v in values if v is not None]
+
+
+@dataclass
+class Attribution:
+    """Where retained tensors were created (`sites`), what holds them, the line seen adding
+    to it (`growth`), and the lines the source stores into it with (`stores`, `stored_at`)."""
+
+    sites: list[RetainedSite]
+    holder: CheckHolder | None
+    growth: GrowthLine | None
+    checked_at_step: int | None
+    stores: list[dict[str, Any]] = field(default_factory=list)
+    stored_at: dict[str, Any] | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "sites": [_json(s) for s in self.sites], "holder": _json(self.holder) if self.holder else None, "growth": _json(self.growth) if self.growth else None,
+            "checked_at_step": self.checked_at_step, "stores": self.stores, "stored_at": self.stored_at,
+        }
+
+
+def attribute(memory: MemoryRecord) -> Attribution:
     """Where retained tensors were created, what holds them, the line that adds to it."""
-    checks = memory.get("checks", [])
-    with_sites = [c for c in checks if c.get("sites")]
+    checks = memory.checks
+    with_sites = [c for c in checks if c.sites]
     latest = with_sites[-1] if with_sites else None
-    holder = next((c["holder"] for c in reversed(checks) if c.get("holder")), None)
+    holder = next((c.holder for c in reversed(checks) if c.holder), None)
     growth = None
     if holder is not None:
-        lines = [g for g in memory.get("growth_lines", []) if g["holder"] == holder["description"] and g.get("site")]
+        lines = [g for g in memory.growth_lines if g.holder == holder.description]
         if lines:
-            shallowest = min(g["depth"] for g in lines)
-            counted = Counter((g["site"]["path"], g["site"]["line"]) for g in lines if g["depth"] == shallowest)
+            shallowest = min(g.depth for g in lines)
+            counted = Counter((g.site.path, g.site.line) for g in lines if g.depth == shallowest)
             (path, line), _ = counted.most_common(1)[0]
-            growth = next(g for g in lines if (g["site"]["path"], g["site"]["line"]) == (path, line))
-    sites = latest["sites"] if latest else memory.get("retained_at_end", [])
-    return {"sites": sites[:6], "holder": holder, "growth": growth, "checked_at_step": latest["step"] if latest else None}
+            growth = next(g for g in lines if (g.site.path, g.site.line) == (path, line))
+    sites = latest.sites if latest else memory.retained_at_end
+    return Attribution(sites[:6], holder, growth, latest.step if latest else None)
 
 
-def _holder_key(holder: dict[str, Any] | None) -> str:
+def _json(record: BaseModel) -> dict[str, Any]:
+    """A payload record as the result's JSON had it: the keys the probe wrote."""
+    return record.model_dump(mode="json", exclude_unset=True)
+
+
+def _holder_key(holder: HolderRecord | None) -> str:
     """What holds the memory, as data (kind, owner, name), for the fingerprint."""
     if not holder:
         return ""
-    return ":".join(str(holder.get(part) or "") for part in ("kind", "owner", "name"))
+    return ":".join(str(part or "") for part in (holder.kind, holder.owner, holder.name))
 
 
-def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, Any], device: str, host: LeakVerdict | None) -> Finding:
-    holder = graph["holder"]
-    (first_step, first), (last_step, last) = graph["points"][0], graph["points"][-1]
+def _graph_finding(ctx: StageContext, graph: HeldGraph, memory: MemoryRecord, device: str, host: LeakVerdict | None) -> Finding:
+    holder = graph.holder
+    (first_step, first), (last_step, last) = graph.points[0], graph.points[-1]
     per_step = (last - first) / max(1, last_step - first_step)
-    spans = [p for p in graph.get("steps_held", []) if p[1] is not None]
+    spans = [p for p in graph.steps_held if p[1] is not None]
     site = graph_store(ctx, holder)
     location = location_of(site)
     code = site["code"] if site else ""
@@ -226,22 +270,22 @@ def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, A
     capped = per_step <= 0 and bool(spans)
     if capped and spans:
         grew = f"holds nodes made in {spans[0][1]} steps at step {spans[0][0]} and in {spans[-1][1]} at step {spans[-1][0]}"
-        size = f"one step's graph has at least {graph['step_nodes']:,} nodes"
+        size = f"one step's graph has at least {graph.step_nodes:,} nodes"
     else:
         grew = f"grew from {first:,} nodes at step {first_step} to {last:,} at step {last_step} ({per_step:.0f} nodes per step)"
-        size = f"one step's graph has {graph['step_nodes']:,}"
+        size = f"one step's graph has {graph.step_nodes:,}"
     host_sentence = (
-        f" The process's {memory.get('host_source') or 'host memory'} grew {_bytes(host.slope_bytes_per_step)} per step over {host.steps} steps"
+        f" The process's {memory.host_source or 'host memory'} grew {_bytes(host.slope_bytes_per_step)} per step over {host.steps} steps"
         f" (r^2 {host.r2:.2f}) while the tensor storages did not: that is the graph's nodes."
         if host is not None else ""
     )
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH,
-        title=f"An autograd graph held by {holder['description']} grows every step",
+        title=f"An autograd graph held by {holder.description} grows every step",
         location=location,
         problem=(
-            f"{holder['description']} is a tensor whose autograd graph {grew}; {size}: it keeps every step's graph"
+            f"{holder.description} is a tensor whose autograd graph {grew}; {size}: it keeps every step's graph"
             + (f", stored at `{code}`" if code else "") + ". Backward frees the saved tensors, so the tensor bytes do not show it; the graph nodes stay."
             + host_sentence
         ),
@@ -255,31 +299,31 @@ def _graph_finding(ctx: StageContext, graph: dict[str, Any], memory: dict[str, A
                 + f" on {device}"
             ),
             data={
-                "held_by": holder, "nodes_at_step": graph["points"], "steps_held_at_step": graph.get("steps_held", []), "nodes_per_step": round(per_step, 1),
-                "one_step_graph_nodes": graph["step_nodes"], "node_count_capped": capped, "stored_at": site, "device": device,
-                "host_bytes_per_step": round(host.slope_bytes_per_step, 1) if host is not None else None, "host_measure": memory.get("host_source"),
+                "held_by": _json(holder), "nodes_at_step": graph.points, "steps_held_at_step": graph.steps_held, "nodes_per_step": round(per_step, 1),
+                "one_step_graph_nodes": graph.step_nodes, "node_count_capped": capped, "stored_at": site, "device": device,
+                "host_bytes_per_step": round(host.slope_bytes_per_step, 1) if host is not None else None, "host_measure": memory.host_source,
             },
         ),
         key=f"graph\x1f{_holder_key(holder)}\x1f{code}",
     )
 
 
-def graph_store(ctx: StageContext, holder: dict[str, Any]) -> dict[str, Any] | None:
+def graph_store(ctx: StageContext, holder: GraphHolder) -> dict[str, Any] | None:
     """Where a held graph is stored into its name: the line that made the tensor's storage
     when the source stores into the name there (`total = total + loss`), else the first such
     store in the source (`total += loss` on a tensor made before the loop), else the line
     that made it."""
-    created = holder.get("created_at")
+    created = holder.created_at
     stores = storing_lines(ctx.root, holder)
-    if created and (not stores or any((s["path"], s["line"]) == (created["path"], created["line"]) for s in stores)):
-        return dict(created)
-    return dict(stores[0]) if stores else (dict(created) if created else None)
+    if created and (not stores or any((s["path"], s["line"]) == (created.path, created.line) for s in stores)):
+        return _json(created)
+    return dict(stores[0]) if stores else (_json(created) if created else None)
 
 
-def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, memory: dict[str, Any], device: str, loop_site: Location | None) -> Finding:
+def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, memory: MemoryRecord, device: str, loop_site: Location | None) -> Finding:
     """Host memory grows while no tensor storage or named graph does: measured, not located
     beyond the training loop."""
-    source = memory.get("host_source") or "host memory"
+    source = memory.host_source or "host memory"
     return ctx.finding(
         category=CATEGORY,
         severity=severity_for(host, graph=False),
@@ -301,24 +345,25 @@ def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, mem
     )
 
 
-def stored_at(attribution: dict[str, Any]) -> dict[str, Any] | None:
+def stored_at(attribution: Attribution) -> dict[str, Any] | None:
     """The line that stores into the holder: the one seen growing it when the source agrees
     (or has no store the parser recognises), else the first store found in the source."""
-    observed = (attribution.get("growth") or {}).get("site")
-    stores = attribution.get("stores") or []
-    if observed and (not stores or any((s["path"], s["line"]) == (observed["path"], observed["line"]) for s in stores)):
-        return {**observed, "how": "observed growing the holder while one step was traced" + (" and found in the source" if stores else "")}
+    observed = attribution.growth.site if attribution.growth else None
+    stores = attribution.stores
+    if observed and (not stores or any((s["path"], s["line"]) == (observed.path, observed.line) for s in stores)):
+        return {**_json(observed), "how": "observed growing the holder while one step was traced" + (" and found in the source" if stores else "")}
     if stores:
         return {**stores[0], "how": "found in the source: a store into the holder"}
     return None
 
 
-def _location(attribution: dict[str, Any]) -> Location | None:
+def _location(attribution: Attribution) -> Location | None:
+    holder, growth = attribution.holder, attribution.growth
     candidates = [
-        attribution.get("stored_at"),
-        (attribution.get("growth") or {}).get("site"),
-        (attribution.get("holder") or {}).get("created_at"),
-        next((s["site"] for s in attribution.get("sites", []) if s.get("site")), None),
+        attribution.stored_at,
+        _json(growth.site) if growth else None,
+        _json(holder.created_at) if holder and holder.created_at else None,
+        next((_json(s.site) for s in attribution.sites if s.site), None),
     ]
     return location_of(next((c for c in candidates if c), None))
 
@@ -333,15 +378,15 @@ def severity_for(verdict: LeakVerdict, graph: bool) -> Severity:
     return Severity.HIGH if steady and large else Severity.MEDIUM
 
 
-def _problem(verdict: LeakVerdict, attribution: dict[str, Any], device: str, kept: dict[str, Any] | None, nodes: dict[str, Any] | None) -> str:
+def _problem(verdict: LeakVerdict, attribution: Attribution, device: str, kept: dict[str, Any] | None, nodes: dict[str, Any] | None) -> str:
     """The finding's problem statement: the growth, where the retained tensors were made,
     what holds them and where it is stored into, and the autograd nodes they keep."""
-    holder = attribution.get("holder")
-    growth = attribution.get("growth")
-    graph = bool(holder and holder.get("graph"))
-    held_by = holder["description"] if holder else None
-    stored = attribution.get("stored_at")
-    created = [f"{s['site']['path']}:{s['site']['line']} (`{s['site']['code']}`, {s['bytes']:,} bytes from {s['steps']} steps)" for s in attribution.get("sites", []) if s.get("site")][:3]
+    holder = attribution.holder
+    growth = attribution.growth
+    graph = bool(holder and holder.graph)
+    held_by = holder.description if holder else None
+    stored = attribution.stored_at
+    created = [f"{s.site.path}:{s.site.line} (`{s.site.code}`, {s.bytes:,} bytes from {s.steps} steps)" for s in attribution.sites if s.site][:3]
     sentences = [
         f"Memory held at the step boundary grew from {_mib(verdict.start_bytes)} to {_mib(verdict.start_bytes + verdict.total_growth_bytes)} "
         f"over {verdict.steps} steps after warm-up: {verdict.slope_bytes_per_step:,.0f} bytes per step (r^2 {verdict.r2:.2f}, "
@@ -350,10 +395,10 @@ def _problem(verdict: LeakVerdict, attribution: dict[str, Any], device: str, kep
     if created:
         sentences.append("The retained tensors were created at " + "; ".join(created) + ".")
     if holder and held_by:
-        reference = f" (`{holder['reference']}`)" if holder.get("reference") else ""
-        where = f", stored into at {stored['path']}:{stored['line']} `{stored['code']}`" if stored else (f", which grows at `{growth['site']['code']}`" if growth else "")
+        reference = f" (`{holder.reference}`)" if holder.reference else ""
+        where = f", stored into at {stored['path']}:{stored['line']} `{stored['code']}`" if stored else (f", which grows at `{growth.site.code}`" if growth else "")
         sentences.append(f"They are held by {held_by}{reference}{where}.")
-    elif attribution.get("sites"):
+    elif attribution.sites:
         sentences.append("No holder was found (no named variable, global or attribute was reached from the retained tensors), so the finding points at where they were created.")
         if graph:
             sentences.append("The held tensors still carry their autograd graphs, so every step also keeps its graph nodes alive.")
@@ -368,14 +413,14 @@ def _problem(verdict: LeakVerdict, attribution: dict[str, Any], device: str, kep
     return " ".join(sentences)
 
 
-def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any], memory: dict[str, Any], device: str, kept: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None) -> Finding:
-    holder = attribution.get("holder")
-    growth = attribution.get("growth")
-    graph = bool(holder and holder.get("graph"))
+def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: Attribution, memory: MemoryRecord, device: str, kept: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None) -> Finding:
+    holder = attribution.holder
+    growth = attribution.growth
+    graph = bool(holder and holder.graph)
     location = _location(attribution)
-    held_by = holder["description"] if holder else None
-    stored = attribution.get("stored_at")
-    key_code = (stored or {}).get("code") or (growth or {}).get("site", {}).get("code") or (location.function if location else "")
+    held_by = holder.description if holder else None
+    stored = attribution.stored_at
+    key_code = (stored or {}).get("code") or (growth.site.code if growth else "") or (location.function if location else "")
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH if kept is not None else severity_for(verdict, graph),
@@ -398,13 +443,13 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: dict[str, Any
                 "bytes_leak": verdict.leak,
                 "nodes_per_step": nodes.get("per_step") if nodes else None,
                 "device": device,
-                "measured_as": memory.get("source"),
-                "held_by": holder,
-                "grows_at": growth["site"] if growth else None,
+                "measured_as": memory.source,
+                "held_by": _json(holder) if holder else None,
+                "grows_at": _json(growth.site) if growth else None,
                 "stored_at": stored,
-                "holder_reference": holder.get("reference") if holder else None,
+                "holder_reference": holder.reference if holder else None,
                 "holder_found": holder is not None,
-                "retained_by_creation_site": attribution.get("sites"),
+                "retained_by_creation_site": [_json(s) for s in attribution.sites],
                 "kept_with_graphs": kept,
             },
         ),

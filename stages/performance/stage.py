@@ -16,19 +16,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.contract import instruments
+from traingate.stages.contract.payloads.base import Payload
+from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, StepClockRecord
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
 
 FULL = instruments.PERFORMANCE_FULL
 LIGHT = instruments.PERFORMANCE_LIGHT
+P = TypeVar("P", bound=Payload)
 
 
 class PerformanceStage:
@@ -57,25 +60,23 @@ class PerformanceStage:
             ctx, label="profile", amp=True if flag else None, instruments=[FULL],
             options={"warmup_steps": warmup, "min_steps": settings.min_steps}, budget_s=ctx.child_budget() * (0.6 if len(timing_plan) > 1 else 0.7),
         )
-        broken = _broken(ctx, profile_run, FULL, "The instrumented training run", run_id="profile")
-        if broken is not None:
-            return broken
-        profile = profile_run.instrument(FULL)
-        steps = int(profile["clock"]["steps"])
+        profile = _measured(ctx, profile_run, FULL, FullPayload, "The instrumented training run", run_id="profile")
+        if isinstance(profile, StageOutcome):
+            return profile
+        steps = profile.clock.steps
         if steps == 0:
-            return _no_steps(ctx, profile_run, profile["clock"])
+            return _no_steps(ctx, profile_run, profile.clock)
 
-        timings: dict[str, list[dict[str, Any]]] = {}
+        timings: dict[str, list[StepClockRecord]] = {}
         runs = [_run_record("profile (instrumented)", True if flag else None, profile_run, steps)]
         for index, (label, amp) in enumerate(timing_plan):
             left = len(timing_plan) - index
             run = run_entrypoint(ctx, label=f"timing-{label}", amp=amp, instruments=[LIGHT], budget_s=ctx.child_budget() / left)
-            broken = _broken(ctx, run, LIGHT, f"The {label} timing run", run_id=f"timing-{label}")
-            if broken is not None:
-                return broken
-            clock = run.instrument(LIGHT)["clock"]
-            timings.setdefault(label, []).append(clock)
-            runs.append(_run_record(f"timing ({label})", amp, run, clock["steps"]))
+            light = _measured(ctx, run, LIGHT, LightPayload, f"The {label} timing run", run_id=f"timing-{label}")
+            if isinstance(light, StageOutcome):
+                return light
+            timings.setdefault(label, []).append(light.clock)
+            runs.append(_run_record(f"timing ({label})", amp, run, light.clock.steps))
         return analyse(ctx, profile, {k: _fastest(v, warmup) for k, v in timings.items()}, runs, flag)
 
 
@@ -92,12 +93,12 @@ class _Measured:
     not_measured: list[str] = field(default_factory=list)
 
 
-def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[str, Any]], runs: list[dict[str, Any]], flag: str | None) -> StageOutcome:
+def analyse(ctx: StageContext, profile: FullPayload, timings: dict[str, StepClockRecord], runs: list[dict[str, Any]], flag: str | None) -> StageOutcome:
     """Findings, metrics and report details from what the runs measured."""
     settings = ctx.config.performance
-    clock = profile["clock"]
-    steps = int(clock["steps"])
-    device = "cuda" if str(clock["training_device"]).startswith("cuda") else "cpu"
+    clock = profile.clock
+    steps = clock.steps
+    device = "cuda" if clock.training_device.startswith("cuda") else "cpu"
     out = _Measured(ctx, device, settings.warmup_steps, settings.min_steps)
     out.metrics.append(Metric(
         id="steps.profiled", name="training steps observed", value=steps, unit="steps",
@@ -111,10 +112,10 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
     regression = _regression_section(out, spreads, few_step_rows)
     out.not_measured += perf_consistency.undecided_misses(out.metrics, out.findings)
     details = {
-        "device": clock["training_device"],
+        "device": clock.training_device,
         "device_kind": device,
-        "steps": {"observed": steps, "warmup": out.warmup, "profiled": max(0, steps - out.warmup), "truncated": clock.get("truncated", False), "instrumented": _instrumented_steps(profile, steps)},
-        "instrumentation": profile.get("instrumentation"),
+        "steps": {"observed": steps, "warmup": out.warmup, "profiled": max(0, steps - out.warmup), "truncated": clock.truncated, "instrumented": _instrumented_steps(profile, steps)},
+        "instrumentation": profile.instrumentation.model_dump(mode="json", exclude_unset=True),
         "runs": runs,
         "memory": memory,
         "syncs": sync_summary,
@@ -125,15 +126,15 @@ def analyse(ctx: StageContext, profile: dict[str, Any], timings: dict[str, dict[
         "stall": stall,
         "regression": regression,
         "not_measured": out.not_measured,
-        "instrument_s": profile.get("instrument_s"),
+        "instrument_s": profile.instrument_s,
     }
     summary = _summary(steps, out.warmup, device, out.findings, timing_details)
     return StageOutcome(summary=summary, metrics=out.metrics, findings=out.findings, details=details)
 
 
-def _memory_section(out: _Measured, profile: dict[str, Any], flag: str | None) -> dict[str, Any]:
+def _memory_section(out: _Measured, profile: FullPayload, flag: str | None) -> dict[str, Any]:
     """memory-leak: one verdict over tensor bytes, held graphs and host memory, a metric each."""
-    memory, leaks = perf_memory.analyse(out.ctx, profile["memory"], out.warmup, out.min_steps, out.device, _loop_site(profile["clock"]))
+    memory, leaks = perf_memory.analyse(out.ctx, profile.memory, out.warmup, out.min_steps, out.device, _loop_site(profile.clock))
     out.findings += leaks
     verdict = memory["verdict"]
     # One verdict over the measures: a leak found from any one fails this metric, whatever the others say.
@@ -172,22 +173,22 @@ def _memory_section(out: _Measured, profile: dict[str, Any], flag: str | None) -
     if verdict["steps"] < out.min_steps and not verdict["leak"]:
         out.not_measured.append(f"Memory leak: {verdict['reason']}.")
     if out.device == "cpu":
-        out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile["memory"]["peak_tracked_bytes"], unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
+        out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile.memory.peak_tracked_bytes, unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
     return memory
 
 
-def _sync_section(out: _Measured, profile: dict[str, Any], steps: int) -> dict[str, Any]:
+def _sync_section(out: _Measured, profile: FullPayload, steps: int) -> dict[str, Any]:
     """host-sync: syncs per step and call site, the target's and the libraries' apart."""
     # On a heavy loop syncs are counted over the instrumented window only: rates are per counted step.
-    sync_steps = min(steps, int(profile["syncs"].get("steps_counted") or steps))
-    sync_summary, sync_findings = perf_sync.analyse(out.ctx, profile["syncs"], sync_steps, out.device, _code_reader(out.ctx.root))
+    sync_steps = min(steps, profile.syncs.steps_counted or steps)
+    sync_summary, sync_findings = perf_sync.analyse(out.ctx, profile.syncs, sync_steps, out.device, _code_reader(out.ctx.root))
     out.findings += sync_findings
     out.metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
     out.metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
     return sync_summary
 
 
-def _timing_section(out: _Measured, timings: dict[str, dict[str, Any]]) -> tuple[dict[str, str], dict[str, Any], list[dict[str, Any]]]:
+def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tuple[dict[str, str], dict[str, Any], list[dict[str, Any]]]:
     """Step time per timing run: median and spread, or, with too few steps, the sign test
     against the baseline. Returns the median->spread metric ids, the per-run statistics and
     the few-step comparisons."""
@@ -210,35 +211,35 @@ def _timing_section(out: _Measured, timings: dict[str, dict[str, Any]]) -> tuple
         out.metrics.append(Metric(id=median_id, name=f"step time, median ({label})", value=round(stats.median_s * 1e3, 4), unit="ms", note=f"{stats.steps} steps after warm-up, {stats.clock} clock, on {out.device}"))
         out.metrics.append(Metric(id=iqr_id, name=f"step time, IQR ({label})", value=round(stats.iqr_s * 1e3, 4), unit="ms", note="interquartile range of the step times"))
         timing_details[label] = stats.record()
-        if run_clock.get("peak_memory_bytes") is not None:
-            out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}device.{label}", name=f"peak device memory ({label})", value=run_clock["peak_memory_bytes"], unit="bytes", note="torch.cuda.max_memory_allocated"))
+        if run_clock.peak_memory_bytes is not None:
+            out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}device.{label}", name=f"peak device memory ({label})", value=run_clock.peak_memory_bytes, unit="bytes", note="torch.cuda.max_memory_allocated"))
     return spreads, timing_details, few_step_rows
 
 
-def _amp_section(out: _Measured, profile: dict[str, Any], timings: dict[str, dict[str, Any]], flag: str | None) -> dict[str, Any] | None:
+def _amp_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> dict[str, Any] | None:
     """AMP on vs off: speedup, memory, loss drift, and whether reduced precision ran at all."""
     if not flag:
         out.not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
         return None
     if "fp32" not in timings or "amp" not in timings:
         return None
-    ctx, policy, clock = out.ctx, out.ctx.config.policy, profile["clock"]
-    amp_counts = profile.get("amp")
+    ctx, policy, clock = out.ctx, out.ctx.config.policy, profile.clock
+    amp_counts = profile.amp
     comparison = perf_amp.compare(timings["fp32"], timings["amp"], out.warmup, out.min_steps, out.device, perf_amp.amp_active(amp_counts))
     amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
     out.metrics += amp_metrics
-    location = perf_amp.amp_location(amp_counts, clock.get("forward_sites", []))
-    inactive, not_applicable = perf_amp.inactive_check(ctx, amp_counts, clock.get("forward_sites", []), flag, out.device)
+    location = perf_amp.amp_location(amp_counts, clock.forward_sites)
+    inactive, not_applicable = perf_amp.inactive_check(ctx, amp_counts, clock.forward_sites, flag, out.device)
     out.findings += [inactive] if inactive else []
     out.metrics += not_applicable
     accuracy = perf_amp.accuracy_finding(ctx, comparison, policy, location)
     out.findings += [accuracy] if accuracy else []
     out.findings += perf_amp.target_findings(ctx, comparison, policy, location)
     out.not_measured += [f"{m.name}: {m.note}." for m in amp_metrics if m.passed is None and m.threshold is not None]
-    return {**comparison, "counts": amp_counts, "location": location.model_dump() if location else None}
+    return {**comparison, "counts": amp_counts.model_dump(mode="json", exclude_unset=True), "location": location.model_dump() if location else None}
 
 
-def _stall_section(out: _Measured, profile: dict[str, Any], timings: dict[str, dict[str, Any]], flag: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _stall_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """input-stall and the step's time breakdown, from the primary timing run."""
     primary = "amp" if flag else "default"
     primary_clock = timings.get(primary) or next(iter(timings.values()), None)
@@ -283,35 +284,35 @@ def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timi
     return f"Profiled {max(0, steps - warmup)} training steps (after {warmup} warm-up) on {device}" + (f"; {times}" if times else "") + f"; {found}."
 
 
-def _instrumented_steps(profile: dict[str, Any], steps: int) -> int:
+def _instrumented_steps(profile: FullPayload, steps: int) -> int:
     """Steps whose operators the storage tracker and the sync counter saw (all of them
     unless the loop was heavy enough for a bounded window)."""
-    return int((profile.get("instrumentation") or {}).get("instrumented_steps") or steps)
+    return profile.instrumentation.instrumented_steps or steps
 
 
-def _window_note(profile: dict[str, Any], steps: int) -> str:
+def _window_note(profile: FullPayload, steps: int) -> str:
     counted = _instrumented_steps(profile, steps)
     if counted >= steps:
         return ""
-    window = profile.get("instrumentation") or {}
-    note = f"; about {window.get('ops_per_step') or 0:,} operators per step, so memory and syncs were measured over the first {counted} steps only (step times over all)"
-    if window.get("ended_steady"):
-        note += f"; the window ended before its {window.get('window_planned')} steps because held memory, retained tensors and syncs per step did not change over them"
+    window = profile.instrumentation
+    note = f"; about {window.ops_per_step or 0:,} operators per step, so memory and syncs were measured over the first {counted} steps only (step times over all)"
+    if window.ended_steady:
+        note += f"; the window ended before its {window.window_planned} steps because held memory, retained tensors and syncs per step did not change over them"
     return note
 
 
-def _graph_walk_note(profile: dict[str, Any]) -> str:
+def _graph_walk_note(profile: FullPayload) -> str:
     """On a loop whose one step's graph reaches the walk cap, node counts are lower bounds."""
-    window = profile.get("instrumentation") or {}
-    if not window.get("graph_walk_capped"):
+    window = profile.instrumentation
+    if not window.graph_walk_capped:
         return ""
-    return f"; one step's autograd graph has at least {window.get('graph_walk_cap') or 0:,} nodes, where graph walks stop, so graphs held across steps are followed by the steps their nodes come from, not by node count, on this loop (retained bytes and host memory still are)"
+    return f"; one step's autograd graph has at least {window.graph_walk_cap:,} nodes, where graph walks stop, so graphs held across steps are followed by the steps their nodes come from, not by node count, on this loop (retained bytes and host memory still are)"
 
 
-def _fastest(clocks: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+def _fastest(clocks: list[StepClockRecord], warmup: int) -> StepClockRecord:
     """With several timing runs per setting, the one with the lowest median step time (the
     least disturbed by the machine's other load)."""
-    def key(clock: dict[str, Any]) -> float:
+    def key(clock: StepClockRecord) -> float:
         stats = perf_timing.step_stats(clock, warmup, 1)
         return stats.median_s if stats else float("inf")
 
@@ -338,21 +339,24 @@ def _code_reader(root: Path) -> Any:
     return code_of
 
 
-def _broken(ctx: StageContext, run: EntrypointRun, spec: str, what: str, run_id: str) -> StageOutcome | None:
-    """A run that overran, raised, died or lost its instrument: nothing it measured counts.
-    `run_id` names the run in the finding's fingerprint."""
+def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[P], what: str, run_id: str) -> P | StageOutcome:
+    """The run's payload for `spec`; or, for a run that overran, raised, died or lost its
+    instrument, the outcome that says so: nothing it measured counts. `run_id` names the run
+    in the finding's fingerprint."""
     if run.child.timed_out:
         return StageOutcome(summary=f"{what} overran its budget", findings=[hang_finding(ctx, run.child, what, run=run_id)])
-    data = run.instrument(spec) if run.result else {}
-    if run.ok and data and "error" not in data:
-        return None
+    payload = run.payload(spec, model) if run.ok else None
+    if payload is not None:
+        return payload
     if is_target_crash(ctx, run):
         # The target's own code crashed: its defect, at its line, not a failure of the gate.
         crash = entrypoint_crash_finding(ctx, run, f"The performance stage's {what[4:] if what.startswith('The ') else what} of {_entrypoint_label(ctx)}")
         return StageOutcome(summary=f"{what} crashed in the target's code", findings=[crash])
     if run.ok:
-        problem = f"{what} finished, but its instrument reported no data" + (f": {data['error'][-500:]}" if data.get("error") else "")
-        traceback, location = data.get("error"), None
+        # The instrument's collect() raised: its traceback is all the run handed back for it.
+        error = run.instrument(spec).get(instruments.ERROR_KEY)
+        problem = f"{what} finished, but its instrument reported no data" + (f": {error[-500:]}" if error else "")
+        traceback, location = error, None
     else:
         problem = f"{what} {run.failure()}"
         exc = run.exception or {}
@@ -377,10 +381,10 @@ def _entrypoint_label(ctx: StageContext) -> str:
     return ep.label if ep is not None else "the entrypoint"
 
 
-def _no_steps(ctx: StageContext, run: EntrypointRun, clock: dict[str, Any]) -> StageOutcome:
+def _no_steps(ctx: StageContext, run: EntrypointRun, clock: StepClockRecord) -> StageOutcome:
     """Zero optimizer steps: there was no training step to profile; that never passes."""
     called = float((run.result or {}).get("duration_s") or 0.0)
-    seen = f"{clock.get('training_forwards', 0)} forward passes with gradients and {clock.get('backward_calls', 0)} backward calls"
+    seen = f"{clock.training_forwards} forward passes with gradients and {clock.backward_calls} backward calls"
     finding = ctx.stage_error(
         "no optimizer step",
         reason="no-optimizer-step",
@@ -395,15 +399,15 @@ def _no_steps(ctx: StageContext, run: EntrypointRun, clock: dict[str, Any]) -> S
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=f"0 optimizer steps observed; {seen}",
-            data={"call_s": round(called, 3), "backward_calls": clock.get("backward_calls", 0), "training_forwards": clock.get("training_forwards", 0), "returned": (run.result or {}).get("returned")},
+            data={"call_s": round(called, 3), "backward_calls": clock.backward_calls, "training_forwards": clock.training_forwards, "returned": (run.result or {}).get("returned")},
         ),
     )
     return StageOutcome(summary="no training step to profile", findings=[finding])
 
 
-def _loop_site(clock: dict[str, Any]) -> Location | None:
+def _loop_site(clock: StepClockRecord) -> Location | None:
     """The training loop's model call: the most frequent outermost forward site."""
-    sites = clock.get("forward_sites") or []
+    sites = clock.forward_sites
     if not sites:
         return None
     path, line, function = sites[0][0]

@@ -10,26 +10,28 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from traingate.stages.contract.payloads.performance import HolderRecord
+
 _ADDERS = {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft", "__setitem__"}
 
 
-def storing_lines(root: Path, holder: dict[str, Any]) -> list[dict[str, Any]]:
+def storing_lines(root: Path, holder: HolderRecord) -> list[dict[str, Any]]:
     """Lines in the holder's source that store into it, as sites: for an attribute, the
     methods of its class; for a global, the whole module; for a local, its function."""
-    path = holder.get("path") or ""
+    path = holder.path
     try:
         source = (root / path).read_text(encoding="utf-8", errors="replace")
         tree = ast.parse(source)
     except (OSError, SyntaxError, ValueError):
         return []
-    kind, name = holder.get("kind"), str(holder.get("name") or "")
+    kind, name = holder.kind, holder.name
     scopes: list[ast.AST]
     if kind == "attribute":
-        cls = str(holder.get("owner") or "").rsplit(".", 1)[-1]
+        cls = holder.owner.rsplit(".", 1)[-1]
         scopes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls]
     elif kind == "local":
-        line = int(holder.get("line") or 0)
-        scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or n.lineno) and n.name == holder.get("owner")]
+        line = holder.line
+        scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.lineno <= line <= (n.end_lineno or n.lineno) and n.name == holder.owner]
     else:
         scopes = [tree]
     lines = source.splitlines()

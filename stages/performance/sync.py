@@ -17,6 +17,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.performance import SyncRecords, SyncSiteRecord
 from traingate.stages.performance.sign_test import sign_test
 
 CATEGORY = Category.HOST_SYNC
@@ -46,24 +47,24 @@ class SiteSyncs:
         return (counted / len(whole) if len(whole) else 0.0), covered, len(whole)
 
 
-def by_site(records: list[dict[str, Any]], steps: int, direct: bool, code_of: Any) -> list[SiteSyncs]:
+def by_site(records: list[SyncSiteRecord], steps: int, direct: bool, code_of: Any) -> list[SiteSyncs]:
     sites: dict[tuple[str, int, str], SiteSyncs] = {}
     for r in records:
-        if r["direct"] is not direct or not r["site"]:
+        if r.direct is not direct or not r.site:
             continue
-        key = (str(r["site"][0]), int(r["site"][1]), str(r["site"][2]))
+        key = (str(r.site[0]), int(r.site[1]), str(r.site[2]))
         item = sites.get(key)
         if item is None:
             item = sites[key] = SiteSyncs(key, code_of(key))
-        item.kinds.add(r["kind"] if direct else f"{r['kind']} in {r['via']}")
-        item.explicit |= bool(r["explicit"])
-        for step, n in r["per_step"].items():
+        item.kinds.add(r.kind if direct else f"{r.kind} in {r.via}")
+        item.explicit |= r.explicit
+        for step, n in r.per_step.items():
             step_i = int(step)
             if step_i < steps:
                 item.per_step[step_i] = item.per_step.get(step_i, 0) + n
             else:
                 item.outside += n
-        item.outside += r.get("before_training", 0)
+        item.outside += r.before_training
     return sorted(sites.values(), key=lambda s: (-s.in_steps(steps), s.site))
 
 
@@ -73,8 +74,8 @@ def severity_for(rate: float, explicit: bool) -> Severity:
     return Severity.MEDIUM if rate >= SEVERAL else Severity.LOW
 
 
-def analyse(ctx: StageContext, syncs: dict[str, Any], steps: int, device: str, code_of: Any) -> tuple[dict[str, Any], list[Finding]]:
-    records = syncs.get("records", [])
+def analyse(ctx: StageContext, syncs: SyncRecords, steps: int, device: str, code_of: Any) -> tuple[dict[str, Any], list[Finding]]:
+    records = syncs.records
     target = by_site(records, steps, True, code_of)
     library = by_site(records, steps, False, code_of)
     findings = []
@@ -94,8 +95,8 @@ def analyse(ctx: StageContext, syncs: dict[str, Any], steps: int, device: str, c
         "rows": rows,
         "target_per_step": target_rate,
         "library_per_step": library_rate,
-        "in_data_loading": syncs.get("in_data_loading", 0),
-        "cuda_sync_debug": syncs.get("sync_debug_mode"),
+        "in_data_loading": syncs.in_data_loading,
+        "cuda_sync_debug": [r.model_dump(mode="json", exclude_unset=True) for r in syncs.sync_debug_mode] if syncs.sync_debug_mode is not None else None,
         "counted_as": (
             "Counted on cpu: every call that would synchronise host and device if the loop ran on CUDA"
             if device == "cpu"

@@ -14,6 +14,7 @@ from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.contract.payloads.performance import FullPayload, LoaderRecord, PhaseTimes, StepClockRecord
 from traingate.stages.performance.sign_test import sign_test
 
 PHASES = ("data", "forward", "backward", "optimizer", "rest")
@@ -42,15 +43,15 @@ def profiled(values: list[float], warmup: int) -> list[float]:
     return values[warmup:] if len(values) > warmup else []
 
 
-def step_times(clock: dict[str, Any], warmup: int) -> list[float]:
+def step_times(clock: StepClockRecord, warmup: int) -> list[float]:
     """The step times after warm-up, in seconds: CUDA events where the run has them, else host."""
-    source = clock["device"] if clock.get("device") else clock["host"]
-    return profiled(source["step"], warmup)
+    source = clock.device if clock.device is not None else clock.host
+    return profiled(source.step, warmup)
 
 
-def step_stats(clock: dict[str, Any], warmup: int, min_steps: int) -> StepStats | None:
+def step_stats(clock: StepClockRecord, warmup: int, min_steps: int) -> StepStats | None:
     """Median and spread of the step time; None with fewer than `min_steps` after warm-up."""
-    name = "cuda events" if clock.get("device") else "host"
+    name = "cuda events" if clock.device is not None else "host"
     times = step_times(clock, warmup)
     if len(times) < max(min_steps, 2):
         return None
@@ -59,50 +60,55 @@ def step_stats(clock: dict[str, Any], warmup: int, min_steps: int) -> StepStats 
     return StepStats(len(times), mid, q3 - q1, median(abs(t - mid) for t in times), name)
 
 
-def breakdown(clock: dict[str, Any], warmup: int) -> dict[str, Any] | None:
+def _phases(times: PhaseTimes) -> dict[str, list[float]]:
+    return {"data": times.data, "forward": times.forward, "backward": times.backward, "optimizer": times.optimizer, "rest": times.rest}
+
+
+def breakdown(clock: StepClockRecord, warmup: int) -> dict[str, Any] | None:
     """Mean time per step in each phase (device clock on CUDA, else host) and its share."""
-    source = clock.get("device") or clock["host"]
-    totals = {p: sum(profiled(source[p], warmup)) for p in PHASES}
-    steps = len(profiled(source["step"], warmup))
+    source = clock.device if clock.device is not None else clock.host
+    phases = _phases(source)
+    totals = {p: sum(profiled(phases[p], warmup)) for p in PHASES}
+    steps = len(profiled(source.step, warmup))
     whole = sum(totals.values())
     if steps == 0 or whole <= 0:
         return None
     return {
         "steps": steps,
-        "clock": "cuda events" if clock.get("device") else "host",
+        "clock": "cuda events" if clock.device is not None else "host",
         "phases": [{"phase": p, "mean_ms": totals[p] / steps * 1e3, "share": totals[p] / whole} for p in PHASES],
     }
 
 
-def training_loader(clock: dict[str, Any]) -> dict[str, Any] | None:
+def training_loader(clock: StepClockRecord) -> LoaderRecord | None:
     """The loader that fed the training steps (its batch was the last fetched before most
     optimizer steps); an evaluation loader iterated between epochs is not it."""
-    loaders = [loader for loader in clock.get("loaders", []) if loader.get("fed_steps")]
-    return max(loaders, key=lambda loader: loader["fed_steps"]) if loaders else None
+    loaders = [loader for loader in clock.loaders if loader.fed_steps]
+    return max(loaders, key=lambda loader: loader.fed_steps) if loaders else None
 
 
-def wait_shares(clock: dict[str, Any], warmup: int, loader: dict[str, Any]) -> list[float]:
+def wait_shares(clock: StepClockRecord, warmup: int, loader: LoaderRecord) -> list[float]:
     """Per profiled step: time waiting for `loader` / the step's time (host clock)."""
-    steps = clock["host"]["step"]
-    waits = loader.get("step_waits", {})
+    steps = clock.host.step
+    waits = loader.step_waits
     return [waits.get(str(i), 0.0) / steps[i] for i in range(warmup, len(steps)) if steps[i] > 0]
 
 
-def sampled_sites(profile: dict[str, Any], phase: str = "rest", limit: int = 8) -> list[dict[str, Any]]:
+def sampled_sites(profile: FullPayload, phase: str = "rest", limit: int = 8) -> list[dict[str, Any]]:
     """The heaviest target lines sampled in `phase` in the instrumented run: "rest" (outside
     data, forward, backward and optimizer) or "data" (the main process producing a batch,
     as with num_workers=0)."""
-    sampler = profile.get("sampler") or {}
-    interval = float(sampler.get("interval_s", 0.0))
-    rows = [s for s in sampler.get("samples", []) if s["phase"] == phase and s["site"]]
-    return [{"site": s["site"], "samples": s["count"], "approx_ms": s["count"] * interval * 1e3} for s in rows[:limit]]
+    sampler = profile.sampler
+    interval = sampler.interval_s
+    rows = [s for s in sampler.samples if s.phase == phase and s.site]
+    return [{"site": list(s.site), "samples": s.count, "approx_ms": s.count * interval * 1e3} for s in rows[:limit] if s.site]
 
 
-def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps: int, label: str, data_sites: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], Finding | None]:
+def input_stall(ctx: StageContext, clock: StepClockRecord, warmup: int, min_steps: int, label: str, data_sites: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], Finding | None]:
     """`input-stall`: the training step waits on data loading for a large share of its time."""
     loader = training_loader(clock)
     shares = wait_shares(clock, warmup, loader) if loader else []
-    public = {k: v for k, v in loader.items() if k != "step_waits"} if loader else None
+    public = loader.model_dump(mode="json", exclude_unset=True, exclude={"step_waits"}) if loader else None
     summary: dict[str, Any] = {"steps": len(shares), "median_share": median(shares) if shares else None, "loader": public, "min_steps": min_steps}
     if loader is None or not shares:
         summary["decided"] = False
@@ -116,13 +122,13 @@ def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps
     if not summary["decided"] or share <= STALL_SHARE or (len(shares) < min_steps and not test.decisive_above):
         return summary, None
     location = _loader_location(loader)
-    host = clock["host"]
-    waits = loader.get("step_waits", {})
-    data_ms = median(waits.get(str(i), 0.0) for i in range(warmup, len(host["step"]))) * 1e3
-    step_ms = median(profiled(host["step"], warmup)) * 1e3
-    settings = loader["settings"]
+    host = clock.host
+    waits = loader.step_waits
+    data_ms = median(waits.get(str(i), 0.0) for i in range(warmup, len(host.step))) * 1e3
+    step_ms = median(profiled(host.step, warmup)) * 1e3
+    settings = loader.settings
     severity = Severity.HIGH if share >= STALL_HIGH_SHARE else Severity.MEDIUM
-    where = "its `__getitem__`" if loader.get("getitem") else "the DataLoader built here"
+    where = "its `__getitem__`" if loader.getitem else "the DataLoader built here"
     if data_sites:
         top = data_sites[0]["site"]
         where += f" (most sampled line while waiting: {top[0]}:{top[1]} in `{top[2]}`)"
@@ -133,8 +139,8 @@ def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps
         location=location,
         problem=(
             f"Over {len(shares)} steps after warm-up ({label} run), the median step spent {data_ms:.1f} ms of {step_ms:.1f} ms "
-            f"waiting for its batch ({share:.0%}); the loader uses num_workers={settings.get('num_workers')}, "
-            f"batch_size={settings.get('batch_size')}. The time goes to {where}. Decided by the {test.statement('above the ' + format(STALL_SHARE, '.0%') + ' threshold')}."
+            f"waiting for its batch ({share:.0%}); the loader uses num_workers={settings.num_workers}, "
+            f"batch_size={settings.batch_size}. The time goes to {where}. Decided by the {test.statement('above the ' + format(STALL_SHARE, '.0%') + ' threshold')}."
         ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
@@ -146,19 +152,19 @@ def input_stall(ctx: StageContext, clock: dict[str, Any], warmup: int, min_steps
                 "steps": len(shares),
                 "threshold_share": STALL_SHARE,
                 "sign_test": test.record(f"above the {STALL_SHARE:.0%} threshold"),
-                "loader": {"dataset": loader["dataset"], "created_at": loader["site"], **settings},
+                "loader": {"dataset": loader.dataset, "created_at": list(loader.site) if loader.site is not None else None, **settings.model_dump(mode="json", exclude_unset=True)},
                 "run": label,
                 "clock": "host",
                 "sampled_lines_while_waiting": data_sites or [],
             },
         ),
-        key=f"input-stall {loader['dataset']}",
+        key=f"input-stall {loader.dataset}",
     )
     return summary, finding
 
 
-def _loader_location(loader: dict[str, Any]) -> Location | None:
-    site = loader.get("getitem") or loader.get("site")
+def _loader_location(loader: LoaderRecord) -> Location | None:
+    site = loader.getitem or loader.site
     if not site:
         return None
     return Location(path=site[0], line=site[1], function=site[2])
