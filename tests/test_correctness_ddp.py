@@ -112,11 +112,13 @@ def test_a_collective_one_rank_skips_is_a_hang_with_every_ranks_stacks(gate) -> 
         # Rank 0 then waits in DDP's gradient all_reduce for rank 1, and is stopped a grace
         # period later, long before the 40 s timeout.
         ("raise RuntimeError('rank 1 gives up')", "raised RuntimeError", ["still running 3s after rank 1 failed", "raised"]),
-        # Rank 0's all_reduce then fails with gloo's connection reset: a consequence, not the crash.
-        ("os._exit(3)", "exited with status 3", ["raised", "exited with status 3 before reporting"]),
+        # Rank 0's all_reduce then fails with gloo's connection reset (a consequence, not the
+        # crash), or, on a loaded machine where gloo is slower to notice, the launcher stops it a
+        # grace period after it saw rank 1 gone without a record.
+        ("os._exit(3)", "exited with status 3", [("raised", "still running 3s after rank 1 failed"), "exited with status 3 before reporting"]),
     ],
 )
-def test_a_rank_that_crashes_is_an_entrypoint_crash_at_its_line(gate, tmp_path: Path, statement: str, title: str, endings: list[str]) -> None:
+def test_a_rank_that_crashes_is_an_entrypoint_crash_at_its_line(gate, tmp_path: Path, statement: str, title: str, endings: list[str | tuple[str, ...]]) -> None:
     target = tmp_path / "rank_crash"
     shutil.copytree(TARGETS / "corr_ddp_clean", target)
     source = (target / "train.py").read_text()
@@ -129,7 +131,8 @@ def test_a_rank_that_crashes_is_an_entrypoint_crash_at_its_line(gate, tmp_path: 
     assert located(finding) == ("train.py", line_of(target / "train.py", "# marker: crash"))
     assert f"rank 1, {title}" in finding["title"]
     check = run.stage("correctness")["details"]["checks"]["distributed"]
-    assert [r["ending"] for r in check["ranks"]] == endings
+    for rank, ending in zip(check["ranks"], endings, strict=True):
+        assert rank["ending"] in ending if isinstance(ending, tuple) else rank["ending"] == ending, rank
     assert check["duration_s"] < check["timeout_s"] - 10  # never waited for the 40 s timeout
 
 

@@ -258,6 +258,10 @@ def _watch(state: _LaunchState, reporter: _Reporter) -> None:
         if failed_at is None:
             reports = state.reports()
             failed = sorted(rank for rank, got in reports.items() if not isinstance(got, RankResult) or not got.ok)
+            # A rank that died without a record (os._exit, a signal) failed too: the others may
+            # wait for it inside a collective, where no Python signal handler runs, until the
+            # launcher's own stop gives up 30 s later.
+            failed = failed or _died_silently(state)
             if failed and len(reports) < state.spec.nproc:
                 failed_at, failed_rank = now, failed[0]
         timed_out = now >= deadline
@@ -279,6 +283,14 @@ def _watch(state: _LaunchState, reporter: _Reporter) -> None:
                 launcher_error=None, failures={}, timed_out=timed_out, stopped_after_failure=None if timed_out else failed_rank, running=running, dumped=True,
             )
         )
+
+
+def _died_silently(state: _LaunchState) -> list[int]:
+    """Ranks whose process is gone and left no record (the records read after the processes,
+    so a rank that reported and then exited is not counted)."""
+    dead = [rank for rank, pid in state.pids().items() if not _alive(pid)]
+    reported = state.reports()
+    return sorted(rank for rank in dead if rank not in reported)
 
 
 def _alive(pid: int) -> bool:
