@@ -13,7 +13,8 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -274,11 +275,29 @@ def read_harness_result(child: ChildResult, nonce: str) -> tuple[HarnessResult |
 innermost_target_frame = findings.target_location
 
 
-def location_of(frame: dict[str, Any] | None) -> Location | None:
-    """Location from a harness frame record ({path, line, function})."""
-    if not frame:
+class SiteLike(Protocol):
+    """A payload's site model (read-only fields)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def line(self) -> int | None: ...
+    @property
+    def function(self) -> str | None: ...
+
+
+def location_of(site: Mapping[str, Any] | Sequence[Any] | SiteLike | None) -> Location | None:
+    """Location from any record of a place the stages hold: a harness frame or site dict
+    ({path, line, function}), a payload's site model, or a (path, line, function) tuple."""
+    if not site:
         return None
-    return Location(path=str(frame["path"]), line=frame.get("line"), function=frame.get("function"))
+    if isinstance(site, Mapping):
+        path, line, function = site["path"], site.get("line"), site.get("function")
+    elif isinstance(site, Sequence):
+        path, line, function = site
+    else:
+        path, line, function = site.path, site.line, site.function
+    return Location(path=str(path), line=line, function=function)
 
 
 def hang_finding(ctx: StageContext, child: ChildResult, what: str, *, run: str, key: str = "") -> Finding:

@@ -26,7 +26,7 @@ class StageSession:
         self.checks: dict[str, Any] = {}
         self.stopped: str | None = None
 
-    def _recorded(self, run: EntrypointRun, label: str, purpose: str, settings: dict[str, Any], observed: dict[str, Any] | None = None) -> EntrypointRun | None:
+    def _record_run(self, run: EntrypointRun, label: str, purpose: str, settings: dict[str, Any], observed: dict[str, Any] | None = None) -> EntrypointRun | None:
         """Lists a finished child run (its `settings` before its duration and outcome, what it
         `observed` after); None, with a `hang` finding, when it overran its budget."""
         outcome = "returned" if run.ok else (run.failure() or "failed")

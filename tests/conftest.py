@@ -95,17 +95,12 @@ def _starts_cli(function: Any) -> bool:
     except (OSError, TypeError, SyntaxError):
         return False
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - {code.co_name}
-    scope = {**vars(builtins), **function.__globals__, **_closure(function)}
+    scope = {**vars(builtins), **function.__globals__, **inspect.getclosurevars(function).nonlocals}
     # A Python child of its own (`subprocess.run([sys.executable, ...])`) counts too.
     interpreter = any(isinstance(n, ast.Attribute) and n.attr == "executable" and isinstance(n.value, ast.Name) and n.value.id == "sys" for n in ast.walk(tree))
     found = "TRAINGATE" in names or (interpreter and "subprocess" in names) or any(_starts_cli(scope[name]) for name in names if callable(scope.get(name)))
     _reaches[code] = found
     return found
-
-
-def _closure(function: Any) -> dict[str, Any]:
-    cells = getattr(function, "__closure__", None) or ()
-    return {name: cell.cell_contents for name, cell in zip(function.__code__.co_freevars, cells, strict=False) if name}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, location_of
 from traingate.stages.concurrency.loaders import as_sent
 from traingate.stages.concurrency.static import SourceHit
 from traingate.stages.contract.payloads.concurrency import NonBlockingPayload, Site, StreamPayload, StreamReport
@@ -24,7 +24,7 @@ STREAMS = Category.STREAM_RACE
 _CSAN_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$', re.M)
 
 def _location(site: Site | None, fallback: Location | None) -> Location | None:
-    return Location(path=site.path, line=site.line, function=site.function) if site else fallback
+    return location_of(site) or fallback
 
 
 def nonblocking_observed(ctx: StageContext, watch: NonBlockingPayload, fallback: Location | None) -> list[Finding]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Payload
 from traingate.stages.contract.payloads.concurrency import (
     BatchFailed,
@@ -35,9 +35,7 @@ CATEGORY = Category.DATALOADER_HAZARD
 
 
 def _location(site: Site | None, fallback: Location | None) -> Location | None:
-    if site is None:
-        return fallback
-    return Location(path=site.path, line=site.line, function=site.function)
+    return location_of(site) or fallback
 
 
 def _code(site: Site | None) -> str:

@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 
 from traingate.pipeline.rules import Rule, sub_rules
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.concurrency import (
     AutogradGradEvent,
     BackwardEvent,
@@ -327,7 +327,7 @@ def protocol_findings(ctx: StageContext, trace: ProtocolTracePayload, fallback: 
     for (kind, site_index), group in grouped.items():
         first = group[0]
         site = sites[site_index] if site_index is not None and site_index < len(sites) else None
-        location = Location(path=site.path, line=site.line, function=site.function) if site else fallback
+        location = location_of(site) or fallback
         iterations = sorted({v.iteration for v in group})
         rule = RULES[kind]
         enabled = first.enabled

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
 from traingate.stages.contract import instruments
-from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.session import StageSession
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
@@ -126,7 +126,7 @@ class _Session(StageSession):
         )
         recorded = _recorded(run)
         steps = len(recorded.losses) if recorded is not None else 0
-        return self._recorded(run, label, purpose, {"hash_seed": hash_seed, "deterministic": deterministic}, {"steps": steps})
+        return self._record_run(run, label, purpose, {"hash_seed": hash_seed, "deterministic": deterministic}, {"steps": steps})
 
     def _budget_allows(self, reference: EntrypointRun) -> bool:
         return self.ctx.child_budget() >= reference.child.duration_s * 1.2 + 2.0
@@ -294,7 +294,7 @@ class _Session(StageSession):
         if op is not None:
             details.kind = "nondeterministic-op"
             frame = op["site"]  # the exception's target frame, when it has one
-            location = Location(path=frame["path"], line=frame["line"], function=frame.get("function")) if frame else self.fallback
+            location = location_of(frame) or self.fallback
             data.update({"deterministic_rerun": op, "site_code": (frame or {}).get("code", op["op"])})
             explanation = f"The hash seed was the same and no seeding call differed; with torch.use_deterministic_algorithms(True) the run stopped at `{op['op']}`, which has no deterministic implementation."
             self.findings.append(nondeterminism_finding(self.ctx, "nondeterministic-op", divergence, (base, same), location, explanation, data))

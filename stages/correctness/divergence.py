@@ -23,7 +23,7 @@ from pathlib import Path
 
 from traingate.pipeline.isolation import main_thread_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext, innermost_target_frame
+from traingate.stages.base import StageContext, innermost_target_frame, location_of
 from traingate.stages.contract.messages import CollectiveCall, DistributedRecord, RankResult
 from traingate.stages.contract.payloads.correctness import RankLoader, RanksPayload, RankTensor, Site
 from traingate.stages.correctness import located
@@ -89,7 +89,7 @@ def _parameter_findings(ctx: StageContext, watches: Sequence[RanksPayload], fall
         if seed is not None:
             where, seeds = seed
             causes.append(f"the weights already differed before the first optimizer step: `{where.code}` seeds each rank differently ({seeds})")
-            location = Location(path=where.path, line=where.line, function=where.function)
+            location = location_of(where) or fallback
         else:
             causes.append("the weights already differed before the first optimizer step (initialised differently on each rank)")
     if not wrapped:

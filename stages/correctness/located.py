@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from traingate.pipeline.schema import Location
+from traingate.stages.base import location_of
 from traingate.stages.contract.payloads.correctness import Site, StepsPayload
 
 
@@ -30,10 +31,7 @@ def site_record(data: Sited | None, index: int | None) -> dict[str, Any] | None:
 
 
 def location(data: Sited | None, index: int | None, fallback: Location) -> Location:
-    found = site(data, index)
-    if found is None:
-        return fallback
-    return Location(path=found.path, line=found.line, function=found.function)
+    return location_of(site(data, index)) or fallback
 
 
 def code(data: Sited | None, index: int | None) -> str:

@@ -83,7 +83,7 @@ class _Session(StageSession):
         run = run_entrypoint(
             self.ctx, label=label, amp=True if self.entrypoint.amp_switch else None, instruments=specs, kwargs_override=kwargs, options=options
         )
-        return self._recorded(run, label, purpose, {"kwargs": kwargs or {}})
+        return self._record_run(run, label, purpose, {"kwargs": kwargs or {}})
 
     def run(self) -> StageOutcome:
         specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES, LOSS_INPUTS, MIXING]

@@ -23,7 +23,7 @@ from typing import Any
 
 from traingate.pipeline.config import PolicyConfig
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.performance import AmpCounts, Site, StepClockRecord
 from traingate.stages.performance.spread import RatioSpread, ratio_of_medians
 from traingate.stages.performance.timing import step_stats, step_times
@@ -153,7 +153,7 @@ def amp_location(amp_counts: AmpCounts | None, forward_sites: list[tuple[Site, i
     uses = [u for u in amp_counts.autocast if u.site] if amp_counts else []
     enabled = sorted((u for u in uses if u.enabled), key=lambda u: -u.entries)
     site = enabled[0].site if enabled else (uses[0].site if uses else (forward_sites[0][0] if forward_sites else None))
-    return Location(path=site[0], line=site[1], function=site[2]) if site else None
+    return location_of(site)
 
 
 def cuda_only_gate(root: Path, names: set[str], files: list[str]) -> dict[str, Any] | None:
@@ -378,7 +378,7 @@ def inactive_finding(
     else:
         site = forward_sites[0][0] if forward_sites else None
         cause = f"autocast was never entered: {switch} {'switch' if script else 'switches'} nothing on"
-    location = Location(path=site[0], line=site[1], function=site[2]) if site else None
+    location = location_of(site)
     return ctx.finding(
         category=Category.AMP_INACTIVE,
         severity=Severity.HIGH,

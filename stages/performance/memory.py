@@ -43,7 +43,7 @@ from pydantic import BaseModel
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite
+from traingate.stages.contract.payloads.performance import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite, SiteRecord
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
 
@@ -310,14 +310,18 @@ def _graph_finding(ctx: StageContext, graph: HeldGraph, memory: MemoryRecord, de
 
 def graph_store(ctx: StageContext, holder: GraphHolder) -> dict[str, Any] | None:
     """Where a held graph is stored into its name: the line that made the tensor's storage
-    when the source stores into the name there (`total = total + loss`), else the first such
-    store in the source (`total += loss` on a tensor made before the loop), else the line
-    that made it."""
-    created = holder.created_at
-    stores = storing_lines(ctx.root, holder)
-    if created and (not stores or any((s["path"], s["line"]) == (created.path, created.line) for s in stores)):
-        return _json(created)
-    return dict(stores[0]) if stores else (_json(created) if created else None)
+    (`total = total + loss`), else the first store in the source (`total += loss` on a
+    tensor made before the loop)."""
+    return store_line(holder.created_at, storing_lines(ctx.root, holder))[0]
+
+
+def store_line(seen: SiteRecord | None, stores: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, bool]:
+    """The line that stores into a holder, and whether the probe saw it: the line `seen`
+    when the source stores there or has no store the parser recognises, else the first
+    store found in the source."""
+    if seen and (not stores or any((s["path"], s["line"]) == (seen.path, seen.line) for s in stores)):
+        return _json(seen), True
+    return (dict(stores[0]), False) if stores else (None, False)
 
 
 def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, memory: MemoryRecord, device: str, loop_site: Location | None) -> Finding:
@@ -348,13 +352,11 @@ def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, mem
 def stored_at(attribution: Attribution) -> dict[str, Any] | None:
     """The line that stores into the holder: the one seen growing it when the source agrees
     (or has no store the parser recognises), else the first store found in the source."""
-    observed = attribution.growth.site if attribution.growth else None
-    stores = attribution.stores
-    if observed and (not stores or any((s["path"], s["line"]) == (observed.path, observed.line) for s in stores)):
-        return {**_json(observed), "how": "observed growing the holder while one step was traced" + (" and found in the source" if stores else "")}
-    if stores:
-        return {**stores[0], "how": "found in the source: a store into the holder"}
-    return None
+    site, seen = store_line(attribution.growth.site if attribution.growth else None, attribution.stores)
+    if site is None:
+        return None
+    how = "observed growing the holder while one step was traced" + (" and found in the source" if attribution.stores else "") if seen else "found in the source: a store into the holder"
+    return {**site, "how": how}
 
 
 def _location(attribution: Attribution) -> Location | None:

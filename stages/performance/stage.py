@@ -16,22 +16,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.base import Payload
 from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, StepClockRecord
-from traingate.stages.base import EntrypointRun, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
 
 FULL = instruments.PERFORMANCE_FULL
 LIGHT = instruments.PERFORMANCE_LIGHT
-P = TypeVar("P", bound=Payload)
 
 
 class PerformanceStage:
@@ -339,7 +337,7 @@ def _code_reader(root: Path) -> Any:
     return code_of
 
 
-def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[P], what: str, run_id: str) -> P | StageOutcome:
+def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[PayloadModel], what: str, run_id: str) -> PayloadModel | StageOutcome:
     """The run's payload for `spec`; or, for a run that overran, raised, died or lost its
     instrument, the outcome that says so: nothing it measured counts. `run_id` names the run
     in the finding's fingerprint."""
@@ -407,8 +405,4 @@ def _no_steps(ctx: StageContext, run: EntrypointRun, clock: StepClockRecord) -> 
 
 def _loop_site(clock: StepClockRecord) -> Location | None:
     """The training loop's model call: the most frequent outermost forward site."""
-    sites = clock.forward_sites
-    if not sites:
-        return None
-    path, line, function = sites[0][0]
-    return Location(path=path, line=line, function=function)
+    return location_of(clock.forward_sites[0][0]) if clock.forward_sites else None

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Severity
+from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.performance import SyncRecords, SyncSiteRecord
 from traingate.stages.performance.sign_test import sign_test
 
@@ -134,7 +134,7 @@ def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: 
         category=CATEGORY,
         severity=severity,
         title=f"Host-device sync in the training step: {kinds} at {s.site[0]}:{s.site[1]}",
-        location=Location(path=s.site[0], line=s.site[1], function=s.site[2]),
+        location=location_of(s.site),
         problem=(
             f"`{s.code}` synchronises host and device ({kinds}) {rate:.2f} times per step: "
             f"{s.in_steps(steps)} times in {steps} steps, in {covered} of the {whole} whole steps{counted}."

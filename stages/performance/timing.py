@@ -13,7 +13,7 @@ from statistics import median, quantiles
 from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.performance import FullPayload, LoaderRecord, PhaseTimes, StepClockRecord
 from traingate.stages.performance.sign_test import sign_test
 
@@ -164,7 +164,4 @@ def input_stall(ctx: StageContext, clock: StepClockRecord, warmup: int, min_step
 
 
 def _loader_location(loader: LoaderRecord) -> Location | None:
-    site = loader.getitem or loader.site
-    if not site:
-        return None
-    return Location(path=site[0], line=site[1], function=site[2])
+    return location_of(loader.getitem or loader.site)

@@ -240,8 +240,12 @@ def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex
             return
         seen.add(id(value))
         steps = steps_held(value, marks) if marks else None
+        if steps is not None and steps < factor:
+            return  # decided by the steps held: no node walk
+        if steps is None and step_nodes <= 0:
+            return
         size = graph_size(value, limit=max(1, step_nodes) * 5000)
-        if (steps is not None and steps >= factor) or (steps is None and step_nodes > 0 and size >= factor * step_nodes):
+        if steps is not None or size >= factor * step_nodes:
             holder = make()
             holder.steps = steps
             candidates.append((size, holder))

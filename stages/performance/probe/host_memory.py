@@ -11,8 +11,8 @@ byte count shows. So the memory the C heap has handed out is measured as well:
   free lists: 5 us on a small heap, about 5 ms on a heap of leaked graph nodes;
 - elsewhere (musl, macOS) the resident set size from `/proc/self/statm`, coarser: it keeps
   the high-water mark of the allocator's pages.
-Python objects under 512 bytes live in pymalloc's own arenas, outside both mallocs' counts
-but inside the resident size; a loop that keeps that many small objects is not what this
+Python objects under 512 bytes live in pymalloc's own arenas, outside mallinfo2's count but
+inside the resident size; a loop that keeps that many small objects is not what this
 measure is for.
 """
 
