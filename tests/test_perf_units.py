@@ -177,6 +177,9 @@ def test_analyse_reports_what_was_not_measured(tmp_path: Path) -> None:
     assert {f.category.value for f in outcome.findings} == {"amp-inactive"}
     assert any("AMP was not active" in line for line in outcome.details["not_measured"])
     assert any("no baseline" in line for line in outcome.details["not_measured"])
+    # A payload without a host measure: said as not measured, and no host metric shown as passed.
+    assert any(line.startswith("Host memory between steps: this system offers no host measure") for line in outcome.details["not_measured"])
+    assert all(m.id != "memory.host_growth" for m in outcome.metrics)
 
 
 def test_graphs_kept_in_a_container_or_grown_by_one_tensor_are_leaks(tmp_path: Path) -> None:

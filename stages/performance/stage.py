@@ -147,7 +147,9 @@ def _memory_section(out: _Measured, profile: FullPayload, flag: str | None) -> d
         note=f"{'leak' if verdict['leak'] else 'no leak'}: {verdict['reason']}; bytes r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
     ))
     host = verdict["host"]
-    if host is not None:
+    if host is None:
+        out.not_measured.append("Host memory between steps: this system offers no host measure (neither glibc's mallinfo2 nor /proc/self/statm), so only tensor bytes and held graphs were measured.")
+    else:
         out.metrics.append(Metric(
             id="memory.host_growth",
             name="host memory between steps, growth",
