@@ -9,7 +9,10 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateNotFound
 from pydantic import BaseModel
 
+from traingate.pipeline.concurrency_details import ConcurrencyDetails
+from traingate.pipeline.correctness_details import CorrectnessDetails
 from traingate.pipeline.execution_details import ExecutionDetails
+from traingate.pipeline.performance_details import PerformanceDetails
 from traingate.pipeline.schema import Finding, PipelineReport, StageReport
 from traingate.reports.clip import REPORT_MD_LIMIT, fit
 
@@ -75,7 +78,12 @@ def _render_report_md(report: PipelineReport) -> str:
 
 
 # The stages whose details have a model: their template reads `details` as that model.
-STAGE_DETAILS: dict[str, type[BaseModel]] = {"execution": ExecutionDetails}
+STAGE_DETAILS: dict[str, type[BaseModel]] = {
+    "execution": ExecutionDetails,
+    "performance": PerformanceDetails,
+    "concurrency": ConcurrencyDetails,
+    "correctness": CorrectnessDetails,
+}
 
 
 def render_stage_md(report: PipelineReport, stage: StageReport) -> str:

@@ -8,15 +8,16 @@ what they measured, and returns a `StageOutcome` of complete findings and metric
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from traingate.pipeline import findings
 from traingate.pipeline.config import TargetConfig
@@ -33,7 +34,7 @@ from traingate.pipeline.schema import (
 )
 from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
-from traingate.stages.contract.messages import HARNESS_RESULT, DistributedSpec, EntrypointRequest, HarnessResult
+from traingate.stages.contract.messages import HARNESS_RESULT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult
 
 
 PayloadModel = TypeVar("PayloadModel", bound=BaseModel)
@@ -110,6 +111,21 @@ class StageContext:
         return f"{self.stage}-{self._counter:02d}-{label}"
 
 
+class CallRecord(BaseModel):
+    """What the harness's record (`HarnessResult`) says about the call itself, typed: how it
+    ended, what it returned, how long it took, and a distributed run's ranks. The instruments'
+    payloads are read with `EntrypointRun.payload`, so they are not validated again here."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    ok: bool
+    phase: Literal["import", "setup", "call"]
+    exception: ExceptionRecord | None
+    returned: Any  # a size-capped, JSON-safe summary of the return value
+    duration_s: float  # the call itself, as the harness timed it
+    distributed: DistributedRecord | None = None
+
+
 @dataclass(frozen=True)
 class EntrypointRun:
     """One call of the entrypoint in a child process, as the stage sees it.
@@ -127,13 +143,25 @@ class EntrypointRun:
     channel_problem: str | None = None  # why what it handed back was rejected
     _payloads: dict[str, BaseModel] = field(default_factory=dict, repr=False)
 
+    @functools.cached_property
+    def record(self) -> CallRecord | None:
+        """`result` read as its model; None when the child handed back nothing to trust. The
+        result was validated as a whole when it came back, so this cannot fail on a real run."""
+        return CallRecord.model_validate(self.result) if self.result is not None else None
+
     @property
     def ok(self) -> bool:
-        return self.result is not None and self.result.get("ok") is True and self.child.returncode == 0 and not self.child.timed_out
+        return self.record is not None and self.record.ok and self.child.returncode == 0 and not self.child.timed_out
+
+    @property
+    def raised(self) -> ExceptionRecord | None:
+        """The exception the call raised, as the harness recorded it."""
+        return self.record.exception if self.record is not None else None
 
     @property
     def exception(self) -> dict[str, Any] | None:
-        return self.result.get("exception") if self.result else None
+        """`raised` as plain data, for the readers that keep it as evidence."""
+        return self.raised.model_dump(mode="json") if self.raised is not None else None
 
     def instrument(self, spec: str) -> dict[str, Any]:
         data: dict[str, Any] = (self.result or {}).get("instruments", {}).get(spec, {})
@@ -161,8 +189,8 @@ class EntrypointRun:
             return f"did not finish within {self.child.duration_s:.0f}s"
         if self.channel_problem:
             return f"handed back a result that traingate rejects (not written by its harness, or of the wrong shape): {self.channel_problem[:300]}; then it {self._ending()}"
-        if self.exception:
-            return f"raised {self.exception['type']}: {self.exception['message'][:300]}"
+        if self.raised:
+            return f"raised {self.raised.type}: {self.raised.message[:300]}"
         if self.result is not None:
             return f"returned, then its process {self._ending()} instead of exiting normally"
         if self.child.signal_name:

@@ -24,9 +24,9 @@ def is_target_crash(ctx: StageContext, run: EntrypointRun) -> bool:
     stack (or while importing or setting up the target), or its process died inside the target."""
     if run.ok or run.child.timed_out or run.channel_problem:
         return False
-    exc = run.exception
-    if exc is not None:
-        return bool(exc.get("target_frame")) or (run.result or {}).get("phase") in _PHASES
+    record = run.record
+    if record is not None and record.exception is not None:
+        return record.exception.target_frame is not None or record.phase in _PHASES
     return innermost_target_frame(crash_frames(run.child.stacks), ctx.root) is not None
 
 
@@ -46,17 +46,18 @@ def entrypoint_crash_finding(
     the caller read from the message, e.g. a SyntaxError's), else at `fallback` with
     `fallback_note` said in the problem. A missing package is the environment's: `environment`.
     """
-    exc = run.exception
+    record = run.record
+    exc = record.exception if record is not None else None
     if (missing := missing_module(ctx.root, exc)) is not None and exc is not None:
-        return environment_finding(ctx, exc, missing, what, location_of(exc.get("target_frame")) or site or fallback, run=ENTRYPOINT_RUN)
+        return environment_finding(ctx, exc, missing, what, location_of(exc.target_frame) or site or fallback, run=ENTRYPOINT_RUN)
     no_trace = ""
     failure = run.failure() or "ended before reporting"
-    if exc is not None:
-        frame = exc.get("target_frame")
+    if record is not None and exc is not None:
+        frame = exc.target_frame
         location = location_of(frame) or site
-        code = (frame or {}).get("code", "")
-        traceback = exc.get("traceback")
-        phase = (run.result or {}).get("phase", "call")
+        code = frame.code if frame is not None else ""
+        traceback: str | None = exc.traceback
+        phase = record.phase
     else:
         frames = crash_frames(run.child.stacks)
         location = innermost_target_frame(frames, ctx.root)
@@ -84,8 +85,8 @@ def entrypoint_crash_finding(
 
 def ending(run: EntrypointRun) -> str:
     """How the call ended, as data: the exception type, the signal, or the exit status."""
-    if run.exception:
-        return str(run.exception.get("type"))
+    if run.raised:
+        return run.raised.type
     return run.child.signal_name or f"exit-status-{run.child.returncode}"
 
 

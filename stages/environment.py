@@ -16,26 +16,30 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
-from traingate.stages.base import StageContext, location_of
+from traingate.stages.base import StageContext
+from traingate.stages.contract.messages import ExceptionRecord
+from traingate.stages.contract.pytest_events import CollectErrorEvent, DescribedException, MissingPackage
 from traingate.stages.declared import Declared, declared_requirements, distributions_of, normalise
 from traingate.stages.imports import ImportSite, is_installed, is_stdlib, own_modules, required_imports
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 # evidence.data["run"] of a finding raised by a call of the entrypoint (else "collection", "conftest").
 ENTRYPOINT_RUN = "entrypoint"
+# An exception as a run recorded it: the harness's, or pytest's (a conftest's, a collection error's).
+RaisedRecord = ExceptionRecord | DescribedException | CollectErrorEvent
 
 
-def missing_module(root: Path, exc: dict[str, Any] | None) -> str | None:
+def missing_module(root: Path, exc: RaisedRecord | None) -> str | None:
     """The top-level module an import failure (a harness or pytest exception record) reports
     missing, when this environment lacks it and the target does not provide it; else None."""
-    if not exc or exc.get("type") not in ("ModuleNotFoundError", "ImportError"):
+    if exc is None or exc.type not in ("ModuleNotFoundError", "ImportError"):
         return None
-    match = _NO_MODULE.search(str(exc.get("message") or ""))
-    env = exc.get("environment") or {}
-    name = match.group(1) if match else (env.get("module") if env.get("kind") == "missing-package" else None)
+    match = _NO_MODULE.search(exc.message or "")
+    # pytest's records also say why an exception is the environment's (the harness's do not).
+    cause = exc.environment if not isinstance(exc, ExceptionRecord) else None
+    name = match.group(1) if match else (cause.module if isinstance(cause, MissingPackage) else None)
     top = str(name or "").split(".")[0]
     if not top.isidentifier() or is_stdlib(top) or top in own_modules(root) or is_installed(top):
         return None
@@ -80,16 +84,16 @@ def missing_packages(root: Path, observed: str) -> MissingPackages:
     return MissingPackages(needed, tests_only, scan.files_read, scan.files, sites=absent, declared=declared)
 
 
-def environment_finding(ctx: StageContext, exc: dict[str, Any], observed: str, what: str, location: Location | None, run: str) -> Finding:
+def environment_finding(ctx: StageContext, exc: RaisedRecord, observed: str, what: str, location: Location | None, run: str) -> Finding:
     """One `environment` finding for a run (`what`: "The entrypoint smoke call train:train")
     that failed on the missing `observed`; located where the failure was seen."""
     found = missing_packages(ctx.root, observed)
     listed = ", ".join(f"{m} ({found.site(m)})" for m in found.needed)
-    message = f"{exc.get('type')}: {exc.get('message')}"
+    message = f"{exc.type}: {exc.message}"
     return ctx.finding(
         category=Category.ENVIRONMENT,
         title=f"{len(found.needed)} package(s) the target imports are not installed here: {', '.join(found.needed)}",
-        location=location or location_of(_first_site(found, observed)),
+        location=location or _first_site(found, observed),
         problem=(
             f"{what} failed with {message[:300]}. Read from the imports of the target's Python files, {len(found.needed)} top-level "
             f"module(s) it needs are neither installed in this environment, nor in the standard library, nor part of its tree: {listed}. "
@@ -100,7 +104,7 @@ def environment_finding(ctx: StageContext, exc: dict[str, Any], observed: str, w
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=message[:300],
-            traceback=exc.get("traceback") or None,
+            traceback=exc.traceback or None,
             data={
                 "missing": found.needed,
                 "observed": observed,
@@ -118,9 +122,9 @@ def environment_finding(ctx: StageContext, exc: dict[str, Any], observed: str, w
     )
 
 
-def _first_site(found: MissingPackages, observed: str) -> dict[str, Any] | None:
+def _first_site(found: MissingPackages, observed: str) -> Location | None:
     sites = found.sites.get(observed)
-    return {"path": sites[0].path, "line": sites[0].line} if sites else None
+    return Location(path=sites[0].path, line=sites[0].line) if sites else None
 
 
 def _declarations(found: MissingPackages) -> str:

@@ -64,7 +64,7 @@ def test_loaders_broken_by_one_object_are_one_group() -> None:
 
 def _run(losses: list[list[float]], params: list[dict[str, Any]], returned: Any) -> RunData:
     child = ChildResult(argv=[], returncode=0, timed_out=False, duration_s=1.0, stdout="", stderr="")
-    result = {"ok": True, "returned": returned, "exception": None}
+    result = {"ok": True, "phase": "call", "returned": returned, "exception": None, "duration_s": 1.0}
     fingerprints = {"steps": params, "names": [["fc.weight", "fc.bias"]], "group_sizes": [[2]], "detailed_steps": len(params), "dropped": 0}
     return RunData("run", "0", EntrypointRun(child=child, result=result), losses, None, ParamFingerprints.model_validate(fingerprints))
 
@@ -112,7 +112,7 @@ def test_wallclock_metrics_in_the_returned_value_pass(tmp_path: Path) -> None:
 def test_a_cuda_only_amp_switch_is_found_in_the_source(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text("import torch\n\ndef run(cfg):\n    amp = cfg.use_amp and device.type == 'cuda'\n    return amp\n")
     gate = cuda_only_gate(tmp_path, {"use_amp"}, ["train.py"])
-    assert gate is not None and (gate["path"], gate["line"]) == ("train.py", 4) and "device.type == 'cuda'" in gate["code"]
+    assert gate is not None and (gate.path, gate.line) == ("train.py", 4) and "device.type == 'cuda'" in gate.code
     (tmp_path / "train.py").write_text("def run(use_amp, fast):\n    return use_amp and fast\n")
     assert cuda_only_gate(tmp_path, {"use_amp"}, ["train.py"]) is None
     assert amp_flag_names("amp_args", ["--mixed-precision", "bf16"]) == {"mixed_precision"}

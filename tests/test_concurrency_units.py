@@ -97,7 +97,8 @@ def test_entrypoint_location_is_the_def_line(tmp_path: Path) -> None:
 
 def run_data(label: str, losses: list[list[Any]], returned: Any = None, ok: bool = True, records: list[dict[str, Any]] | None = None, hash_seed: str = "0") -> RunData:
     child = ChildResult(argv=[], returncode=0, timed_out=False, duration_s=1.0, stdout="", stderr="")
-    result = {"ok": ok, "returned": returned, "exception": None if ok else {"type": "RuntimeError", "message": "boom"}}
+    exception = None if ok else {"type": "RuntimeError", "message": "boom", "traceback": "", "frames": [], "target_frame": None}
+    result = {"ok": ok, "phase": "call", "returned": returned, "exception": exception, "duration_s": 1.0}
     return RunData(label, hash_seed, EntrypointRun(child=child, result=result), losses, RngPayload.model_validate({"records": records or [], "target_modules": []}))
 
 
@@ -117,7 +118,7 @@ def test_first_divergence_is_the_step_then_the_return_then_the_outcome() -> None
     divergence = compare(a, b)
     assert divergence is not None and (divergence.where, divergence.step) == ("step", 1)
     rows = side_by_side(a, b, divergence)
-    assert [(r["step"], r["same"]) for r in rows] == [(1, True), (2, False), (3, False)]
+    assert [(r.step, r.same) for r in rows] == [(1, True), (2, False), (3, False)]
     shorter = compare(a, run_data("c", [[1.0], [0.5]], {"loss": 0.25}))
     assert shorter is not None and (shorter.step, shorter.second) == (2, "no step")
     returned = compare(a, run_data("d", [[1.0], [0.5], [0.25]], {"loss": 0.3}))
@@ -142,10 +143,11 @@ def test_deterministic_rerun_names_the_refused_op() -> None:
     child = ChildResult(argv=[], returncode=0, timed_out=False, duration_s=1.0, stdout="", stderr="")
     message = "index_add_cuda_ does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(True)'."
     frame = {"path": "model.py", "line": 12, "function": "forward", "code": "out.index_add_(0, idx, src)"}
-    run = EntrypointRun(child=child, result={"ok": False, "exception": {"type": "RuntimeError", "message": message, "target_frame": frame}})
+    exception = {"type": "RuntimeError", "message": message, "traceback": "", "frames": [], "target_frame": frame}
+    run = EntrypointRun(child=child, result={"ok": False, "phase": "call", "exception": exception, "returned": None, "duration_s": 1.0})
     op = deterministic_op(run)
     assert op is not None and op["op"] == "index_add_cuda_" and op["site"] == frame
-    assert deterministic_op(EntrypointRun(child=child, result={"ok": True, "exception": None})) is None
+    assert deterministic_op(EntrypointRun(child=child, result={"ok": True, "phase": "call", "exception": None, "returned": None, "duration_s": 1.0})) is None
 
 
 # -- DataLoaders ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from traingate.pipeline.config import TargetConfig  # noqa: E402
+from traingate.pipeline.correctness_details import MixingCheck, NotApplicable  # noqa: E402
 from traingate.pipeline.schema import Location, Severity  # noqa: E402
 from traingate.stages.base import StageContext  # noqa: E402
 from traingate.stages.contract.payloads.correctness import LossInputsPayload, MixingPayload  # noqa: E402
@@ -170,7 +171,7 @@ def test_transpose_and_batchnorm_in_eval_mode_are_clean(tmp_path: Path) -> None:
     assert result["applicable"] and [s["others_count"] for s in result["samples"]] == [0, 0]
     assert "mixing_op" not in result
     findings, record = mixing_check(_ctx(tmp_path), MixingPayload.model_validate(result), Location(path="train.py"))
-    assert findings == [] and record["ran"] and record["mixed"] is False
+    assert findings == [] and isinstance(record, MixingCheck) and record.ran and record.mixed is False
 
 
 def test_a_reduction_over_the_batch_behind_an_embedding_is_found(tmp_path: Path) -> None:
@@ -201,4 +202,4 @@ def test_a_batch_it_cannot_identify_is_not_applicable(tmp_path: Path, args: tupl
     result = _mixing(_capture(_Sequence("transpose"), *args, batch_size=batch_size, shapes=shapes))
     assert result["applicable"] is False and reason in result["reason"]
     findings, record = mixing_check(_ctx(tmp_path), MixingPayload.model_validate(result), Location(path="train.py"))
-    assert findings == [] and record["applicable"] is False and record["note"].startswith("not applicable")
+    assert findings == [] and isinstance(record, NotApplicable) and record.applicable is False and record.note.startswith("not applicable")

@@ -12,6 +12,7 @@ from tests.conftest import TARGETS, GateRun, line_of, run_gate
 from traingate.pipeline.config import PolicyConfig, TargetConfig
 from traingate.pipeline.schema import Category
 from traingate.stages.base import StageContext
+from traingate.stages.contract.messages import ExceptionRecord
 from traingate.stages.declared import declared_requirements, distributions_of
 from traingate.stages.environment import MissingPackages, environment_finding, install_advice, missing_module, missing_packages
 from traingate.stages.imports import own_modules, required_imports
@@ -27,8 +28,12 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def _no_module(name: str) -> dict[str, str]:
-    return {"type": "ModuleNotFoundError", "message": f"No module named '{name}'", "traceback": ""}
+def _raised(type_: str, message: str) -> ExceptionRecord:
+    return ExceptionRecord(type=type_, message=message, traceback="", frames=[], target_frame=None)
+
+
+def _no_module(name: str) -> ExceptionRecord:
+    return _raised("ModuleNotFoundError", f"No module named '{name}'")
 
 
 def test_optional_relative_and_type_checking_imports_are_not_required(tmp_path: Path) -> None:
@@ -57,8 +62,8 @@ def test_the_targets_own_modules_stdlib_and_installed_packages_are_never_missing
         found = missing_module(root, _no_module(name))
         assert found == ("traingate_absent_pkg_xyz" if name.startswith("traingate_absent") else None), name
     # Not an import failure, or one the gate cannot read a module from.
-    assert missing_module(root, {"type": "ValueError", "message": "No module named 'traingate_absent_pkg_xyz'"}) is None
-    assert missing_module(root, {"type": "ImportError", "message": "cannot import name 'x' from 'json'"}) is None
+    assert missing_module(root, _raised("ValueError", "No module named 'traingate_absent_pkg_xyz'")) is None
+    assert missing_module(root, _raised("ImportError", "cannot import name 'x' from 'json'")) is None
 
 
 def test_requirements_and_pyproject_declarations_are_read(tmp_path: Path) -> None:

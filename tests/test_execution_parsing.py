@@ -355,8 +355,8 @@ def test_syntax_error_in_the_entrypoint_module_is_located_at_the_bad_line(tmp_pa
     from traingate.stages.execution.smoke import crash_finding
 
     (tmp_path / "train.py").write_text("def fit(:\n    pass\n")
-    exc = {"type": "SyntaxError", "message": "invalid syntax (train.py, line 1)", "traceback": "...", "target_frame": None}
-    run = crashed(0, result={"ok": False, "exception": exc, "phase": "import"})
+    exc = {"type": "SyntaxError", "message": "invalid syntax (train.py, line 1)", "traceback": "...", "frames": [], "target_frame": None}
+    run = crashed(0, result={"ok": False, "exception": exc, "phase": "import", "returned": None, "duration_s": 0.1})
     finding = crash_finding(ctx_for(tmp_path), run, "The entrypoint smoke call train:fit", entrypoint_source(tmp_path, "train:fit"))
     assert (finding.location.path, finding.location.line) == ("train.py", 1)
     assert "importing its module" in finding.problem

@@ -53,15 +53,15 @@ def test_stores_are_found_in_the_source_and_initialisation_is_not_one() -> None:
         "held_type": "dict", "chain": ["dict", "dict"], "graph": False, "description": "`self._outputs` (dict) of `ClassificationTracker`", "reference": 'ClassificationTracker._outputs[<int>]["embeddings"]',
     })
     stores = storing_lines(TRACKER, tracker)
-    assert [s["line"] for s in stores] == [line_of(TRACKER / "train.py", "marker: tracker-store")]
-    assert stores[0]["function"] == "update"
+    assert [s.line for s in stores] == [line_of(TRACKER / "train.py", "marker: tracker-store")]
+    assert stores[0].function == "update"
     graph = TARGETS / "perf_leak_graph" / "train.py"
     losses = HolderRecord.model_validate({
         "kind": "local", "name": "losses", "owner": "train", "path": "train.py", "line": line_of(graph, "def train("),
         "held_type": "list", "chain": ["list"], "graph": True, "description": "local `losses` (list) in `train()`", "reference": "losses[<int>]",
     })
     local = storing_lines(graph.parent, losses)
-    assert [s["line"] for s in local] == [line_of(graph, "marker: leak-append")]
+    assert [s.line for s in local] == [line_of(graph, "marker: leak-append")]
 
 
 @pytest.mark.slow

@@ -69,13 +69,13 @@ def test_host_growth_nothing_explains_is_a_leak_at_the_training_loop(tmp_path: P
     details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory_record(memory_payload(growing)), 3, 8, "cpu", loop)
     assert finding.category.value == "memory-leak" and finding.severity is Severity.HIGH
     assert finding.location == loop and finding.evidence.kind.value == "measured"
-    assert details["verdict"]["leak"] and not details["verdict"]["bytes_leak"] and details["verdict"]["host"]["leak"]
+    assert details.verdict.leak and not details.verdict.bytes_leak and details.verdict.host is not None and details.verdict.host.leak
     # Under the host floor, and a one-off jump: no leak.
     small = [50_000_000 + int(HOST_MIN_SLOPE_BYTES / 4) * i for i in range(20)]
     jump = [50_000_000] * 10 + [58_000_000] * 10
     for series in (small, jump):
         details, found = perf_memory.analyse(make_ctx(tmp_path), memory_record(memory_payload(series)), 3, 8, "cpu", loop)
-        assert found == [] and not details["verdict"]["leak"], details["verdict"]["reason"]
+        assert found == [] and not details.verdict.leak, details.verdict.reason
 
 
 def test_a_graph_past_the_node_cap_is_followed_by_the_steps_it_holds(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_a_graph_past_the_node_cap_is_followed_by_the_steps_it_holds(tmp_path: P
     assert (finding.location.path, finding.location.line) == ("train.py", 4)
     assert finding.evidence.data["node_count_capped"] and finding.evidence.data["host_bytes_per_step"] >= 5_000_000
     assert "11 steps at step 11 and in 19 at step 19" in finding.problem
-    assert details["verdict"]["nodes"]["steps_held"] == [[11, 11], [19, 19]]
+    assert details.verdict.nodes.steps_held == [[11, 11], [19, 19]]
     # The same size, the same two steps held at each check: a graph that does not grow.
     steady = memory_payload([50_000_000] * 20, [{**graph, "nodes": 10_000, "steps": 2}])
     assert perf_memory.analyse(make_ctx(tmp_path), memory_record(steady), 3, 8, "cpu")[1] == []

@@ -102,10 +102,10 @@ def test_five_steps_all_slower_than_the_baseline_are_a_regression_by_the_sign_te
 
     ctx = _Ctx(_baseline(1.0))
     row, finding = few_steps(ctx, "default", [0.002] * 5, "cpu")  # type: ignore[arg-type]
-    assert finding is not None and row is not None and row["regressed"]
-    assert row["sign_test"]["p_value"] == pytest.approx(0.5**5)
+    assert finding is not None and row is not None and row.regressed
+    assert row.sign_test is not None and row.sign_test.p_value == pytest.approx(0.5**5)
     # One step within the allowed 10 %: 4 of 5 is not decisive, nothing is reported.
     row, finding = few_steps(_Ctx(_baseline(1.0)), "default", [0.002] * 4 + [0.00105], "cpu")  # type: ignore[arg-type]
-    assert finding is None and row is not None and not row["regressed"]
+    assert finding is None and row is not None and not row.regressed
     # A baseline from another device is not compared.
     assert few_steps(_Ctx(_baseline(1.0, device="cuda")), "default", [0.002] * 5, "cpu") == (None, None)  # type: ignore[arg-type]

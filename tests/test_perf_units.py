@@ -71,7 +71,7 @@ def test_step_time_regression_beyond_noise_is_reported(tmp_path: Path) -> None:
     [finding] = findings
     assert finding.category.value == "perf-regression" and finding.severity is Severity.HIGH and finding.blocking
     assert finding.evidence.data["ratio"] == pytest.approx(1.6)
-    assert summary["compared"][0]["allowed"] == pytest.approx(0.15)  # 3 x 0.5/10
+    assert summary.compared[0].allowed == pytest.approx(0.15)  # 3 x 0.5/10
 
 
 def test_slower_within_the_measured_spread_is_not_a_regression(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_slower_within_the_measured_spread_is_not_a_regression(tmp_path: Path) -
     now = [Metric(id="step_time.median.default", name="step time, median (default)", value=12.5, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=1.0, unit="ms")]
     summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "step_time.iqr.default"}, "cpu")
     assert findings == []
-    assert summary["compared"][0]["allowed"] == pytest.approx(0.3)
+    assert summary.compared[0].allowed == pytest.approx(0.3)
 
 
 def test_peak_memory_regression_is_medium_under_fifty_percent(tmp_path: Path) -> None:
@@ -93,7 +93,7 @@ def test_a_baseline_from_another_device_is_not_compared(tmp_path: Path) -> None:
     base = baseline_with([{"id": "step_time.median.default", "name": "step time, median (default)", "value": 1.0}], device="cuda")
     now = [Metric(id="step_time.median.default", name="step time, median (default)", value=100.0, unit="ms")]
     summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "x"}, "cpu")
-    assert findings == [] and "not comparable" in summary["note"]
+    assert findings == [] and "not comparable" in (summary.note or "")
 
 
 @pytest.mark.parametrize(
@@ -114,9 +114,9 @@ def test_only_direct_per_step_syncs_become_findings(tmp_path: Path) -> None:
     syncs = SyncRecords.model_validate({"records": records, "in_data_loading": 0, "steps_counted": None, "sync_debug_mode": None})
     summary, findings = perf_sync.analyse(make_ctx(tmp_path), syncs, 10, "cpu", lambda site: f"line {site[1]}")
     assert sorted((f.location.line, f.severity.value, f.blocking) for f in findings) == [(3, "low", False), (4, "high", True)]
-    assert summary["library_per_step"] == pytest.approx(1.0)
-    after = next(r for r in summary["rows"] if r["line"] == 9)
-    assert after["in_steps"] == 0 and after["outside_steps"] == 1 and not after["finding"]
+    assert summary.library_per_step == pytest.approx(1.0)
+    after = next(r for r in summary.rows if r.line == 9)
+    assert after.in_steps == 0 and after.outside_steps == 1 and not after.finding
 
 
 def test_amp_targets_are_not_applicable_on_cpu_and_gate_on_cuda(tmp_path: Path) -> None:
@@ -156,7 +156,7 @@ def test_an_evaluation_loader_between_epochs_is_not_the_training_loader(tmp_path
     fast_train = loader(0.5, fed=18, name="t.Train")
     summary, finding = perf_timing.input_stall(make_ctx(tmp_path), clock([10.0] * 20, data_ms=[9.5] * 20, loaders=[slow_eval, fast_train]), 3, 8, "default")
     assert finding is None
-    assert summary["loader"]["dataset"] == "t.Train" and summary["median_share"] == pytest.approx(0.05)
+    assert summary.loader is not None and summary.loader.dataset == "t.Train" and summary.median_share == pytest.approx(0.05)
 
 
 def test_the_stage_without_an_entrypoint_is_skipped(tmp_path: Path) -> None:
@@ -196,7 +196,7 @@ def test_graphs_kept_in_a_container_or_grown_by_one_tensor_are_leaks(tmp_path: P
     memory = memory_record({"held_bytes": [1000 + 16 * i for i in range(30)], "checks": checks, "growth_lines": growth, "step_graph_nodes": 10})
     details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory, 3, 8, "cpu")
     # 16 bytes a step: under the floor by bytes alone, yet one verdict over both measures says leak.
-    assert details["verdict"]["leak"] and not details["verdict"]["bytes_leak"]
+    assert details.verdict.leak and not details.verdict.bytes_leak
     assert finding.category.value == "memory-leak" and finding.severity is Severity.HIGH
     assert (finding.location.path, finding.location.line) == ("t.py", 12)
     graph = {
@@ -225,8 +225,8 @@ def test_graphs_kept_in_a_container_or_grown_by_one_tensor_are_leaks(tmp_path: P
 def test_autocast_chosen_by_a_device_check_is_a_cuda_only_gate(tmp_path: Path, source: str, enables: str) -> None:
     (tmp_path / "train.py").write_text("import torch\n" + source)
     gate = perf_amp.cuda_only_gate(tmp_path, {"dtype"}, ["train.py"])
-    assert gate is not None and (gate["path"], gate["line"], gate["enables"]) == ("train.py", 2, enables)
-    assert "autocast" in gate["code"] or gate["code"].startswith("if ")
+    assert gate is not None and (gate.path, gate.line, gate.enables) == ("train.py", 2, enables)
+    assert "autocast" in gate.code or gate.code.startswith("if ")
 
 
 @pytest.mark.parametrize(

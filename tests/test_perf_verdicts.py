@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from traingate.pipeline.performance_details import RegressionRow
 from traingate.pipeline.schema import Metric
 from traingate.stages.contract.payloads.performance import AmpCounts, StepClockRecord
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression
@@ -72,10 +73,10 @@ def test_amp_speedup_carries_its_interval_and_says_within_noise(tmp_path: Path) 
     policy = make_ctx(tmp_path).config.policy
     like = perf_amp.compare(clock(noisy(10.0, 40, 0.3, 5)), clock(noisy(10.0, 40, 0.3, 6)), 3, 8, "cpu", active=True)
     [speed] = [m for m in perf_amp.metrics(like, policy, ACTIVE) if m.id == "amp.speedup"]
-    assert like["speedup_spread"]["within_noise"] and "within noise" in (speed.note or "")
+    assert like.speedup_spread is not None and like.speedup_spread.within_noise and "within noise" in (speed.note or "")
     faster = perf_amp.compare(clock(noisy(20.0, 40, 0.05, 5)), clock(noisy(10.0, 40, 0.05, 6)), 3, 8, "cuda", active=True)
     [speed] = [m for m in perf_amp.metrics(faster, policy, ACTIVE) if m.id == "amp.speedup"]
-    assert faster["speedup_spread"]["low"] > 1.5 and speed.passed is True and "within noise" not in (speed.note or "")
+    assert faster.speedup_spread is not None and faster.speedup_spread.low > 1.5 and speed.passed is True and "within noise" not in (speed.note or "")
     assert re.search(r"95 % interval \d\.\d\d–\d\.\d\dx", speed.note or "")
 
 
@@ -86,7 +87,7 @@ def test_inactive_amp_reports_no_speedup_even_when_the_timings_differ(tmp_path: 
     fp32, amp = clock([47.5] * 30), clock([1.0] * 30)
     fp32, amp = fp32.model_copy(update={"peak_memory_bytes": 1000}), amp.model_copy(update={"peak_memory_bytes": 500})
     comparison = perf_amp.compare(fp32, amp, 3, 8, "cuda", active=False)
-    assert comparison["speedup"] is None and comparison["speedup_spread"] is None and comparison["memory_reduction"] is None
+    assert comparison.speedup is None and comparison.speedup_spread is None and comparison.memory_reduction is None
     by_id = {m.id: m for m in perf_amp.metrics(comparison, ctx.config.policy, INACTIVE)}
     for metric_id in ("amp.speedup", "amp.memory_reduction"):
         assert by_id[metric_id].value is None and by_id[metric_id].passed is None
@@ -116,15 +117,15 @@ def test_step_time_regression_rows_carry_the_ratios_spread(tmp_path: Path) -> No
     ]}]}
     spreads = {"step_time.median.default": "step_time.iqr.default"}
 
-    def compared(median_ms: float, iqr_ms: float) -> dict[str, Any]:
+    def compared(median_ms: float, iqr_ms: float) -> RegressionRow:
         now = [Metric(id="step_time.median.default", name="step time, median (default)", value=median_ms, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=iqr_ms, unit="ms")]
         summary, _ = perf_regression.compare(make_ctx(tmp_path, baseline), now, spreads, "cpu")
-        return next(r for r in summary["compared"] if r["metric_id"] == "step_time.median.default")
+        return next(r for r in summary.compared if r.metric_id == "step_time.median.default")
 
     slower = compared(16.0, 0.4)
-    assert slower["regressed"] and slower["spread"]["low"] > 1.0 and not slower["spread"]["within_noise"]
+    assert slower.regressed and slower.spread is not None and slower.spread.low > 1.0 and not slower.spread.within_noise
     same = compared(10.2, 3.0)
-    assert not same["regressed"] and same["spread"]["within_noise"]
+    assert not same.regressed and same.spread is not None and same.spread.within_noise
 
 
 # -- one memory verdict --------------------------------------------------------------------
@@ -136,16 +137,16 @@ def test_a_growing_graph_with_flat_bytes_is_one_leak_verdict(tmp_path: Path) -> 
     memory = memory_record({"held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [],
                             "checks": [{"step": s, "span": 1, "sites": [], "holder": None, "graphs": [{**graph, "nodes": n}]} for s, n in ((11, 74), (19, 130), (35, 242))]})
     details, [finding] = perf_memory.analyse(make_ctx(tmp_path), memory, 3, 8, "cpu")
-    verdict = details["verdict"]
-    assert verdict["leak"] and not verdict["bytes_leak"] and verdict["slope_bytes_per_step"] == 0
-    assert verdict["nodes"]["per_step"] == pytest.approx(7.0) and "7 autograd nodes per step" in verdict["reason"]
+    verdict = details.verdict
+    assert verdict.leak and not verdict.bytes_leak and verdict.slope_bytes_per_step == 0
+    assert verdict.nodes.per_step == pytest.approx(7.0) and "7 autograd nodes per step" in verdict.reason
     assert finding.category.value == "memory-leak" and finding.blocking is not False
 
 
 def test_nothing_growing_is_no_leak_on_either_measure(tmp_path: Path) -> None:
     memory = memory_record({"held_bytes": [1000] * 30, "step_graph_nodes": 10, "growth_lines": [], "checks": []})
     details, findings = perf_memory.analyse(make_ctx(tmp_path), memory, 3, 8, "cpu")
-    assert findings == [] and not details["verdict"]["leak"] and details["verdict"]["nodes"]["per_step"] is None
+    assert findings == [] and not details.verdict.leak and details.verdict.nodes.per_step is None
 
 
 # -- end to end ----------------------------------------------------------------------------

@@ -22,9 +22,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from traingate.pipeline.concurrency_details import CurveRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, StageContext
-from traingate.stages.contract.payloads.concurrency import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
+from traingate.stages.contract.messages import TargetFrame
+from traingate.stages.contract.payloads.concurrency import Fingerprint, ParamFingerprints, ParamStep, RngPayload, Site, SeedingRecord
 from traingate.stages.contract.text import clip_line, strip_ansi
 
 CATEGORY = Category.NONDETERMINISM
@@ -33,22 +35,45 @@ VOLATILE_KEY = re.compile(r"(time|duration|elapsed|latency|wall|clock|sec|_s$|_m
 _DETERMINISTIC_OP = re.compile(r"^(.+?) does not have a deterministic implementation", re.M)
 
 
-class CurveRow(TypedDict):
-    """One optimizer step of two runs' loss curves, side by side (the report's table)."""
+class SiteRecord(TypedDict):
+    """A line of the target's code (a seeding call's `Site`, an exception's `TargetFrame`), as
+    the evidence shows it."""
 
-    step: int
-    first: str
-    second: str
-    same: bool
+    path: str
+    line: int
+    function: str
+    code: str
+
+
+def site_record(site: Site | TargetFrame) -> SiteRecord:
+    return {"path": site.path, "line": site.line, "function": site.function, "code": site.code}
 
 
 class SeedingCause(TypedDict):
     """A seeding call that explains two runs diverging, as the evidence shows it."""
 
     api: str
-    site: dict[str, Any]  # the call's `Site`, as the probe sent it
+    site: SiteRecord
     why: str
     seeds: list[bool | int | float | str | None]
+
+
+class RefusedOp(TypedDict):
+    """The op torch.use_deterministic_algorithms(True) refused, as the evidence shows it."""
+
+    op: str
+    message: str
+    site: SiteRecord | None  # the exception's frame in the target, when it has one
+
+
+class NondeterminismData(TypedDict, total=False):
+    """What a `nondeterminism` finding's evidence adds, by how its source was told apart."""
+
+    reproduced_by: str  # hash-order: the run with run 1's hash seed that reproduced it
+    seeding_calls: list[SeedingCause]
+    deterministic_rerun: RefusedOp
+    static_hint: list[dict[str, object]]  # `SourceHit.as_dict` of sets the source iterates
+    site_code: str
 
 
 @dataclass
@@ -225,11 +250,12 @@ def compare(a: RunData, b: RunData) -> Divergence | None:
         n = min(len(a.losses), len(b.losses))
         return Divergence("step", n, a.losses[n] if n < len(a.losses) else "no step", b.losses[n] if n < len(b.losses) else "no step")
     if a.run.ok and b.run.ok:
-        left, _ = comparable_leaves((a.run.result or {}).get("returned"))
-        right, _ = comparable_leaves((b.run.result or {}).get("returned"))
+        left, _ = comparable_leaves(a.run.record.returned if a.run.record is not None else None)
+        right, _ = comparable_leaves(b.run.record.returned if b.run.record is not None else None)
         for key in sorted(set(left) | set(right)):
-            if not same_value(left.get(key), right.get(key)):
-                return Divergence("returned", None, left.get(key), right.get(key), key)
+            x, y = left.get(key), right.get(key)  # None: the other run has no such leaf
+            if not same_value(x, y):
+                return Divergence("returned", None, x, y, key)
         return None
     if a.outcome != b.outcome:
         return Divergence("outcome", None, a.outcome, b.outcome)
@@ -266,7 +292,7 @@ def side_by_side(a: RunData, b: RunData, divergence: Divergence | None, before: 
     for index in range(start, min(end + 1, max(len(a.losses), len(b.losses)))):
         x = a.losses[index] if index < len(a.losses) else None
         y = b.losses[index] if index < len(b.losses) else None
-        rows.append({"step": index + 1, "first": _fmt(x) if x is not None else "—", "second": _fmt(y) if y is not None else "—", "same": same_value(x, y)})
+        rows.append(CurveRow(step=index + 1, first=_fmt(x) if x is not None else "—", second=_fmt(y) if y is not None else "—", same=same_value(x, y)))
     return rows[:limit]
 
 
@@ -280,14 +306,14 @@ def rng_causes(a: RunData, b: RunData) -> list[SeedingCause]:
         marker = (record.api, record.site.path, record.site.line)
         if record.entropy and marker not in seen:
             seen.add(marker)
-            causes.append({"api": record.api, "site": record.site.model_dump(mode="json"), "why": "seeded from the OS's entropy", "seeds": [record.seed]})
+            causes.append({"api": record.api, "site": site_record(record.site), "why": "seeded from the OS's entropy", "seeds": [record.seed]})
     paired: dict[tuple[Any, ...], list[Any]] = {}
     for records, slot in ((first, 0), (second, 1)):
         counts: dict[tuple[Any, ...], int] = {}
         for record in records:
             base = (record.api, record.site.path, record.site.line)
             counts[base] = counts.get(base, 0) + 1
-            paired.setdefault((*base, counts[base]), [None, None, record.site.model_dump(mode="json")])[slot] = record.seed
+            paired.setdefault((*base, counts[base]), [None, None, site_record(record.site)])[slot] = record.seed
     for (api, path, line, _n), (x, y, site) in paired.items():
         if x is not None and y is not None and x != y and (api, path, line) not in seen:
             seen.add((api, path, line))
@@ -295,15 +321,16 @@ def rng_causes(a: RunData, b: RunData) -> list[SeedingCause]:
     return causes
 
 
-def deterministic_op(run: EntrypointRun) -> dict[str, Any] | None:
+def deterministic_op(run: EntrypointRun) -> RefusedOp | None:
     """The op torch.use_deterministic_algorithms(True) refused, with the target's frame."""
-    exc = run.exception
-    if not exc:
+    exc = run.raised
+    if exc is None:
         return None
-    match = _DETERMINISTIC_OP.search(exc.get("message", ""))
+    match = _DETERMINISTIC_OP.search(exc.message)
     if not match:
         return None
-    return {"op": match.group(1).strip(), "message": exc["message"][:600], "site": exc.get("target_frame")}
+    frame = exc.target_frame
+    return {"op": match.group(1).strip(), "message": exc.message[:600], "site": site_record(frame) if frame is not None else None}
 
 
 KIND_TEXT: dict[str, tuple[str, str]] = {
@@ -337,7 +364,7 @@ def nondeterminism_finding(
     pair: tuple[RunData, RunData],
     location: Location | None,
     explanation: str,
-    data: dict[str, Any],
+    data: NondeterminismData,
 ) -> Finding:
     title, fix = KIND_TEXT[kind]
     a, b = pair

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traingate.pipeline.concurrency_details import LoaderDetails, LoaderRow, StartMethodRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Payload
@@ -225,31 +226,29 @@ def _recreated_persistent(ctx: StageContext, loader: LoaderRecord, fallback: Loc
     )
 
 
-def loader_details(watch: LoaderPayload) -> dict[str, Any]:
-    return {
-        "ran": True,
-        "loaders": [
-            {
-                "site": as_sent(loader.site),
-                "settings": as_sent(loader.settings),
-                "constructions": loader.constructions,
-                "iterations": loader.iterations,
-                "batches": loader.batches,
-                "live_workers": loader.live_workers[:10],
-            }
+def loader_details(watch: LoaderPayload, start_methods: list[str]) -> LoaderDetails:
+    """The check's record for the report (`start_methods`: the configured ones)."""
+    return LoaderDetails(
+        ran=True,
+        loaders=[
+            LoaderRow(
+                site=loader.site, settings=loader.settings, constructions=loader.constructions, iterations=loader.iterations,
+                batches=loader.batches, live_workers=loader.live_workers[:10],
+            )
             for loader in watch.loaders
         ],
-        "start_method_checks": [
-            {
-                "site": as_sent(c.site),
-                "method": c.method,
-                "used": c.used,
-                "ok": c.batch.ok,
-                "pickled": c.pickle.ok if c.pickle is not None else True,
-                "seconds": c.batch.seconds,
-                "error": (c.pickle.error if isinstance(c.pickle, PickleFailed) else None) or (c.batch.error if isinstance(c.batch, BatchFailed) else None),
-            }
+        start_method_checks=[
+            StartMethodRow(
+                site=c.site,
+                method=c.method,
+                used=c.used,
+                ok=c.batch.ok,
+                pickled=c.pickle.ok if c.pickle is not None else True,
+                seconds=c.batch.seconds,
+                error=(c.pickle.error if isinstance(c.pickle, PickleFailed) else None) or (c.batch.error if isinstance(c.batch, BatchFailed) else None),
+            )
             for c in watch.start_method_checks
         ],
-        "errors": len(watch.errors) + len(watch.construction_errors),
-    }
+        errors=len(watch.errors) + len(watch.construction_errors),
+        start_methods=start_methods,
+    )

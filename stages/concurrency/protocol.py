@@ -18,8 +18,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
+from traingate.pipeline.concurrency_details import ProtocolDetails
 from traingate.pipeline.rules import Rule, sub_rules
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, location_of
@@ -358,7 +359,7 @@ def protocol_findings(ctx: StageContext, trace: ProtocolTracePayload, fallback: 
     return findings, result
 
 
-def protocol_details(trace: ProtocolTracePayload, result: ProtocolCheck) -> dict[str, Any]:
+def protocol_details(trace: ProtocolTracePayload, result: ProtocolCheck) -> ProtocolDetails:
     shown = representative_iteration(trace.events, result.iteration_of)
     guard_note = None
     if result.guarded_skips:
@@ -367,16 +368,16 @@ def protocol_details(trace: ProtocolTracePayload, result: ProtocolCheck) -> dict
             "(an overflow guard such as `if torch.isfinite(norm): scaler.step(optimizer)`, or a step the scaler skipped "
             "on inf/NaN gradients): this is legal, update() still ran."
         )
-    return {
-        "ran": True,
-        "events": len(trace.events),
-        "dropped_events": trace.dropped_events,
-        "iterations": result.iterations,
-        "steps": result.steps,
-        "scalers": [scaler.model_dump(mode="json") for scaler in trace.scalers],
-        "sequence_iteration": shown,
-        "sequence": iteration_sequence(trace.events, result.iteration_of, shown, trace.sites) if shown is not None else [],
-        "guarded_skips": result.guarded_skips,
-        "guard_note": guard_note,
-        "violations": len(result.violations),
-    }
+    return ProtocolDetails(
+        ran=True,
+        events=len(trace.events),
+        dropped_events=trace.dropped_events,
+        iterations=result.iterations,
+        steps=result.steps,
+        scalers=trace.scalers,
+        sequence_iteration=shown,
+        sequence=iteration_sequence(trace.events, result.iteration_of, shown, trace.sites) if shown is not None else [],
+        guarded_skips=result.guarded_skips,
+        guard_note=guard_note,
+        violations=len(result.violations),
+    )

@@ -14,19 +14,29 @@ the non_blocking check on a CPU, where a copy cannot race, reads the source and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from traingate.pipeline.concurrency_details import (
+    CheckNote,
+    ConcurrencyChecks,
+    ConcurrencyDetails,
+    ConcurrencyRun,
+    DeterminismDetails,
+    LoaderDetails,
+    NonBlockingDetails,
+    ProtocolDetails,
+    SourceMatch,
+)
 from traingate.pipeline.rules import categories_of
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Metric, StageOutcome
 from traingate.stages.contract import instruments
 from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
-from traingate.stages.session import StageSession
+from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.concurrency.determinism import (
-    CurveRow,
     Divergence,
+    NondeterminismData,
     RunData,
     comparable_leaves,
     compare,
@@ -38,7 +48,7 @@ from traingate.stages.concurrency.determinism import (
 )
 from traingate.stages.concurrency.loaders import loader_details, loader_findings
 from traingate.stages.concurrency.protocol import ProtocolCheck, protocol_details, protocol_findings
-from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
+from traingate.stages.concurrency.static import SourceHit, nonblocking_reads, set_iterations
 from traingate.stages.contract.payloads.base import Payload
 from traingate.stages.contract.payloads.concurrency import (
     MODELS,
@@ -61,24 +71,6 @@ _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks
 P = TypeVar("P", bound=Payload)
 
 
-@dataclass
-class DeterminismDetails:
-    """The determinism check's details, as the report renders them; a field still None was
-    not reached (and is left out of `as_dict`)."""
-
-    ran: bool = False
-    compared: list[str] = field(default_factory=list)  # the labels of the runs compared with run 1
-    returned_ignored: list[str] | None = None
-    curves: list[CurveRow] | None = None
-    labels: list[str] | None = None
-    verdict: str | None = None
-    kind: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {name: value for name, value in values.items() if value is not None}
-
-
 class ConcurrencyStage:
     name = "concurrency"
     order = 30
@@ -92,7 +84,7 @@ class ConcurrencyStage:
         return with_leftover_findings(ctx, _Session(ctx).run())
 
 
-class _Session(StageSession):
+class _Session(StageSession[ConcurrencyRun]):
     """One stage run: its child runs, findings and the details its report renders."""
 
     stage = "concurrency"
@@ -105,6 +97,11 @@ class _Session(StageSession):
         self.protocol: ProtocolCheck | None = None
         self.loaders: LoaderPayload | None = None
         self.determinism: DeterminismDetails | None = None
+        # Each check's record for the report; None: not reached (`_checks` says why).
+        self.gradscaler: ProtocolDetails | None = None
+        self.dataloader: LoaderDetails | None = None
+        self.nonblocking: NonBlockingDetails | None = None
+        self.streams: CheckNote | None = None
 
     # -- child runs --------------------------------------------------------------------------------
     def _run(self, label: str, purpose: str, instruments: list[str], hash_seed: str, deterministic: bool = False) -> EntrypointRun | None:
@@ -126,7 +123,11 @@ class _Session(StageSession):
         )
         recorded = _recorded(run)
         steps = len(recorded.losses) if recorded is not None else 0
-        return self._record_run(run, label, purpose, {"hash_seed": hash_seed, "deterministic": deterministic}, {"steps": steps})
+        record = ConcurrencyRun(
+            label=label, purpose=purpose, hash_seed=hash_seed, deterministic=deterministic,
+            duration_s=round(run.child.duration_s, 2), outcome=run_outcome(run), steps=steps,
+        )
+        return self._record_run(run, record)
 
     def _budget_allows(self, reference: EntrypointRun) -> bool:
         return self.ctx.child_budget() >= reference.child.duration_s * 1.2 + 2.0
@@ -164,47 +165,48 @@ class _Session(StageSession):
         findings, result = protocol_findings(self.ctx, trace, self.fallback)
         self.findings += findings
         self.trace, self.protocol = trace, result
-        self.checks["gradscaler"] = protocol_details(trace, result)
+        self.gradscaler = protocol_details(trace, result)
         if first.ok and result.steps == 0 and not trace.steps:
             self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
 
     def _loaders(self, first: EntrypointRun) -> None:
         watch = self.loaders = _observed(first, LOADERS, LoaderPayload)
         self.findings += loader_findings(self.ctx, watch, self.fallback)
-        self.checks["dataloader"] = {**loader_details(watch), "start_methods": list(self.ctx.config.concurrency.dataloader_start_methods)}
+        self.dataloader = loader_details(watch, list(self.ctx.config.concurrency.dataloader_start_methods))
 
     def _nonblocking(self, first: EntrypointRun) -> None:
         hits = nonblocking_reads(self.ctx.root)
         if self.cuda:
             watch = _observed(first, NONBLOCKING, NonBlockingPayload)
             self.findings += nonblocking_observed(self.ctx, watch, self.fallback)
-            self.checks["nonblocking"] = {
-                "ran": True,
-                "mode": "observed",
-                "note": f"observed at the dispatcher on {self.ctx.device}: {watch.copies} non_blocking device-to-host copies, {len(watch.races)} read before a synchronisation",
-                "static_matches": [h.as_dict() for h in hits],
-            }
+            self.nonblocking = NonBlockingDetails(
+                ran=True,
+                mode="observed",
+                note=f"observed at the dispatcher on {self.ctx.device}: {watch.copies} non_blocking device-to-host copies, {len(watch.races)} read before a synchronisation",
+                static_matches=_matches(hits),
+            )
             return
         self.findings += nonblocking_static(self.ctx, hits)
-        self.checks["nonblocking"] = {
-            "ran": True,
-            "mode": "static",
-            "note": "on a CPU a device-to-host copy is synchronous and cannot race, so it was not observed; the source was read for host copies made with non_blocking=True and read before a synchronize() (static, never blocking)",
-            "static_matches": [h.as_dict() for h in hits],
-        }
+        self.nonblocking = NonBlockingDetails(
+            ran=True,
+            mode="static",
+            note="on a CPU a device-to-host copy is synchronous and cannot race, so it was not observed; the source was read for host copies made with non_blocking=True and read before a synchronize() (static, never blocking)",
+            static_matches=_matches(hits),
+        )
 
     def _streams(self, first: EntrypointRun) -> None:
         if not self.cuda:
-            self.checks["streams"] = {"ran": False, "note": f"not run: the CUDA sanitizer watches CUDA streams, and this run was on {self.ctx.device}"}
+            self.streams = CheckNote(ran=False, note=f"not run: the CUDA sanitizer watches CUDA streams, and this run was on {self.ctx.device}")
             return
         sanitizer = _observed(first, STREAMS, StreamPayload)
         self.findings += stream_findings(self.ctx, sanitizer, first.child.stderr, self.fallback)
-        self.checks["streams"] = {"ran": sanitizer.available, "note": f"CUDA sanitizer (CSAN) over the instrumented run: {sanitizer.total} unsynchronised access(es) reported"}
+        self.streams = CheckNote(ran=sanitizer.available, note=f"CUDA sanitizer (CSAN) over the instrumented run: {sanitizer.total} unsynchronised access(es) reported")
 
     # -- determinism -------------------------------------------------------------------------------
     def _determinism(self, first: EntrypointRun) -> None:
         base = _run_data(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first)
-        details = self.determinism = DeterminismDetails()
+        # Set field by field as the check gets there: the fields never set stay out of the report.
+        details = self.determinism = DeterminismDetails(ran=False, compared=[])
         divergence, other = None, None
         for index in range(1, self.ctx.config.concurrency.determinism_runs):
             if not self._budget_allows(first):
@@ -221,7 +223,7 @@ class _Session(StageSession):
                 break
         assert other is not None
         details.ran = True
-        _kept, details.returned_ignored = comparable_leaves((first.result or {}).get("returned"))
+        _kept, details.returned_ignored = comparable_leaves(first.record.returned if first.record is not None else None)
         details.curves = side_by_side(base, other, divergence)
         details.labels = [base.label, other.label]
         fingerprinted = len(base.fingerprinted)
@@ -269,18 +271,18 @@ class _Session(StageSession):
         self.findings.append(
             nondeterminism_finding(
                 self.ctx, "hash-order", divergence, (base, other), location, explanation,
-                {"reproduced_by": same.label, "static_hint": [h.as_dict() for h in hints[:10]], "site_code": hints[0].code if hints else ""},
+                NondeterminismData(reproduced_by=same.label, static_hint=[h.as_dict() for h in hints[:10]], site_code=hints[0].code if hints else ""),
             )
         )
 
     def _same_hash(self, first: EntrypointRun, base: RunData, same: RunData, divergence: Divergence, details: DeterminismDetails) -> None:
         causes = rng_causes(base, same)
-        data: dict[str, Any] = {"seeding_calls": causes[:10]}
+        data = NondeterminismData(seeding_calls=causes[:10])
         if causes:
             cause = causes[0]
             site = cause["site"]  # a whole `Site`: the target's own calls are the ones recorded
             details.kind = "unseeded-random"
-            location = Location(path=site["path"], line=site["line"], function=site["function"]) if site["path"] else self.fallback
+            location = location_of(site) if site["path"] else self.fallback
             explanation = f"The hash seed was the same, so a random source differs: `{cause['api']}` at {site['path']}:{site['line']} was {cause['why']} (seeds {cause['seeds']})."
             data["site_code"] = site["code"]
             self.findings.append(nondeterminism_finding(self.ctx, "unseeded-random", divergence, (base, same), location, explanation, data))
@@ -295,7 +297,8 @@ class _Session(StageSession):
             details.kind = "nondeterministic-op"
             frame = op["site"]  # the exception's target frame, when it has one
             location = location_of(frame) or self.fallback
-            data.update({"deterministic_rerun": op, "site_code": (frame or {}).get("code", op["op"])})
+            data["deterministic_rerun"] = op
+            data["site_code"] = frame["code"] if frame is not None else op["op"]
             explanation = f"The hash seed was the same and no seeding call differed; with torch.use_deterministic_algorithms(True) the run stopped at `{op['op']}`, which has no deterministic implementation."
             self.findings.append(nondeterminism_finding(self.ctx, "nondeterministic-op", divergence, (base, same), location, explanation, data))
             return
@@ -328,14 +331,14 @@ class _Session(StageSession):
         stage fails closed and skips the reruns, which would fail the same way)."""
         if first.ok:
             return False
-        exc = first.exception or {}
-        message = exc.get("message", "")
+        exc = first.raised
+        message = exc.message if exc is not None else ""
         categories = {f.category for f in self.findings}
         if Category.DATALOADER_HAZARD in categories and ("DataLoader" in message or "worker" in message or "prefetch_factor" in message or "persistent_workers" in message):
             return False
         if Category.GRADSCALER_PROTOCOL in categories and any(text in message for text in _SCALER_ERRORS):
             return False
-        if Category.STREAM_RACE in categories and exc.get("type") == "CUDASanitizerErrors":
+        if Category.STREAM_RACE in categories and exc is not None and exc.type == "CUDASanitizerErrors":
             return False
         if any(f.category is Category.STAGE_ERROR for f in self.findings):
             return True
@@ -352,12 +355,22 @@ class _Session(StageSession):
         self._fail(run, f"the entrypoint {run.failure()}", reason="entrypoint-failed")
 
     # -- the outcome -------------------------------------------------------------------------------
+    def _checks(self) -> ConcurrencyChecks:
+        """Every check's record; one not reached says why it did not run."""
+        not_run = CheckNote(ran=False, note=f"not run: {self.stopped or 'the instrumented run failed'}")
+        streams = self.streams or CheckNote(
+            ran=False,
+            note=f"not run: the CUDA sanitizer needs a CUDA device, and this run was on {self.ctx.device}" if not self.cuda else f"not run: {self.stopped}",
+        )
+        return ConcurrencyChecks(
+            gradscaler=self.gradscaler or not_run,
+            dataloader=self.dataloader or not_run,
+            nonblocking=self.nonblocking or not_run,
+            streams=streams,
+            determinism=self.determinism or not_run,
+        )
+
     def _outcome(self, first: EntrypointRun | None) -> StageOutcome:
-        if self.determinism is not None:
-            self.checks["determinism"] = self.determinism.as_dict()
-        for name in ("gradscaler", "dataloader", "nonblocking", "determinism"):
-            self.checks.setdefault(name, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
-        self.checks.setdefault("streams", {"ran": False, "note": f"not run: the CUDA sanitizer needs a CUDA device, and this run was on {self.ctx.device}" if not self.cuda else f"not run: {self.stopped}"})
         protocol, determinism = self.protocol, self.determinism
         loaders = self.loaders.loaders if self.loaders is not None else []
         metrics = [
@@ -365,13 +378,14 @@ class _Session(StageSession):
             Metric(id="gradscaler.iterations_checked", name="GradScaler protocol iterations checked", value=protocol.iterations if protocol else 0),
             Metric(id="determinism.runs_compared", name="determinism runs compared", value=len(determinism.compared) + (1 if determinism.ran else 0) if determinism else 0),
             Metric(id="dataloaders.observed", name="DataLoaders observed", value=len(loaders), note=", ".join(f"{loader.site.path if loader.site else None}:{loader.site.line if loader.site else None} num_workers={loader.settings.num_workers}" for loader in loaders)[:200]),
-            Metric(id="child_runs.wall_s", name="child runs wall time", value=round(sum(r["duration_s"] for r in self.runs), 2), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
+            Metric(id="child_runs.wall_s", name="child runs wall time", value=self._runs_wall_s(), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
         ]
+        details = ConcurrencyDetails(device=self.ctx.device, budget_s=self.ctx.config.timeout_s, runs=self.runs, checks=self._checks(), stopped=self.stopped)
         return StageOutcome(
             summary=self._summary(),
             metrics=metrics,
             findings=self.findings,
-            details={"device": self.ctx.device, "budget_s": self.ctx.config.timeout_s, "runs": self.runs, "checks": self.checks, "stopped": self.stopped},
+            details=details.as_json(),  # a determinism record holds only the fields its check got to
         )
 
     def _summary(self) -> str:
@@ -389,6 +403,10 @@ class _Session(StageSession):
         if not self.cuda:
             parts.append("stream check not run (no CUDA)")
         return "; ".join(parts)
+
+
+def _matches(hits: list[SourceHit]) -> list[SourceMatch]:
+    return [SourceMatch(path=h.path, line=h.line, function=h.function, code=h.code, detail=h.detail) for h in hits]
 
 
 def _observed(run: EntrypointRun, spec: str, model: type[P]) -> P:

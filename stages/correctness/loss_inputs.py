@@ -4,8 +4,7 @@ inputs sampled at each loss call (`probe.loss_inputs`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
+from traingate.pipeline.correctness_details import LossInputsCheck, LossInputsNotApplicable, LossLine
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.contract.payloads.correctness import LossInputSite, LossInputsPayload
@@ -45,21 +44,21 @@ def _mismatch(loss: LossInputSite) -> _Mismatch | None:
     return None
 
 
-def loss_input_check(ctx: StageContext, data: LossInputsPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+def loss_input_check(ctx: StageContext, data: LossInputsPayload | None, fallback: Location) -> tuple[list[Finding], LossInputsCheck | LossInputsNotApplicable]:
     """The findings, one per loss line given the wrong input, and the check's record (not
     applicable without the payload: the run handed back none)."""
     if data is None or not data.losses:
-        return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE, "calls": data.calls if data is not None else 0}
+        return [], LossInputsNotApplicable(ran=False, applicable=False, note=NOT_APPLICABLE, calls=data.calls if data is not None else 0)
     losses = data.losses
     judged = [(loss, _mismatch(loss)) for loss in losses]
     findings = [_finding(ctx, data, loss, mismatch, fallback) for loss, mismatch in judged if mismatch is not None]
-    record = {
-        "ran": True,
-        "applicable": True,
-        "calls": data.calls,
-        "lines": [{"function": loss.function, "site": located.site_record(data, loss.site), "kind": loss.kind, "sampled": loss.sampled, "rows": loss.rows} for loss in losses],
-        "mismatches": len(findings),
-    }
+    record = LossInputsCheck(
+        ran=True,
+        applicable=True,
+        calls=data.calls,
+        lines=[LossLine(function=loss.function, site=located.site(data, loss.site), kind=loss.kind, sampled=loss.sampled, rows=loss.rows) for loss in losses],
+        mismatches=len(findings),
+    )
     return findings, record
 
 

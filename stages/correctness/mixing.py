@@ -3,8 +3,7 @@ with gradients on a batch the run used and located at the first op mixing them (
 
 from __future__ import annotations
 
-from typing import Any
-
+from traingate.pipeline.correctness_details import MixingCheck, NotApplicable
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.contract.payloads.correctness import MixingPayload, SampleDependency, TracedOp
@@ -13,23 +12,23 @@ from traingate.stages.correctness import located
 CATEGORY = Category.BATCH_MIXING
 
 
-def mixing_check(ctx: StageContext, data: MixingPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+def mixing_check(ctx: StageContext, data: MixingPayload | None, fallback: Location) -> tuple[list[Finding], MixingCheck | NotApplicable]:
     """The finding when some sample's outputs depend on another sample, and the check's record
     (not applicable without the payload: the run handed back none)."""
     if data is None or not data.applicable:
-        return [], {"ran": False, "applicable": False, "note": f"not applicable: {(data.reason if data is not None else None) or 'nothing was captured'}"}
+        return [], NotApplicable(ran=False, applicable=False, note=f"not applicable: {(data.reason if data is not None else None) or 'nothing was captured'}")
     mixed = [s for s in data.samples if s.others_count]
-    record = {
-        "ran": True,
-        "applicable": True,
-        "model": data.model,
-        "batch_size": data.batch_size,
-        "batch_dim": data.batch_dim,
-        "batch_dim_assumed": data.batch_dim_assumed,
-        "samples_judged": [s.sample for s in data.samples],
-        "mixed": bool(mixed),
-        "site": located.site_record(data, data.site),
-    }
+    record = MixingCheck(
+        ran=True,
+        applicable=True,
+        model=data.model,
+        batch_size=data.batch_size,
+        batch_dim=data.batch_dim,
+        batch_dim_assumed=data.batch_dim_assumed,
+        samples_judged=[s.sample for s in data.samples],
+        mixed=bool(mixed),
+        site=located.site(data, data.site),
+    )
     if not mixed:
         return [], record
     return [_finding(ctx, data, mixed, fallback)], record

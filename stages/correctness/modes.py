@@ -3,8 +3,7 @@ passes under no_grad/inference_mode with them in train mode (`probe.modes`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from traingate.pipeline.correctness_details import ModesCheck, NotApplicable
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext
 from traingate.stages.contract.payloads.correctness import EvalWhileTraining, ModeModule, ModesPayload, TrainUnderNoGrad
@@ -14,21 +13,21 @@ CATEGORY = Category.TRAIN_EVAL_MODE
 NOT_APPLICABLE = "not applicable: no Dropout (p > 0), MultiheadAttention with dropout, BatchNorm or other norm layer that tracks running statistics ran a forward"
 
 
-def mode_check(ctx: StageContext, modes: ModesPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+def mode_check(ctx: StageContext, modes: ModesPayload | None, fallback: Location) -> tuple[list[Finding], ModesCheck | NotApplicable]:
     """The findings, one per line that called the model in the wrong mode, and the check's
     record for the stage report (not applicable without the payload: the run handed back none)."""
     if modes is None or not modes.dependent_modules:
-        return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE}
-    record = {
-        "ran": True,
-        "applicable": True,
-        "dependent_modules": modes.dependent_modules,
-        "classes": modes.classes,
-        "eval_while_training": len(modes.eval_while_training),
-        "train_under_no_grad": len(modes.train_under_no_grad),
-        "frozen_on_purpose": modes.frozen_on_purpose,
-        "library_calls": modes.library_calls,
-    }
+        return [], NotApplicable(ran=False, applicable=False, note=NOT_APPLICABLE)
+    record = ModesCheck(
+        ran=True,
+        applicable=True,
+        dependent_modules=modes.dependent_modules,
+        classes=modes.classes,
+        eval_while_training=len(modes.eval_while_training),
+        train_under_no_grad=len(modes.train_under_no_grad),
+        frozen_on_purpose=modes.frozen_on_purpose,
+        library_calls=modes.library_calls,
+    )
     findings = [_eval_finding(ctx, modes, r, fallback) for r in modes.eval_while_training]
     findings += [_no_grad_finding(ctx, modes, r, fallback) for r in modes.train_under_no_grad]
     return findings, record

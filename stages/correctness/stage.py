@@ -24,8 +24,26 @@ is a stage-error (fail closed).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
+from traingate.pipeline.correctness_details import (
+    AccumulationCheck,
+    CheckNote,
+    CorrectnessChecks,
+    CorrectnessDetails,
+    CorrectnessRun,
+    DistributedCheck,
+    LoaderRow,
+    LossInputsCheck,
+    LossInputsNotApplicable,
+    MixingCheck,
+    ModesCheck,
+    NotApplicable,
+    Observed,
+    OverfitCheck,
+    RankLoaderRow,
+    RankRow,
+    StaleCheck,
+)
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
@@ -34,6 +52,7 @@ from traingate.stages.contract.messages import DistributedRecord, ExceptionRecor
 from traingate.stages.contract.payloads.correctness import (
     FirstUpdatePayload,
     GradientsPayload,
+    LoaderOrdering,
     LoadersPayload,
     LossesPayload,
     LossInputsPayload,
@@ -47,7 +66,7 @@ from traingate.stages.correctness import accumulation, divergence, ineffective, 
 from traingate.stages.correctness import modes, stale
 from traingate.stages.correctness import loss_inputs, mixing
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
-from traingate.stages.session import StageSession
+from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 
 STEPS = instruments.CORRECTNESS_STEPS
@@ -76,14 +95,27 @@ class CorrectnessStage:
         return with_leftover_findings(ctx, _Session(ctx).run())
 
 
-class _Session(StageSession):
+class _Session(StageSession[CorrectnessRun]):
     stage = "correctness"
 
-    def _run(self, label: str, purpose: str, specs: list[str], kwargs: dict[str, Any] | None = None, options: dict[str, Any] | None = None) -> EntrypointRun | None:
+    def __init__(self, ctx: StageContext) -> None:
+        super().__init__(ctx)
+        # Each check's record for the report; None: not reached (`_checks` says why).
+        self.observed: Observed | None = None
+        self.stale_gradients: StaleCheck | NotApplicable | None = None
+        self.train_eval_mode: ModesCheck | NotApplicable | None = None
+        self.loss_input_mismatch: LossInputsCheck | LossInputsNotApplicable | None = None
+        self.batch_mixing: MixingCheck | NotApplicable | None = None
+        self.grad_accumulation: AccumulationCheck | CheckNote | None = None
+        self.overfit: OverfitCheck | CheckNote | None = None
+        self.distributed: DistributedCheck | CheckNote | None = None
+
+    def _run(self, label: str, purpose: str, specs: list[str], kwargs: dict[str, int] | None = None, options: dict[str, dict[str, int]] | None = None) -> EntrypointRun | None:
         run = run_entrypoint(
             self.ctx, label=label, amp=True if self.entrypoint.amp_switch else None, instruments=specs, kwargs_override=kwargs, options=options
         )
-        return self._record_run(run, label, purpose, {"kwargs": kwargs or {}})
+        record = CorrectnessRun(label=label, purpose=purpose, kwargs=kwargs or {}, duration_s=round(run.child.duration_s, 2), outcome=run_outcome(run))
+        return self._record_run(run, record)
 
     def run(self) -> StageOutcome:
         specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES, LOSS_INPUTS, MIXING]
@@ -109,7 +141,7 @@ class _Session(StageSession):
             self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
         self._gradients_and_modes(first, main_site)
         self._loss_inputs_and_mixing(first, main_site)
-        self.checks["observed"] = _observed(steps, losses, loaders)
+        self.observed = _observed(steps, losses, loaders)
         if steps is None or not steps.steps:
             if first.ok:
                 self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
@@ -126,23 +158,23 @@ class _Session(StageSession):
 
     # -- stale-gradients, train-eval-mode: read from the instrumented run ----------------------------
     def _gradients_and_modes(self, first: EntrypointRun, main_site: Location) -> None:
-        found, self.checks["stale_gradients"] = stale.stale_gradient_check(self.ctx, first.payload(GRADIENTS, GradientsPayload), main_site)
+        found, self.stale_gradients = stale.stale_gradient_check(self.ctx, first.payload(GRADIENTS, GradientsPayload), main_site)
         self.findings += found
-        found, self.checks["train_eval_mode"] = modes.mode_check(self.ctx, first.payload(MODES, ModesPayload), main_site)
+        found, self.train_eval_mode = modes.mode_check(self.ctx, first.payload(MODES, ModesPayload), main_site)
         self.findings += found
 
     # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
     def _loss_inputs_and_mixing(self, first: EntrypointRun, main_site: Location) -> None:
-        found, self.checks["loss_input_mismatch"] = loss_inputs.loss_input_check(self.ctx, first.payload(LOSS_INPUTS, LossInputsPayload), main_site)
+        found, self.loss_input_mismatch = loss_inputs.loss_input_check(self.ctx, first.payload(LOSS_INPUTS, LossInputsPayload), main_site)
         self.findings += found
-        found, self.checks["batch_mixing"] = mixing.mixing_check(self.ctx, first.payload(MIXING, MixingPayload), main_site)
+        found, self.batch_mixing = mixing.mixing_check(self.ctx, first.payload(MIXING, MixingPayload), main_site)
         self.findings += found
 
     # -- distributed data parallel ------------------------------------------------------------------
     def _distributed(self, first: EntrypointRun) -> None:
         config = self.ctx.config.distributed
         if config is None:
-            self.checks["distributed"] = {"ran": False, "note": "not configured: set nproc in [tool.traingate.distributed]"}
+            self.distributed = CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]")
             return
         if self.stopped:
             return
@@ -153,24 +185,28 @@ class _Session(StageSession):
         label = "distributed"
         amp = True if self.entrypoint.amp_switch else None
         run = run_distributed(self.ctx, label=label, nproc=config.nproc, timeout_s=timeout, instruments=[RANKS], amp=amp)
-        data = (run.result or {}).get("distributed")
-        record = DistributedRecord.model_validate(data) if data is not None else None
+        record = run.record.distributed if run.record is not None else None
         self.runs.append(
-            {"label": label, "purpose": f"ddp-divergence: {config.nproc} ranks under torchrun", "kwargs": {}, "duration_s": round(run.child.duration_s, 2), "outcome": _distributed_outcome(run, record)}
+            CorrectnessRun(
+                label=label, purpose=f"ddp-divergence: {config.nproc} ranks under torchrun", kwargs={},
+                duration_s=round(run.child.duration_s, 2), outcome=_distributed_outcome(run, record),
+            )
         )
-        check: dict[str, Any] = {"ran": False, "nproc": config.nproc, "backend": backend_for(self.ctx.device), "timeout_s": round(timeout, 2)}
-        self.checks["distributed"] = check
+        # Set field by field as the run gets there: the fields never set stay out of the report.
+        check = self.distributed = DistributedCheck(ran=False, nproc=config.nproc, backend=backend_for(self.ctx.device), timeout_s=round(timeout, 2))
         if run.child.timed_out or record is None:
             # The harness reports the ranks' timeout itself; the child overrunning its own budget,
             # or handing back nothing, is the gate's failure.
             self.stopped = f"the {label} run handed back no result"
             self._fail(run, f"the {label} run handed back no result", reason="distributed-no-result", key=label)
             return
-        check.update({"start_method": record.start_method, "duration_s": round(record.duration_s, 2), "ranks": [{"rank": r.rank, "ending": r.ending, "duration_s": r.duration_s} for r in record.ranks]})
+        check.start_method = record.start_method
+        check.duration_s = round(record.duration_s, 2)
+        check.ranks = [RankRow(rank=r.rank, ending=r.ending, duration_s=r.duration_s) for r in record.ranks]
         what = f"The correctness stage's distributed run ({config.nproc} ranks under torchrun) of {self.entrypoint.label}"
         self._ranks(run, record, check, what)
 
-    def _ranks(self, run: EntrypointRun, record: DistributedRecord, check: dict[str, Any], what: str) -> None:
+    def _ranks(self, run: EntrypointRun, record: DistributedRecord, check: DistributedCheck, what: str) -> None:
         """What the ranks of the distributed run that handed back a result did: a launch
         failure, a hang, a failed rank, or their payloads compared."""
         label = "distributed"
@@ -201,23 +237,19 @@ class _Session(StageSession):
             return
         found = divergence.divergence_findings(self.ctx, watches, self.fallback)
         self.findings += found
-        check.update(
-            {
-                "ran": True,
-                "steps_per_rank": [w.steps for w in watches],
-                "ddp_wrapped": bool(watches[0].ddp),
-                "tensors_compared": len(watches[0].tensors),
-                "parameters_differing": divergence.differing_parameters(watches),
-                "loaders": [{"sampler": loader.sampler, "steps": loader.steps, "batches": loader.batches} for loader in watches[0].loaders],
-                "findings": len(found),
-            }
-        )
+        check.ran = True
+        check.steps_per_rank = [w.steps for w in watches]
+        check.ddp_wrapped = bool(watches[0].ddp)
+        check.tensors_compared = len(watches[0].tensors)
+        check.parameters_differing = divergence.differing_parameters(watches)
+        check.loaders = [RankLoaderRow(sampler=loader.sampler, steps=loader.steps, batches=loader.batches) for loader in watches[0].loaders]
+        check.findings = len(found)
 
     # -- overfit one batch --------------------------------------------------------------------------
     def _overfit(self, first: EntrypointRun) -> None:
         limit = self.ctx.config.correctness.overfit_steps
         if limit is None:
-            self.checks["overfit"] = {"ran": False, "note": "not configured: set overfit_steps in [tool.traingate.correctness]"}
+            self.overfit = CheckNote(ran=False, note="not configured: set overfit_steps in [tool.traingate.correctness]")
             return
         if self.stopped:
             return
@@ -228,7 +260,7 @@ class _Session(StageSession):
         if run is None:
             return
         watch, losses = run.payload(ONE_BATCH, OneBatchPayload), run.payload(LOSSES, LossesPayload)
-        stopped_here = (run.exception or {}).get("type") == OVERFIT_STEPS_DONE
+        stopped_here = run.raised is not None and run.raised.type == OVERFIT_STEPS_DONE
         if not (run.ok or stopped_here) or instruments.ERROR_KEY in run.instrument(ONE_BATCH):
             self._fail(run, "the one-batch overfit run failed", reason="overfit-run-failed", key="overfit")
             return
@@ -237,16 +269,16 @@ class _Session(StageSession):
             return
         curve = overfit.step_losses(losses)
         fraction = overfit.reduction(curve)
-        self.checks["overfit"] = {
-            "ran": fraction is not None,
-            "steps": watch.steps,
-            "limit": limit,
-            "reduction": fraction,
-            "required": self.ctx.config.policy.overfit_min_reduction,
-            "first_loss": curve[0] if curve else None,
-            "last_losses": curve[-overfit.TAIL:],
-            "note": None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
-        }
+        self.overfit = OverfitCheck(
+            ran=fraction is not None,
+            steps=watch.steps,
+            limit=limit,
+            reduction=fraction,
+            required=self.ctx.config.policy.overfit_min_reduction,
+            first_loss=curve[0] if curve else None,
+            last_losses=list(curve[-overfit.TAIL:]),
+            note=None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
+        )
         if fraction is not None and losses is not None:  # a reduction is measured on the losses
             self.findings += overfit.overfit_finding(self.ctx, curve, fraction, losses, watch.steps, self.fallback)
 
@@ -254,7 +286,7 @@ class _Session(StageSession):
     def _accumulation(self, first: EntrypointRun) -> None:
         config = self.ctx.config.correctness
         if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
-            self.checks["grad_accumulation"] = {"ran": False, "note": "not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]"}
+            self.grad_accumulation = CheckNote(ran=False, note="not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]")
             return
         batch = self.entrypoint.kwargs.get(config.batch_size_kwarg)
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
@@ -276,7 +308,7 @@ class _Session(StageSession):
             if run is None:
                 return
             update = run.payload(FIRST_UPDATE, FirstUpdatePayload)
-            if (run.exception or {}).get("type") != FIRST_STEP_REACHED or update is None or not update.stepped:
+            if run.raised is None or run.raised.type != FIRST_STEP_REACHED or update is None or not update.stepped:
                 self._fail(run, f"the gradient-accumulation {label} run made no optimizer step", reason="accumulation-run-failed", key=label)
                 return
             runs.append((run, update))
@@ -287,7 +319,9 @@ class _Session(StageSession):
             return
         losses = accumulated.payload(LOSSES, LossesPayload)
         calls = losses.calls if losses is not None else None
-        self.checks["grad_accumulation"] = {"ran": True, **setup, **comparison, "tolerance": self.ctx.config.policy.grad_accumulation_tolerance, "backward_calls_before_step": calls}
+        self.grad_accumulation = AccumulationCheck(
+            ran=True, **setup, **comparison, tolerance=self.ctx.config.policy.grad_accumulation_tolerance, backward_calls_before_step=calls
+        )
         self.findings += accumulation.accumulation_finding(self.ctx, comparison, losses, setup, self.fallback)
 
     # -- failing closed ----------------------------------------------------------------------------
@@ -314,72 +348,96 @@ class _Session(StageSession):
     def _check_metrics(self) -> list[Metric]:
         """The opt-in checks' measurements against their policy thresholds, when they ran."""
         metrics = []
-        accumulation = self.checks.get("grad_accumulation", {})
-        if accumulation.get("ran"):
-            difference, tolerance = accumulation["relative_difference"], accumulation["tolerance"]
+        accumulation = self.grad_accumulation
+        if isinstance(accumulation, AccumulationCheck):
+            difference, tolerance = accumulation.relative_difference, accumulation.tolerance
             metrics.append(
                 Metric(
                     id="grad_accumulation.relative_difference", name="gradient: accumulated vs one large batch", value=round(difference, 6),
-                    threshold=tolerance, passed=difference <= tolerance, note=f"k={accumulation['accumulation']}, b={accumulation['batch_size']}",
+                    threshold=tolerance, passed=difference <= tolerance, note=f"k={accumulation.accumulation}, b={accumulation.batch_size}",
                 )
             )
-        overfit_check = self.checks.get("overfit", {})
-        if overfit_check.get("ran"):
-            reduction, required = overfit_check["reduction"], overfit_check["required"]
+        overfit_check = self.overfit
+        if isinstance(overfit_check, OverfitCheck) and overfit_check.reduction is not None:  # measured: `ran`
+            reduction, required = overfit_check.reduction, overfit_check.required
             metrics.append(
                 Metric(
                     id="overfit.loss_reduction", name="loss reduction on one repeated batch", value=round(reduction, 4),
-                    threshold=required, passed=reduction >= required, note=f"{overfit_check['steps']} steps",
+                    threshold=required, passed=reduction >= required, note=f"{overfit_check.steps} steps",
                 )
             )
-        distributed = self.checks.get("distributed", {})
-        if distributed.get("ran"):
-            differing = distributed["parameters_differing"]
+        distributed = self.distributed
+        if isinstance(distributed, DistributedCheck) and distributed.ran and distributed.parameters_differing is not None:
+            differing = distributed.parameters_differing
             metrics.append(
                 Metric(
                     id="distributed.parameters_differing", name="parameters that differ across ranks after training", value=differing,
-                    threshold=0, passed=differing == 0, note=f"{distributed['nproc']} ranks under torchrun, {distributed['backend']}",
+                    threshold=0, passed=differing == 0, note=f"{distributed.nproc} ranks under torchrun, {distributed.backend}",
                 )
             )
         return metrics
 
+    def _checks(self) -> CorrectnessChecks:
+        """Every check's record; one not reached says why it did not run."""
+        not_run = CheckNote(ran=False, note=f"not run: {self.stopped or 'the instrumented run failed'}")
+        checks = CorrectnessChecks(
+            stale_gradients=self.stale_gradients or not_run,
+            train_eval_mode=self.train_eval_mode or not_run,
+            loss_input_mismatch=self.loss_input_mismatch or not_run,
+            batch_mixing=self.batch_mixing or not_run,
+            grad_accumulation=self.grad_accumulation or not_run,
+            overfit=self.overfit or not_run,
+            distributed=self.distributed or not_run,
+        )
+        if self.observed is not None:  # left unset (out of the report) when no analysis read the run
+            checks.observed = self.observed
+        return checks
+
     def _outcome(self) -> StageOutcome:
-        observed = self.checks.get("observed", {})
-        for check in ("grad_accumulation", "overfit", "distributed", "stale_gradients", "train_eval_mode", "loss_input_mismatch", "batch_mixing"):
-            self.checks.setdefault(check, {"ran": False, "note": f"not run: {self.stopped or 'the instrumented run failed'}"})
+        observed = self.observed
+        steps = observed.steps if observed is not None else 0
         counts = {c: sum(1 for f in self.findings if f.category is c) for c in CorrectnessStage.categories}
         metrics = [
-            Metric(id="steps.observed", name="optimizer steps observed", value=observed.get("steps", 0), note="in the instrumented run"),
-            Metric(id="backward.observed", name="backward calls observed", value=observed.get("backward_calls", 0)),
-            Metric(id="modules.observed", name="modules constructed", value=observed.get("modules", 0)),
-            Metric(id="dataloaders.observed", name="DataLoaders observed", value=len(observed.get("loaders", []))),
+            Metric(id="steps.observed", name="optimizer steps observed", value=steps, note="in the instrumented run"),
+            Metric(id="backward.observed", name="backward calls observed", value=observed.backward_calls if observed is not None else 0),
+            Metric(id="modules.observed", name="modules constructed", value=observed.modules if observed is not None else 0),
+            Metric(id="dataloaders.observed", name="DataLoaders observed", value=len(observed.loaders) if observed is not None else 0),
             *self._check_metrics(),
-            Metric(id="child_runs.wall_s", name="child runs wall time", value=round(sum(r["duration_s"] for r in self.runs), 2), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
+            Metric(id="child_runs.wall_s", name="child runs wall time", value=self._runs_wall_s(), unit="s", note=f"{len(self.runs)} run(s) on {self.ctx.device}"),
         ]
-        summary = [f"{len(self.runs)} run(s) on {self.ctx.device}", f"{observed.get('steps', 0)} optimizer step(s) observed"]
+        summary = [f"{len(self.runs)} run(s) on {self.ctx.device}", f"{steps} optimizer step(s) observed"]
         summary += [f"{n} {c.value}" for c, n in sorted(counts.items(), key=lambda item: item[0].value) if n]
-        if self.checks["grad_accumulation"].get("ran"):
-            summary.append(f"gradient accumulation compared ({self.checks['grad_accumulation']['relative_difference']:.2%} off)")
+        if isinstance(self.grad_accumulation, AccumulationCheck):
+            summary.append(f"gradient accumulation compared ({self.grad_accumulation.relative_difference:.2%} off)")
         if self.stopped:
             summary.append(f"stopped: {self.stopped}")
+        details = CorrectnessDetails(device=self.ctx.device, budget_s=self.ctx.config.timeout_s, runs=self.runs, checks=self._checks(), stopped=self.stopped)
         return StageOutcome(
             summary="; ".join(summary),
             metrics=metrics,
             findings=self.findings,
-            details={"device": self.ctx.device, "budget_s": self.ctx.config.timeout_s, "runs": self.runs, "checks": self.checks, "stopped": self.stopped},
+            details=details.as_json(),  # `observed` and a distributed record's later fields only once reached
         )
 
 
-def _observed(steps: StepsPayload | None, losses: LossesPayload | None, loaders: LoadersPayload | None) -> dict[str, Any]:
+def _observed(steps: StepsPayload | None, losses: LossesPayload | None, loaders: LoadersPayload | None) -> Observed:
     """What the instrumented run was seen doing, for the stage's details (nothing of a payload
     the run did not hand back)."""
-    return {
-        "steps": steps.steps if steps is not None else 0,
-        "optimizers": [located.record(o) for o in steps.optimizers] if steps is not None else [],
-        "modules": steps.modules_seen if steps is not None else 0,
-        "backward_calls": losses.calls if losses is not None else 0,
-        "loaders": [{**located.record(loader), "site": located.site_record(loaders, loader.site)} for loader in loaders.loaders] if loaders is not None else [],
-    }
+    return Observed(
+        steps=steps.steps if steps is not None else 0,
+        optimizers=steps.optimizers if steps is not None else [],
+        modules=steps.modules_seen if steps is not None else 0,
+        backward_calls=losses.calls if losses is not None else 0,
+        loaders=[_loader_row(loaders, loader) for loader in loaders.loaders] if loaders is not None else [],
+    )
+
+
+def _loader_row(loaders: LoadersPayload, loader: LoaderOrdering) -> LoaderRow:
+    return LoaderRow(
+        site=located.site(loaders, loader.site), epochs=loader.epochs, batches=loader.batches, steps=loader.steps, sampler=loader.sampler,
+        sampler_module=loader.sampler_module, batch_sampler=loader.batch_sampler, sampler_shuffles=loader.sampler_shuffles,
+        set_epoch_calls=loader.set_epoch_calls, length=loader.length, iterable_dataset=loader.iterable_dataset,
+    )
 
 
 def _distributed_outcome(run: EntrypointRun, record: DistributedRecord | None) -> str:

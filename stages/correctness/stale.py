@@ -3,8 +3,7 @@ previous step, because nothing cleared `.grad` in between (`probe.gradients`).""
 
 from __future__ import annotations
 
-from typing import Any
-
+from traingate.pipeline.correctness_details import NotApplicable, StaleCheck
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext
 from traingate.stages.contract.payloads.correctness import GradientsPayload, StaleStep
@@ -15,13 +14,13 @@ PER_STEP = {"step", "carried_norm", "applied_norm", "carried_share", "params_car
 NOT_APPLICABLE = "not applicable: no optimizer step followed a backward call made after that optimizer's previous step (fewer than two steps to compare)"
 
 
-def stale_gradient_check(ctx: StageContext, gradients: GradientsPayload | None, fallback: Location) -> tuple[list[Finding], dict[str, Any]]:
+def stale_gradient_check(ctx: StageContext, gradients: GradientsPayload | None, fallback: Location) -> tuple[list[Finding], StaleCheck | NotApplicable]:
     """The findings, one per line that steps, and the check's record for the stage report
     (not applicable without the payload: the run handed back none)."""
     if gradients is None or not gradients.judged:
-        return [], {"ran": False, "applicable": False, "note": NOT_APPLICABLE}
+        return [], NotApplicable(ran=False, applicable=False, note=NOT_APPLICABLE)
     judged = gradients.judged
-    record = {"ran": True, "applicable": True, "steps_judged": judged, "steps_stale": gradients.stale_count, "largest_carried_share": gradients.largest_share}
+    record = StaleCheck(ran=True, applicable=True, steps_judged=judged, steps_stale=gradients.stale_count, largest_carried_share=gradients.largest_share)
     by_site: dict[int | None, list[StaleStep]] = {}
     for step in gradients.stale:
         by_site.setdefault(step.site, []).append(step)

@@ -69,8 +69,8 @@ def conftest_errors(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> li
         return []
     conftest = _relative(err.conftest, ctx.root)
     location = site_location(err.target_frame) or (Location(path=conftest, line=None) if conftest else None)
-    if (missing := missing_module(ctx.root, err.model_dump())) is not None:  # a package not installed here
-        return [environment_finding(ctx, err.model_dump(), missing, f"Importing {conftest or 'a conftest'}", location, run="conftest")]
+    if (missing := missing_module(ctx.root, err)) is not None:  # a package not installed here
+        return [environment_finding(ctx, err, missing, f"Importing {conftest or 'a conftest'}", location, run="conftest")]
     return [
         ctx.finding(
             category=Category.COLLECTION_ERROR,
@@ -105,8 +105,8 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
             # the test module, cannot load: an `environment` finding, blocking, below.
             findings.append(_environment_module(ctx, err, module, location, not_run))
             continue
-        if (missing := missing_module(ctx.root, err.model_dump())) is not None:  # the target's code imports a package not installed here
-            findings.append(environment_finding(ctx, err.model_dump(), missing, f"Collecting {module}", location, run="collection"))
+        if (missing := missing_module(ctx.root, err)) is not None:  # the target's code imports a package not installed here
+            findings.append(environment_finding(ctx, err, missing, f"Collecting {module}", location, run="collection"))
             continue
         what = err.type or "an error"
         message = _first_line(err.message) or _first_line(err.longrepr)

@@ -18,10 +18,11 @@ speedup or memory reduction is reported, only that AMP was not active.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from traingate.pipeline.config import PolicyConfig
+from traingate.pipeline.performance_details import AmpComparison, AmpSide, AmpSides
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.performance import AmpCounts, Site, StepClockRecord
@@ -49,52 +50,47 @@ def amp_active(amp_counts: AmpCounts | None) -> bool | None:
     return None if total == 0 else amp_counts.reduced_in_steps > 0
 
 
-def compare(fp32: StepClockRecord, amp: StepClockRecord, warmup: int, min_steps: int, device: str, active: bool | None = None) -> dict[str, Any]:
-    """The side-by-side numbers (JSON-safe). With `active` False (no matrix product ran in
-    reduced precision with AMP on) both runs computed in fp32: their time and memory ratios
-    are noise between two like runs, not what AMP does, so none is reported."""
-    sides: dict[str, dict[str, Any]] = {}
-    for label, clock in (("fp32", fp32), ("amp", amp)):
-        stats = step_stats(clock, warmup, min_steps)
-        loss, averaged = final_loss(clock.losses)
-        sides[label] = {
-            "steps": clock.steps,
-            "step": stats.record() if stats else None,
-            "peak_memory_bytes": clock.peak_memory_bytes,
-            "final_loss": loss,
-            "final_loss_steps": averaged,
-            "losses": list(clock.losses),
-        }
-    s32, samp = sides["fp32"]["step"], sides["amp"]["step"]
+def _side(clock: StepClockRecord, warmup: int, min_steps: int) -> AmpSide:
+    stats = step_stats(clock, warmup, min_steps)
+    loss, averaged = final_loss(clock.losses)
+    return AmpSide(steps=clock.steps, step=stats.record() if stats else None, peak_memory_bytes=clock.peak_memory_bytes, final_loss=loss, final_loss_steps=averaged, losses=list(clock.losses))
+
+
+def compare(fp32: StepClockRecord, amp: StepClockRecord, warmup: int, min_steps: int, device: str, active: bool | None = None) -> AmpComparison:
+    """The side-by-side numbers. With `active` False (no matrix product ran in reduced
+    precision with AMP on) both runs computed in fp32: their time and memory ratios are
+    noise between two like runs, not what AMP does, so none is reported."""
+    sides = AmpSides(fp32=_side(fp32, warmup, min_steps), amp=_side(amp, warmup, min_steps))
+    s32, samp = sides.fp32.step, sides.amp.step
     spread = ratio_of_medians(step_times(fp32, warmup), step_times(amp, warmup)) if s32 and samp and active is not False else None
     speedup = spread.ratio if spread else None
-    p32, pamp = sides["fp32"]["peak_memory_bytes"], sides["amp"]["peak_memory_bytes"]
+    p32, pamp = sides.fp32.peak_memory_bytes, sides.amp.peak_memory_bytes
     reduction = 1 - pamp / p32 if p32 and pamp is not None and active is not False else None
-    l32, lamp = sides["fp32"]["final_loss"], sides["amp"]["final_loss"]
+    l32, lamp = sides.fp32.final_loss, sides.amp.final_loss
     drift = abs(lamp - l32) / abs(l32) if l32 not in (None, 0) and lamp is not None else None
-    return {
-        "device": device,
-        "sides": sides,
-        "active": active,
-        "speedup": speedup,
-        "speedup_spread": spread.record() if spread else None,
-        "memory_reduction": reduction,
-        "loss_drift": drift,
-    }
+    return AmpComparison(
+        device=device,
+        sides=sides,
+        active=active,
+        speedup=speedup,
+        speedup_spread=spread.record() if spread else None,
+        memory_reduction=reduction,
+        loss_drift=drift,
+    )
 
 
-def _speedup_spread(comparison: dict[str, Any]) -> RatioSpread | None:
-    record = comparison.get("speedup_spread")
-    return RatioSpread(record["ratio"], record["low"], record["high"], record["method"]) if record else None
+def _speedup_spread(comparison: AmpComparison) -> RatioSpread | None:
+    record = comparison.speedup_spread
+    return RatioSpread(record.ratio, record.low, record.high, record.method) if record else None
 
 
-def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: AmpCounts | None) -> list[Metric]:
-    device = comparison["device"]
+def metrics(comparison: AmpComparison, policy: PolicyConfig, amp_counts: AmpCounts | None) -> list[Metric]:
+    device = comparison.device
     cuda = device == "cuda"
     out = []
-    speedup = comparison["speedup"]
+    speedup = comparison.speedup
     spread = _speedup_spread(comparison)
-    inactive = comparison.get("active") is False
+    inactive = comparison.active is False
     if inactive:
         speed_note = f"not measured: AMP was not active (no matrix product ran in float16/bfloat16 with AMP on), so both timing runs computed in fp32{NOT_A_RATIO}"
     elif speedup is None or spread is None:
@@ -112,7 +108,7 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: AmpCou
         passed=(speedup >= policy.amp_speedup_min) if cuda and speedup is not None else None,
         note=speed_note,
     ))
-    reduction = comparison["memory_reduction"]
+    reduction = comparison.memory_reduction
     out.append(Metric(
         id="amp.memory_reduction",
         name="AMP peak memory reduction",
@@ -126,7 +122,7 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: AmpCou
             else f"not measured on cpu (no allocator statistics without instrumenting every allocation, which would distort the timing runs); {NOT_ON_CPU}"
         ),
     ))
-    drift = comparison["loss_drift"]
+    drift = comparison.loss_drift
     out.append(Metric(
         id="amp.loss_drift",
         name="AMP final loss drift (relative)",
@@ -134,7 +130,7 @@ def metrics(comparison: dict[str, Any], policy: PolicyConfig, amp_counts: AmpCou
         unit="fraction",
         threshold=policy.amp_accuracy_tolerance,
         passed=(drift <= policy.amp_accuracy_tolerance) if drift is not None else None,
-        note=f"mean of the last {comparison['sides']['amp']['final_loss_steps']} step losses, AMP vs fp32, on {device}" if drift is not None else "not measured: no scalar loss was backpropagated",
+        note=f"mean of the last {comparison.sides.amp.final_loss_steps} step losses, AMP vs fp32, on {device}" if drift is not None else "not measured: no scalar loss was backpropagated",
     ))
     if amp_counts is not None:
         reduced = amp_counts.reduced_in_steps
@@ -156,7 +152,17 @@ def amp_location(amp_counts: AmpCounts | None, forward_sites: list[tuple[Site, i
     return location_of(site)
 
 
-def cuda_only_gate(root: Path, names: set[str], files: list[str]) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class CudaGate:
+    """Where the target's code switches AMP on only on one side of a device check."""
+
+    path: str  # relative to the target root
+    line: int
+    code: str  # the check's source, at most 200 characters
+    enables: str  # "only on CUDA" or "only off the CPU"
+
+
+def cuda_only_gate(root: Path, names: set[str], files: list[str]) -> CudaGate | None:
     """Where the target switches AMP on only on CUDA, in the files the training ran through
     (then the rest of the target's files, a bounded few). Two shapes:
     - an `and` of the flag with a CUDA check (`use_amp and torch.cuda.is_available()`,
@@ -181,11 +187,11 @@ def cuda_only_gate(root: Path, names: set[str], files: list[str]) -> dict[str, A
                 flagged = any(_names_flag(value, names) for value in node.values)
                 if flagged and any(_checks_cuda(value) for value in node.values):
                     code = ast.get_source_segment(source, node) or ""
-                    return {"path": str(path.relative_to(root)), "line": node.lineno, "code": code[:200], "enables": "only on CUDA"}
+                    return CudaGate(str(path.relative_to(root)), node.lineno, code[:200], "only on CUDA")
             elif isinstance(node, (ast.IfExp, ast.If)):
                 gate = _device_chosen_autocast(node, source)
                 if gate is not None:
-                    return {"path": str(path.relative_to(root)), "line": node.lineno, **gate}
+                    return CudaGate(str(path.relative_to(root)), node.lineno, *gate)
     return None
 
 
@@ -212,8 +218,8 @@ def _checks_cuda(node: ast.AST) -> bool:
     return False
 
 
-def _device_chosen_autocast(node: ast.IfExp | ast.If, source: str) -> dict[str, str] | None:
-    """`code` and `enables` of a conditional whose test is a device check and whose non-CPU
+def _device_chosen_autocast(node: ast.IfExp | ast.If, source: str) -> tuple[str, str] | None:
+    """(`code`, `enables`) of a conditional whose test is a device check and whose non-CPU
     branch builds the autocast; None for any other conditional."""
     on_gpu_when_true = _device_test(node.test)
     if on_gpu_when_true is None:
@@ -227,7 +233,7 @@ def _device_chosen_autocast(node: ast.IfExp | ast.If, source: str) -> dict[str, 
     if not any(_builds_autocast(sub) for branch in gpu_side for sub in ast.walk(branch)):
         return None
     cpu_test = any(isinstance(sub, ast.Constant) and sub.value == "cpu" for sub in ast.walk(node.test))
-    return {"code": code[:200], "enables": "only off the CPU" if cpu_test else "only on CUDA"}
+    return code[:200], "only off the CPU" if cpu_test else "only on CUDA"
 
 
 def _device_test(test: ast.AST) -> bool | None:
@@ -314,7 +320,7 @@ def _amp_on_args(ctx: StageContext) -> list[str]:
     return list(ep.amp_args.on) if ep is not None and ep.amp_args is not None else []
 
 
-def not_applicable_metric(gate: dict[str, Any], setting: str, device: str) -> Metric:
+def not_applicable_metric(gate: CudaGate, setting: str, device: str) -> Metric:
     """The `amp-inactive` check on a device where the target deliberately leaves AMP off;
     `setting` is the run with AMP on, as `amp_on_setting` names it."""
     return Metric(
@@ -322,7 +328,7 @@ def not_applicable_metric(gate: dict[str, Any], setting: str, device: str) -> Me
         name="AMP active (reduced-precision matrix products with AMP on)",
         value=None,
         note=(
-            f"not applicable on {device}: the target enables AMP {gate['enables']} (`{gate['code']}` at {gate['path']}:{gate['line']}), "
+            f"not applicable on {device}: the target enables AMP {gate.enables} (`{gate.code}` at {gate.path}:{gate.line}), "
             f"so with {setting} it computed in fp32 here as intended; check it on a GPU runner with "
             "`traingate run <target> --device cuda --stages performance`"
         ),
@@ -346,7 +352,7 @@ def inactive_check(ctx: StageContext, amp_counts: AmpCounts | None, forward_site
 
 
 def inactive_finding(
-    ctx: StageContext, amp_counts: AmpCounts, forward_sites: list[tuple[Site, int]], flag: str, device: str, cuda_gate: dict[str, Any] | None = None
+    ctx: StageContext, amp_counts: AmpCounts, forward_sites: list[tuple[Site, int]], flag: str, device: str, cuda_gate: CudaGate | None = None
 ) -> Finding | None:
     """`amp-inactive`: AMP switched on, yet no matrix product ran in reduced precision.
 
@@ -399,69 +405,76 @@ def _at(site: Site | None) -> str:
     return f"{site[0]}:{site[1]}" if site else ""
 
 
-def accuracy_finding(ctx: StageContext, comparison: dict[str, Any], policy: PolicyConfig, location: Location | None) -> Finding | None:
-    drift = comparison["loss_drift"]
-    if drift is None or drift <= policy.amp_accuracy_tolerance:
+def accuracy_finding(ctx: StageContext, comparison: AmpComparison, policy: PolicyConfig, location: Location | None) -> Finding | None:
+    drift = comparison.loss_drift
+    sides = comparison.sides
+    l32, lamp = sides.fp32.final_loss, sides.amp.final_loss
+    # A drift is measured only from both final losses.
+    if drift is None or drift <= policy.amp_accuracy_tolerance or l32 is None or lamp is None:
         return None
-    sides = comparison["sides"]
-    l32, lamp = sides["fp32"]["final_loss"], sides["amp"]["final_loss"]
     return ctx.finding(
         category=Category.AMP_ACCURACY,
         severity=Severity.HIGH,
         title=f"Mixed precision changes the final loss by {drift:.1%} (tolerance {policy.amp_accuracy_tolerance:.1%})",
         location=location,
         problem=(
-            f"Same seed and data, the final loss (mean of the last {sides['amp']['final_loss_steps']} steps) is {lamp:.6g} with AMP "
+            f"Same seed and data, the final loss (mean of the last {sides.amp.final_loss_steps} steps) is {lamp:.6g} with AMP "
             f"and {l32:.6g} without: a relative drift of {drift:.2%}, above the policy's {policy.amp_accuracy_tolerance:.2%}."
         ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
-            summary=f"final loss {lamp:.6g} (amp) vs {l32:.6g} (fp32) on {comparison['device']}",
+            summary=f"final loss {lamp:.6g} (amp) vs {l32:.6g} (fp32) on {comparison.device}",
             data={
                 "final_loss_amp": lamp,
                 "final_loss_fp32": l32,
                 "relative_drift": drift,
                 "tolerance": policy.amp_accuracy_tolerance,
-                "averaged_steps": sides["amp"]["final_loss_steps"],
-                "device": comparison["device"],
-                "loss_curve_fp32": sides["fp32"]["losses"][-20:],
-                "loss_curve_amp": sides["amp"]["losses"][-20:],
+                "averaged_steps": sides.amp.final_loss_steps,
+                "device": comparison.device,
+                "loss_curve_fp32": sides.fp32.losses[-20:],
+                "loss_curve_amp": sides.amp.losses[-20:],
             },
         ),
         key="amp-accuracy",
     )
 
 
-def target_findings(ctx: StageContext, comparison: dict[str, Any], policy: PolicyConfig, location: Location | None) -> list[Finding]:
+def target_findings(ctx: StageContext, comparison: AmpComparison, policy: PolicyConfig, location: Location | None) -> list[Finding]:
     """`amp-speedup` and `amp-memory`: on CUDA only, where the targets gate."""
-    if comparison["device"] != "cuda":
+    if comparison.device != "cuda":
         return []
     out = []
-    sides = comparison["sides"]
-    speedup = comparison["speedup"]
+    sides = comparison.sides
+    speedup = comparison.speedup
     spread = _speedup_spread(comparison)
-    if speedup is not None and speedup < policy.amp_speedup_min:
+    fp32_step, amp_step = sides.fp32.step, sides.amp.step
+    # A speedup is measured only from both runs' step times.
+    if speedup is not None and speedup < policy.amp_speedup_min and fp32_step is not None and amp_step is not None:
         out.append(ctx.finding(
             category=Category.AMP_SPEEDUP,
             severity=Severity.HIGH,
             title=f"Mixed precision speeds a step up {speedup:.2f}x, under the {policy.amp_speedup_min}x target",
             location=location,
             problem=(
-                f"Median step {sides['fp32']['step']['median_ms']:.2f} ms in fp32 against {sides['amp']['step']['median_ms']:.2f} ms with AMP "
-                f"over {sides['amp']['step']['steps']} steps after warm-up (CUDA event timing): {spread.describe() if spread else f'{speedup:.2f}x'}."
+                f"Median step {fp32_step.median_ms:.2f} ms in fp32 against {amp_step.median_ms:.2f} ms with AMP "
+                f"over {amp_step.steps} steps after warm-up (CUDA event timing): {spread.describe() if spread else f'{speedup:.2f}x'}."
             ),
-            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{speedup:.3f}x on cuda", data={"speedup": speedup, "speedup_spread": comparison.get("speedup_spread"), "fp32": sides["fp32"]["step"], "amp": sides["amp"]["step"], "threshold": policy.amp_speedup_min}),
+            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{speedup:.3f}x on cuda", data={
+                "speedup": speedup, "speedup_spread": comparison.speedup_spread.data() if comparison.speedup_spread else None,
+                "fp32": fp32_step.data(), "amp": amp_step.data(), "threshold": policy.amp_speedup_min,
+            }),
             key="amp-speedup",
         ))
-    reduction = comparison["memory_reduction"]
+    reduction = comparison.memory_reduction
+    peak32, peak_amp = sides.fp32.peak_memory_bytes, sides.amp.peak_memory_bytes
     if reduction is not None and reduction < policy.amp_memory_reduction_min:
         out.append(ctx.finding(
             category=Category.AMP_MEMORY,
             severity=Severity.HIGH,
             title=f"Mixed precision saves {reduction:.0%} of peak memory, under the {policy.amp_memory_reduction_min:.0%} target",
             location=location,
-            problem=f"Peak allocated memory {sides['fp32']['peak_memory_bytes']:,} bytes in fp32 against {sides['amp']['peak_memory_bytes']:,} bytes with AMP.",
-            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{reduction:.3f} reduction on cuda", data={"reduction": reduction, "peak_fp32": sides["fp32"]["peak_memory_bytes"], "peak_amp": sides["amp"]["peak_memory_bytes"], "threshold": policy.amp_memory_reduction_min}),
+            problem=f"Peak allocated memory {peak32:,} bytes in fp32 against {peak_amp:,} bytes with AMP.",
+            evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{reduction:.3f} reduction on cuda", data={"reduction": reduction, "peak_fp32": peak32, "peak_amp": peak_amp, "threshold": policy.amp_memory_reduction_min}),
             key="amp-memory",
         ))
     return out

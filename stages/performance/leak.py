@@ -23,10 +23,10 @@ from __future__ import annotations
 from itertools import pairwise
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from statistics import median
-from typing import Any
 
+from traingate.pipeline.performance_details import LeakRecord
 from traingate.stages.performance.sign_test import sign_test
 
 MIN_SLOPE_BYTES = 64.0
@@ -54,10 +54,14 @@ class LeakVerdict:
     noise_bytes: float
     segments: list[tuple[float, float]]  # (10th, 90th percentile) of each segment
 
-    def record(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["segments"] = [list(s) for s in self.segments]
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in data.items()}
+    def record(self) -> LeakRecord:
+        """The report's record: the statistics to 4 digits (the segments as measured)."""
+        return LeakRecord(
+            leak=self.leak, reason=self.reason, steps=self.steps, slope_bytes_per_step=round(self.slope_bytes_per_step, 4),
+            ls_slope_bytes_per_step=round(self.ls_slope_bytes_per_step, 4), r2=round(self.r2, 4), increasing_fraction=round(self.increasing_fraction, 4),
+            mann_kendall_z=round(self.mann_kendall_z, 4), total_growth_bytes=round(self.total_growth_bytes, 4), start_bytes=round(self.start_bytes, 4),
+            noise_bytes=round(self.noise_bytes, 4), segments=list(self.segments),
+        )
 
 
 def theil_sen(values: list[float]) -> tuple[float, float]:

@@ -41,6 +41,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from traingate.pipeline.performance_details import (
+    Attribution as AttributionRecord,
+    Chart,
+    HeldGraphRecord,
+    HostMemory,
+    KeptGraphs,
+    KeptPoint,
+    MemoryDetails,
+    MemoryVerdict,
+    NodeGrowth,
+    StoredAt,
+    TableRow,
+)
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.performance import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite, SiteRecord
@@ -58,7 +71,7 @@ GRAPH_STEPS = 3
 TABLE_ROWS = 12
 
 
-def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int, device: str, loop_site: Location | None = None) -> tuple[dict[str, Any], list[Finding]]:
+def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int, device: str, loop_site: Location | None = None) -> tuple[MemoryDetails, list[Finding]]:
     """Details and findings from the tensor bytes, the host memory and the autograd graphs
     held between steps; `loop_site` (the training loop's model call) locates a host-memory
     leak nothing else located."""
@@ -70,20 +83,9 @@ def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int
     attribution.stores = storing_lines(ctx.root, attribution.holder) if attribution.holder else []
     attribution.stored_at = stored_at(attribution)
     graphs = growing_graphs(memory)
-    details: dict[str, Any] = {
-        "source": memory.source,
-        "verdict": verdict.record(),
-        "host": {"source": memory.host_source, "verdict": host.record() if host else None},
-        "chart": chart(held, warmup),
-        "table": table(held, warmup),
-        "peak_tracked_bytes": memory.peak_tracked_bytes,
-        "attribution": attribution.record(),
-        "graphs": [g.record() for g in graphs],
-    }
     host_leak = host if host is not None and host.leak else None
     findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g.growing]
     kept = kept_graphs(memory)
-    details["kept_graphs"] = kept
     nodes = node_growth(graphs, kept if verdict.steps >= min_steps else None)
     if verdict.leak:
         findings.insert(0, _finding(ctx, verdict, attribution, memory, device, nodes=nodes))
@@ -91,7 +93,17 @@ def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int
         findings.insert(0, _finding(ctx, verdict, attribution, memory, device, kept, nodes=nodes))
     elif host_leak is not None and not findings:
         findings.append(host_finding(ctx, host_leak, verdict, memory, device, loop_site))
-    details["verdict"] = combined_verdict(verdict, nodes, leak=bool(findings), host=host)
+    details = MemoryDetails(
+        source=memory.source,
+        verdict=combined_verdict(verdict, nodes, leak=bool(findings), host=host),
+        host=HostMemory(source=memory.host_source, verdict=host.record() if host else None),
+        chart=chart(held, warmup),
+        table=table(held, warmup),
+        peak_tracked_bytes=memory.peak_tracked_bytes,
+        attribution=attribution.record(),
+        graphs=[g.record() for g in graphs],
+        kept_graphs=kept,
+    )
     return details, findings
 
 
@@ -104,29 +116,27 @@ def host_verdict(memory: MemoryRecord, warmup: int, min_steps: int) -> LeakVerdi
     return decide(host[warmup:], min_steps, floor=HOST_MIN_SLOPE_BYTES)
 
 
-def node_growth(graphs: list[HeldGraph], kept: dict[str, Any] | None) -> dict[str, Any]:
+def node_growth(graphs: list[HeldGraph], kept: KeptGraphs | None) -> NodeGrowth:
     """The second measure: autograd nodes held between steps, per step, from the checks.
     The fastest-growing holder: a named tensor whose graph keeps growing, or a container
     that keeps each step's tensors with their graphs. `leak` when one of them is a leak.
     Node counts that stopped at the walk cap give no rate (None); the steps held are kept."""
     series: list[tuple[str, list[list[int]], list[list[int | None]]]] = [(g.holder.description, g.points, g.steps_held) for g in graphs if g.growing]
     if kept is not None:
-        series.append((kept["description"], [[p["step"], p["nodes"]] for p in kept["points"] if p["nodes"] is not None], []))
+        series.append((kept.description, [[p.step, p.nodes] for p in kept.points if p.nodes is not None], []))
     measured = []
     for description, points, steps_held in series:
         per_step = None
         if len(points) >= 2:
             (first_step, first), (last_step, last) = points[0], points[-1]
             per_step = (last - first) / max(1, last_step - first_step)
-        measured.append({"held_by": description, "per_step": per_step if per_step else None, "points": points, "steps_held": steps_held})
-    leak = bool(series)
+        measured.append(NodeGrowth(leak=True, per_step=per_step if per_step else None, held_by=description, points=points, steps_held=steps_held))
     if not measured:
-        return {"leak": False, "per_step": None, "held_by": None, "points": [], "steps_held": []}
-    best = max(measured, key=lambda m: m["per_step"] if m["per_step"] is not None else -1.0)
-    return {"leak": leak, **best}
+        return NodeGrowth(leak=False, per_step=None, held_by=None, points=[], steps_held=[])
+    return max(measured, key=lambda m: m.per_step if m.per_step is not None else -1.0)
 
 
-def combined_verdict(bytes_verdict: LeakVerdict, nodes: dict[str, Any], leak: bool, host: LeakVerdict | None = None) -> dict[str, Any]:
+def combined_verdict(bytes_verdict: LeakVerdict, nodes: NodeGrowth, leak: bool, host: LeakVerdict | None = None) -> MemoryVerdict:
     """One verdict over the three measures: a leak when the tensor bytes held grow, an
     autograd graph held between steps grows, or the host memory grows. The bytes verdict's
     statistics stay, under their own names; the host's are under `host`."""
@@ -134,37 +144,37 @@ def combined_verdict(bytes_verdict: LeakVerdict, nodes: dict[str, Any], leak: bo
     host_note = f"; host memory: {host.reason}" if host is not None else ""
     if bytes_verdict.leak:
         reason = bytes_verdict.reason
-    elif leak and nodes.get("held_by"):
-        per_step = f"{nodes['per_step']:,.0f} autograd nodes per step" if nodes.get("per_step") else "every step's autograd nodes"
-        reason = f"{nodes['held_by']} keeps {per_step} (tensor bytes: {bytes_verdict.reason}{host_note})"
+    elif leak and nodes.held_by:
+        per_step = f"{nodes.per_step:,.0f} autograd nodes per step" if nodes.per_step else "every step's autograd nodes"
+        reason = f"{nodes.held_by} keeps {per_step} (tensor bytes: {bytes_verdict.reason}{host_note})"
     elif leak and host is not None and host.leak:
         reason = f"host memory {host.reason}, while the tensor bytes do not ({bytes_verdict.reason})"
     elif leak:
         reason = f"autograd graphs held between steps grow (tensor bytes: {bytes_verdict.reason}{host_note})"
     else:
         reason = bytes_verdict.reason + host_note
-    return {
-        **record, "leak": leak, "reason": reason, "bytes_leak": bytes_verdict.leak, "bytes_reason": bytes_verdict.reason, "nodes": nodes,
-        "host": host.record() if host is not None else None,
-    }
+    return MemoryVerdict(
+        **record.model_dump(exclude={"leak", "reason"}), leak=leak, reason=reason, bytes_leak=bytes_verdict.leak, bytes_reason=bytes_verdict.reason,
+        nodes=nodes, host=host.record() if host is not None else None,
+    )
 
 
-def kept_graphs(memory: MemoryRecord) -> dict[str, Any] | None:
+def kept_graphs(memory: MemoryRecord) -> KeptGraphs | None:
     """A container that keeps one tensor per step together with its autograd graph, seen
     growing at two checks at least: `losses.append(loss)`. Its tensor bytes may be under
     the floor (a scalar loss), but each kept tensor keeps its step's graph nodes too."""
-    points: list[dict[str, Any]] = []
+    points: list[KeptPoint] = []
     for check in memory.checks:
         holder = check.holder
         if holder and holder.graph and holder.chain and check.sites:
             top = check.sites[0]
-            points.append({"step": check.step, "description": holder.description, "storages": top.storages, "steps": top.steps, "span": check.span, "nodes": holder.nodes})
-    if len(points) < 2 or len({p["description"] for p in points[-2:]}) != 1:
+            points.append(KeptPoint(step=check.step, description=holder.description, storages=top.storages, steps=top.steps, span=check.span, nodes=holder.nodes))
+    if len(points) < 2 or len({p.description for p in points[-2:]}) != 1:
         return None
     a, b = points[-2], points[-1]
-    if b["storages"] <= a["storages"] or b["steps"] <= a["steps"]:
+    if b.storages <= a.storages or b.steps <= a.steps:
         return None
-    return {"description": b["description"], "points": points}
+    return KeptGraphs(description=b.description, points=points)
 
 
 @dataclass
@@ -178,8 +188,8 @@ class HeldGraph:
     step_nodes: int
     growing: bool
 
-    def record(self) -> dict[str, Any]:
-        return {"description": self.holder.description, "holder": _json(self.holder), "points": self.points, "steps_held": self.steps_held, "step_nodes": self.step_nodes, "growing": self.growing}
+    def record(self) -> HeldGraphRecord:
+        return HeldGraphRecord(description=self.holder.description, holder=self.holder, points=self.points, steps_held=self.steps_held, step_nodes=self.step_nodes, growing=self.growing)
 
 
 def growing_graphs(memory: MemoryRecord) -> list[HeldGraph]:
@@ -218,14 +228,11 @@ class Attribution:
     holder: CheckHolder | None
     growth: GrowthLine | None
     checked_at_step: int | None
-    stores: list[dict[str, Any]] = field(default_factory=list)
-    stored_at: dict[str, Any] | None = None
+    stores: list[SiteRecord] = field(default_factory=list)
+    stored_at: StoredAt | None = None
 
-    def record(self) -> dict[str, Any]:
-        return {
-            "sites": [_json(s) for s in self.sites], "holder": _json(self.holder) if self.holder else None, "growth": _json(self.growth) if self.growth else None,
-            "checked_at_step": self.checked_at_step, "stores": self.stores, "stored_at": self.stored_at,
-        }
+    def record(self) -> AttributionRecord:
+        return AttributionRecord(sites=self.sites, holder=self.holder, growth=self.growth, checked_at_step=self.checked_at_step, stores=self.stores, stored_at=self.stored_at)
 
 
 def attribute(memory: MemoryRecord) -> Attribution:
@@ -265,7 +272,7 @@ def _graph_finding(ctx: StageContext, graph: HeldGraph, memory: MemoryRecord, de
     spans = [p for p in graph.steps_held if p[1] is not None]
     site = graph_store(ctx, holder)
     location = location_of(site)
-    code = site["code"] if site else ""
+    code = site.code if site else ""
     # Past the walk cap the node counts stop moving; the steps held still grow.
     capped = per_step <= 0 and bool(spans)
     if capped and spans:
@@ -300,7 +307,7 @@ def _graph_finding(ctx: StageContext, graph: HeldGraph, memory: MemoryRecord, de
             ),
             data={
                 "held_by": _json(holder), "nodes_at_step": graph.points, "steps_held_at_step": graph.steps_held, "nodes_per_step": round(per_step, 1),
-                "one_step_graph_nodes": graph.step_nodes, "node_count_capped": capped, "stored_at": site, "device": device,
+                "one_step_graph_nodes": graph.step_nodes, "node_count_capped": capped, "stored_at": _json(site) if site else None, "device": device,
                 "host_bytes_per_step": round(host.slope_bytes_per_step, 1) if host is not None else None, "host_measure": memory.host_source,
             },
         ),
@@ -308,20 +315,20 @@ def _graph_finding(ctx: StageContext, graph: HeldGraph, memory: MemoryRecord, de
     )
 
 
-def graph_store(ctx: StageContext, holder: GraphHolder) -> dict[str, Any] | None:
+def graph_store(ctx: StageContext, holder: GraphHolder) -> SiteRecord | None:
     """Where a held graph is stored into its name: the line that made the tensor's storage
     (`total = total + loss`), else the first store in the source (`total += loss` on a
     tensor made before the loop)."""
     return store_line(holder.created_at, storing_lines(ctx.root, holder))[0]
 
 
-def store_line(seen: SiteRecord | None, stores: list[dict[str, Any]]) -> tuple[dict[str, Any] | None, bool]:
+def store_line(seen: SiteRecord | None, stores: list[SiteRecord]) -> tuple[SiteRecord | None, bool]:
     """The line that stores into a holder, and whether the probe saw it: the line `seen`
     when the source stores there or has no store the parser recognises, else the first
     store found in the source."""
-    if seen and (not stores or any((s["path"], s["line"]) == (seen.path, seen.line) for s in stores)):
-        return _json(seen), True
-    return (dict(stores[0]), False) if stores else (None, False)
+    if seen and (not stores or any((s.path, s.line) == (seen.path, seen.line) for s in stores)):
+        return seen, True
+    return (stores[0], False) if stores else (None, False)
 
 
 def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, memory: MemoryRecord, device: str, loop_site: Location | None) -> Finding:
@@ -343,29 +350,29 @@ def host_finding(ctx: StageContext, host: LeakVerdict, tensors: LeakVerdict, mem
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
             summary=f"+{host.total_growth_bytes:,.0f} bytes of {source} over {host.steps} steps, {host.slope_bytes_per_step:,.0f} bytes/step (Theil-Sen), r^2 {host.r2:.2f}",
-            data={**host.record(), "measured_as": source, "tensor_bytes": tensors.record(), "device": device},
+            data={**host.record().data(), "measured_as": source, "tensor_bytes": tensors.record().data(), "device": device},
         ),
         key=f"host\x1f{source}",
     )
 
 
-def stored_at(attribution: Attribution) -> dict[str, Any] | None:
+def stored_at(attribution: Attribution) -> StoredAt | None:
     """The line that stores into the holder: the one seen growing it when the source agrees
     (or has no store the parser recognises), else the first store found in the source."""
     site, seen = store_line(attribution.growth.site if attribution.growth else None, attribution.stores)
     if site is None:
         return None
     how = "observed growing the holder while one step was traced" + (" and found in the source" if attribution.stores else "") if seen else "found in the source: a store into the holder"
-    return {**site, "how": how}
+    return StoredAt(path=site.path, line=site.line, function=site.function, code=site.code, how=how)
 
 
 def _location(attribution: Attribution) -> Location | None:
     holder, growth = attribution.holder, attribution.growth
-    candidates = [
+    candidates: list[StoredAt | SiteRecord | None] = [
         attribution.stored_at,
-        _json(growth.site) if growth else None,
-        _json(holder.created_at) if holder and holder.created_at else None,
-        next((_json(s.site) for s in attribution.sites if s.site), None),
+        growth.site if growth else None,
+        holder.created_at if holder else None,
+        next((s.site for s in attribution.sites if s.site), None),
     ]
     return location_of(next((c for c in candidates if c), None))
 
@@ -380,7 +387,7 @@ def severity_for(verdict: LeakVerdict, graph: bool) -> Severity:
     return Severity.HIGH if steady and large else Severity.MEDIUM
 
 
-def _problem(verdict: LeakVerdict, attribution: Attribution, device: str, kept: dict[str, Any] | None, nodes: dict[str, Any] | None) -> str:
+def _problem(verdict: LeakVerdict, attribution: Attribution, device: str, kept: KeptGraphs | None, nodes: NodeGrowth | None) -> str:
     """The finding's problem statement: the growth, where the retained tensors were made,
     what holds them and where it is stored into, and the autograd nodes they keep."""
     holder = attribution.holder
@@ -398,31 +405,31 @@ def _problem(verdict: LeakVerdict, attribution: Attribution, device: str, kept: 
         sentences.append("The retained tensors were created at " + "; ".join(created) + ".")
     if holder and held_by:
         reference = f" (`{holder.reference}`)" if holder.reference else ""
-        where = f", stored into at {stored['path']}:{stored['line']} `{stored['code']}`" if stored else (f", which grows at `{growth.site.code}`" if growth else "")
+        where = f", stored into at {stored.path}:{stored.line} `{stored.code}`" if stored else (f", which grows at `{growth.site.code}`" if growth else "")
         sentences.append(f"They are held by {held_by}{reference}{where}.")
     elif attribution.sites:
         sentences.append("No holder was found (no named variable, global or attribute was reached from the retained tensors), so the finding points at where they were created.")
         if graph:
             sentences.append("The held tensors still carry their autograd graphs, so every step also keeps its graph nodes alive.")
     if kept is not None:
-        counts = ", ".join(f"{p['storages']} at step {p['step']}" for p in kept["points"])
+        counts = ", ".join(f"{p.storages} at step {p.step}" for p in kept.points)
         sentences.append(
             f"The tensor bytes alone stay under the {MIN_SLOPE_BYTES:.0f} bytes/step floor ({verdict.reason}), but the kept tensors, "
             f"each with its graph, keep accumulating: {counts}."
         )
-    if nodes and nodes.get("per_step") is not None:
-        sentences.append(f"Autograd nodes held by {nodes['held_by']}: {nodes['per_step']:,.0f} more per step ({_points(nodes['points'])}).")
+    if nodes and nodes.per_step is not None:
+        sentences.append(f"Autograd nodes held by {nodes.held_by}: {nodes.per_step:,.0f} more per step ({_points(nodes.points)}).")
     return " ".join(sentences)
 
 
-def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: Attribution, memory: MemoryRecord, device: str, kept: dict[str, Any] | None = None, nodes: dict[str, Any] | None = None) -> Finding:
+def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: Attribution, memory: MemoryRecord, device: str, kept: KeptGraphs | None = None, nodes: NodeGrowth | None = None) -> Finding:
     holder = attribution.holder
     growth = attribution.growth
     graph = bool(holder and holder.graph)
     location = _location(attribution)
     held_by = holder.description if holder else None
     stored = attribution.stored_at
-    key_code = (stored or {}).get("code") or (growth.site.code if growth else "") or (location.function if location else "")
+    key_code = (stored.code if stored else "") or (growth.site.code if growth else "") or (location.function if location else "")
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH if kept is not None else severity_for(verdict, graph),
@@ -440,19 +447,19 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: Attribution, 
                 f"(Theil-Sen), r^2 {verdict.r2:.2f}, Mann-Kendall z {verdict.mann_kendall_z:.1f}"
             ),
             data={
-                **verdict.record(),
+                **verdict.record().data(),
                 "leak": True,
                 "bytes_leak": verdict.leak,
-                "nodes_per_step": nodes.get("per_step") if nodes else None,
+                "nodes_per_step": nodes.per_step if nodes else None,
                 "device": device,
                 "measured_as": memory.source,
                 "held_by": _json(holder) if holder else None,
                 "grows_at": _json(growth.site) if growth else None,
-                "stored_at": stored,
+                "stored_at": stored.data() if stored else None,
                 "holder_reference": holder.reference if holder else None,
                 "holder_found": holder is not None,
                 "retained_by_creation_site": [_json(s) for s in attribution.sites],
-                "kept_with_graphs": kept,
+                "kept_with_graphs": kept.data() if kept else None,
             },
         ),
         key=f"{_holder_key(holder)}\x1f{key_code}",
@@ -463,25 +470,25 @@ def _points(points: list[list[int]]) -> str:
     return ", ".join(f"{n:,} at step {step}" for step, n in points)
 
 
-def chart(held: list[int], warmup: int) -> dict[str, Any]:
+def chart(held: list[int], warmup: int) -> Chart:
     """At most CHART_POINTS evenly spaced (step, KiB) points of the held-memory series."""
     if not held:
-        return {"steps": [], "kib": [], "warmup": warmup}
+        return Chart(steps=[], kib=[], warmup=warmup)
     stride = max(1, -(-len(held) // CHART_POINTS))
     picks = list(range(0, len(held), stride))
     if picks[-1] != len(held) - 1:
         picks.append(len(held) - 1)
-    return {"steps": [i + 1 for i in picks], "kib": [round(held[i] / 1024, 2) for i in picks], "warmup": warmup}
+    return Chart(steps=[i + 1 for i in picks], kib=[round(held[i] / 1024, 2) for i in picks], warmup=warmup)
 
 
-def table(held: list[int], warmup: int) -> list[dict[str, Any]]:
+def table(held: list[int], warmup: int) -> list[TableRow]:
     if not held:
         return []
     stride = max(1, -(-len(held) // TABLE_ROWS))
     picks = list(range(0, len(held), stride))
     if picks[-1] != len(held) - 1:
         picks.append(len(held) - 1)
-    return [{"step": i + 1, "bytes": held[i], "delta": held[i] - held[picks[k - 1]] if k else 0, "warmup": i < warmup} for k, i in enumerate(picks)]
+    return [TableRow(step=i + 1, bytes=held[i], delta=held[i] - held[picks[k - 1]] if k else 0, warmup=i < warmup) for k, i in enumerate(picks)]
 
 
 def _mib(n: float) -> str:

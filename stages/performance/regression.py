@@ -11,8 +11,7 @@ it covers 1.
 
 from __future__ import annotations
 
-from typing import Any
-
+from traingate.pipeline.performance_details import RegressionDetails, RegressionRow, SpreadRecord
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.performance.sign_test import sign_test
@@ -33,15 +32,15 @@ def _baseline_metrics(baseline: PipelineReport) -> dict[str, Metric]:
     return {}
 
 
-def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], device: str) -> tuple[dict[str, Any], list[Finding]]:
+def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], device: str) -> tuple[RegressionDetails, list[Finding]]:
     """`spreads` maps the id of a step-time metric to the id of its IQR metric; peak-memory
     metrics are those whose id starts with PEAK_MEMORY_PREFIX."""
     baseline = ctx.baseline
     if not baseline:
-        return {"compared": [], "note": "no baseline given"}, []
+        return RegressionDetails(compared=[], note="no baseline given"), []
     base_device = baseline.environment.device
     if base_device and base_device != device:
-        return {"compared": [], "note": f"baseline measured on {base_device}, this run on {device}: not comparable"}, []
+        return RegressionDetails(compared=[], note=f"baseline measured on {base_device}, this run on {device}: not comparable"), []
     old = _baseline_metrics(baseline)
     current = {m.id: m for m in metrics}
     compared, findings = [], []
@@ -62,15 +61,17 @@ def compare(ctx: StageContext, metrics: list[Metric], spreads: dict[str, str], d
         else:
             continue
         regressed = ratio - 1 > allowed
-        row: dict[str, Any] = {"metric": metric.name, "metric_id": metric_id, "unit": metric.unit, "baseline": before.value, "current": metric.value, "ratio": round(ratio, 4), "allowed": round(allowed, 4), "regressed": regressed}
-        row["spread"] = _ratio_spread(metric_id, spreads, current, old, float(metric.value), float(before.value))
+        row = RegressionRow(
+            metric=metric.name, metric_id=metric_id, unit=metric.unit, baseline=before.value, current=metric.value, ratio=round(ratio, 4), allowed=round(allowed, 4),
+            regressed=regressed, spread=_ratio_spread(metric_id, spreads, current, old, float(metric.value), float(before.value)),
+        )
         compared.append(row)
         if regressed:
             findings.append(_finding(ctx, kind, row, spread_now, spread_then, device, baseline.version))
-    return {"compared": compared, "note": None if compared else "the baseline has no performance metrics of the same ids"}, findings
+    return RegressionDetails(compared=compared, note=None if compared else "the baseline has no performance metrics of the same ids"), findings
 
 
-def few_steps(ctx: StageContext, label: str, times_s: list[float], device: str) -> tuple[dict[str, Any] | None, Finding | None]:
+def few_steps(ctx: StageContext, label: str, times_s: list[float], device: str) -> tuple[RegressionRow | None, Finding | None]:
     """Fewer profiled steps than a median needs: each step against the baseline's median step
     time plus the allowed 10 %, by a one-sided sign test. Every one of 5 steps slower is a
     regression at p = 0.031; anything less decides nothing. The step time stays unreported
@@ -88,18 +89,18 @@ def few_steps(ctx: StageContext, label: str, times_s: list[float], device: str) 
     steps_ms = [t * 1e3 for t in times_s]
     test = sign_test(steps_ms, limit_ms)
     current = sorted(steps_ms)[len(steps_ms) // 2]
-    row = {
-        "metric": f"step time, median ({label})", "metric_id": metric_id, "unit": "ms", "baseline": before.value,
-        "current": round(current, 4), "ratio": round(current / float(before.value), 4), "allowed": MIN_RELATIVE,
-        "regressed": test.decisive_above, "spread": None, "steps": len(steps_ms),
-        "sign_test": test.record(f"slower than the baseline median + {MIN_RELATIVE:.0%}"),
-    }
+    row = RegressionRow(
+        metric=f"step time, median ({label})", metric_id=metric_id, unit="ms", baseline=before.value,
+        current=round(current, 4), ratio=round(current / float(before.value), 4), allowed=MIN_RELATIVE,
+        regressed=test.decisive_above, spread=None, steps=len(steps_ms),
+        sign_test=test.record(f"slower than the baseline median + {MIN_RELATIVE:.0%}"),
+    )
     if not test.decisive_above:
         return row, None
     return row, _finding(ctx, "step time", row, 0.0, 0.0, device, baseline.version)
 
 
-def _ratio_spread(metric_id: str, spreads: dict[str, str], current: dict[str, Metric], old: dict[str, Metric], now: float, then: float) -> dict[str, Any] | None:
+def _ratio_spread(metric_id: str, spreads: dict[str, str], current: dict[str, Metric], old: dict[str, Metric], now: float, then: float) -> SpreadRecord | None:
     """The step-time ratio's interval from both runs' IQRs (the baseline keeps no per-step
     times); None for metrics without a spread."""
     if metric_id not in spreads:
@@ -108,37 +109,36 @@ def _ratio_spread(metric_id: str, spreads: dict[str, str], current: dict[str, Me
     if iqr_now is None or iqr_then is None:
         return None
     spread = ratio_from_iqr(now, iqr_now, then, iqr_then)
-    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in spread.record().items()} if spread else None
+    return spread.record(digits=4) if spread else None
 
 
-def _value(metric: Any) -> float | None:
-    value = metric.get("value") if isinstance(metric, dict) else getattr(metric, "value", None)
+def _value(metric: Metric | None) -> float | None:
+    value = metric.value if metric is not None else None
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _relative(spread: Any, centre: Any) -> float:
-    value = spread.get("value") if isinstance(spread, dict) else getattr(spread, "value", None)
-    middle = centre.get("value") if isinstance(centre, dict) else getattr(centre, "value", None)
-    if not isinstance(value, (int, float)) or not isinstance(middle, (int, float)) or middle <= 0:
+def _relative(spread: Metric | None, centre: Metric) -> float:
+    value, middle = _value(spread), _value(centre)
+    if value is None or middle is None or middle <= 0:
         return 0.0
-    return float(value) / float(middle)
+    return value / middle
 
 
-def _finding(ctx: StageContext, kind: str, row: dict[str, Any], spread_now: float, spread_then: float, device: str, version: Any) -> Finding:
-    worse = row["ratio"] - 1
+def _finding(ctx: StageContext, kind: str, row: RegressionRow, spread_now: float, spread_then: float, device: str, version: str | None) -> Finding:
+    worse = row.ratio - 1
     return ctx.finding(
         category=CATEGORY,
-        severity=Severity.HIGH if row["ratio"] >= HIGH_RATIO else Severity.MEDIUM,
-        title=f"{kind.capitalize()} regressed {worse:.0%} against the baseline ({row['metric']})",
+        severity=Severity.HIGH if row.ratio >= HIGH_RATIO else Severity.MEDIUM,
+        title=f"{kind.capitalize()} regressed {worse:.0%} against the baseline ({row.metric})",
         location=None,
         problem=(
-            f"{row['metric']} is {row['current']:,} {row['unit']} against {row['baseline']:,} {row['unit']} in the baseline"
-            f"{f' (version {version})' if version else ''}: {worse:.1%} worse, beyond the {row['allowed']:.0%} allowed for measurement noise."
+            f"{row.metric} is {row.current:,} {row.unit} against {row.baseline:,} {row.unit} in the baseline"
+            f"{f' (version {version})' if version else ''}: {worse:.1%} worse, beyond the {row.allowed:.0%} allowed for measurement noise."
         ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
-            summary=f"{row['current']:,} vs {row['baseline']:,} {row['unit']} ({row['ratio']:.2f}x) on {device}",
-            data={**row, "relative_spread_now": round(spread_now, 4), "relative_spread_baseline": round(spread_then, 4), "device": device},
+            summary=f"{row.current:,} vs {row.baseline:,} {row.unit} ({row.ratio:.2f}x) on {device}",
+            data={**row.data(), "relative_spread_now": round(spread_now, 4), "relative_spread_baseline": round(spread_then, 4), "device": device},
         ),
-        key=row["metric_id"],
+        key=row.metric_id,
     )

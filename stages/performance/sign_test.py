@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from traingate.pipeline.performance_details import SignTestRecord
 
 DECISIVE_P = 0.05
 
@@ -33,8 +33,8 @@ class SignTest:
     def statement(self, what: str) -> str:
         return f"one-sided sign test: {self.above} of {self.steps} steps {what}, p = {self.p_value:.3g} (decisive at p < {DECISIVE_P})"
 
-    def record(self, what: str) -> dict[str, Any]:
-        return {"test": "one-sided sign test", "above": self.above, "steps": self.steps, "p_value": round(self.p_value, 6), "p_below": round(self.p_below, 6), "alpha": DECISIVE_P, "statement": self.statement(what)}
+    def record(self, what: str) -> SignTestRecord:
+        return SignTestRecord(test="one-sided sign test", above=self.above, steps=self.steps, p_value=round(self.p_value, 6), p_below=round(self.p_below, 6), alpha=DECISIVE_P, statement=self.statement(what))
 
 
 def sign_test(values: list[float], threshold: float) -> SignTest:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from statistics import median
-from typing import Any
+from traingate.pipeline.performance_details import SpreadRecord
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95
@@ -35,8 +35,10 @@ class RatioSpread:
     def within_noise(self) -> bool:
         return self.low <= 1.0 <= self.high
 
-    def record(self) -> dict[str, Any]:
-        return {"ratio": self.ratio, "low": self.low, "high": self.high, "within_noise": self.within_noise, "method": self.method}
+    def record(self, digits: int | None = None) -> SpreadRecord:
+        """The report's record; `digits` rounds the ratio and its bounds."""
+        ratio, low, high = (self.ratio, self.low, self.high) if digits is None else (round(self.ratio, digits), round(self.low, digits), round(self.high, digits))
+        return SpreadRecord(ratio=ratio, low=low, high=high, within_noise=self.within_noise, method=self.method)
 
     def describe(self, unit: str = "x") -> str:
         """`2.10x (95 % interval 1.95–2.30x)`, with `, within noise` when it covers 1."""

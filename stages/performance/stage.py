@@ -15,15 +15,29 @@ optimizer step, is a blocking `stage-error`: nothing was profiled, and that neve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from traingate.pipeline.performance_details import (
+    AmpDetails,
+    Breakdown,
+    DeviceKind,
+    MemoryDetails,
+    PerformanceDetails,
+    RegressionDetails,
+    RegressionRow,
+    RunRecord,
+    StallDetails,
+    StepCounts,
+    StepRecord,
+    SyncSummary,
+)
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, StepClockRecord
+from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, Site, StepClockRecord
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
@@ -91,12 +105,12 @@ class _Measured:
     not_measured: list[str] = field(default_factory=list)
 
 
-def analyse(ctx: StageContext, profile: FullPayload, timings: dict[str, StepClockRecord], runs: list[dict[str, Any]], flag: str | None) -> StageOutcome:
+def analyse(ctx: StageContext, profile: FullPayload, timings: dict[str, StepClockRecord], runs: list[RunRecord], flag: str | None) -> StageOutcome:
     """Findings, metrics and report details from what the runs measured."""
     settings = ctx.config.performance
     clock = profile.clock
     steps = clock.steps
-    device = "cuda" if clock.training_device.startswith("cuda") else "cpu"
+    device: DeviceKind = "cuda" if clock.training_device.startswith("cuda") else "cpu"
     out = _Measured(ctx, device, settings.warmup_steps, settings.min_steps)
     out.metrics.append(Metric(
         id="steps.profiled", name="training steps observed", value=steps, unit="steps",
@@ -109,92 +123,92 @@ def analyse(ctx: StageContext, profile: FullPayload, timings: dict[str, StepCloc
     stall, breakdown = _stall_section(out, profile, timings, flag)
     regression = _regression_section(out, spreads, few_step_rows)
     out.not_measured += perf_consistency.undecided_misses(out.metrics, out.findings)
-    details = {
-        "device": clock.training_device,
-        "device_kind": device,
-        "steps": {"observed": steps, "warmup": out.warmup, "profiled": max(0, steps - out.warmup), "truncated": clock.truncated, "instrumented": _instrumented_steps(profile, steps)},
-        "instrumentation": profile.instrumentation.model_dump(mode="json", exclude_unset=True),
-        "runs": runs,
-        "memory": memory,
-        "syncs": sync_summary,
-        "amp": amp_details,
-        "amp_flag": flag,
-        "timing": timing_details,
-        "breakdown": breakdown,
-        "stall": stall,
-        "regression": regression,
-        "not_measured": out.not_measured,
-        "instrument_s": profile.instrument_s,
-    }
+    details = PerformanceDetails(
+        device=clock.training_device,
+        device_kind=device,
+        steps=StepCounts(observed=steps, warmup=out.warmup, profiled=max(0, steps - out.warmup), truncated=clock.truncated, instrumented=_instrumented_steps(profile, steps)),
+        instrumentation=profile.instrumentation,
+        runs=runs,
+        memory=memory,
+        syncs=sync_summary,
+        amp=amp_details,
+        amp_flag=flag,
+        timing=timing_details,
+        breakdown=breakdown,
+        stall=stall,
+        regression=regression,
+        not_measured=out.not_measured,
+        instrument_s=profile.instrument_s,
+    )
     summary = _summary(steps, out.warmup, device, out.findings, timing_details)
-    return StageOutcome(summary=summary, metrics=out.metrics, findings=out.findings, details=details)
+    return StageOutcome(summary=summary, metrics=out.metrics, findings=out.findings, details=details.data())
 
 
-def _memory_section(out: _Measured, profile: FullPayload, flag: str | None) -> dict[str, Any]:
+def _memory_section(out: _Measured, profile: FullPayload, flag: str | None) -> MemoryDetails:
     """memory-leak: one verdict over tensor bytes, held graphs and host memory, a metric each."""
     memory, leaks = perf_memory.analyse(out.ctx, profile.memory, out.warmup, out.min_steps, out.device, _loop_site(profile.clock))
     out.findings += leaks
-    verdict = memory["verdict"]
+    verdict = memory.verdict
     # One verdict over the measures: a leak found from any one fails this metric, whatever the others say.
-    decided = verdict["leak"] or verdict["steps"] >= out.min_steps
+    decided = verdict.leak or verdict.steps >= out.min_steps
     out.metrics.append(Metric(
         id="memory.held_growth",
         name="memory held between steps, growth",
-        value=round(verdict["slope_bytes_per_step"], 1),
+        value=round(verdict.slope_bytes_per_step, 1),
         unit="bytes/step",
         threshold=MIN_SLOPE_BYTES,
-        passed=not verdict["leak"] if decided else None,
-        note=f"{'leak' if verdict['leak'] else 'no leak'}: {verdict['reason']}; bytes r^2 {verdict['r2']:.2f} over {verdict['steps']} steps ({memory['source']})",
+        passed=not verdict.leak if decided else None,
+        note=f"{'leak' if verdict.leak else 'no leak'}: {verdict.reason}; bytes r^2 {verdict.r2:.2f} over {verdict.steps} steps ({memory.source})",
     ))
-    host = verdict["host"]
+    host = verdict.host
     if host is None:
         out.not_measured.append("Host memory between steps: this system offers no host measure (neither glibc's mallinfo2 nor /proc/self/statm), so only tensor bytes and held graphs were measured.")
     else:
         out.metrics.append(Metric(
             id="memory.host_growth",
             name="host memory between steps, growth",
-            value=round(host["slope_bytes_per_step"], 1),
+            value=round(host.slope_bytes_per_step, 1),
             unit="bytes/step",
             threshold=HOST_MIN_SLOPE_BYTES,
-            passed=not host["leak"] if host["leak"] or host["steps"] >= out.min_steps else None,
-            note=f"{'grows' if host['leak'] else 'no growth'}: {host['reason']}; r^2 {host['r2']:.2f} over {host['steps']} steps ({memory['host']['source']})",
+            passed=not host.leak if host.leak or host.steps >= out.min_steps else None,
+            note=f"{'grows' if host.leak else 'no growth'}: {host.reason}; r^2 {host.r2:.2f} over {host.steps} steps ({memory.host.source})",
         ))
-    nodes = verdict["nodes"]
+    nodes = verdict.nodes
     out.metrics.append(Metric(
         id="memory.graph_nodes_growth",
         name="autograd nodes held between steps, growth",
-        value=round(nodes["per_step"], 1) if nodes["per_step"] is not None else None,
+        value=round(nodes.per_step, 1) if nodes.per_step is not None else None,
         unit="nodes/step",
         note=(
-            f"held by {nodes['held_by']}, counted at steps {', '.join(str(p[0]) for p in nodes['points'])}" if nodes["held_by"]
+            f"held by {nodes.held_by}, counted at steps {', '.join(str(p[0]) for p in nodes.points)}" if nodes.held_by
             else "no named tensor or container was seen holding a growing autograd graph at the checks"
         ) + _graph_walk_note(profile),
     ))
-    if verdict["steps"] < out.min_steps and not verdict["leak"]:
-        out.not_measured.append(f"Memory leak: {verdict['reason']}.")
+    if verdict.steps < out.min_steps and not verdict.leak:
+        out.not_measured.append(f"Memory leak: {verdict.reason}.")
     if out.device == "cpu":
         out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile.memory.peak_tracked_bytes, unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
     return memory
 
 
-def _sync_section(out: _Measured, profile: FullPayload, steps: int) -> dict[str, Any]:
+def _sync_section(out: _Measured, profile: FullPayload, steps: int) -> SyncSummary:
     """host-sync: syncs per step and call site, the target's and the libraries' apart."""
     # On a heavy loop syncs are counted over the instrumented window only: rates are per counted step.
     sync_steps = min(steps, profile.syncs.steps_counted or steps)
     sync_summary, sync_findings = perf_sync.analyse(out.ctx, profile.syncs, sync_steps, out.device, _code_reader(out.ctx.root))
     out.findings += sync_findings
-    out.metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary["target_per_step"], 3), unit="syncs/step", note=sync_summary["counted_as"]))
-    out.metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary["library_per_step"], 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
+    out.metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary.target_per_step, 3), unit="syncs/step", note=sync_summary.counted_as))
+    out.metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary.library_per_step, 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
     return sync_summary
 
 
-def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tuple[dict[str, str], dict[str, Any], list[dict[str, Any]]]:
+def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tuple[dict[str, str], dict[str, StepRecord], list[RegressionRow]]:
     """Step time per timing run: median and spread, or, with too few steps, the sign test
     against the baseline. Returns the median->spread metric ids, the per-run statistics and
     the few-step comparisons."""
     spreads: dict[str, str] = {}
-    timing_details: dict[str, Any] = {}
-    few_step_rows: list[dict[str, Any]] = []
+    timing_details: dict[str, StepRecord] = {}
+    few_step_rows: list[RegressionRow] = []
     for label, run_clock in timings.items():
         stats = perf_timing.step_stats(run_clock, out.warmup, out.min_steps)
         if stats is None:
@@ -204,7 +218,7 @@ def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tupl
             if few is not None:
                 few_step_rows.append(few)
             if few_finding is None:
-                out.not_measured.append(f"Step time ({label}): not enough steps to decide ({len(perf_timing.step_times(run_clock, out.warmup))} of {out.min_steps}) after warm-up" + (f"; {few['sign_test']['statement']}" if few else "") + ".")
+                out.not_measured.append(f"Step time ({label}): not enough steps to decide ({len(perf_timing.step_times(run_clock, out.warmup))} of {out.min_steps}) after warm-up" + (f"; {few.sign_test.statement}" if few and few.sign_test else "") + ".")
             continue
         median_id, iqr_id = f"step_time.median.{label}", f"step_time.iqr.{label}"
         spreads[median_id] = iqr_id
@@ -216,7 +230,7 @@ def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tupl
     return spreads, timing_details, few_step_rows
 
 
-def _amp_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> dict[str, Any] | None:
+def _amp_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> AmpDetails | None:
     """AMP on vs off: speedup, memory, loss drift, and whether reduced precision ran at all."""
     if not flag:
         out.not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
@@ -236,10 +250,10 @@ def _amp_section(out: _Measured, profile: FullPayload, timings: dict[str, StepCl
     out.findings += [accuracy] if accuracy else []
     out.findings += perf_amp.target_findings(ctx, comparison, policy, location)
     out.not_measured += [f"{m.name}: {m.note}." for m in amp_metrics if m.passed is None and m.threshold is not None]
-    return {**comparison, "counts": amp_counts.model_dump(mode="json", exclude_unset=True), "location": location.model_dump() if location else None}
+    return AmpDetails(**dict(comparison), counts=amp_counts, location=location)
 
 
-def _stall_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _stall_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> tuple[StallDetails | None, Breakdown | None]:
     """input-stall and the step's time breakdown, from the primary timing run."""
     primary = "amp" if flag else "default"
     primary_clock = timings.get(primary) or next(iter(timings.values()), None)
@@ -248,38 +262,34 @@ def _stall_section(out: _Measured, profile: FullPayload, timings: dict[str, Step
     data_sites = perf_timing.sampled_sites(profile, "data", limit=5)
     stall, stall_finding = perf_timing.input_stall(out.ctx, primary_clock, out.warmup, out.min_steps, primary, data_sites)
     out.findings += [stall_finding] if stall_finding else []
-    if stall["median_share"] is not None and stall["loader"]:
-        decided = stall.get("decided", True)
-        test = stall.get("sign_test") or {}
-        note = "time in DataLoader iteration / step time, host clock" + (f"; {test['statement']}" if test else "")
+    if stall.median_share is not None and stall.loader:
+        decided = stall.decided
+        test = stall.sign_test
+        note = "time in DataLoader iteration / step time, host clock" + (f"; {test.statement}" if test else "")
         if not decided:
-            note = f"not enough steps to decide ({stall['steps']} of {stall['min_steps']}); " + note
-            out.not_measured.append(f"Input stall: not enough steps to decide ({stall['steps']} of {stall['min_steps']}), and the sign test was not decisive either way.")
-        out.metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall["median_share"], 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=(stall_finding is None) if decided else None, note=note))
-    if not stall["loader"]:
+            note = f"not enough steps to decide ({stall.steps} of {stall.min_steps}); " + note
+            out.not_measured.append(f"Input stall: not enough steps to decide ({stall.steps} of {stall.min_steps}), and the sign test was not decisive either way.")
+        out.metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall.median_share, 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=(stall_finding is None) if decided else None, note=note))
+    if not stall.loader:
         out.not_measured.append("Input stall: the loop iterates no DataLoader, so data waits were not timed (the time before each forward is in the breakdown's rest).")
-    breakdown = perf_timing.breakdown(primary_clock, out.warmup)
-    if breakdown is not None:
-        breakdown["run"] = primary
-        breakdown["rest_sites"] = perf_timing.sampled_sites(profile, "rest")
-    return stall, breakdown
+    return stall, perf_timing.breakdown(primary_clock, out.warmup, primary, perf_timing.sampled_sites(profile, "rest"))
 
 
-def _regression_section(out: _Measured, spreads: dict[str, str], few_step_rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _regression_section(out: _Measured, spreads: dict[str, str], few_step_rows: list[RegressionRow]) -> RegressionDetails:
     """perf-regression against the baseline, the few-step comparisons included."""
     regression, regression_findings = perf_regression.compare(out.ctx, out.metrics, spreads, out.device)
     out.findings += regression_findings
     if few_step_rows:
-        regression = {**regression, "compared": [*regression.get("compared", []), *few_step_rows]}
-        if any(r["regressed"] for r in few_step_rows):
-            regression["note"] = None
-    if regression.get("note"):
-        out.not_measured.append(f"Performance regression: {regression['note']}.")
+        # A regressed few-step row is a comparison made, whatever the medians' note says.
+        note = None if any(r.regressed for r in few_step_rows) else regression.note
+        regression = RegressionDetails(compared=[*regression.compared, *few_step_rows], note=note)
+    if regression.note:
+        out.not_measured.append(f"Performance regression: {regression.note}.")
     return regression
 
 
-def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timing: dict[str, Any]) -> str:
-    times = ", ".join(f"{label} {t['median_ms']:.2f} ms/step" for label, t in timing.items())
+def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timing: dict[str, StepRecord]) -> str:
+    times = ", ".join(f"{label} {t.median_ms:.2f} ms/step" for label, t in timing.items())
     found = ", ".join(sorted({f.category.value for f in findings})) or "no findings"
     return f"Profiled {max(0, steps - warmup)} training steps (after {warmup} warm-up) on {device}" + (f"; {times}" if times else "") + f"; {found}."
 
@@ -319,14 +329,14 @@ def _fastest(clocks: list[StepClockRecord], warmup: int) -> StepClockRecord:
     return min(clocks, key=key)
 
 
-def _run_record(label: str, amp: bool | None, run: EntrypointRun, steps: int) -> dict[str, Any]:
-    return {"label": label, "amp": amp, "steps": steps, "duration_s": round(run.child.duration_s, 3)}
+def _run_record(label: str, amp: bool | None, run: EntrypointRun, steps: int) -> RunRecord:
+    return RunRecord(label=label, amp=amp, steps=steps, duration_s=round(run.child.duration_s, 3))
 
 
-def _code_reader(root: Path) -> Any:
+def _code_reader(root: Path) -> Callable[[Site], str]:
     cache: dict[str, list[str]] = {}
 
-    def code_of(site: tuple[str, int, str]) -> str:
+    def code_of(site: Site) -> str:
         path, line = site[0], site[1]
         if path not in cache:
             try:

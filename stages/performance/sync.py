@@ -13,11 +13,13 @@ reported.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Literal
 
+from traingate.pipeline.performance_details import SyncRow, SyncSummary
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import SyncRecords, SyncSiteRecord
+from traingate.stages.contract.payloads.performance import Site, SyncRecords, SyncSiteRecord
 from traingate.stages.performance.sign_test import sign_test
 
 CATEGORY = Category.HOST_SYNC
@@ -47,7 +49,7 @@ class SiteSyncs:
         return (counted / len(whole) if len(whole) else 0.0), covered, len(whole)
 
 
-def by_site(records: list[SyncSiteRecord], steps: int, direct: bool, code_of: Any) -> list[SiteSyncs]:
+def by_site(records: list[SyncSiteRecord], steps: int, direct: bool, code_of: Callable[[Site], str]) -> list[SiteSyncs]:
     sites: dict[tuple[str, int, str], SiteSyncs] = {}
     for r in records:
         if r.direct is not direct or not r.site:
@@ -74,7 +76,7 @@ def severity_for(rate: float, explicit: bool) -> Severity:
     return Severity.MEDIUM if rate >= SEVERAL else Severity.LOW
 
 
-def analyse(ctx: StageContext, syncs: SyncRecords, steps: int, device: str, code_of: Any) -> tuple[dict[str, Any], list[Finding]]:
+def analyse(ctx: StageContext, syncs: SyncRecords, steps: int, device: str, code_of: Callable[[Site], str]) -> tuple[SyncSummary, list[Finding]]:
     records = syncs.records
     target = by_site(records, steps, True, code_of)
     library = by_site(records, steps, False, code_of)
@@ -89,38 +91,39 @@ def analyse(ctx: StageContext, syncs: SyncRecords, steps: int, device: str, code
     for s in library:
         rate, covered, _ = s.rate(steps)
         rows.append(_row(s, steps, rate, covered, "library", False))
-    target_rate = sum(s.rate(steps)[0] for s in target)
-    library_rate = sum(s.rate(steps)[0] for s in library)
-    summary = {
-        "rows": rows,
-        "target_per_step": target_rate,
-        "library_per_step": library_rate,
-        "in_data_loading": syncs.in_data_loading,
-        "cuda_sync_debug": [r.model_dump(mode="json", exclude_unset=True) for r in syncs.sync_debug_mode] if syncs.sync_debug_mode is not None else None,
-        "counted_as": (
+    # Rates are floats: 0.0, not 0, where no site synced.
+    target_rate = sum((s.rate(steps)[0] for s in target), 0.0)
+    library_rate = sum((s.rate(steps)[0] for s in library), 0.0)
+    summary = SyncSummary(
+        rows=rows,
+        target_per_step=target_rate,
+        library_per_step=library_rate,
+        in_data_loading=syncs.in_data_loading,
+        cuda_sync_debug=syncs.sync_debug_mode,
+        counted_as=(
             "Counted on cpu: every call that would synchronise host and device if the loop ran on CUDA"
             if device == "cpu"
             else "Counted on cuda: calls that synchronised host and device"
         ),
-    }
+    )
     return summary, findings
 
 
-def _row(s: SiteSyncs, steps: int, rate: float, covered: int, owner: str, finding: bool) -> dict[str, Any]:
-    return {
-        "path": s.site[0],
-        "line": s.site[1],
-        "function": s.site[2],
-        "code": s.code,
-        "kinds": sorted(s.kinds),
-        "explicit": s.explicit,
-        "in_steps": s.in_steps(steps),
-        "per_step": round(rate, 3),
-        "steps_with_sync": covered,
-        "outside_steps": s.outside,
-        "made_by": owner,
-        "finding": finding,
-    }
+def _row(s: SiteSyncs, steps: int, rate: float, covered: int, owner: Literal["target", "library"], finding: bool) -> SyncRow:
+    return SyncRow(
+        path=s.site[0],
+        line=s.site[1],
+        function=s.site[2],
+        code=s.code,
+        kinds=sorted(s.kinds),
+        explicit=s.explicit,
+        in_steps=s.in_steps(steps),
+        per_step=round(rate, 3),
+        steps_with_sync=covered,
+        outside_steps=s.outside,
+        made_by=owner,
+        finding=finding,
+    )
 
 
 def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: int, whole: int, device: str) -> Finding:
@@ -156,7 +159,7 @@ def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: 
                 "code": s.code,
                 # How decisive the per-step count is on few steps: steps with a sync
                 # against steps without one.
-                "sign_test": sign_test([float(s.per_step.get(i, 0) > 0) - 0.5 for i in (range(1, steps) if steps > 1 else range(steps))], 0.0).record("with a sync"),
+                "sign_test": sign_test([float(s.per_step.get(i, 0) > 0) - 0.5 for i in (range(1, steps) if steps > 1 else range(steps))], 0.0).record("with a sync").data(),
             },
         ),
         key=f"host-sync {kinds} {s.code}",

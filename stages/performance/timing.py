@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import median, quantiles
-from typing import Any
 
+from traingate.pipeline.performance_details import Breakdown, LoaderSummary, Phase, PhaseShare, SampledLine, StallDetails, StepRecord
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.performance import FullPayload, LoaderRecord, PhaseTimes, StepClockRecord
 from traingate.stages.performance.sign_test import sign_test
 
-PHASES = ("data", "forward", "backward", "optimizer", "rest")
+PHASES: tuple[Phase, ...] = ("data", "forward", "backward", "optimizer", "rest")
 STALL_SHARE = 0.5  # input-stall: the median step waits for data more than half its time
 STALL_HIGH_SHARE = 0.8
 CATEGORY = Category.INPUT_STALL
@@ -35,8 +35,8 @@ class StepStats:
     def relative_spread(self) -> float:
         return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
 
-    def record(self) -> dict[str, Any]:
-        return {"steps": self.steps, "median_ms": self.median_s * 1e3, "iqr_ms": self.iqr_s * 1e3, "mad_ms": self.mad_s * 1e3, "clock": self.clock}
+    def record(self) -> StepRecord:
+        return StepRecord(steps=self.steps, median_ms=self.median_s * 1e3, iqr_ms=self.iqr_s * 1e3, mad_ms=self.mad_s * 1e3, clock=self.clock)
 
 
 def profiled(values: list[float], warmup: int) -> list[float]:
@@ -64,8 +64,9 @@ def _phases(times: PhaseTimes) -> dict[str, list[float]]:
     return {"data": times.data, "forward": times.forward, "backward": times.backward, "optimizer": times.optimizer, "rest": times.rest}
 
 
-def breakdown(clock: StepClockRecord, warmup: int) -> dict[str, Any] | None:
-    """Mean time per step in each phase (device clock on CUDA, else host) and its share."""
+def breakdown(clock: StepClockRecord, warmup: int, run: str, rest_sites: list[SampledLine]) -> Breakdown | None:
+    """Mean time per step in each phase (device clock on CUDA, else host) and its share, of
+    the timing run labelled `run`; `rest_sites` are the lines sampled in "rest"."""
     source = clock.device if clock.device is not None else clock.host
     phases = _phases(source)
     totals = {p: sum(profiled(phases[p], warmup)) for p in PHASES}
@@ -73,11 +74,13 @@ def breakdown(clock: StepClockRecord, warmup: int) -> dict[str, Any] | None:
     whole = sum(totals.values())
     if steps == 0 or whole <= 0:
         return None
-    return {
-        "steps": steps,
-        "clock": "cuda events" if clock.device is not None else "host",
-        "phases": [{"phase": p, "mean_ms": totals[p] / steps * 1e3, "share": totals[p] / whole} for p in PHASES],
-    }
+    return Breakdown(
+        steps=steps,
+        clock="cuda events" if clock.device is not None else "host",
+        phases=[PhaseShare(phase=p, mean_ms=totals[p] / steps * 1e3, share=totals[p] / whole) for p in PHASES],
+        run=run,
+        rest_sites=rest_sites,
+    )
 
 
 def training_loader(clock: StepClockRecord) -> LoaderRecord | None:
@@ -94,32 +97,31 @@ def wait_shares(clock: StepClockRecord, warmup: int, loader: LoaderRecord) -> li
     return [waits.get(str(i), 0.0) / steps[i] for i in range(warmup, len(steps)) if steps[i] > 0]
 
 
-def sampled_sites(profile: FullPayload, phase: str = "rest", limit: int = 8) -> list[dict[str, Any]]:
+def sampled_sites(profile: FullPayload, phase: str = "rest", limit: int = 8) -> list[SampledLine]:
     """The heaviest target lines sampled in `phase` in the instrumented run: "rest" (outside
     data, forward, backward and optimizer) or "data" (the main process producing a batch,
     as with num_workers=0)."""
     sampler = profile.sampler
     interval = sampler.interval_s
     rows = [s for s in sampler.samples if s.phase == phase and s.site]
-    return [{"site": list(s.site), "samples": s.count, "approx_ms": s.count * interval * 1e3} for s in rows[:limit] if s.site]
+    return [SampledLine(site=s.site, samples=s.count, approx_ms=s.count * interval * 1e3) for s in rows[:limit] if s.site]
 
 
-def input_stall(ctx: StageContext, clock: StepClockRecord, warmup: int, min_steps: int, label: str, data_sites: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], Finding | None]:
+def input_stall(ctx: StageContext, clock: StepClockRecord, warmup: int, min_steps: int, label: str, data_sites: list[SampledLine] | None = None) -> tuple[StallDetails, Finding | None]:
     """`input-stall`: the training step waits on data loading for a large share of its time."""
     loader = training_loader(clock)
     shares = wait_shares(clock, warmup, loader) if loader else []
-    public = loader.model_dump(mode="json", exclude_unset=True, exclude={"step_waits"}) if loader else None
-    summary: dict[str, Any] = {"steps": len(shares), "median_share": median(shares) if shares else None, "loader": public, "min_steps": min_steps}
+    public = LoaderSummary.model_validate(loader.model_dump(exclude={"step_waits"})) if loader else None
     if loader is None or not shares:
-        summary["decided"] = False
-        return summary, None
+        # No sign test on no steps: the record leaves it out.
+        return StallDetails(steps=len(shares), median_share=median(shares) if shares else None, loader=public, min_steps=min_steps, decided=False), None
     # Enough steps decide by the median; fewer decide when the sign test is decisive
     # either way (every one of 5 steps above the threshold: p = 0.031).
     test = sign_test(shares, STALL_SHARE)
-    summary["sign_test"] = test.record("wait on data above the threshold")
     share = median(shares)
-    summary["decided"] = len(shares) >= min_steps or test.decisive_above or test.decisive_below
-    if not summary["decided"] or share <= STALL_SHARE or (len(shares) < min_steps and not test.decisive_above):
+    decided = len(shares) >= min_steps or test.decisive_above or test.decisive_below
+    summary = StallDetails(steps=len(shares), median_share=share, loader=public, min_steps=min_steps, sign_test=test.record("wait on data above the threshold"), decided=decided)
+    if not decided or share <= STALL_SHARE or (len(shares) < min_steps and not test.decisive_above):
         return summary, None
     location = _loader_location(loader)
     host = clock.host
@@ -130,7 +132,7 @@ def input_stall(ctx: StageContext, clock: StepClockRecord, warmup: int, min_step
     severity = Severity.HIGH if share >= STALL_HIGH_SHARE else Severity.MEDIUM
     where = "its `__getitem__`" if loader.getitem else "the DataLoader built here"
     if data_sites:
-        top = data_sites[0]["site"]
+        top = data_sites[0].site
         where += f" (most sampled line while waiting: {top[0]}:{top[1]} in `{top[2]}`)"
     finding = ctx.finding(
         category=CATEGORY,
@@ -151,11 +153,11 @@ def input_stall(ctx: StageContext, clock: StepClockRecord, warmup: int, min_step
                 "median_step_ms": round(step_ms, 3),
                 "steps": len(shares),
                 "threshold_share": STALL_SHARE,
-                "sign_test": test.record(f"above the {STALL_SHARE:.0%} threshold"),
+                "sign_test": test.record(f"above the {STALL_SHARE:.0%} threshold").data(),
                 "loader": {"dataset": loader.dataset, "created_at": list(loader.site) if loader.site is not None else None, **settings.model_dump(mode="json", exclude_unset=True)},
                 "run": label,
                 "clock": "host",
-                "sampled_lines_while_waiting": data_sites or [],
+                "sampled_lines_while_waiting": [s.data() for s in data_sites or []],
             },
         ),
         key=f"input-stall {loader.dataset}",

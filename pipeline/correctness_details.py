@@ -1,0 +1,212 @@
+"""The correctness stage's `details`: its child runs and each check's record.
+
+The stage builds them (`traingate.stages.correctness.stage`) and hands them back as
+`as_json()` inside its StageOutcome, so report.json keeps plain JSON; the renderer validates
+them again (the generic `reports/templates/stage.md.j2` shows none of them). They live in the
+gate's package because the reports may not import a stage (pyproject's import-linter
+contracts). A field with a default is one a record holds only once its check got that far:
+left unset, it is left out of report.json. A report built without the stage's details (the
+stage was skipped) renders without them.
+
+Records the probes sent and the details show as sent (a site, an optimizer) are their payload
+models from the shared contract. A float that may be NaN or infinite is `float | None`:
+report.json writes it as null.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from traingate.pipeline.execution_details import Detail
+from traingate.stages.contract.payloads.correctness import InputKind, LossFunction, OptimizerRecord, Site
+
+
+class CheckNote(Detail):
+    """A check that did not run: not configured, or the stage stopped before it (why)."""
+
+    ran: bool  # always false
+    note: str
+
+
+class NotApplicable(Detail):
+    """A check of the instrumented run with nothing to judge (why)."""
+
+    ran: bool  # always false
+    applicable: bool  # always false
+    note: str
+
+
+class CorrectnessRun(Detail):
+    """One child run of the entrypoint, as the report lists it."""
+
+    label: str
+    purpose: str
+    kwargs: dict[str, int]  # the keyword arguments it overrode (the gradient-accumulation runs' sizes)
+    duration_s: float
+    outcome: str  # "returned", or what went wrong in a few words
+
+
+# -- the instrumented run ------------------------------------------------------------------
+
+
+class LoaderRow(Detail):
+    """A DataLoader that fed the optimizer steps (`LoaderOrdering`, its site resolved)."""
+
+    site: Site | None
+    epochs: int
+    batches: int
+    steps: int
+    sampler: str
+    sampler_module: str
+    batch_sampler: str | None
+    sampler_shuffles: bool
+    set_epoch_calls: int
+    length: int | None
+    iterable_dataset: bool
+
+
+class Observed(Detail):
+    """What the instrumented run was seen doing."""
+
+    steps: int
+    optimizers: list[OptimizerRecord]
+    modules: int
+    backward_calls: int
+    loaders: list[LoaderRow]
+
+
+class StaleCheck(Detail):
+    ran: bool  # always true
+    applicable: bool  # always true
+    steps_judged: int
+    steps_stale: int
+    largest_carried_share: float
+
+
+class ModesCheck(Detail):
+    ran: bool  # always true
+    applicable: bool  # always true
+    dependent_modules: int
+    classes: list[str]
+    eval_while_training: int
+    train_under_no_grad: int
+    frozen_on_purpose: int
+    library_calls: int
+
+
+class LossLine(Detail):
+    function: LossFunction
+    site: Site | None
+    kind: InputKind | Literal["mixed"]  # "mixed": the sampled calls differ
+    sampled: int
+    rows: int
+
+
+class LossInputsNotApplicable(Detail):
+    ran: bool  # always false
+    applicable: bool  # always false
+    note: str
+    calls: int
+
+
+class LossInputsCheck(Detail):
+    ran: bool  # always true
+    applicable: bool  # always true
+    calls: int
+    lines: list[LossLine]
+    mismatches: int
+
+
+class MixingCheck(Detail):
+    ran: bool  # always true
+    applicable: bool  # always true
+    model: str | None
+    batch_size: int | None
+    batch_dim: int | None
+    batch_dim_assumed: bool | None
+    samples_judged: list[int]
+    mixed: bool
+    site: Site | None  # the line that called the model
+
+
+# -- the opt-in runs -----------------------------------------------------------------------
+
+
+class AccumulationCheck(Detail):
+    ran: bool  # always true
+    accumulation_kwarg: str
+    batch_size_kwarg: str
+    accumulation: int  # k
+    batch_size: int  # b
+    relative_difference: float
+    gradient_norm_ratio: float
+    update_norm_ratio: float | None
+    parameters: int
+    tolerance: float
+    backward_calls_before_step: int | None
+
+
+class OverfitCheck(Detail):
+    ran: bool  # a reduction was measured
+    steps: int
+    limit: int
+    reduction: float | None
+    required: float
+    first_loss: float | None
+    last_losses: list[float | None]
+    note: str | None
+
+
+class RankRow(Detail):
+    rank: int
+    ending: str
+    duration_s: float | None
+
+
+class RankLoaderRow(Detail):
+    sampler: str
+    steps: int
+    batches: int
+
+
+class DistributedCheck(Detail):
+    """The run under torchrun: its settings, then how the launch went once it handed back a
+    result, then (`ran`) what the ranks' payloads compared."""
+
+    ran: bool
+    nproc: int
+    backend: str
+    timeout_s: float
+    start_method: str | None = None
+    duration_s: float | None = None
+    ranks: list[RankRow] | None = None
+    steps_per_rank: list[int] | None = None
+    ddp_wrapped: bool | None = None
+    tensors_compared: int | None = None
+    parameters_differing: int | None = None
+    loaders: list[RankLoaderRow] | None = None
+    findings: int | None = None
+
+
+class CorrectnessChecks(Detail):
+    stale_gradients: StaleCheck | NotApplicable | CheckNote
+    train_eval_mode: ModesCheck | NotApplicable | CheckNote
+    loss_input_mismatch: LossInputsCheck | LossInputsNotApplicable | CheckNote
+    batch_mixing: MixingCheck | NotApplicable | CheckNote
+    observed: Observed | None = None  # left out when the instrumented run handed back nothing to read
+    grad_accumulation: AccumulationCheck | CheckNote
+    overfit: OverfitCheck | CheckNote
+    distributed: DistributedCheck | CheckNote
+
+
+class CorrectnessDetails(Detail):
+    device: str | None = None
+    budget_s: float | None = None  # the stage's budget (timeout_s)
+    runs: list[CorrectnessRun] = []
+    checks: CorrectnessChecks | None = None
+    stopped: str | None = None  # why the stage stopped early
+
+    def as_json(self) -> dict[str, Any]:
+        """As report.json keeps them: JSON types, no field that was never set, and an
+        optimizer's class under `class`, as the probe sent it."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
