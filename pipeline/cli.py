@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -286,7 +287,6 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
         formats = parse_formats(args.formats)
     except FormatError as exc:
         raise UsageError(f"--format: {exc}") from None
-    device = resolve_device(args.device)
     baseline = read_baseline(args.baseline) if args.baseline is not None else None
     ci_path = ci_policy_path(args.policy)
     try:
@@ -312,7 +312,17 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
             check_safe_name(value)
         except ValueError as exc:
             raise UsageError(f"{option}: {exc}") from None
-    out = prepare_out((args.out or Path("traingate-reports") / task / version).resolve(), root)
+    wanted = (args.out or Path("traingate-reports") / task / version).resolve()
+    fresh = not wanted.exists()
+    out = prepare_out(wanted, root)
+    # Last: it asks a child interpreter of torch (seconds), so every other usage error is said first.
+    try:
+        device = resolve_device(args.device)
+    except UsageError:
+        if fresh:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # the folder this call made, still empty: a usage error leaves nothing
+        raise
     return RunInputs(root, stages, device, baseline, config, config_problem, policy, task, version, out, formats)
 
 

@@ -32,6 +32,11 @@ TARGETS = Path(__file__).resolve().parent / "targets"
 # The installed console script, as users and CI run it (never this checkout's folders on sys.path).
 TRAINGATE = [str(Path(sys.executable).with_name("traingate"))]
 
+# One intra-op thread in the suite's processes and every process they start (the gate's children
+# inherit it): two xdist workers on two cores, each child running torch's default pool of one
+# thread per core, oversubscribe the cores, and the fixtures' tiny models gain nothing from a pool.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @dataclass
 class GateRun:
@@ -103,13 +108,19 @@ def _starts_cli(function: Any) -> bool:
     return found
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         function = getattr(item, "function", None)
         info = getattr(item, "_fixtureinfo", None)
-        fixtures = [d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
-        if any(_starts_cli(f) for f in [function, *fixtures] if f is not None):
+        definitions = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
+        if any(_starts_cli(f) for f in [function, *(d.func for d in definitions)] if f is not None):
             item.add_marker(pytest.mark.slow)
+        # A module that starts the gate in a fixture of its own scope runs on one worker
+        # (`--dist loadgroup`): split over two workers, each would make that run again.
+        module = item.nodeid.split("::")[0]
+        if any(d.scope != "function" and d.baseid == module and _starts_cli(d.func) for d in definitions):
+            item.add_marker(pytest.mark.xdist_group(module))
 
 
 @pytest.hookimpl(tryfirst=True)

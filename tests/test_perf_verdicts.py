@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.conftest import TARGETS, GateRun, line_of
 from traingate.pipeline.performance_details import RegressionRow
 from traingate.pipeline.schema import Metric
 from traingate.stages.contract.payloads.performance import AmpCounts, StepClockRecord
@@ -150,10 +151,9 @@ def test_nothing_growing_is_no_leak_on_either_measure(tmp_path: Path) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------
-def perf_gate(target: str, out: Path) -> GateRun:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")
-        return run_gate(TARGETS / target, out, "--stages", "performance", timeout=400)
+def perf_gate(shared_gate: Callable[..., tuple[GateRun, float]], target: str) -> GateRun:
+    """The performance stage on a fixture target, run once for the session (test_performance reads the same runs)."""
+    return shared_gate(target, "--stages", "performance", timeout=400)[0]
 
 
 def memory_section(run: GateRun) -> str:
@@ -167,8 +167,8 @@ def held_growth(run: GateRun) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["perf_leak_graph", "perf_leak_running_total"])
-def test_a_graph_leak_has_one_verdict_with_both_measures(target: str, tmp_path: Path) -> None:
-    run = perf_gate(target, tmp_path / "out")
+def test_a_graph_leak_has_one_verdict_with_both_measures(target: str, shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
+    run = perf_gate(shared_gate, target)
     assert run.returncode == 1 and run.categories() == {"memory-leak"}
     [leak] = run.findings("memory-leak")
     assert leak["blocking"]
@@ -189,8 +189,8 @@ def test_a_graph_leak_has_one_verdict_with_both_measures(target: str, tmp_path: 
 
 
 @pytest.mark.slow
-def test_the_clean_control_says_no_leak_on_both_measures(tmp_path: Path) -> None:
-    run = perf_gate("perf_clean_plain", tmp_path / "out")
+def test_the_clean_control_says_no_leak_on_both_measures(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
+    run = perf_gate(shared_gate, "perf_clean_plain")
     assert run.returncode == 0 and run.findings() == []
     assert held_growth(run)["passed"] is True
     verdict = run.stage("performance")["details"]["memory"]["verdict"]

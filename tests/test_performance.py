@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,13 @@ pytestmark = pytest.mark.slow
 
 
 def perf_gate(target: Path, out: Path, *args: str) -> GateRun:
-    # Two test workers share two cores: one intra-op thread per run keeps timings sane.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")
-        return run_gate(target, out, "--stages", "performance", *args, timeout=400)
+    # One intra-op thread per run (conftest) keeps the timings of two workers on two cores sane.
+    return run_gate(target, out, "--stages", "performance", *args, timeout=400)
+
+
+def shared_perf_gate(shared_gate: Callable[..., tuple[GateRun, float]], case: str) -> GateRun:
+    """The performance stage on a fixture target, run once for the session (test_perf_verdicts reads the same runs)."""
+    return shared_gate(case, "--stages", "performance", timeout=400)[0]
 
 
 def marker_line(path: Path, marker: str) -> int:
@@ -38,8 +42,8 @@ def metric(run: GateRun, prefix: str) -> dict[str, Any]:
     return next(m for m in run.stage("performance")["metrics"] if m["name"].startswith(prefix))
 
 
-def test_losses_kept_with_their_graph_leak_at_the_append(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_leak_graph", tmp_path / "out")
+def test_losses_kept_with_their_graph_leak_at_the_append(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
+    run = shared_perf_gate(shared_gate, "perf_leak_graph")
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     leak = only(run, "memory-leak")
     assert leak["location"]["path"] == "train.py"
@@ -144,8 +148,8 @@ def test_correct_amp_loop_passes_with_measured_numbers(tmp_path: Path) -> None:
     assert "| | fp32 | AMP |" in md and "not applicable on cpu" in md and "## Not measured, and why" in md
 
 
-def test_plain_closure_loop_passes_and_every_step_is_found(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_clean_plain", tmp_path / "out")
+def test_plain_closure_loop_passes_and_every_step_is_found(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
+    run = shared_perf_gate(shared_gate, "perf_clean_plain")
     assert run.returncode == 0 and run.findings() == []
     stage = run.stage("performance")
     assert metric(run, "training steps observed")["value"] == 40
