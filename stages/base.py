@@ -14,10 +14,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, TypedDict, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from traingate.pipeline import findings
 from traingate.pipeline.config import TargetConfig
@@ -114,7 +114,8 @@ class StageContext:
 class CallRecord(BaseModel):
     """What the harness's record (`HarnessResult`) says about the call itself, typed: how it
     ended, what it returned, how long it took, and a distributed run's ranks. The instruments'
-    payloads are read with `EntrypointRun.payload`, so they are not validated again here."""
+    payloads stay plain data here, by spec: `EntrypointRun.payload` reads each as its model
+    (they were checked against their models when the result came back)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -124,6 +125,7 @@ class CallRecord(BaseModel):
     returned: Any  # a size-capped, JSON-safe summary of the return value
     duration_s: float  # the call itself, as the harness timed it
     distributed: DistributedRecord | None = None
+    instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)  # spec -> payload, or the collect()'s error
 
 
 @dataclass(frozen=True)
@@ -158,14 +160,13 @@ class EntrypointRun:
         """The exception the call raised, as the harness recorded it."""
         return self.record.exception if self.record is not None else None
 
-    @property
-    def exception(self) -> dict[str, Any] | None:
-        """`raised` as plain data, for the readers that keep it as evidence."""
-        return self.raised.model_dump(mode="json") if self.raised is not None else None
-
     def instrument(self, spec: str) -> dict[str, Any]:
-        data: dict[str, Any] = (self.result or {}).get("instruments", {}).get(spec, {})
-        return data
+        """The instrument's payload as plain data; empty when the run handed back none."""
+        return self.record.instruments.get(spec, {}) if self.record is not None else {}
+
+    def instrument_error(self, spec: str) -> str | None:
+        """The traceback the instrument handed back instead of its payload, when its collect() raised."""
+        return instruments.collect_error(self.instrument(spec))
 
     def payload(self, spec: str, model: type[PayloadModel]) -> PayloadModel | None:
         """The instrument's payload as its model; None when the run handed back none or the
@@ -303,6 +304,14 @@ def read_harness_result(child: ChildResult, nonce: str) -> tuple[HarnessResult |
 innermost_target_frame = findings.target_location
 
 
+class SiteFields(TypedDict):
+    """A line of the target's code as evidence data holds it (a site or frame record)."""
+
+    path: str
+    line: int
+    function: str
+
+
 class SiteLike(Protocol):
     """A payload's site model (read-only fields)."""
 
@@ -314,13 +323,15 @@ class SiteLike(Protocol):
     def function(self) -> str | None: ...
 
 
-def location_of(site: Mapping[str, Any] | Sequence[Any] | SiteLike | None) -> Location | None:
-    """Location from any record of a place the stages hold: a harness frame or site dict
-    ({path, line, function}), a payload's site model, or a (path, line, function) tuple."""
+def location_of(site: SiteFields | Sequence[Any] | SiteLike | None) -> Location | None:
+    """Location from any record of a place the stages hold: a site record of evidence data,
+    a payload's site model or a harness frame, or a (path, line, function) tuple."""
     if not site:
         return None
-    if isinstance(site, Mapping):
-        path, line, function = site["path"], site.get("line"), site.get("function")
+    line: int | None
+    function: str | None
+    if isinstance(site, dict):
+        path, line, function = site["path"], site["line"], site["function"]
     elif isinstance(site, Sequence):
         path, line, function = site
     else:

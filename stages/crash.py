@@ -72,7 +72,7 @@ def entrypoint_crash_finding(
         category=Category.ENTRYPOINT_CRASH,
         title=f"{what} {failure.split(':')[0]}{where}",
         location=location,
-        problem=f"{what} {failure}{' while ' + _PHASES.get(phase, phase) if phase != 'call' else ''}{(': `' + code + '`') if code else ''}.{no_trace}",
+        problem=f"{what} {failure}{' while ' + _PHASES[phase] if phase != 'call' else ''}{(': `' + code + '`') if code else ''}.{no_trace}",
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=failure[:300],

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from traingate.pipeline.concurrency_details import CurveRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import EntrypointRun, StageContext
+from traingate.stages.base import EntrypointRun, SiteFields, StageContext
 from traingate.stages.contract.messages import TargetFrame
 from traingate.stages.contract.payloads.concurrency import Fingerprint, ParamFingerprints, ParamStep, RngPayload, Site, SeedingRecord
 from traingate.stages.contract.text import clip_line, strip_ansi
@@ -35,13 +36,10 @@ VOLATILE_KEY = re.compile(r"(time|duration|elapsed|latency|wall|clock|sec|_s$|_m
 _DETERMINISTIC_OP = re.compile(r"^(.+?) does not have a deterministic implementation", re.M)
 
 
-class SiteRecord(TypedDict):
+class SiteRecord(SiteFields):
     """A line of the target's code (a seeding call's `Site`, an exception's `TargetFrame`), as
     the evidence shows it."""
 
-    path: str
-    line: int
-    function: str
     code: str
 
 
@@ -309,10 +307,10 @@ def rng_causes(a: RunData, b: RunData) -> list[SeedingCause]:
             causes.append({"api": record.api, "site": site_record(record.site), "why": "seeded from the OS's entropy", "seeds": [record.seed]})
     paired: dict[tuple[Any, ...], list[Any]] = {}
     for records, slot in ((first, 0), (second, 1)):
-        counts: dict[tuple[Any, ...], int] = {}
+        counts: Counter[tuple[Any, ...]] = Counter()
         for record in records:
             base = (record.api, record.site.path, record.site.line)
-            counts[base] = counts.get(base, 0) + 1
+            counts[base] += 1
             paired.setdefault((*base, counts[base]), [None, None, site_record(record.site)])[slot] = record.seed
     for (api, path, line, _n), (x, y, site) in paired.items():
         if x is not None and y is not None and x != y and (api, path, line) not in seen:

@@ -148,7 +148,7 @@ class _Session(StageSession[ConcurrencyRun]):
         # (`error`); one that handed back nothing fails the same way.
         broken = [spec for spec in instruments if first.payload(spec, MODELS[spec]) is None]
         if broken:
-            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument(broken[0]).get("error"))
+            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument_error(broken[0]))
             return self._outcome(first)
         self._protocol(first)
         self._loaders(first)

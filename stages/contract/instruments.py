@@ -7,6 +7,8 @@ gives an object with `install(ctx)` and `collect() -> dict`. The harness hands b
 
 from __future__ import annotations
 
+from typing import Any
+
 PERFORMANCE_FULL = "traingate.stages.performance.probe.instrument:full"
 PERFORMANCE_LIGHT = "traingate.stages.performance.probe.instrument:light"
 
@@ -52,3 +54,10 @@ ALL = frozenset(
 )
 # What an instrument hands back when its collect() raised.
 ERROR_KEY = "error"
+
+
+def collect_error(payload: dict[str, Any]) -> str | None:
+    """The traceback a failed collect() handed back: the payload is then that alone (every
+    built-in payload is checked to be either that or its model); None for a payload."""
+    error = payload[ERROR_KEY] if set(payload) == {ERROR_KEY} else None
+    return error if isinstance(error, str) else None

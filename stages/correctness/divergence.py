@@ -17,6 +17,7 @@ compared.
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -309,13 +310,13 @@ def _waiting_rank(ranks: list[RankResult], running: list[RankResult], root: Path
     A calling line whose count differs between ranks is a collective some rank skipped; the
     running rank with the most calls there waits in it. Without such a line: the first
     running rank whose main thread is in the target's code."""
-    counts: dict[tuple[str, str, int], dict[int, int]] = {}
+    counts: defaultdict[tuple[str, str, int], Counter[int]] = defaultdict(Counter)  # calls by line, then by rank
     for rank in ranks:
         for call in map(CollectiveCall.model_validate, rank.collectives):
-            counts.setdefault((call.function, call.path, call.line), {})[rank.rank] = call.calls
+            counts[(call.function, call.path, call.line)][rank.rank] = call.calls
     running_ids = {r.rank for r in running}
     for (function, path, line), by_rank in counts.items():
-        full = {r.rank: by_rank.get(r.rank, 0) for r in ranks}
+        full = {r.rank: by_rank[r.rank] for r in ranks}
         if len(set(full.values())) < 2:
             continue
         most_rank = max((r for r in full if r in running_ids), key=lambda r: full[r], default=None)

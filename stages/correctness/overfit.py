@@ -9,6 +9,7 @@ three steps'.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
@@ -24,10 +25,10 @@ def step_losses(losses: LossesPayload | None) -> list[float]:
     without the payload: the run handed back none)."""
     if losses is None:
         return []
-    per_step: dict[int, float] = {}
+    per_step: defaultdict[int, float] = defaultdict(float)
     for value, step in zip(losses.losses, losses.steps_of_calls, strict=False):
         if isinstance(value, (int, float)):
-            per_step[step] = per_step.get(step, 0.0) + float(value)
+            per_step[step] += float(value)
         else:
             per_step[step] = math.nan
     return [per_step[s] for s in sorted(per_step)]

@@ -125,9 +125,9 @@ class _Session(StageSession[CorrectnessRun]):
         if first.result is None:
             self._fail(first, "the instrumented run ended without reporting", reason="no-result")
             return self._outcome()
-        broken = [spec for spec in specs if instruments.ERROR_KEY in first.instrument(spec)]
+        broken = [spec for spec in specs if first.instrument_error(spec) is not None]
         if broken:
-            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument(broken[0])[instruments.ERROR_KEY])
+            self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument_error(broken[0]))
             return self._outcome()
         # None: the run ended before the instrument was installed (an import or setup failure).
         steps, losses, loaders = first.payload(STEPS, StepsPayload), first.payload(LOSSES, LossesPayload), first.payload(LOADERS, LoadersPayload)
@@ -227,9 +227,9 @@ class _Session(StageSession[CorrectnessRun]):
                 self._fail(as_run, f"rank {failed.rank} of the {label} run {failed.ending}", reason="distributed-rank-failed", key=label, detail=failed.stacks or None)
             return
         payloads = [r.instruments.get(RANKS, {}) for r in record.ranks]
-        broken = next((w for w in payloads if instruments.ERROR_KEY in w or "tensors" not in w), None)
+        broken = next((w for w in payloads if instruments.collect_error(w) is not None or "tensors" not in w), None)
         if broken is not None:
-            self._fail(run, f"instrument {RANKS} failed in the {label} run", reason="instrument-failed", key=RANKS, detail=broken.get(instruments.ERROR_KEY))
+            self._fail(run, f"instrument {RANKS} failed in the {label} run", reason="instrument-failed", key=RANKS, detail=instruments.collect_error(broken))
             return
         watches = [RanksPayload.model_validate(w) for w in payloads]
         if not all(w.steps for w in watches):
@@ -261,7 +261,7 @@ class _Session(StageSession[CorrectnessRun]):
             return
         watch, losses = run.payload(ONE_BATCH, OneBatchPayload), run.payload(LOSSES, LossesPayload)
         stopped_here = run.raised is not None and run.raised.type == OVERFIT_STEPS_DONE
-        if not (run.ok or stopped_here) or instruments.ERROR_KEY in run.instrument(ONE_BATCH):
+        if not (run.ok or stopped_here) or run.instrument_error(ONE_BATCH) is not None:
             self._fail(run, "the one-batch overfit run failed", reason="overfit-run-failed", key="overfit")
             return
         if watch is None or not watch.loaders or not watch.batches_repeated:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
+from traingate.pipeline.execution_details import SmokeRun
 from traingate.pipeline.findings import SMOKE_CALL_RUN
 from traingate.pipeline.schema import Category, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
+from traingate.stages.contract.messages import ExceptionRecord
 from traingate.stages.crash import entrypoint_crash_finding, head
 from traingate.stages.execution.coverage import EntrypointSource
 
@@ -80,33 +81,33 @@ def crash_finding(ctx: StageContext, run: EntrypointRun, what: str, source: Entr
         fallback = Location(path=source.rel, line=source.first_line, function=None if source.script else source.function)
     return entrypoint_crash_finding(
         ctx, run, what,
-        site=_syntax_error_site(run.exception, source) if run.exception else None,
+        site=_syntax_error_site(run.raised, source) if run.raised else None,
         fallback=fallback,
         fallback_note=" The location is the entrypoint itself: the process left no trace of where it stopped.",
     )
 
 
-def _syntax_error_site(exc: dict[str, Any], source: EntrypointSource | None) -> Location | None:
+def _syntax_error_site(exc: ExceptionRecord, source: EntrypointSource | None) -> Location | None:
     """A module that does not parse has no frame: its file and line are in the message."""
-    if exc.get("type") not in ("SyntaxError", "IndentationError", "TabError") or source is None:
+    if exc.type not in ("SyntaxError", "IndentationError", "TabError") or source is None:
         return None
-    match = _SYNTAX_AT.search(exc.get("message", ""))
+    match = _SYNTAX_AT.search(exc.message)
     if match and source.file.name == match.group("file").rsplit("/", 1)[-1]:
         return Location(path=source.rel, line=int(match.group("line")))
     return None
 
 
-def run_details(label: str, amp: bool | None, run: EntrypointRun) -> dict[str, Any]:
-    result = run.result or {}
-    returned = result.get("returned")
-    return {
-        "label": label,
-        "amp": amp,
-        "ok": run.ok,
-        "failure": run.failure(),
-        "duration_s": round(float(result["duration_s"]), 3) if "duration_s" in result else None,
-        "wall_s": round(run.child.duration_s, 3),
-        "returned": json.dumps(returned, default=str)[:500] if returned is not None else None,
-        "stdout_head": head(run.child.stdout),
-        "exit_status": run.child.returncode,
-    }
+def run_details(label: str, amp: bool | None, run: EntrypointRun) -> SmokeRun:
+    record = run.record
+    returned = record.returned if record is not None else None
+    return SmokeRun(
+        label=label,
+        amp=amp,
+        ok=run.ok,
+        failure=run.failure(),
+        duration_s=round(record.duration_s, 3) if record is not None else None,
+        wall_s=round(run.child.duration_s, 3),
+        returned=json.dumps(returned, default=str)[:500] if returned is not None else None,
+        stdout_head=head(run.child.stdout),
+        exit_status=run.child.returncode,
+    )

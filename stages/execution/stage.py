@@ -24,7 +24,6 @@ from traingate.pipeline.execution_details import (
     PytestDetails,
     SmokeDetails,
     SmokeNotConfigured,
-    SmokeRun,
     SuiteCounts,
     TestRow,
     XdistDisabled,
@@ -181,7 +180,7 @@ def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> SmokeDetails 
     return SmokeDetails(
         configured=True, label=ep.label, call=ep.call, script=ep.script, args=ep.args,
         amp_args=ep.amp_args.model_dump() if ep.amp_args else None, setup=ep.setup, kwargs=ep.kwargs, amp_flag=ep.amp_flag,
-        seed=ep.seed, device=ctx.device, runs=[SmokeRun.model_validate(run_details(label, amp, run)) for label, amp, run in smoke.runs], notes=smoke.notes,
+        seed=ep.seed, device=ctx.device, runs=[run_details(label, amp, run) for label, amp, run in smoke.runs], notes=smoke.notes,
     )
 
 

@@ -20,6 +20,7 @@ Pure Python on purpose: the stage process has no reason to import numpy or torch
 
 from __future__ import annotations
 
+from collections import Counter
 from itertools import pairwise
 
 import math
@@ -98,9 +99,7 @@ def mann_kendall_z(values: list[float]) -> float:
     if n < 3:
         return 0.0
     s = sum((values[j] > values[i]) - (values[j] < values[i]) for i in range(n) for j in range(i + 1, n))
-    ties: dict[float, int] = {}
-    for v in values:
-        ties[v] = ties.get(v, 0) + 1
+    ties = Counter(values)
     var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties.values())) / 18
     if var <= 0 or s == 0:
         return 0.0

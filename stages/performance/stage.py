@@ -364,14 +364,14 @@ def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[Payl
         return StageOutcome(summary=f"{what} crashed in the target's code", findings=[crash])
     if run.ok:
         # The instrument's collect() raised: its traceback is all the run handed back for it.
-        error = run.instrument(spec).get(instruments.ERROR_KEY)
+        error = run.instrument_error(spec)
         problem = f"{what} finished, but its instrument reported no data" + (f": {error[-500:]}" if error else "")
         traceback, location = error, None
     else:
         problem = f"{what} {run.failure()}"
-        exc = run.exception or {}
-        traceback = exc.get("traceback") or (run.child.stderr[-8000:] or None)
-        location = location_of(exc.get("target_frame"))
+        exc = run.raised
+        traceback = (exc.traceback if exc is not None else None) or (run.child.stderr[-8000:] or None)
+        location = location_of(exc.target_frame if exc is not None else None)
     finding = ctx.stage_error(
         f"{what} failed",
         reason="profiling-failed",
@@ -381,7 +381,7 @@ def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[Payl
         problem=f"{problem}. Nothing about this version's performance was measured.",
         impact="The gate cannot vouch for the training loop's performance, so it blocks (fail closed).",
         fix="Make the entrypoint run to completion with the configured kwargs (see the traceback); if it runs outside traingate, report this as a traingate defect.",
-        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=problem[:300], traceback=traceback, data={"returncode": run.child.returncode, "phase": (run.result or {}).get("phase")}),
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=problem[:300], traceback=traceback, data={"returncode": run.child.returncode, "phase": run.record.phase if run.record is not None else None}),
     )
     return StageOutcome(summary=f"{what} failed", findings=[finding])
 
@@ -393,7 +393,8 @@ def _entrypoint_label(ctx: StageContext) -> str:
 
 def _no_steps(ctx: StageContext, run: EntrypointRun, clock: StepClockRecord) -> StageOutcome:
     """Zero optimizer steps: there was no training step to profile; that never passes."""
-    called = float((run.result or {}).get("duration_s") or 0.0)
+    record = run.record
+    called = record.duration_s if record is not None else 0.0
     seen = f"{clock.training_forwards} forward passes with gradients and {clock.backward_calls} backward calls"
     finding = ctx.stage_error(
         "no optimizer step",
@@ -409,7 +410,7 @@ def _no_steps(ctx: StageContext, run: EntrypointRun, clock: StepClockRecord) -> 
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
             summary=f"0 optimizer steps observed; {seen}",
-            data={"call_s": round(called, 3), "backward_calls": clock.backward_calls, "training_forwards": clock.training_forwards, "returned": (run.result or {}).get("returned")},
+            data={"call_s": round(called, 3), "backward_calls": clock.backward_calls, "training_forwards": clock.training_forwards, "returned": record.returned if record is not None else None},
         ),
     )
     return StageOutcome(summary="no training step to profile", findings=[finding])

@@ -12,6 +12,7 @@ reported.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Literal
@@ -33,7 +34,7 @@ class SiteSyncs:
     code: str
     kinds: set[str] = field(default_factory=set)
     explicit: bool = False
-    per_step: dict[int, int] = field(default_factory=dict)
+    per_step: Counter[int] = field(default_factory=Counter)  # syncs by step; a step without one reads 0
     outside: int = 0
 
     def in_steps(self, steps: int) -> int:
@@ -44,8 +45,8 @@ class SiteSyncs:
         between two step boundaries: the interval before the first boundary lacks the tail
         of an iteration (what follows `optimizer.step()`), so it is left out of the rate."""
         whole = range(1, steps) if steps > 1 else range(0, steps)
-        counted = sum(self.per_step.get(s, 0) for s in whole)
-        covered = sum(1 for s in whole if self.per_step.get(s, 0) > 0)
+        counted = sum(self.per_step[s] for s in whole)
+        covered = sum(1 for s in whole if self.per_step[s] > 0)
         return (counted / len(whole) if len(whole) else 0.0), covered, len(whole)
 
 
@@ -63,7 +64,7 @@ def by_site(records: list[SyncSiteRecord], steps: int, direct: bool, code_of: Ca
         for step, n in r.per_step.items():
             step_i = int(step)
             if step_i < steps:
-                item.per_step[step_i] = item.per_step.get(step_i, 0) + n
+                item.per_step[step_i] += n
             else:
                 item.outside += n
         item.outside += r.before_training
@@ -159,7 +160,7 @@ def _finding(ctx: StageContext, s: SiteSyncs, steps: int, rate: float, covered: 
                 "code": s.code,
                 # How decisive the per-step count is on few steps: steps with a sync
                 # against steps without one.
-                "sign_test": sign_test([float(s.per_step.get(i, 0) > 0) - 0.5 for i in (range(1, steps) if steps > 1 else range(steps))], 0.0).record("with a sync").data(),
+                "sign_test": sign_test([float(s.per_step[i] > 0) - 0.5 for i in (range(1, steps) if steps > 1 else range(steps))], 0.0).record("with a sync").data(),
             },
         ),
         key=f"host-sync {kinds} {s.code}",

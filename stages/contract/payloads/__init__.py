@@ -32,7 +32,7 @@ def check_instruments(payloads: dict[str, dict[str, Any]]) -> dict[str, dict[str
             if spec in instruments.ALL:
                 raise ValueError(f"the built-in instrument {spec!r} has no payload model")
             continue  # a stage of another package: its own instruments, its own checks
-        if set(payload) == {instruments.ERROR_KEY} and isinstance(payload[instruments.ERROR_KEY], str):
+        if instruments.collect_error(payload) is not None:
             continue  # its collect() raised; the stage reports the traceback
         try:
             model.model_validate(payload)
