@@ -108,19 +108,46 @@ def _starts_cli(function: Any) -> bool:
     return found
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         function = getattr(item, "function", None)
         info = getattr(item, "_fixtureinfo", None)
-        definitions = [d for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
-        if any(_starts_cli(f) for f in [function, *(d.func for d in definitions)] if f is not None):
+        fixtures = [d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
+        if any(_starts_cli(f) for f in [function, *fixtures] if f is not None):
             item.add_marker(pytest.mark.slow)
-        # A module that starts the gate in a fixture of its own scope runs on one worker
-        # (`--dist loadgroup`): split over two workers, each would make that run again.
-        module = item.nodeid.split("::")[0]
-        if any(d.scope != "function" and d.baseid == module and _starts_cli(d.func) for d in definitions):
-            item.add_marker(pytest.mark.xdist_group(module))
+
+
+def _one_worker_modules() -> frozenset[str]:
+    """Test modules (as node ids name them) that define a fixture of module or session scope."""
+    found = set()
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            decorators = node.decorator_list if isinstance(node, ast.FunctionDef) else []
+            keywords = [k for d in decorators if isinstance(d, ast.Call) for k in d.keywords]
+            if any(k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value in ("module", "session") for k in keywords):
+                found.add(path.relative_to(REPO).as_posix())
+    return frozenset(found)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n N`: tests go to the workers one at a time, as xdist's `load` does, except that a
+    module with a fixture of its own module or session scope (a gate run its tests share) goes
+    to one worker whole; split over two workers, each would make that run again. (xdist's
+    `--dist loadgroup` would do it from marks, but it renames node ids through an attribute
+    pytest 9 no longer has.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    grouped = _one_worker_modules()
+
+    class ModuleFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return module if module in grouped else nodeid
+
+    return ModuleFixtureScheduling(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -213,3 +240,4 @@ def no_process_left_behind():
     if left:
         listing = "; ".join(f"pid {p.pid} (sid {p.sid}) {p.cmdline[:120]}" for p in left)
         pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")
+
