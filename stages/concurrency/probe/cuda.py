@@ -18,8 +18,10 @@ import functools
 import threading
 import traceback
 from typing import Any
+from collections.abc import Callable
 
 from traingate.stages.concurrency.probe.sites import SiteTable
+from traingate.stages.harness.identity import reference
 
 MAX_RECORDS = 50
 
@@ -28,7 +30,9 @@ class NonBlockingWatch:
     def __init__(self) -> None:
         self.available = False
         self.sites: SiteTable | None = None
-        self.pending: dict[int, dict[str, Any]] = {}  # storage pointer -> the copy
+        # storage pointer -> (weak reference to the storage, the copy): a destination freed unread
+        # leaves its pointer to the next storage allocated there, which this copy never wrote
+        self.pending: dict[int, tuple[Callable[[], Any], dict[str, Any]]] = {}
         self.races: list[dict[str, Any]] = []
         self.copies = 0
         self._lock = threading.Lock()
@@ -68,29 +72,33 @@ class NonBlockingWatch:
             self.pending.clear()
 
     @staticmethod
-    def storage_key(tensor: Any) -> int | None:
+    def storage(tensor: Any) -> Any:
+        """The tensor's storage: one Python object for the storage's whole life, shared by its views."""
         try:
-            return int(tensor.untyped_storage().data_ptr())
+            storage = tensor.untyped_storage()
+            storage.data_ptr()
+            return storage
         except Exception:  # noqa: BLE001 - tensors without storage (meta, sparse) never race
             return None
 
     def copied(self, result: Any) -> None:
         assert self.sites is not None
-        key = self.storage_key(result)
-        if key is None:
+        storage = self.storage(result)
+        if storage is None:
             return
         self.copies += 1
         with self._lock:
-            self.pending[key] = {"copy_site": self.sites.site(self.sites.innermost())}
+            self.pending[int(storage.data_ptr())] = (reference(storage), {"copy_site": self.sites.site(self.sites.innermost())})
 
     def check_read(self, tensor: Any, how: str) -> None:
         if not self.pending or getattr(tensor, "device", None) is None or tensor.device.type != "cpu":
             return
-        key = self.storage_key(tensor)
+        storage = self.storage(tensor)
         with self._lock:
-            copy = self.pending.pop(key, None) if key is not None else None
-        if copy is None:
-            return
+            entry = self.pending.pop(int(storage.data_ptr()), None) if storage is not None else None
+        if entry is None or entry[0]() is not storage:
+            return  # no copy pending, or only one into a freed storage at the same address
+        copy = entry[1]
         assert self.sites is not None
         read_site = self.sites.site(self.sites.innermost())
         if read_site is None:

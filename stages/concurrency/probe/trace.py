@@ -23,6 +23,7 @@ from collections.abc import Callable
 from traingate.stages.concurrency.probe.params import ParamFingerprints
 from traingate.stages.contract.tensors import exact_sum
 from traingate.stages.concurrency.probe.sites import SiteTable
+from traingate.stages.harness.identity import ObjectMap
 
 MAX_EVENTS = 50_000
 MAX_STEPS = 20_000
@@ -111,8 +112,9 @@ class ProtocolTrace(LossTrace):
         self.events: list[dict[str, Any]] = []
         self.dropped = 0
         self._optimizers: list[weakref.ref[Any]] = []
-        self._optimizer_ids: dict[int, int] = {}
-        self._scaler_ids: dict[int, int] = {}
+        # By identity, not id(): a scaler or optimizer made after another was freed often gets its id.
+        self._optimizer_ids: ObjectMap[int] = ObjectMap()
+        self._scaler_ids: ObjectMap[int] = ObjectMap()
         self._scalers: list[dict[str, Any]] = []
         self._scale_pending: int | None = None
 
@@ -136,16 +138,16 @@ class ProtocolTrace(LossTrace):
         return event
 
     def _optimizer_index(self, optimizer: Any) -> int:
-        index = self._optimizer_ids.get(id(optimizer))
+        index = self._optimizer_ids.get(optimizer)
         if index is None:
-            index = self._optimizer_ids[id(optimizer)] = len(self._optimizers)
+            index = self._optimizer_ids[optimizer] = len(self._optimizers)
             self._optimizers.append(weakref.ref(optimizer))
         return index
 
     def _scaler_index(self, scaler: Any) -> int:
-        index = self._scaler_ids.get(id(scaler))
+        index = self._scaler_ids.get(scaler)
         if index is None:
-            index = self._scaler_ids[id(scaler)] = len(self._scalers)
+            index = self._scaler_ids[scaler] = len(self._scalers)
             self._scalers.append({"index": index, "type": type(scaler).__name__, "enabled": bool(scaler.is_enabled())})
         return index
 

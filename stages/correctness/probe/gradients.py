@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from traingate.stages.contract.tensors import exact_norm
 from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.harness.identity import ObjectMap
 
 MAX_STEP_RECORDS = 10_000  # steps judged; past it, counted as dropped
 # An optimizer still unstepped after this many backward calls is no longer observed (its next
@@ -65,8 +66,11 @@ class StaleGradientWatch:
         self.steps = 0
         self.judged: list[_Judged] = []
         self.dropped = 0
-        self._since: dict[int, _Since] = {}
-        self._optimizer_index: dict[int, int] = {}
+        # Per optimizer, by identity, not id(): an optimizer made after another was freed often
+        # gets its id, and would take over its number and its gradients' history.
+        self._since: ObjectMap[_Since] = ObjectMap()
+        self._optimizer_index: ObjectMap[int] = ObjectMap()
+        self._optimizers = 0
         self._tls = threading.local()
 
     def install(self, ctx: Any) -> None:
@@ -123,15 +127,16 @@ class StaleGradientWatch:
         assert self.sites is not None
         index = self.steps
         self.steps += 1
-        key = id(optimizer)
-        if key not in self._optimizer_index:
-            self._optimizer_index[key] = len(self._optimizer_index)
+        number = self._optimizer_index.get(optimizer)
+        if number is None:
+            number = self._optimizer_index[optimizer] = self._optimizers
+            self._optimizers += 1
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        ids = [id(p) for p in params]
-        since = self._since.get(key)
+        ids = [id(p) for p in params]  # stable: `_Since.params` holds the parameters
+        since = self._since.get(optimizer)
         if since is not None and since.backwards and since.ids == ids and params:
-            self._judge(index, self._optimizer_index[key], since)
-        self._since[key] = _Since(params=params, ids=ids)
+            self._judge(index, number, since)
+        self._since[optimizer] = _Since(params=params, ids=ids)
 
     def _judge(self, index: int, optimizer: int, since: _Since) -> None:
         assert self.sites is not None

@@ -27,6 +27,7 @@ from typing import Any
 
 from traingate.stages.correctness.probe import mixing_replay
 from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.harness.identity import ObjectMap
 
 MAX_CAPTURES = 4
 
@@ -49,8 +50,9 @@ class BatchMixingWatch:
         self.batch_size: int | None = None
         self.loader_shapes: set[tuple[int, ...]] = set()
         self.trained: set[int] = set()  # ids of the parameters the first optimizer steps held
+        self._trained_held: list[Any] = []  # those parameters, so that no other tensor takes their ids
         self.steps = 0
-        self._trainable: dict[int, bool] = {}
+        self._trainable: ObjectMap[bool] = ObjectMap()  # by identity: a module made later may get a freed one's id
         self._handles: list[Any] = []
         self._tls = threading.local()
 
@@ -88,9 +90,9 @@ class BatchMixingWatch:
         depth = self._tls.depth = max(0, getattr(self._tls, "depth", 1) - 1)
         if depth or len(self.captures) >= MAX_CAPTURES or not self.torch.is_grad_enabled() or self.torch.compiler.is_compiling():
             return
-        trainable = self._trainable.get(id(module))
+        trainable = self._trainable.get(module)
         if trainable is None:
-            trainable = self._trainable[id(module)] = any(p.requires_grad for p in module.parameters())
+            trainable = self._trainable[module] = any(p.requires_grad for p in module.parameters())
         if not trainable or any(c.module is module for c in self.captures):
             return
         assert self.sites is not None
@@ -100,7 +102,8 @@ class BatchMixingWatch:
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1
         if self.steps == 1:
-            self.trained = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            self._trained_held = [p for group in optimizer.param_groups for p in group["params"]]
+            self.trained = {id(p) for p in self._trained_held}
             for handle in self._handles:  # one batch is enough: the hooks cost nothing from here on
                 handle.remove()
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from traingate.stages.contract.frames import is_target_file
 from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.harness.identity import ObjectMap
 
 MAX_RECORDS = 50  # distinct (line, model) pairs kept per direction
 MAX_MODULES = 20  # modules named per record
@@ -69,14 +70,16 @@ class ModeWatch:
     def __init__(self) -> None:
         self.sites: SiteTable | None = None
         self.steps = 0
-        self.seen: set[int] = set()  # ids of mode-dependent modules that ran a forward
+        self.dependent = 0  # mode-dependent modules that ran a forward
         self.classes: set[str] = set()
         self.frozen = 0  # eval-mode modules at a step, frozen on purpose (not judged)
         self.library_calls = 0  # no-grad forwards in train mode called by a library, not the target
         self._kinds: dict[type, bool] = {}
-        self._setters: dict[int, _Setter] = {}
-        self._candidates: dict[int, _Forward] = {}
-        self._names: dict[int, dict[int, str]] = {}
+        # Per module, by identity, not id(): a module made after another was freed often gets its id.
+        self._seen: ObjectMap[bool] = ObjectMap()
+        self._setters: ObjectMap[_Setter] = ObjectMap()
+        self._candidates: dict[int, _Forward] = {}  # by id(), checked against the weakref it holds
+        self._names: ObjectMap[ObjectMap[str]] = ObjectMap()  # root -> its modules' qualified names
         self._eval_records: dict[tuple[int | None, int | None], _Record] = {}
         self._no_grad_records: dict[tuple[int | None, str | None], _Record] = {}
         self._tls = threading.local()
@@ -134,7 +137,7 @@ class ModeWatch:
                 continue
             if self._dependent(module):
                 own = module is container or module.training != mode
-                self._setters[id(module)] = _Setter(ref, site, mode, own)
+                self._setters[module] = _Setter(ref, site, mode, own)
 
     # -- the forward hook -------------------------------------------------------------------------
     def _forward(self, module: Any, args: Any) -> None:
@@ -143,7 +146,9 @@ class ModeWatch:
         torch = self.torch
         if torch.compiler.is_compiling() or not self._dependent(module):
             return
-        self.seen.add(id(module))
+        if module not in self._seen:
+            self._seen[module] = True
+            self.dependent += 1
         self.classes.add(type(module).__name__)
         grad = torch.is_grad_enabled()
         if module.training == grad:
@@ -181,10 +186,12 @@ class ModeWatch:
     def _name(self, root: Any, module: Any) -> str:
         if root is None:
             return type(module).__name__
-        names = self._names.get(id(root))
-        if names is None or id(module) not in names:
-            names = self._names[id(root)] = {id(sub): name for name, sub in root.named_modules()}
-        return names.get(id(module)) or type(module).__name__
+        names = self._names.get(root)
+        if names is None or module not in names:
+            names = self._names[root] = ObjectMap()
+            for name, sub in root.named_modules():
+                names[sub] = name
+        return names.get(module) or type(module).__name__
 
     def _note_no_grad(self, module: Any, root: Any, site: int | None, inference: bool) -> None:
         root_class = type(root).__name__ if root is not None else None
@@ -218,7 +225,7 @@ class ModeWatch:
             if module is None or module.training:
                 del self._candidates[key]
                 continue
-            setter = self._setters.get(key)
+            setter = self._setters.get(module)
             container = setter.container() if setter is not None else None
             if setter is None or setter.mode or setter.own or container is None:
                 self.frozen += 1
@@ -260,7 +267,7 @@ class ModeWatch:
         assert self.sites is not None
         return {
             "steps": self.steps,
-            "dependent_modules": len(self.seen),
+            "dependent_modules": self.dependent,
             "classes": sorted(self.classes),
             "eval_while_training": [_payload(r, eval_mode=True) for r in self._eval_records.values()],
             "train_under_no_grad": [_payload(r, eval_mode=False) for r in self._no_grad_records.values()],

@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from traingate.stages.harness.identity import ObjectMap
+
 STOP = "OverfitStepsDone"
 
 
@@ -33,7 +35,9 @@ class OneBatch:
         from torch.utils.data.dataloader import _BaseDataLoaderIter
 
         self.limit = int(ctx.options.get("correctness", {}).get("overfit_steps", 0))
-        first: dict[int, Any] = {}  # id(dataset) -> its loader's first batch
+        # Dataset -> its loader's first batch, by identity: a dataset made after another was
+        # freed may get its id(), and must not be given the freed one's batch.
+        first: ObjectMap[Any] = ObjectMap()
         watch = self
         original_next = _BaseDataLoaderIter.__next__
 
@@ -43,13 +47,13 @@ class OneBatch:
         @functools.wraps(original_next)
         def next_batch(iterator: Any) -> Any:
             batch = original_next(iterator)
-            key = id(iterator._dataset)
-            if key not in first:
-                first[key] = tree_map(copy, batch)
+            dataset = iterator._dataset
+            if dataset not in first:
+                first[dataset] = tree_map(copy, batch)
                 watch.loaders += 1
                 return batch
             watch.batches_repeated += 1
-            return tree_map(copy, first[key])
+            return tree_map(copy, first.get(dataset))
 
         _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign,assignment]  # patched while the run lasts
         register_optimizer_step_post_hook(self._on_step)

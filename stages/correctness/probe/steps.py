@@ -23,6 +23,7 @@ from typing import Any
 
 from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
 from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.harness.identity import ObjectMap
 
 SAMPLES = 32
 MAX_STEP_RECORDS = 200  # ineffective steps kept in full; the rest are counted
@@ -37,6 +38,9 @@ class StepWatch:
     def __init__(self) -> None:
         self.sites: SiteTable | None = None
         self.modules: list[tuple[Any, int | None]] = []  # (module, construction site); kept alive to name parameters at the end
+        # Kept alive for the run, as `modules` is: the records below are keyed by the id()s of
+        # the optimizers and of their and the modules' parameters, which no freed object's id
+        # may then take.
         self.optimizers: list[Any] = []
         self._optimizer_index: dict[int, int] = {}
         self._before: dict[int, Any] = {}
@@ -48,7 +52,9 @@ class StepWatch:
         self.ineffective: list[dict[str, Any]] = []
         self.ineffective_count = 0
         self.step_sites: dict[int, int] = {}  # site -> steps made there
-        self.schedulers: list[tuple[int, str, int | None]] = []  # (id(optimizer), class, construction site)
+        # optimizer -> (class, construction site) of its schedulers; by identity, as an optimizer
+        # may be freed before it steps and its id() pass to another
+        self.schedulers: ObjectMap[list[tuple[str, int | None]]] = ObjectMap()
 
     # -- installation -----------------------------------------------------------------------------
     def install(self, ctx: Any) -> None:
@@ -73,7 +79,10 @@ class StepWatch:
         @functools.wraps(scheduler_init)
         def scheduler_made(scheduler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
             assert watch.sites is not None
-            watch.schedulers.append((id(optimizer), type(scheduler).__name__, watch.sites.innermost(1)))
+            made = watch.schedulers.get(optimizer)
+            if made is None:
+                made = watch.schedulers[optimizer] = []
+            made.append((type(scheduler).__name__, watch.sites.innermost(1)))
             scheduler_init(scheduler, optimizer, *args, **kwargs)
 
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_made  # type: ignore[method-assign,assignment]
@@ -159,7 +168,7 @@ class StepWatch:
                     "optimizer": self._optimizer_index[id(optimizer)],
                     "site": site,
                     "lrs": [_number(group.get("lr")) for group in optimizer.param_groups],
-                    "schedulers": [{"class": name, "site": site} for key, name, site in self.schedulers if key == id(optimizer)],
+                    "schedulers": [{"class": name, "site": site} for name, site in self.schedulers.get(optimizer, [])],
                     "grads_present": sum(1 for p in params if p.grad is not None),
                     "params": len(params),
                 }

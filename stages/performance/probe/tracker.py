@@ -42,6 +42,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from traingate.stages.performance.probe.clock import StepClock
 from traingate.stages.performance.probe.frame_index import FrameIndex, Site
 from traingate.stages.performance.probe.syncs import WATCHED_PACKETS, SyncCounter
+from traingate.stages.harness.identity import ObjectMap
 
 aten = torch.ops.aten
 _MATMULS = {
@@ -131,7 +132,9 @@ class Tracker:
         # run is followed instead: model parameters and buffers, anything moved with
         # `.to(device)`, and every operator output with such an input.
         self.follow_device = not torch.cuda.is_available()
-        self._seen_modules: set[int] = set()
+        # By identity, not id(): a module made after another was freed often gets its id, and
+        # would go unmarked. Weak only: this run measures memory, so it keeps nothing alive.
+        self._seen_modules: ObjectMap[bool] = ObjectMap(keep_alive=False)
         # Operators observed so far (the window planner reads it per step) and whether they
         # are still observed: `pause` ends the per-operator work once its window is covered.
         self.ops = 0
@@ -218,9 +221,9 @@ class Tracker:
         return False
 
     def _mark_module(self, module: Any, args: Any) -> None:
-        if id(module) in self._seen_modules or not self.clock.mine():
+        if module in self._seen_modules or not self.clock.mine():
             return
-        self._seen_modules.add(id(module))
+        self._seen_modules[module] = True
         for tensor in (*module.parameters(recurse=False), *module.buffers(recurse=False)):
             self.mark_bound(tensor)
 
