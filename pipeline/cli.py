@@ -315,7 +315,8 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
     wanted = (args.out or Path("traingate-reports") / task / version).resolve()
     fresh = not wanted.exists()
     out = prepare_out(wanted, root)
-    # Last: it asks a child interpreter of torch (seconds), so every other usage error is said first.
+    # Last: where a GPU may be reachable it asks a child interpreter of torch (seconds), so
+    # every other usage error is said first.
     try:
         device = resolve_device(args.device)
     except UsageError:
@@ -381,7 +382,7 @@ def prepare_out(out: Path, root: Path) -> Path:
 def resolve_device(choice: str) -> str:
     if choice == "cpu":
         return choice
-    facts = torch_facts()  # asked of a child interpreter: this process never imports torch
+    facts = torch_facts()  # this process never imports torch (pipeline/torch_probe.py)
     if choice == "cuda" and not facts.cuda:
         raise UsageError("--device cuda: no CUDA device is available here" + (f" ({facts.problem})" if facts.problem else ""))
     return "cuda" if facts.cuda else "cpu"

@@ -306,7 +306,7 @@ def _error(ctx: GateView, what: str, reason: str, child: ChildResult, detail: st
 
 
 def environment(device: str) -> Environment:
-    facts = torch_facts()  # asked of a child interpreter: this process never imports torch
+    facts = torch_facts()  # this process never imports torch (pipeline/torch_probe.py)
     device_name = (facts.cuda_device_name if device == "cuda" else None) or _cpu_name() or platform.processor() or platform.machine()
     return Environment(
         python=platform.python_version(),

@@ -5,15 +5,28 @@ The gate's own process never imports torch: importing it prints torch's warnings
 gate's stderr (torch's "Failed to initialize NumPy" UserWarning wherever numpy is not
 installed, as after the README's first command), and costs the gate's process the memory of
 torch for the whole run. The child's stderr is read only when it fails.
+
+On a Linux machine where no GPU can be reached (none of the device nodes through which a GPU
+reaches torch exists), CUDA cannot be available, and the version is read from the installed
+package's metadata: no interpreter imports torch (a second and more of every run). A torch
+that is installed but cannot be imported is then found by the stages, whose children fail
+to import it and fail closed.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+
+# The device nodes through which a GPU reaches torch on Linux: NVIDIA's driver, AMD's ROCm
+# (whose builds answer torch.cuda), and WSL's GPU.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 # Importing torch and initialising CUDA; generous, as a cold disk or a busy GPU node is slow.
 PROBE_TIMEOUT_S = 120.0
@@ -42,7 +55,28 @@ class TorchFacts:
 
 @lru_cache(maxsize=1)
 def torch_facts() -> TorchFacts:
-    """torch's answers, asked once per gate process."""
+    """torch's answers, once per gate process: without importing torch where no GPU can be
+    reached, else from a child interpreter."""
+    return facts_without_gpu() or ask_torch()
+
+
+def facts_without_gpu() -> TorchFacts | None:
+    """The installed torch's version and no CUDA, on a Linux machine with no GPU device node;
+    None where a GPU may be reachable or torch's package is not found (then torch is asked)."""
+    if sys.platform != "linux" or any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+        return None
+    # Not the current folder (the gate may run in the target's root, whose own `torch` folder
+    # must not answer for the installed torch), as in the child's probe.
+    path = [p for p in sys.path if p not in ("", os.getcwd())]
+    if importlib.machinery.PathFinder.find_spec("torch", path) is None:
+        return None
+    found = [d.version for d in importlib.metadata.distributions(name="torch", path=path)]
+    return TorchFacts(found[0], False, None) if found else None
+
+
+@lru_cache(maxsize=1)
+def ask_torch() -> TorchFacts:
+    """torch's answers, asked of a child interpreter that imports it."""
     try:
         done = subprocess.run(
             [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,

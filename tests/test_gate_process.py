@@ -1,5 +1,5 @@
 """The gate's own process never imports torch: it asks a child interpreter for torch's version
-and CUDA, so torch's warnings (its "Failed to initialize NumPy" where numpy is not installed,
+and CUDA (or reads the version from torch's package metadata where no GPU device node exists), so torch's warnings (its "Failed to initialize NumPy" where numpy is not installed,
 as after the README's first command) never reach the gate's output."""
 
 from __future__ import annotations
@@ -52,15 +52,45 @@ def test_a_run_without_numpy_prints_no_numpy_warning(tmp_path: Path) -> None:
 
 def test_torch_facts_come_from_a_child_interpreter() -> None:
     torch = pytest.importorskip("torch")
-    torch_probe.torch_facts.cache_clear()
-    facts = torch_probe.torch_facts()
+    torch_probe.ask_torch.cache_clear()
+    facts = torch_probe.ask_torch()
     assert facts.version == str(torch.__version__) and facts.problem is None
     assert facts.cuda is torch.cuda.is_available()
 
 
+def test_without_a_gpu_device_node_torch_is_not_imported_and_answers_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    if sys.platform != "linux" or any(os.path.exists(node) for node in torch_probe.GPU_DEVICE_NODES):
+        pytest.skip("a GPU may be reachable here: torch is asked")
+    torch = pytest.importorskip("torch")
+    torch_probe.torch_facts.cache_clear()
+
+    def no_child(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a child interpreter was started to ask torch")
+
+    monkeypatch.setattr(torch_probe.subprocess, "run", no_child)
+    try:
+        facts = torch_probe.torch_facts()
+    finally:
+        torch_probe.torch_facts.cache_clear()
+    assert facts == torch_probe.TorchFacts(str(torch.__version__), False, None)
+    assert not torch.cuda.is_available()
+
+
+def test_a_gpu_device_node_or_a_torch_not_found_asks_the_interpreter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    node = tmp_path / "nvidiactl"
+    node.touch()
+    monkeypatch.setattr(torch_probe, "GPU_DEVICE_NODES", (str(node),))
+    assert torch_probe.facts_without_gpu() is None
+    monkeypatch.setattr(torch_probe, "GPU_DEVICE_NODES", (str(tmp_path / "absent"),))
+    monkeypatch.setattr(torch_probe.importlib.machinery.PathFinder, "find_spec", classmethod(lambda cls, name, path=None, target=None: None))
+    assert torch_probe.facts_without_gpu() is None
+
+
 def test_a_torch_that_cannot_be_imported_is_said_and_cuda_is_not_assumed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_probe, "_PROBE", "import sys; sys.exit('ImportError: no torch in this environment')")
+    monkeypatch.setattr(torch_probe, "facts_without_gpu", lambda: None)  # as where a GPU may be reachable
     torch_probe.torch_facts.cache_clear()
+    torch_probe.ask_torch.cache_clear()
     try:
         facts = torch_probe.torch_facts()
         assert (facts.version, facts.cuda) == (None, False)
@@ -70,6 +100,7 @@ def test_a_torch_that_cannot_be_imported_is_said_and_cuda_is_not_assumed(monkeyp
             resolve_device("cuda")
     finally:
         torch_probe.torch_facts.cache_clear()
+        torch_probe.ask_torch.cache_clear()
 
 
 def test_device_cpu_does_not_ask_torch(monkeypatch: pytest.MonkeyPatch) -> None:
