@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from traingate.stages.contract import guard
 from traingate.stages.contract.channel import new_nonce
 from traingate.stages.contract.frames import innermost_target
-from traingate.stages.contract.messages import DistributedRecord, EntrypointRequest, RankResult
+from traingate.stages.contract.messages import DistributedRecord, EntrypointRequest, HarnessResult, RankResult
 
 # A rank that failed while others still run: how long they get to finish before the launcher
 # stops them (they normally wait in a collective the failed rank never reaches).
@@ -199,7 +199,7 @@ class _LaunchState:
 
     def result(self, *, launcher_error: str | None, failures: dict[int, int], timed_out: bool = False,
                stopped_after_failure: int | None = None, running: dict[int, int] | None = None, dumped: bool = False) -> dict[str, Any]:
-        """The combined HarnessResult (as a dict): every rank's record in rank order;
+        """The combined HarnessResult, dumped to JSON types: every rank's record in rank order;
         `dumped`: every live rank was asked for its stacks (the run was stopped)."""
         reports = self.reports()
         pids = self.pids()
@@ -234,16 +234,13 @@ class _LaunchState:
             duration_s=time.monotonic() - self.started, ranks=ranks,
         )
         shutil.rmtree(self.folder, ignore_errors=True)
-        return {
-            "ok": ok,
-            "phase": failed.phase if failed is not None and failed.phase else "call",
-            "exception": failed.exception.model_dump(mode="json") if failed is not None and failed.exception is not None else None,
-            "returned": None,
-            "duration_s": record.duration_s,
-            "warnings": [],
-            "instruments": {},
-            "distributed": record.model_dump(mode="json"),
-        }
+        combined = HarnessResult(
+            ok=ok, phase=failed.phase if failed is not None and failed.phase else "call", exception=failed.exception if failed is not None else None,
+            returned=None, duration_s=record.duration_s, warnings=[], instruments={}, distributed=record,
+        )
+        # Every rank record whole (not `exclude_unset`, which would reach into them); the two
+        # fields only a call of the entrypoint sets stay out, as before.
+        return combined.model_dump(mode="json", exclude={"returned_truncated", "warnings_omitted"})
 
 
 def _watch(state: _LaunchState, reporter: _Reporter) -> None:
@@ -271,7 +268,12 @@ def _watch(state: _LaunchState, reporter: _Reporter) -> None:
         alive = {rank: pid for rank, pid in state.pids().items() if _alive(pid)}
         running = {rank: pid for rank, pid in alive.items() if rank not in reports}
         if not running and not timed_out:
-            continue  # they all ended meanwhile: the launch reports
+            # Every rank reported or died: the launch reports. A rank still alive past the grace
+            # after its record (stuck in its process group's teardown, waiting on a dead peer
+            # until gloo's own 30 s stop) is killed, its record kept, so the launch ends now.
+            for pid in alive.values():
+                _signal(pid, signal.SIGKILL)
+            continue
         # Every live rank dumps its stacks, those that returned and wait for the others too.
         for pid in alive.values():
             _signal(pid, signal.SIGUSR1)
@@ -328,7 +330,7 @@ def _read_collectives(folder: Path, rank: int) -> list[dict[str, Any]]:
 
 def rank_main(request: EntrypointRequest, folder: str, nonce: str) -> None:
     """Call the entrypoint as this rank and write the result for the launcher."""
-    from traingate.stages.harness.entrypoint import run
+    from traingate.stages.harness.entrypoint import as_sent, run
 
     assert request.distributed is not None
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -346,7 +348,7 @@ def rank_main(request: EntrypointRequest, folder: str, nonce: str) -> None:
     _default_backend(request.distributed.backend)
     counter = _CollectiveCounter(Path(request.target_root).resolve(), _rank_file(where, rank, "collectives"))
     counter.install()
-    result = run(request)
+    result = as_sent(run(request))
     counter.stop()
     record = {
         "nonce": nonce,
