@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -29,7 +30,9 @@ from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelSpec
 from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult, RankResult
 from traingate.stages.contract.payloads import MODELS
+from traingate.stages.contract.payloads.correctness import FirstUpdatePayload, OneBatchPayload
 from traingate.stages.correctness import stage as correctness_stage
+from traingate.stages.harness.entrypoint import as_sent, collect_payload
 
 STEPS = instruments.CORRECTNESS_STEPS
 LOSSES = instruments.CORRECTNESS_LOSSES
@@ -85,8 +88,8 @@ def train(epochs: int = 2, overflow: bool = True, fail_step: bool = False) -> No
 DRIVER = """
 import json, sys
 from traingate.stages.contract.messages import EntrypointRequest
-from traingate.stages.harness.entrypoint import run
-result = run(EntrypointRequest.model_validate_json(sys.argv[1]))
+from traingate.stages.harness.entrypoint import as_sent, run
+result = as_sent(run(EntrypointRequest.model_validate_json(sys.argv[1])))
 with open(sys.argv[2], "w", encoding="utf-8") as out:
     json.dump(result, out, default=repr)
 """
@@ -347,6 +350,53 @@ def test_values_outside_what_the_probe_writes_are_rejected(spec: str, path: tupl
 def test_a_failed_collect_is_passed_through_for_the_stage_to_report() -> None:
     error = {instruments.ERROR_KEY: "Traceback (most recent call last): ..."}
     assert HarnessResult.model_validate(harness_result(STEPS, error)).instruments[STEPS] == error
+
+
+# -- built where they are made: each probe's collect() builds its model, the harness its result -----
+
+
+@pytest.mark.parametrize("spec", CORRECTNESS)
+def test_a_payload_built_by_its_model_is_handed_back_as_written(spec: str) -> None:
+    # The keys and values the probe gave, no more (a default it left out stays out); `class`
+    # by its wire name.
+    assert MODELS[spec].sent(copy.deepcopy(VALID[spec])) == VALID[spec]
+
+
+def test_a_built_payload_keeps_non_finite_floats_for_the_harness_to_write() -> None:
+    # The run ended inside step(): no update_norm, and the model's default does not add one.
+    params = [{"group": 0, "numel": 2, "grad_norm": math.inf, "grad_sample": [math.nan, -math.inf]}]
+    sent = FirstUpdatePayload.sent({"stepped": False, "params": params, "stop": "FirstStepReached"})
+    assert json.dumps(sent["params"]) == '[{"group": 0, "numel": 2, "grad_norm": Infinity, "grad_sample": [NaN, -Infinity]}]'
+
+
+def test_a_probe_whose_data_does_not_fit_its_model_is_reported_as_a_failed_collect() -> None:
+    class Drifted:
+        def collect(self) -> dict[str, Any]:
+            return OneBatchPayload.sent({**VALID[ONE_BATCH], "batches_repeated": "two"})
+
+    payload = collect_payload(Drifted())
+    error = instruments.collect_error(payload)
+    assert error is not None and "ValidationError" in error and "batches_repeated" in error
+    assert HarnessResult.model_validate(harness_result(ONE_BATCH, payload)).instruments[ONE_BATCH] == payload
+
+
+def test_the_harness_sends_its_result_as_its_model_dumps_it() -> None:
+    fields = harness_result(ONE_BATCH, VALID[ONE_BATCH])
+    assert as_sent(fields) == fields  # returned_truncated and warnings_omitted: not set, not sent
+    # A payload changed after its model built it goes as it is: the parent rejects the result.
+    tampered = harness_result(ONE_BATCH, {**VALID[ONE_BATCH], "steps": "many"})
+    assert as_sent(tampered) is tampered
+
+
+def test_the_payload_models_cost_a_child_nothing_at_start_up() -> None:
+    # The harness imports every instrument before the target runs; the probes import their
+    # models inside collect(), so a child pays for them once the target's code has run.
+    probes = sorted({spec.partition(":")[0] for spec in instruments.ALL})
+    code = "import sys, traingate.stages.harness.entrypoint\n" + "".join(f"import {m}\n" for m in probes)
+    code += "print(sorted(m for m in sys.modules if m.startswith('traingate.stages.contract.payloads')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
 
 
 def test_collective_calls_of_a_rank_are_typed() -> None:

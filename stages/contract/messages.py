@@ -133,6 +133,8 @@ class WarningRecord(Strict):
 
 
 def _check_payloads(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    if not value:
+        return value  # nothing to check: a run without instruments never imports the models
     # Imported here: the payload models import this module's neighbours, not the reverse.
     from traingate.stages.contract.payloads import check_instruments
 

@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.frames import innermost_target, is_target_file, relative
 from traingate.stages.contract.instruments import ERROR_KEY
-from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest
+from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
 from traingate.stages.contract import guard
 
 MAX_WARNINGS = 200
@@ -269,7 +271,7 @@ def bind_setup(spec: str, target: Any, made: Any, setup: str | None) -> tuple[An
 
 
 def run(request: EntrypointRequest) -> dict[str, Any]:
-    """Call the entrypoint; the result as a `HarnessResult` dict."""
+    """Call the entrypoint; the fields of its `HarnessResult` (`as_sent` builds the model)."""
     root = Path(request.target_root).resolve()
     os.chdir(root)
     sys.path.insert(0, str(root))
@@ -320,13 +322,35 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     result["duration_s"] = time.perf_counter() - started
     result["warnings"] = warning_log.records
     result["warnings_omitted"] = warning_log.omitted
-    result["instruments"] = {}
-    for spec, instrument in instruments.items():
-        try:
-            result["instruments"][spec] = instrument.collect()
-        except Exception as exc:  # noqa: BLE001 - reported, the stage fails closed on it
-            result["instruments"][spec] = {ERROR_KEY: "".join(traceback.format_exception(exc))[-5000:]}
+    result["instruments"] = {spec: collect_payload(instrument) for spec, instrument in instruments.items()}
     return result
+
+
+def collect_payload(instrument: Any) -> dict[str, Any]:
+    """The instrument's payload, or `{ERROR_KEY: traceback}` when its collect() raised: the
+    stage fails closed on it. A built-in probe builds its payload model in collect(), so a
+    payload that does not fit raises pydantic's ValidationError there and is reported the
+    same way, not as a harness result the parent rejects."""
+    try:
+        payload: dict[str, Any] = instrument.collect()
+        return payload
+    except Exception as exc:  # noqa: BLE001 - reported, the stage fails closed on it
+        return {ERROR_KEY: "".join(traceback.format_exception(exc))[-5000:]}
+
+
+def as_sent(fields: dict[str, Any]) -> dict[str, Any]:
+    """The result as the harness writes it: built as the `HarnessResult` the parent reads, and
+    dumped with the fields that were set (`returned_truncated` only where a return value was
+    summarised) as Python objects that the channel's `json.dumps` writes; not pydantic's JSON
+    mode, which would turn a payload's NaN (typed `Any` there) into null.
+
+    Fields that do not fit go as they are: the probes' payloads fitted their models when
+    built, so this is one changed afterwards (a target that patched a probe's collect()).
+    The parent rejects the result as malformed and the stage fails closed, as before."""
+    try:
+        return HarnessResult.model_validate(fields).model_dump(mode="python", exclude_unset=True)
+    except ValidationError:
+        return fields
 
 
 def main() -> None:
@@ -342,8 +366,7 @@ def main() -> None:
             sys.stderr.flush()
 
         launch(request, send)  # reports and ends the process itself
-    result = run(request)
-    channel.send(HARNESS_RESULT, result)
+    channel.send(HARNESS_RESULT, as_sent(run(request)))
     channel.close()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -110,7 +110,9 @@ class NonBlockingWatch:
         self.races.append({**copy, "read_site": read_site, "read_by": how})
 
     def collect(self) -> dict[str, Any]:
-        return {"available": self.available, "copies": self.copies, "races": self.races}
+        from traingate.stages.contract.payloads.concurrency import NonBlockingPayload  # at collect(): no start-up cost
+
+        return NonBlockingPayload.sent({"available": self.available, "copies": self.copies, "races": self.races})
 
 
 def _mode_class(torch: Any) -> Any:
@@ -214,4 +216,6 @@ class StreamSanitizer:
         )
 
     def collect(self) -> dict[str, Any]:
-        return {"available": self.available, "reports": self.reports, "total": self.total}
+        from traingate.stages.contract.payloads.concurrency import StreamPayload  # at collect(): no start-up cost
+
+        return StreamPayload.sent({"available": self.available, "reports": self.reports, "total": self.total})

@@ -314,13 +314,15 @@ class LoaderWatch:
         return {"ok": False, "error": message[:3000], "kind": error_kind(message), "worker_site": self._worker_site(message), "seconds": seconds}
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.concurrency import LoaderPayload  # at collect(): no start-up cost
+
         checks = self._probe_start_methods()
-        return {
+        return LoaderPayload.sent({
             "loaders": list(self.by_site.values()),
             "construction_errors": self.construction_errors,
             "errors": [{k: v for k, v in e.items() if k != "key"} for e in self.errors],
             "start_method_checks": checks,
-        }
+        })
 
 
 _WALK_DEPTH = 6

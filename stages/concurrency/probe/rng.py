@@ -99,10 +99,12 @@ class RngSites:
         nprandom.RandomState = RandomState
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.concurrency import RngPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
         files = {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}
         modules = sorted(relative(f, self.sites.root) for f in files if f.endswith(".py") and self.sites.is_target(f))
-        return {"records": self.records, "target_modules": modules}
+        return RngPayload.sent({"records": self.records, "target_modules": modules})
 
 
 def _traced_generator(torch: Any, recorder: RngSites) -> Any:

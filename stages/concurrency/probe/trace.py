@@ -100,6 +100,11 @@ class LossTrace:
         self._pending = []
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.concurrency import LossTracePayload  # at collect(): no start-up cost
+
+        return LossTracePayload.sent(self._record())
+
+    def _record(self) -> dict[str, Any]:
         losses = [[_loss_value(t) for t in step] for step in self.losses]
         return {"losses": losses, "steps": self.steps, "truncated": self.steps > len(self.losses), "params": self.params.collect()}
 
@@ -298,9 +303,14 @@ class ProtocolTrace(LossTrace):
         return owners
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.concurrency import ProtocolTracePayload  # at collect(): no start-up cost
+
+        return ProtocolTracePayload.sent(self._record())
+
+    def _record(self) -> dict[str, Any]:
         assert self.sites is not None
         return {
-            **super().collect(),
+            **super()._record(),
             "events": self.events,
             "dropped_events": self.dropped,
             "sites": self.sites.sites,

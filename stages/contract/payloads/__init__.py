@@ -1,11 +1,13 @@
 """Typed payloads of the instruments: what each instrument's `collect()` hands back, defined
 once for the probe that writes it and the analysis that reads it.
 
-The harness result's `instruments` field maps an instrument spec
+Each probe's `collect()` builds its model from its data and returns the model's JSON form
+(`Payload.sent`), so data that does not fit fails in the probe, where the harness records it
+as a failed collect(). The harness result's `instruments` field maps an instrument spec
 (`traingate.stages.contract.instruments`) to its payload; `check_instruments` validates each
-against its model when the result is read, so a payload of the wrong shape is a malformed
-result (the stage fails closed) instead of a `KeyError` or a silent default deep inside an
-analysis. The analyses read each payload as its model (`EntrypointRun.payload` on the parent
+against its model when the result is built and when it is read, so a payload of the wrong
+shape that reaches the parent is a malformed result (the stage fails closed) instead of a
+`KeyError` or a silent default deep inside an analysis. The analyses read each payload as its model (`EntrypointRun.payload` on the parent
 side), so a field is read by name and type, never through a dict default.
 """
 

@@ -379,15 +379,16 @@ class MixingPayload(Payload):
     """`probe.mixing.BatchMixingWatch`; read by `correctness.mixing`. Without `applicable`, the
     rest is absent and `reason` says why."""
 
+    # In the order the probe writes them: the payload is this model's dump (`Payload.sent`).
     steps: int
     captured: int
     site: int | None  # the line that called the model
-    applicable: bool
-    reason: str | None = None
     model: str | None = None
     batch_size: int | None = None
     batch_dim: int | None = None
     batch_dim_assumed: bool | None = None
+    applicable: bool
+    reason: str | None = None
     outputs: int | None = None
     pairwise_output: bool | None = None
     samples: list[SampleDependency] = Field(default_factory=list)

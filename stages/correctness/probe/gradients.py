@@ -180,6 +180,8 @@ class StaleGradientWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.correctness import GradientsPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
         stale: list[dict[str, Any]] = []
         count, most = 0, 0.0
@@ -206,7 +208,7 @@ class StaleGradientWatch:
                         "params": judged.params,
                     }
                 )
-        return {
+        return GradientsPayload.sent({
             "steps": self.steps,
             "judged": len(self.judged),
             "dropped": self.dropped,
@@ -214,7 +216,7 @@ class StaleGradientWatch:
             "stale_count": count,
             "largest_share": most,
             "sites": self.sites.sites,
-        }
+        })
 
 
 def _grad_norm(torch: Any, grad: Any) -> Any:

@@ -82,12 +82,14 @@ class LoaderWatch:
             self.current["steps"] += 1
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.correctness import LoadersPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
         for loader in self._kept:
             record = self._records.get(loader)
             if record is not None:
                 record.update(_ordering(loader, self._set_epoch))
-        return {"loaders": self.loaders, "sites": self.sites.sites}
+        return LoadersPayload.sent({"loaders": self.loaders, "sites": self.sites.sites})
 
 
 def _ordering(loader: Any, set_epoch_calls: Any) -> dict[str, Any]:

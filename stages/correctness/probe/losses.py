@@ -83,6 +83,8 @@ class LossWatch:
             self._tls.inside = False
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.correctness import LossesPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
         values: list[float | None] = []
         first_bad: dict[str, Any] | None = None
@@ -95,7 +97,7 @@ class LossWatch:
                 if first_bad is None:
                     first_bad = {"call": index, "step": step, "site": site, "value": repr(value)}
         finite = [v for v in values if v is not None and math.isfinite(v)]
-        return {
+        return LossesPayload.sent({
             "calls": len(self.calls),
             "dropped": self.dropped,
             "steps": self.steps,
@@ -107,7 +109,7 @@ class LossWatch:
             "steps_of_calls": [step for _, step, _ in self.calls[:2000]],
             "backward_sites": sorted({site for _, _, site in self.calls if site is not None}),
             "sites": self.sites.sites,
-        }
+        })
 
 
 def _value(tensor: Any) -> float | None:

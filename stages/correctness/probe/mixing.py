@@ -108,6 +108,8 @@ class BatchMixingWatch:
                 handle.remove()
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.correctness import MixingPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
         capture = self._model_capture()
         result: dict[str, Any] = {"steps": self.steps, "captured": len(self.captures), "site": capture.site if capture else None}
@@ -115,7 +117,7 @@ class BatchMixingWatch:
             result.update(applicable=False, reason="no module with trainable parameters was called with gradients recorded before the first optimizer step")
         else:
             result.update(mixing_replay.judge(self.torch, capture, self.sites))
-        return {**result, "sites": self.sites.sites}
+        return MixingPayload.sent({**result, "sites": self.sites.sites})
 
     def _model_capture(self) -> Capture | None:
         """The captured call of the module the first optimizer step trained, else the first."""

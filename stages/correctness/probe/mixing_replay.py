@@ -124,7 +124,7 @@ def judge(torch: Any, capture: Any, sites: SiteTable) -> dict[str, Any]:
     model = capture.module
     batch = find_batch(torch, capture.args, capture.kwargs, capture.batch_size, capture.loader_shapes)
     if isinstance(batch, str):
-        return {"applicable": False, "reason": batch, "model": type(model).__name__}
+        return {"model": type(model).__name__, "applicable": False, "reason": batch}  # in MixingPayload's order
     common = {"model": type(model).__name__, "batch_size": batch.size, "batch_dim": batch.dim, "batch_dim_assumed": batch.assumed}
     try:
         with replay_mode(torch, model, capture.autocast):

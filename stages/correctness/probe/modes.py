@@ -264,8 +264,10 @@ class ModeWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.correctness import ModesPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
-        return {
+        return ModesPayload.sent({
             "steps": self.steps,
             "dependent_modules": self.dependent,
             "classes": sorted(self.classes),
@@ -274,7 +276,7 @@ class ModeWatch:
             "frozen_on_purpose": self.frozen,
             "library_calls": self.library_calls,
             "sites": self.sites.sites,
-        }
+        })
 
 
 def _covers(container: Any, root: Any) -> bool:

@@ -64,4 +64,6 @@ class OneBatch:
             raise OverfitStepsDone(f"{self.steps} optimizer steps on one batch")
 
     def collect(self) -> dict[str, Any]:
-        return {"steps": self.steps, "limit": self.limit, "loaders": self.loaders, "batches_repeated": self.batches_repeated, "stop": STOP}
+        from traingate.stages.contract.payloads.correctness import OneBatchPayload  # at collect(): no start-up cost
+
+        return OneBatchPayload.sent({"steps": self.steps, "limit": self.limit, "loaders": self.loaders, "batches_repeated": self.batches_repeated, "stop": STOP})

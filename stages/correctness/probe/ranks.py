@@ -195,8 +195,10 @@ class RankWatch:
         return found
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.correctness import RanksPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
-        return {
+        return RanksPayload.sent({
             "steps": self.steps,
             "tensors": self._tensors(values=True),
             "initial": self.initial or {},
@@ -204,7 +206,7 @@ class RankWatch:
             "seeds": self.seeds,
             "loaders": self.loaders,
             "sites": self.sites.sites,
-        }
+        })
 
 
 def _is_target(sites: SiteTable, frame: FrameType) -> bool:

@@ -182,6 +182,8 @@ class StepWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.correctness import StepsPayload  # at collect(): no start-up cost
+
         assert self.sites is not None
         self._note_foreign_grads()
         names = self._names()
@@ -209,7 +211,7 @@ class StepWatch:
             for p_id, (p, _) in names.items():
                 if p.requires_grad and p_id not in in_group and p_id in self.grad_seen:
                     outside.append(self._describe(p, names))
-        return {
+        return StepsPayload.sent({
             "steps": self.steps,
             "optimizers": optimizers,
             "ineffective": self.ineffective,
@@ -224,7 +226,7 @@ class StepWatch:
             "modules_seen": len(self.modules),
             "non_finite_params": self._non_finite(),
             "sites": self.sites.sites,
-        }
+        })
 
     def _non_finite(self) -> list[str]:
         """The optimizers' parameters holding NaN or inf when the run ended (named where known)."""

@@ -69,7 +69,9 @@ class FirstUpdate:
         raise FirstStepReached("the first optimizer step was recorded")
 
     def collect(self) -> dict[str, Any]:
-        return {"stepped": self.done, "params": self.params, "stop": STOP}
+        from traingate.stages.contract.payloads.correctness import FirstUpdatePayload  # at collect(): no start-up cost
+
+        return FirstUpdatePayload.sent({"stepped": self.done, "params": self.params, "stop": STOP})
 
 
 def _norm(torch: Any, flat: Any) -> float:

@@ -72,8 +72,10 @@ class LightProbe:
         self.clock.install()
 
     def collect(self) -> dict[str, Any]:
+        from traingate.stages.contract.payloads.performance import LightPayload  # at collect(): no start-up cost
+
         assert self.clock is not None
-        return {"clock": self.clock.collect()}
+        return LightPayload.sent({"clock": self.clock.collect()})
 
 
 class FullProbe:
@@ -217,8 +219,9 @@ class FullProbe:
         out = []
         for nodes, holder in named_graphs(target_stack(self.frames), self.frames, self.clock.step_graph_nodes, marks=self.clock.seq_marks)[:3]:
             record = holder.record()
-            record["nodes"] = nodes
+            # In GraphHolder's order: the payload is that model's dump (`Payload.sent`).
             record["created_at"] = site_record(self.tracker.site_of(holder.tensor), self.root)
+            record["nodes"] = nodes
             holder.tensor = None
             out.append(record)
         return out
@@ -238,10 +241,13 @@ class FullProbe:
         self.sampler.stop()
         if self._tracer is not None:
             self._tracer.disarm()
+        # Imported here, once the instruments stopped: no start-up cost, nothing sampled or tracked.
+        from traingate.stages.contract.payloads.performance import FullPayload
+
         clock = self.clock.collect()
         steps = clock["steps"]
         device = "cuda" if self.clock.training_device.startswith("cuda") else "cpu"
-        return {
+        return FullPayload.sent({
             "clock": clock,
             "memory": {
                 "source": "torch.cuda.memory_allocated" if device == "cuda" else "live tensor storages (dispatch-mode registry)",
@@ -271,7 +277,7 @@ class FullProbe:
                 "graph_walk_capped": self.clock.step_graph_nodes >= MAX_WALK_NODES,
                 "graph_walk_cap": MAX_WALK_NODES,
             },
-        }
+        })
 
     def _retained_at_end(self, steps: int, device: str) -> list[dict[str, Any]]:
         groups = self.tracker.survivors(self.warmup, max(self.warmup, steps - 1), device)
