@@ -98,7 +98,7 @@ def profile(target: Path, call: str, kwargs: dict[str, Any], scratch: Path) -> d
 def verdict(memory: dict[str, Any], scratch: Path) -> tuple[bool, dict[str, Any]]:
     ctx = StageContext(stage="performance", root=scratch, config=TargetConfig(), device="cpu", deadline=time.time() + 60, scratch=scratch)
     details, findings = analyse(ctx, MemoryRecord.model_validate(memory), WARMUP, MIN_STEPS, "cpu")
-    return any(f.category.value == "memory-leak" for f in findings), details["verdict"]
+    return any(f.category.value == "memory-leak" for f in findings), details.verdict.model_dump(mode="json")
 
 
 def measured(target: Path, kwargs: dict[str, Any], steps: int, scratch: Path) -> dict[str, Any]:
