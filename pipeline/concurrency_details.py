@@ -13,9 +13,10 @@ GradScaler) are their payload models from the shared contract.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from traingate.pipeline.execution_details import Detail
+from traingate.pipeline.session_details import SessionDetails
 from traingate.stages.contract.payloads.concurrency import LoaderSettings, ScalerRecord, Site
 
 
@@ -144,13 +145,5 @@ class ConcurrencyChecks(Detail):
     determinism: DeterminismDetails | CheckNote
 
 
-class ConcurrencyDetails(Detail):
-    device: str | None = None
-    budget_s: float | None = None  # the stage's budget (timeout_s)
-    runs: list[ConcurrencyRun] = []
-    checks: ConcurrencyChecks | None = None
-    stopped: str | None = None  # why the stage stopped early
-
-    def as_json(self) -> dict[str, Any]:
-        """As report.json keeps them: JSON types, and no field that was never set."""
-        return self.model_dump(mode="json", exclude_unset=True)
+class ConcurrencyDetails(SessionDetails[ConcurrencyRun, ConcurrencyChecks]):
+    """The concurrency stage's details: the session's envelope over its runs and checks."""

@@ -15,9 +15,10 @@ report.json writes it as null.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from traingate.pipeline.execution_details import Detail
+from traingate.pipeline.session_details import SessionDetails
 from traingate.stages.contract.payloads.correctness import InputKind, LossFunction, OptimizerRecord, Site
 
 
@@ -199,14 +200,5 @@ class CorrectnessChecks(Detail):
     distributed: DistributedCheck | CheckNote
 
 
-class CorrectnessDetails(Detail):
-    device: str | None = None
-    budget_s: float | None = None  # the stage's budget (timeout_s)
-    runs: list[CorrectnessRun] = []
-    checks: CorrectnessChecks | None = None
-    stopped: str | None = None  # why the stage stopped early
-
-    def as_json(self) -> dict[str, Any]:
-        """As report.json keeps them: JSON types, no field that was never set, and an
-        optimizer's class under `class`, as the probe sent it."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+class CorrectnessDetails(SessionDetails[CorrectnessRun, CorrectnessChecks]):
+    """The correctness stage's details: the session's envelope over its runs and checks."""
