@@ -28,10 +28,13 @@ SLEEPER_MARKER = "traingate-sleeper-daemon"
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers and /proc are Linux's")
 
 
-def _running_with(marker: str) -> list[int]:
+def _running_with(marker: str, under: int | None = None) -> list[int]:
     """Every live process on the machine whose command line holds `marker`, wherever it was
-    reparented to (a scan of all of /proc, not only of this test's descendants)."""
-    return [p.pid for p in process_table().values() if p.alive and marker in p.cmdline.split()]
+    reparented to (a scan of all of /proc, not only of this test's descendants); with `under`,
+    only the descendants of that process (another worker may run a test with the same target)."""
+    table = process_table()
+    candidates = table.values() if under is None else descendants(under, table)
+    return [p.pid for p in candidates if p.alive and marker in p.cmdline.split()]
 
 
 def _wait_for(condition, timeout_s: float, what: str) -> None:
@@ -192,7 +195,9 @@ def test_a_stopped_run_stops_everything_and_leaves_no_verdict(tmp_path: Path, si
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
     )
     try:
-        _wait_for(lambda: bool(_running_with(SLEEPER_MARKER)), 120, "the target's test to detach its daemon")
+        # Only this run's daemon: the other parameter's run may be on another worker right now.
+        _wait_for(lambda: bool(_running_with(SLEEPER_MARKER, under=gate.pid)), 120, "the target's test to detach its daemon")
+        sleepers = _running_with(SLEEPER_MARKER, under=gate.pid)
         sent = time.monotonic()
         gate.send_signal(signum)
         _, stderr = gate.communicate(timeout=15)
@@ -204,7 +209,7 @@ def test_a_stopped_run_stops_everything_and_leaves_no_verdict(tmp_path: Path, si
     assert gate.returncode == status, stderr
     assert took < 5
     assert "interrupted" in stderr and "Traceback" not in stderr
-    assert not _running_with(SLEEPER_MARKER)
+    assert sleepers and not set(sleepers) & set(_running_with(SLEEPER_MARKER))
     assert not [p for p in descendants(os.getpid()) if p.alive]
     assert not (out / "report.json").exists()
     assert not (out / "report.md").exists()
