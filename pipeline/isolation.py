@@ -22,14 +22,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, process_table
+from traingate.pipeline.warm import RUN_TAG_ENV, ForkedChild, WarmInterpreter
 from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, STACKS_ENV
 
-# Names the run_child call a process descends from, read back from /proc/<pid>/environ to tell
-# whose orphan a process is when several children run at once (a hint: a process may drop it).
-RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
+# RUN_TAG_ENV names the run_child call a process descends from, read back from
+# /proc/<pid>/environ to tell whose orphan a process is when several children run at once (a
+# hint: a process may drop it). A process forked from a warm interpreter without an exec shows
+# the interpreter's tag, which stands for the run it serves.
 _DUMP_SIGNAL = signal.SIGUSR1
 
 
@@ -95,6 +97,7 @@ def run_child(
     name: str = "child",
     stdin_data: bytes | Callable[[int], bytes] | None = None,
     channel: bool = False,
+    warm: WarmPool | None = None,
 ) -> ChildResult:
     """Run argv with its own process group; kill the group at the budget.
 
@@ -102,6 +105,8 @@ def run_child(
     number of the channel's write end. `channel`: the child gets the write end of a pipe
     (`pass_fds`); what it wrote is `ChildResult.channel`, complete only once the child, its
     group and its leftovers are dead, so nothing can write to it after the child is gone.
+    `warm`: fork the child from the pool's warm interpreter for its environment when argv is
+    `python_argv(module)` and that interpreter is free, else start a fresh one.
     """
     scratch.mkdir(parents=True, exist_ok=True)
     stacks_path = scratch / f"{name}.stacks"
@@ -115,21 +120,20 @@ def run_child(
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
     started = time.monotonic()
+    # A warm interpreter's imports are waited for outside the lock, within the budget, as a
+    # fresh interpreter would spend that time importing inside it.
+    fork_from = warm.ready_for(child_env, cwd, budget_s) if warm is not None and _module_of(argv) is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         with _spawn_lock:  # no leftover scan may see this child before it is registered
             try:
-                proc = subprocess.Popen(
-                    argv, cwd=cwd, env=child_env, stdout=out, stderr=err,
-                    stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
-                    pass_fds=(pipe.write_fd,) if pipe else (), start_new_session=True,
-                )
+                proc = _start(argv, cwd, child_env, out, err, stdin_data is not None, pipe, fork_from, tag)
             finally:
                 if pipe:
                     pipe.started()  # the parent's copy of the write end goes either way
             _running[proc.pid] = tag
         if stdin_data is not None:
             _feed_stdin(proc, stdin_data)
-        timed_out, processes = _wait_within_budget(proc, budget_s)
+        timed_out, processes = _wait_within_budget(proc, budget_s, spent_s=time.monotonic() - started)
     leftovers = _kill_leftovers(proc.pid, tag)
     channel_data, channel_problem = pipe.collect() if pipe else (b"", None)
     return ChildResult(
@@ -147,15 +151,41 @@ def run_child(
     )
 
 
-def _wait_within_budget(proc: subprocess.Popen[bytes], budget_s: float) -> tuple[bool, list[dict[str, str]]]:
-    """Wait for the child; past the budget, dump every thread's stacks and kill its group.
-    Whether it timed out, and the processes of its group at that moment."""
+def _start(
+    argv: list[str], cwd: Path, env: dict[str, str], out: IO[bytes], err: IO[bytes], stdin: bool,
+    pipe: _ChannelPipe | None, warm: WarmInterpreter | None, tag: str,
+) -> subprocess.Popen[bytes] | ForkedChild:
+    """A fork of `warm` when it can serve this run now, else a fresh interpreter."""
+    module = _module_of(argv)
+    if warm is not None and module is not None:
+        forked = warm.launch(module, env, cwd, out, err, stdin=stdin, channel_fd=pipe.write_fd if pipe else None, run_tag=tag)
+        if forked is not None:
+            return forked
+    return subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=out, stderr=err,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        pass_fds=(pipe.write_fd,) if pipe else (), start_new_session=True,
+    )
+
+
+def _module_of(argv: list[str]) -> str | None:
+    """The module `python_argv(module)` runs, when argv is exactly that."""
+    for module in (argv[-1:] if argv else []):
+        if argv == python_argv(module):
+            return module
+    return None
+
+
+def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: float, spent_s: float = 0.0) -> tuple[bool, list[dict[str, str]]]:
+    """Wait for the child; past the budget (of which `spent_s` went before it started: a warm
+    interpreter's imports), dump every thread's stacks and kill its group. Whether it timed
+    out, and the processes of its group at that moment."""
     timed_out = False
     processes: list[dict[str, str]] = []
     # The stack dumps take up to a second: begin them early so the kill lands on budget.
     dump_allowance = min(1.0, budget_s * 0.1)
     try:
-        proc.wait(timeout=max(budget_s - dump_allowance, 0.1))
+        proc.wait(timeout=max(budget_s - dump_allowance - spent_s, 0.1))
     except subprocess.TimeoutExpired:
         timed_out = True
         processes = _group_processes(proc.pid)
@@ -177,6 +207,35 @@ def _wait_within_budget(proc: subprocess.Popen[bytes], budget_s: float) -> tuple
 _spawn_lock = threading.Lock()
 _running: dict[int, str] = {}
 _run_numbers = itertools.count(1)
+# Warm interpreters this process started (pid -> interpreter): never another run's leftover.
+_warm: dict[int, WarmInterpreter] = {}
+
+
+class WarmPool:
+    """The warm interpreters (`traingate.pipeline.warm`) of one stage: one per environment and
+    folder its runs ask for, started at the first such run, all stopped by `close`."""
+
+    def __init__(self, scratch: Path) -> None:
+        self.scratch = scratch
+        self._started: list[WarmInterpreter] = []
+
+    def ready_for(self, env: dict[str, str], cwd: Path, timeout_s: float) -> WarmInterpreter | None:
+        """The interpreter for this environment and folder, once its imports are done; None
+        when it is busy with another run or broken (the run starts a fresh interpreter)."""
+        warm = next((w for w in self._started if w.accepts(env, cwd)), None)
+        if warm is None:
+            with _spawn_lock:
+                warm = WarmInterpreter(env, cwd, self.scratch, tag=f"{os.getpid()}:warm:{next(_run_numbers)}")
+                _warm[warm.pid] = warm
+            self._started.append(warm)
+        return warm if warm.wait_ready(timeout_s) else None
+
+    def close(self) -> None:
+        for warm in self._started:
+            warm.close()
+            with _spawn_lock:
+                _warm.pop(warm.pid, None)
+        self._started.clear()
 
 
 def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
@@ -189,13 +248,15 @@ def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
     """
     tags: dict[int, str | None] = {}
     with _spawn_lock:
-        running_pids, running_tags = set(_running), set(_running.values())
+        running_pids, running_tags = set(_running) | set(_warm), set(_running.values())
+        serving = {w.tag: w.serving for w in _warm.values()}
 
         def belongs_to_another_run(info: ProcessInfo) -> bool:
             if info.pid in running_pids:
                 return True
             if info.pid not in tags:
-                tags[info.pid] = environment_value(info.pid, RUN_TAG_ENV)
+                found = environment_value(info.pid, RUN_TAG_ENV)
+                tags[info.pid] = serving.get(found, found) if found is not None else None
             return tags[info.pid] in running_tags
 
         seen = kill_descendants(skip=belongs_to_another_run)
@@ -249,7 +310,7 @@ class _ChannelPipe:
         return b"".join(self._chunks), None
 
 
-def _feed_stdin(proc: subprocess.Popen[bytes], data: bytes) -> None:
+def _feed_stdin(proc: subprocess.Popen[bytes] | ForkedChild, data: bytes) -> None:
     """Write the request on a thread: a child that never reads its stdin must not block us."""
 
     def feed() -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 from pkgutil import resolve_name
 
 from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.isolation import WarmPool
+from traingate.pipeline.warm import enabled as warm_start_enabled
 from traingate.pipeline.processes import become_subreaper
 from traingate.pipeline.schema import PipelineReport, StageOutcome
 from traingate.stages.base import StageContext
@@ -25,6 +27,7 @@ def main() -> None:
     become_subreaper()  # the target's setsid daemons come back here to be killed, not to init
     guard.install()
     request, channel = receive_request(AgentRequest[TargetConfig, PipelineReport])
+    warm = WarmPool(Path(request.scratch)) if warm_start_enabled() else None
     try:
         stage = resolve_name(request.registry)()[request.stage]
         ctx = StageContext(
@@ -36,10 +39,14 @@ def main() -> None:
             scratch=Path(request.scratch),
             margin_s=request.margin_s,
             baseline=request.baseline,
+            warm=warm,
         )
         reply = AgentReply[StageOutcome](outcome=stage.run(ctx))
     except BaseException as exc:  # noqa: BLE001 - the parent turns this into stage-error
         reply = AgentReply[StageOutcome](error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
+    finally:
+        if warm is not None:
+            warm.close()
     channel.send(AGENT_REPLY, reply.model_dump(mode="json"))
     channel.close()
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from traingate.pipeline import findings
 from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.isolation import ChildResult, WarmPool, python_argv, run_child
 from traingate.pipeline.schema import (
     Category,
     Evidence,
@@ -54,6 +54,9 @@ class StageContext:
     _counter: int = field(default=0, repr=False)
     # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
     entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)
+    # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.warm`); None: every
+    # run starts a fresh interpreter. The stage agent sets it and closes it at the stage's end.
+    warm: WarmPool | None = field(default=None, repr=False)
 
     def remaining(self) -> float:
         return self.deadline - time.time()
@@ -252,6 +255,8 @@ def run_entrypoint(
         name=name,
         stdin_data=request,
         channel=True,
+        # A distributed run's ranks are started by torchrun, fresh, whatever its launcher is.
+        warm=ctx.warm if distributed is None else None,
     )
     ctx.entrypoint_runs.append((label, child))
     record, problem = read_harness_result(child, nonce)

@@ -1,0 +1,184 @@
+"""The parent side of a warm interpreter (`traingate.stages.harness.warm`): start it once per
+environment, then launch each child run as a fork of it that behaves, for `run_child`, like the
+process `subprocess.Popen` would have started.
+
+What stays as with a fresh interpreter: the child leads a session of its own (its pid is its
+process group, which the budget's kill and the stack dumps address), has the run's stdin,
+stdout, stderr and channel on the same numbers and the run's environment and folder, and its
+orphans come back to this process, a child subreaper. What differs: its parent is the warm
+interpreter (which reaps it and reports its exit code), torch was imported before the run began
+with the same environment, and `/proc/<pid>/environ` of a process forked without an exec shows
+the warm interpreter's environment, whose run tag `run_child` reads as the run being served.
+
+A warm interpreter serves one run at a time and only runs whose environment and folder equal
+its own (but the run's own tag and stack file); anything else, or one that died or never got
+ready, falls back to a fresh interpreter. Linux only; `TRAINGATE_WARM_START=0` turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from traingate.stages.contract.stacks import STACKS_ENV
+
+# Names the run_child call a process descends from (see `traingate.pipeline.isolation`).
+RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
+WARM_MODULE = "traingate.stages.harness.warm"
+# How long the first launch waits for the interpreter's imports (a fresh child would spend
+# the same time importing inside its own budget).
+READY_TIMEOUT_S = 120.0
+# A reply to a fork request that takes longer than this means the interpreter is wedged.
+REPLY_TIMEOUT_S = 30.0
+_PER_RUN_KEYS = (RUN_TAG_ENV, STACKS_ENV)
+
+
+def enabled() -> bool:
+    return sys.platform.startswith("linux") and os.environ.get("TRAINGATE_WARM_START", "1") != "0"
+
+
+class ForkedChild:
+    """The few parts of `subprocess.Popen` that `run_child` uses, for a fork of a warm
+    interpreter: its exit code arrives on the interpreter's socket."""
+
+    def __init__(self, pid: int, sock: socket.socket, stdin: IO[bytes] | None, done: Callable[[bool], None]) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.returncode: int | None = None
+        self._sock = sock
+        self._done = done
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        self._sock.settimeout(timeout)
+        try:
+            reply = self._sock.recv(256)
+        except TimeoutError:
+            raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0) from None
+        except OSError:
+            reply = b""
+        alive = reply.startswith(b"status ")
+        if alive:
+            self.returncode = int(reply.split()[1])
+        else:
+            # The warm interpreter died under its child (the target can kill its parent): the
+            # child's status is lost, so the run ends as killed.
+            _kill_group(self.pid)
+            self.returncode = -9
+        self._done(alive)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+class WarmInterpreter:
+    """One warm interpreter for runs with this environment and folder."""
+
+    def __init__(self, env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> None:
+        self.env = {k: v for k, v in env.items() if k not in _PER_RUN_KEYS}
+        self.cwd = cwd
+        self.tag = tag
+        self.serving: str | None = None  # the run tag of the fork running now, or that ran last
+        self._busy = threading.Lock()
+        self._ready = False
+        self._broken = False
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = parent_end
+        scratch.mkdir(parents=True, exist_ok=True)
+        with open(scratch / "warm.stdout", "ab") as out, open(scratch / "warm.stderr", "ab") as err:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", WARM_MODULE, str(child_end.fileno())],
+                cwd=cwd, env={**self.env, RUN_TAG_ENV: tag}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                pass_fds=(child_end.fileno(),),
+            )
+        child_end.close()
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def accepts(self, env: dict[str, str], cwd: Path) -> bool:
+        return cwd == self.cwd and {k: v for k, v in env.items() if k not in _PER_RUN_KEYS} == self.env
+
+    def launch(
+        self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes], *,
+        stdin: bool, channel_fd: int | None, run_tag: str,
+    ) -> ForkedChild | None:
+        """Fork a child that runs `module`; None when this interpreter cannot serve it now."""
+        if self._broken or not self._busy.acquire(blocking=False):
+            return None
+        try:
+            child = self._fork(module, env, cwd, out, err, stdin, channel_fd, run_tag)
+        except (OSError, ValueError):
+            child = None
+        if child is None:
+            self._broken = True
+            self._busy.release()
+        return child
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Whether the interpreter has done its imports and can fork (waits for them once: one
+        that is not ready within `timeout_s` is given up)."""
+        if self._ready or self._broken:
+            return self._ready and not self._broken
+        try:
+            self._sock.settimeout(min(timeout_s, READY_TIMEOUT_S))
+            self._ready = self._sock.recv(64) == b"ready"
+        except OSError:
+            self._ready = False
+        self._broken = not self._ready
+        return self._ready
+
+    def _fork(
+        self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes],
+        stdin: bool, channel_fd: int | None, run_tag: str,
+    ) -> ForkedChild | None:
+        if not self.wait_ready():
+            return None
+        read_end, write_end = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), -1)
+        fds = [read_end, out.fileno(), err.fileno(), *([channel_fd] if channel_fd is not None else [])]
+        request = {"module": module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd}
+        self.serving = run_tag
+        reply = b""
+        try:
+            socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
+            self._sock.settimeout(REPLY_TIMEOUT_S)
+            reply = self._sock.recv(64)
+        except OSError:
+            pass
+        finally:
+            os.close(read_end)
+            if write_end >= 0 and not reply.startswith(b"pid "):
+                os.close(write_end)
+        if not reply.startswith(b"pid "):
+            return None
+        writer = os.fdopen(write_end, "wb") if write_end >= 0 else None
+        return ForkedChild(int(reply.split()[1]), self._sock, writer, self._finished)
+
+    def _finished(self, alive: bool) -> None:
+        # `serving` keeps naming the run that ended until the next launch: its orphans,
+        # forked without an exec, are still that run's leftovers.
+        self._broken = self._broken or not alive
+        self._busy.release()
+
+    def close(self) -> None:
+        self._sock.close()
+        if self._proc.poll() is None:
+            self._proc.kill()
+        self._proc.wait()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,131 @@
+"""Runs forked from a warm interpreter behave, for `run_child`, as fresh interpreters do.
+
+The child here is a small module on PYTHONPATH that reports what it sees; what it does comes
+on its stdin (its environment must equal the interpreter's for the fork to be used). Whether a
+run was forked shows in `torch` being imported before the module's first line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from traingate.pipeline.isolation import ChildResult, WarmPool, python_argv, run_child
+from traingate.pipeline.processes import descendants
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
+
+PROBE = textwrap.dedent('''
+    import faulthandler, json, os, signal, sys, time
+    preloaded = "torch" in sys.modules
+    # As the harness's guard does: the budget's stack-dump request writes this run's stacks.
+    faulthandler.register(signal.SIGUSR1, file=open(os.environ["TRAINGATE_STACKS_FILE"], "a"), all_threads=True)
+    order = json.loads(sys.stdin.read())
+    action = order["action"]
+    if action == "exit":
+        sys.exit(3)
+    if action == "sleep":
+        time.sleep(120)
+    if action == "daemon":
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(120)  # forked, never exec'd: shows the interpreter's environment
+            os._exit(0)
+        os.wait()
+    if action == "kill-parent":
+        os.kill(os.getppid(), 9)
+        time.sleep(120)
+    facts = {
+        "preloaded": preloaded, "pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
+        "ppid": os.getppid(), "cwd": os.getcwd(), "marker": os.environ.get("WARM_MARKER"),
+        "name": __name__, "argv0": sys.argv[0], "order": order,
+    }
+    os.write(order["channel"], b"channel ok")
+    print(json.dumps(facts))
+    print("to stderr", file=sys.stderr)
+''')
+
+
+@pytest.fixture
+def probe_env(tmp_path: Path) -> dict[str, str]:
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    (folder / "warmprobe.py").write_text(PROBE)
+    return {**os.environ, "PYTHONPATH": str(folder), "WARM_MARKER": "the run's environment"}
+
+
+def _run(pool: WarmPool | None, tmp_path: Path, env: dict[str, str], action: str, budget_s: float = 60) -> ChildResult:
+    return run_child(
+        python_argv("warmprobe"), cwd=tmp_path, budget_s=budget_s, scratch=tmp_path / "scratch", env=env,
+        name=f"probe-{action}", stdin_data=lambda fd: json.dumps({"action": action, "channel": fd}).encode(), channel=True, warm=pool,
+    )
+
+
+def _facts(result: ChildResult) -> dict:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_a_forked_run_has_its_own_session_descriptors_environment_and_folder(tmp_path: Path, probe_env: dict[str, str]) -> None:
+    pool = WarmPool(tmp_path / "scratch")
+    try:
+        first = _run(pool, tmp_path, probe_env, "facts")
+        second = _run(pool, tmp_path, probe_env, "facts")
+        [warm_pid] = {p.pid for p in descendants(os.getpid()) if p.alive and "traingate.stages.harness.warm" in p.cmdline}
+    finally:
+        pool.close()
+    facts, again = _facts(first), _facts(second)
+    assert facts["preloaded"] and again["preloaded"]
+    assert facts["ppid"] == again["ppid"] == warm_pid and facts["pid"] != again["pid"]
+    # As with start_new_session: the run leads its own session and group, which the budget's kill addresses.
+    assert facts["pid"] == facts["sid"] == facts["pgid"]
+    assert facts["cwd"] == str(tmp_path) and facts["marker"] == "the run's environment"
+    assert facts["name"] == "__main__" and facts["argv0"].endswith("warmprobe.py")
+    assert first.channel == b"channel ok" and first.channel_problem is None
+    assert "to stderr" in first.stderr and not first.leftovers and not first.timed_out
+    assert not [p for p in descendants(os.getpid()) if p.alive]
+
+
+def test_exit_codes_the_budget_and_leftovers_are_the_runs_own(tmp_path: Path, probe_env: dict[str, str]) -> None:
+    pool = WarmPool(tmp_path / "scratch")
+    try:
+        exited = _run(pool, tmp_path, probe_env, "exit")
+        slept = _run(pool, tmp_path, probe_env, "sleep", budget_s=3)
+        daemon = _run(pool, tmp_path, probe_env, "daemon")
+        after = _run(pool, tmp_path, probe_env, "facts")
+    finally:
+        pool.close()
+    assert exited.returncode == 3 and not exited.timed_out
+    assert slept.timed_out and slept.returncode == -9 and 2.5 < slept.duration_s < 10
+    assert 'warmprobe.py", line' in slept.stacks
+    # A daemon forked without an exec carries the warm interpreter's environment, which stands
+    # for the run it served: reported as that run's, killed; the interpreter itself is not.
+    [left] = daemon.leftovers
+    assert left["escaped"] == "started its own session (setsid)" and left["tagged_by_this_run"]
+    assert "traingate.stages.harness.warm" in left["cmdline"]
+    assert _facts(after)["preloaded"]
+
+
+def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: Path, probe_env: dict[str, str]) -> None:
+    pool = WarmPool(tmp_path / "scratch")
+    try:
+        warm = _run(pool, tmp_path, probe_env, "facts")
+        other = _run(pool, tmp_path, {**probe_env, "WARM_MARKER": "another"}, "facts")
+        killed = _run(pool, tmp_path, probe_env, "kill-parent")
+        fresh = _run(pool, tmp_path, probe_env, "facts")
+        unpooled = _run(None, tmp_path, probe_env, "facts")
+    finally:
+        pool.close()
+    assert _facts(warm)["preloaded"]
+    # Another environment gets a warm interpreter of its own.
+    assert _facts(other)["preloaded"] and _facts(other)["marker"] == "another" and _facts(other)["ppid"] != _facts(warm)["ppid"]
+    # A child that kills its warm interpreter loses its status: the run ends as killed, at once.
+    assert killed.returncode == -9 and not killed.timed_out
+    assert not _facts(fresh)["preloaded"] and _facts(fresh)["ppid"] == os.getpid()
+    assert not _facts(unpooled)["preloaded"]
