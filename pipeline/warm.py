@@ -94,7 +94,9 @@ class WarmInterpreter:
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = parent_end
         scratch.mkdir(parents=True, exist_ok=True)
-        with open(scratch / "warm.stdout", "ab") as out, open(scratch / "warm.stderr", "ab") as err:
+        # Its own files: it checks that its imports printed nothing.
+        name = f"warm-{tag.rsplit(':', 1)[-1]}"
+        with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
             self._proc = subprocess.Popen(
                 [sys.executable, "-P", "-m", WARM_MODULE, str(child_end.fileno())],
                 cwd=cwd, env={**self.env, RUN_TAG_ENV: tag}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,

@@ -120,6 +120,11 @@ def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: 
         killed = _run(pool, tmp_path, probe_env, "kill-parent")
         fresh = _run(pool, tmp_path, probe_env, "facts")
         unpooled = _run(None, tmp_path, probe_env, "facts")
+        # An interpreter whose start printed (or warned) would hide that from every fork's record.
+        noisy = tmp_path / "noisy"
+        noisy.mkdir()
+        (noisy / "sitecustomize.py").write_text("import sys\nprint('said at start', file=sys.stderr)\n")
+        printed = _run(pool, tmp_path, {**probe_env, "PYTHONPATH": f"{noisy}{os.pathsep}{probe_env['PYTHONPATH']}"}, "facts")
     finally:
         pool.close()
     assert _facts(warm)["preloaded"]
@@ -129,3 +134,4 @@ def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: 
     assert killed.returncode == -9 and not killed.timed_out
     assert not _facts(fresh)["preloaded"] and _facts(fresh)["ppid"] == os.getpid()
     assert not _facts(unpooled)["preloaded"]
+    assert not _facts(printed)["preloaded"] and "said at start" in printed.stderr

@@ -12,7 +12,8 @@ torch operation, no thread of its own, no CUDA context, so a fork of it is as sa
 DataLoader worker.
 
 Protocol (one Unix SEQPACKET socket, its number in argv[1]): the interpreter sends `ready`
-once imported; then, one run at a time, it receives a JSON request with the run's file
+once imported (`unusable`, and ends, when the imports failed, warned or printed: the runs then
+start fresh, as they would have); then, one run at a time, it receives a JSON request with the run's file
 descriptors [stdin, stdout, stderr, (channel)], forks, sends `pid N`, waits for that process
 and sends `status N` (the exit code as `subprocess` writes it: negative for a signal). The
 socket closing ends it. The parent side is `traingate.pipeline.warm`.
@@ -27,21 +28,26 @@ import runpy
 import signal
 import socket
 import sys
+import warnings
 from typing import Any
 
 _MAX_FDS = 4
 _MAX_MESSAGE = 1 << 20
 
 
-def _preload() -> None:
-    # Best effort: without torch (or with a broken one) each run fails on its own import, as a
-    # fresh interpreter would.
-    try:
-        # Imported for the forks, not used here.
-        import torch
-        import torch._dynamo  # noqa: F401
-    except BaseException:  # noqa: BLE001 - a target environment may have anything installed
-        pass
+def _preload() -> bool:
+    """Import what every run imports; whether that was silent. A fresh child imports torch
+    under the harness's warning log, so an import that warns or prints (torch without numpy,
+    say) would leave that out of every forked run's record: then nothing is forked."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # Imported for the forks, not used here.
+            import torch
+            import torch._dynamo  # noqa: F401
+        except BaseException:  # noqa: BLE001 - a target environment may have anything installed
+            return False
+    return not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
 
 
 def _become_run(request: dict[str, Any], fds: list[int], sock: socket.socket, settle: int) -> str:
@@ -69,7 +75,9 @@ def _become_run(request: dict[str, Any], fds: list[int], sock: socket.socket, se
 def serve(sock: socket.socket) -> str | None:
     """Fork one process per request; in the fork, return the module it runs."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a stack-dump request to the group is not for us
-    _preload()
+    if not _preload():
+        sock.sendall(b"unusable")
+        return None
     sock.sendall(b"ready")
     while True:
         try:
