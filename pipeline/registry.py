@@ -7,8 +7,8 @@ registering a class in the same group from its own installed package.
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-from typing import Any, Protocol
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Protocol, cast
 
 from traingate.pipeline.schema import Category, StageOutcome
 
@@ -34,18 +34,28 @@ class RegistryError(RuntimeError):
 
 def build_registry() -> dict[str, Stage]:
     """Every registered stage, keyed by name, in the order they run."""
-    stages: list[Stage] = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            stage = ep.load()()
-        except Exception as exc:  # re-raised with the stage named: the gate cannot run without it
-            raise RegistryError(f"stage {ep.name!r} ({ep.value}) does not load: {exc}") from exc
-        if getattr(stage, "name", None) != ep.name:
-            raise RegistryError(f"stage entry point {ep.name!r} loads a stage named {getattr(stage, 'name', None)!r}")
-        stages.append(stage)
+    stages = [_load(ep) for ep in entry_points(group=ENTRY_POINT_GROUP)]
     if not stages:
         raise RegistryError(f"no stage is registered in the {ENTRY_POINT_GROUP!r} entry-point group: is traingate installed?")
     return {s.name: s for s in sorted(stages, key=lambda s: (s.order, s.name))}
+
+
+def load_stage(name: str) -> Stage:
+    """The one registered stage called `name` (a stage agent imports its own stage only)."""
+    found = entry_points(group=ENTRY_POINT_GROUP, name=name)
+    if not found:
+        raise RegistryError(f"no stage named {name!r} is registered in the {ENTRY_POINT_GROUP!r} entry-point group")
+    return _load(next(iter(found)))
+
+
+def _load(ep: EntryPoint) -> Stage:
+    try:
+        stage = ep.load()()
+    except Exception as exc:  # re-raised with the stage named: the gate cannot run without it
+        raise RegistryError(f"stage {ep.name!r} ({ep.value}) does not load: {exc}") from exc
+    if getattr(stage, "name", None) != ep.name:
+        raise RegistryError(f"stage entry point {ep.name!r} loads a stage named {getattr(stage, 'name', None)!r}")
+    return cast(Stage, stage)
 
 
 def stage_names() -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from traingate.pipeline.policy import BLOCK_SCORE_CAP, decide, stage_score, stage_status
 from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
-from traingate.pipeline.registry import Stage, build_registry
+from traingate.pipeline.registry import RegistryError, Stage, build_registry, load_stage
 
 SPEC_CATEGORIES = {
     "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-environment", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
@@ -43,6 +43,14 @@ def test_each_stage_conforms_and_owns_its_spec_categories() -> None:
         assert not own & seen, "a category belongs to one stage"
         seen |= own
     _: list[Stage] = list(registry.values())
+
+
+def test_a_stage_agent_loads_its_own_stage_by_name_only() -> None:
+    for name, stage in build_registry().items():
+        own = load_stage(name)
+        assert type(own) is type(stage) and own.name == name
+    with pytest.raises(RegistryError, match="no stage named 'nonesuch'"):
+        load_stage("nonesuch")
 
 
 def test_static_evidence_is_capped_at_medium_and_never_blocks() -> None:
