@@ -12,7 +12,7 @@ the warm interpreter's environment, whose run tag `run_child` reads as the run b
 
 A warm interpreter serves one run at a time and only runs whose environment and folder equal
 its own (but the run's own tag and stack file); anything else, or one that died or never got
-ready, falls back to a fresh interpreter. Linux only; `TRAINGATE_WARM_START=0` turns it off.
+ready, falls back to a fresh interpreter. Linux, Python 3.11+; `TRAINGATE_WARM_START=0` turns it off.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ _PER_RUN_KEYS = (RUN_TAG_ENV, STACKS_ENV)
 
 
 def enabled() -> bool:
-    return sys.platform.startswith("linux") and os.environ.get("TRAINGATE_WARM_START", "1") != "0"
+    """Linux (fork and /proc) on Python 3.11+ (`-P`, as every child gets), unless turned off."""
+    return sys.platform.startswith("linux") and sys.version_info >= (3, 11) and os.environ.get("TRAINGATE_WARM_START", "1") != "0"
 
 
 class ForkedChild:

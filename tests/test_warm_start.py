@@ -135,3 +135,12 @@ def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: 
     assert not _facts(fresh)["preloaded"] and _facts(fresh)["ppid"] == os.getpid()
     assert not _facts(unpooled)["preloaded"]
     assert not _facts(printed)["preloaded"] and "said at start" in printed.stderr
+
+
+def test_the_warm_start_is_on_by_default_and_turned_off_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from traingate.pipeline.warm import enabled
+
+    monkeypatch.delenv("TRAINGATE_WARM_START", raising=False)
+    assert enabled() == (sys.version_info >= (3, 11))
+    monkeypatch.setenv("TRAINGATE_WARM_START", "0")
+    assert not enabled()
