@@ -170,10 +170,7 @@ def _start(
 
 def _module_of(argv: list[str]) -> str | None:
     """The module `python_argv(module)` runs, when argv is exactly that."""
-    for module in (argv[-1:] if argv else []):
-        if argv == python_argv(module):
-            return module
-    return None
+    return argv[-1] if argv and argv == python_argv(argv[-1]) else None
 
 
 def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: float, spent_s: float = 0.0) -> tuple[bool, list[dict[str, str]]]:
@@ -220,8 +217,9 @@ class WarmPool:
         self._started: list[WarmInterpreter] = []
 
     def ready_for(self, env: dict[str, str], cwd: Path, timeout_s: float) -> WarmInterpreter | None:
-        """The interpreter for this environment and folder, once its imports are done; None
-        when it is busy with another run or broken (the run starts a fresh interpreter)."""
+        """The interpreter for this environment and folder (started now if there is none yet),
+        once its imports are done; None when they failed, warned or did not finish within
+        `timeout_s` (the run starts a fresh interpreter; so does one that finds it busy)."""
         warm = next((w for w in self._started if w.accepts(env, cwd)), None)
         if warm is None:
             with _spawn_lock:
