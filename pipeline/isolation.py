@@ -25,13 +25,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, process_table
-from traingate.pipeline.warm import RUN_TAG_ENV, ForkedChild, WarmInterpreter
+from traingate.pipeline.warm import RUN_TAG_ENV, ForkedChild, WarmInterpreter, read_tag
 from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, STACKS_ENV
 
 # RUN_TAG_ENV names the run_child call a process descends from, read back from
 # /proc/<pid>/environ to tell whose orphan a process is when several children run at once (a
-# hint: a process may drop it). A process forked from a warm interpreter without an exec shows
-# the interpreter's tag, which stands for the run it serves.
+# hint: a process may drop it). A fork of a warm interpreter shows its run's tag there too.
 _DUMP_SIGNAL = signal.SIGUSR1
 
 
@@ -106,7 +105,7 @@ def run_child(
     (`pass_fds`); what it wrote is `ChildResult.channel`, complete only once the child, its
     group and its leftovers are dead, so nothing can write to it after the child is gone.
     `warm`: fork the child from the pool's warm interpreter for its environment when argv is
-    `python_argv(module)` and that interpreter is free, else start a fresh one.
+    `python_argv(module)` and that interpreter can serve it, else start a fresh one.
     """
     scratch.mkdir(parents=True, exist_ok=True)
     stacks_path = scratch / f"{name}.stacks"
@@ -215,25 +214,28 @@ class WarmPool:
     def __init__(self, scratch: Path) -> None:
         self.scratch = scratch
         self._started: list[WarmInterpreter] = []
+        self._lock = threading.Lock()  # the execution stage asks from two threads at once
 
     def ready_for(self, env: dict[str, str], cwd: Path, timeout_s: float) -> WarmInterpreter | None:
         """The interpreter for this environment and folder (started now if there is none yet),
         once its imports are done; None when they failed, warned or did not finish within
         `timeout_s` (the run starts a fresh interpreter; so does one that finds it busy)."""
-        warm = next((w for w in self._started if w.accepts(env, cwd)), None)
-        if warm is None:
-            with _spawn_lock:
-                warm = WarmInterpreter(env, cwd, self.scratch, tag=f"{os.getpid()}:warm:{next(_run_numbers)}")
-                _warm[warm.pid] = warm
-            self._started.append(warm)
+        with self._lock:
+            warm = next((w for w in self._started if w.accepts(env, cwd)), None)
+            if warm is None:
+                with _spawn_lock:
+                    warm = WarmInterpreter(env, cwd, self.scratch, tag=f"{os.getpid()}:warm:{next(_run_numbers)}")
+                    _warm[warm.pid] = warm
+                self._started.append(warm)
         return warm if warm.wait_ready(timeout_s) else None
 
     def close(self) -> None:
-        for warm in self._started:
+        with self._lock:
+            started, self._started = self._started, []
+        for warm in started:
             warm.close()
             with _spawn_lock:
                 _warm.pop(warm.pid, None)
-        self._started.clear()
 
 
 def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
@@ -247,14 +249,13 @@ def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
     tags: dict[int, str | None] = {}
     with _spawn_lock:
         running_pids, running_tags = set(_running) | set(_warm), set(_running.values())
-        serving = {w.tag: w.serving for w in _warm.values()}
 
         def belongs_to_another_run(info: ProcessInfo) -> bool:
             if info.pid in running_pids:
                 return True
             if info.pid not in tags:
                 found = environment_value(info.pid, RUN_TAG_ENV)
-                tags[info.pid] = serving.get(found, found) if found is not None else None
+                tags[info.pid] = read_tag(found) if found is not None else None
             return tags[info.pid] in running_tags
 
         seen = kill_descendants(skip=belongs_to_another_run)

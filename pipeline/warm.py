@@ -4,15 +4,17 @@ process `subprocess.Popen` would have started.
 
 What stays as with a fresh interpreter: the child leads a session of its own (its pid is its
 process group, which the budget's kill and the stack dumps address), has the run's stdin,
-stdout, stderr and channel on the same numbers and the run's environment and folder, and its
-orphans come back to this process, a child subreaper. What differs: its parent is the warm
-interpreter (which reaps it and reports its exit code), torch was imported before the run began
-with the same environment, and `/proc/<pid>/environ` of a process forked without an exec shows
-the warm interpreter's environment, whose run tag `run_child` reads as the run being served.
+stdout, stderr and channel on the same numbers, the run's environment and folder, and its run
+tag in the environment block `/proc/<pid>/environ` shows (written over the interpreter's own,
+which is reserved at `TAG_WIDTH` bytes), and its orphans come back to this process, a child
+subreaper. What differs: its parent is the warm interpreter (which reaps it and reports its exit
+code on a socket of the run's own), and torch was imported before the run began, with the same
+environment.
 
-A warm interpreter serves one run at a time and only runs whose environment and folder equal
-its own (but the run's own tag and stack file); anything else, or one that died or never got
-ready, falls back to a fresh interpreter. Linux, Python 3.11+; `TRAINGATE_WARM_START=0` turns it off.
+A warm interpreter serves any number of runs at once, but only runs whose environment and folder
+equal its own (but the run's own tag and stack file); anything else, or one that died or never
+got ready, falls back to a fresh interpreter. Linux, Python 3.11+; `TRAINGATE_WARM_START=0`
+turns it off.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ READY_TIMEOUT_S = 120.0
 # A reply to a fork request that takes longer than this means the interpreter is wedged.
 REPLY_TIMEOUT_S = 30.0
 _PER_RUN_KEYS = (RUN_TAG_ENV, STACKS_ENV)
+# Bytes reserved for a run tag in a warm interpreter's environment block; a run whose tag is
+# longer starts fresh. Tags read back from /proc are stripped of the padding (`read_tag`).
+TAG_WIDTH = 160
+
+
+def read_tag(value: str) -> str:
+    """A run tag as read from /proc/<pid>/environ, without the padding a fork's tag carries."""
+    return value.rstrip(" ")
 
 
 def enabled() -> bool:
@@ -47,25 +57,26 @@ def enabled() -> bool:
 
 class ForkedChild:
     """The few parts of `subprocess.Popen` that `run_child` uses, for a fork of a warm
-    interpreter: its exit code arrives on the interpreter's socket."""
+    interpreter: its exit code arrives on the run's own status socket."""
 
-    def __init__(self, pid: int, sock: socket.socket, stdin: IO[bytes] | None, done: Callable[[bool], None]) -> None:
+    def __init__(self, pid: int, status: socket.socket, stdin: IO[bytes] | None, done: Callable[[bool], None]) -> None:
         self.pid = pid
         self.stdin = stdin
         self.returncode: int | None = None
-        self._sock = sock
+        self._status = status
         self._done = done
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is not None:
             return self.returncode
-        self._sock.settimeout(timeout)
+        self._status.settimeout(timeout)
         try:
-            reply = self._sock.recv(256)
+            reply = self._status.recv(256)
         except TimeoutError:
             raise subprocess.TimeoutExpired([str(self.pid)], timeout or 0.0) from None
         except OSError:
             reply = b""
+        self._status.close()
         alive = reply.startswith(b"status ")
         if alive:
             self.returncode = int(reply.split()[1])
@@ -88,9 +99,8 @@ class WarmInterpreter:
         self.env = {k: v for k, v in env.items() if k not in _PER_RUN_KEYS}
         self.cwd = cwd
         self.tag = tag
-        self.serving: str | None = None  # the run tag of the fork running now, or that ran last
-        self._busy = threading.Lock()
-        self._ready = False
+        self._lock = threading.Lock()  # one request on the socket at a time; readiness read once
+        self._ready: bool | None = None
         self._broken = False
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = parent_end
@@ -100,7 +110,7 @@ class WarmInterpreter:
         with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
             self._proc = subprocess.Popen(
                 [sys.executable, "-P", "-m", WARM_MODULE, str(child_end.fileno())],
-                cwd=cwd, env={**self.env, RUN_TAG_ENV: tag}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                cwd=cwd, env={**self.env, RUN_TAG_ENV: tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                 pass_fds=(child_end.fileno(),),
             )
         child_end.close()
@@ -116,62 +126,64 @@ class WarmInterpreter:
         self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes], *,
         stdin: bool, channel_fd: int | None, run_tag: str,
     ) -> ForkedChild | None:
-        """Fork a child that runs `module`; None when this interpreter cannot serve it now."""
-        if self._broken or not self._busy.acquire(blocking=False):
+        """Fork a child that runs `module`; None when this interpreter cannot serve it."""
+        if len(run_tag.encode()) > TAG_WIDTH or not self.wait_ready():
             return None
-        try:
-            child = self._fork(module, env, cwd, out, err, stdin, channel_fd, run_tag)
-        except (OSError, ValueError):
-            child = None
-        if child is None:
-            self._broken = True
-            self._busy.release()
+        with self._lock:
+            try:
+                child = None if self._broken else self._fork(module, env, cwd, out, err, stdin, channel_fd)
+            except (OSError, ValueError):
+                child = None
+            self._broken = self._broken or child is None
         return child
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
         """Whether the interpreter has done its imports and can fork (waits for them once: one
         that is not ready within `timeout_s` is given up)."""
-        if self._ready or self._broken:
-            return self._ready and not self._broken
+        if not self._lock.acquire(timeout=min(timeout_s, READY_TIMEOUT_S)):
+            return False  # another run is still waiting for the imports, longer than this one may
         try:
-            self._sock.settimeout(min(timeout_s, READY_TIMEOUT_S))
-            self._ready = self._sock.recv(64) == b"ready"
-        except OSError:
-            self._ready = False
-        self._broken = not self._ready
-        return self._ready
+            if self._ready is None:
+                try:
+                    self._sock.settimeout(min(timeout_s, READY_TIMEOUT_S))
+                    self._ready = self._sock.recv(64) == b"ready"
+                except OSError:
+                    self._ready = False
+                self._broken = self._broken or not self._ready
+            return self._ready and not self._broken
+        finally:
+            self._lock.release()
 
     def _fork(
         self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes],
-        stdin: bool, channel_fd: int | None, run_tag: str,
+        stdin: bool, channel_fd: int | None,
     ) -> ForkedChild | None:
-        if not self.wait_ready():
-            return None
+        status, status_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         read_end, write_end = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), -1)
-        fds = [read_end, out.fileno(), err.fileno(), *([channel_fd] if channel_fd is not None else [])]
+        fds = [status_end.fileno(), read_end, out.fileno(), err.fileno(), *([channel_fd] if channel_fd is not None else [])]
         request = {"module": module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd}
-        self.serving = run_tag
         reply = b""
         try:
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
-            self._sock.settimeout(REPLY_TIMEOUT_S)
-            reply = self._sock.recv(64)
+            status_end.close()
+            status.settimeout(REPLY_TIMEOUT_S)
+            reply = status.recv(64)
         except OSError:
             pass
         finally:
+            status_end.close()
             os.close(read_end)
             if write_end >= 0 and not reply.startswith(b"pid "):
                 os.close(write_end)
         if not reply.startswith(b"pid "):
+            status.close()
             return None
+        status.settimeout(None)
         writer = os.fdopen(write_end, "wb") if write_end >= 0 else None
-        return ForkedChild(int(reply.split()[1]), self._sock, writer, self._finished)
+        return ForkedChild(int(reply.split()[1]), status, writer, self._finished)
 
     def _finished(self, alive: bool) -> None:
-        # `serving` keeps naming the run that ended until the next launch: its orphans,
-        # forked without an exec, are still that run's leftovers.
         self._broken = self._broken or not alive
-        self._busy.release()
 
     def close(self) -> None:
         self._sock.close()

@@ -89,3 +89,18 @@ def test_missing_packages_are_the_environments_unless_the_module_is_the_targets(
     }
     (tmp_path / "traingate_no_such_package").mkdir()
     assert environment_cause(missing.value, tmp_path) is None  # the target's own package: a code defect
+
+
+def test_a_child_run_sees_nothing_of_an_enclosing_pytest_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Target code that trains less under PYTEST_CURRENT_TEST must not do so because the gate
+    # itself runs inside a test job; every child run (smoke, profile, suite) gets this environment.
+    from traingate.pipeline.config import TargetConfig
+    from traingate.stages.base import FOREIGN_PYTEST_ENV, StageContext
+
+    for name in FOREIGN_PYTEST_ENV:
+        monkeypatch.setenv(name, "outer")
+    monkeypatch.setenv("KEPT_VARIABLE", "kept")
+    ctx = StageContext(stage="execution", root=tmp_path, config=TargetConfig(), device="cpu", deadline=0.0, scratch=tmp_path)
+    env = ctx.child_env(EXTRA="1")
+    assert not FOREIGN_PYTEST_ENV & set(env) and "PYTEST_CURRENT_TEST" in FOREIGN_PYTEST_ENV
+    assert env["KEPT_VARIABLE"] == "kept" and env["EXTRA"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""

@@ -31,13 +31,15 @@ PROBE = textwrap.dedent('''
         sys.exit(3)
     if action == "sleep":
         time.sleep(120)
-    if action == "daemon":
+    if action in ("daemon", "daemon-then-wait"):
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                time.sleep(120)  # forked, never exec'd: shows the interpreter's environment
+                time.sleep(120)  # forked, never exec'd: shows the environment block it inherited
             os._exit(0)
         os.wait()
+        if action == "daemon-then-wait":
+            time.sleep(float(order["wait"]))
     if action == "kill-parent":
         os.kill(os.getppid(), 9)
         time.sleep(120)
@@ -45,6 +47,7 @@ PROBE = textwrap.dedent('''
         "preloaded": preloaded, "pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
         "ppid": os.getppid(), "cwd": os.getcwd(), "marker": os.environ.get("WARM_MARKER"),
         "name": __name__, "argv0": sys.argv[0], "order": order,
+        "environ_tag": [e.split(b"=", 1)[1].decode().rstrip() for e in open("/proc/self/environ", "rb").read().split(bytes(1)) if e.startswith(b"TRAINGATE_RUN_TAG=")],
     }
     os.write(order["channel"], b"channel ok")
     print(json.dumps(facts))
@@ -60,10 +63,10 @@ def probe_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(folder), "WARM_MARKER": "the run's environment"}
 
 
-def _run(pool: WarmPool | None, tmp_path: Path, env: dict[str, str], action: str, budget_s: float = 60) -> ChildResult:
+def _run(pool: WarmPool | None, tmp_path: Path, env: dict[str, str], action: str, budget_s: float = 60, **order: object) -> ChildResult:
     return run_child(
         python_argv("warmprobe"), cwd=tmp_path, budget_s=budget_s, scratch=tmp_path / "scratch", env=env,
-        name=f"probe-{action}", stdin_data=lambda fd: json.dumps({"action": action, "channel": fd}).encode(), channel=True, warm=pool,
+        name=f"probe-{action}", stdin_data=lambda fd: json.dumps({"action": action, "channel": fd, **order}).encode(), channel=True, warm=pool,
     )
 
 
@@ -87,6 +90,8 @@ def test_a_forked_run_has_its_own_session_descriptors_environment_and_folder(tmp
     assert facts["pid"] == facts["sid"] == facts["pgid"]
     assert facts["cwd"] == str(tmp_path) and facts["marker"] == "the run's environment"
     assert facts["name"] == "__main__" and facts["argv0"].endswith("warmprobe.py")
+    # /proc/<pid>/environ names the run, not the interpreter it was forked from.
+    assert facts["environ_tag"] == [f"{os.getpid()}:probe-facts:{facts['environ_tag'][0].rsplit(':', 1)[-1]}"]
     assert first.channel == b"channel ok" and first.channel_problem is None
     assert "to stderr" in first.stderr and not first.leftovers and not first.timed_out
     assert not [p for p in descendants(os.getpid()) if p.alive]
@@ -104,12 +109,36 @@ def test_exit_codes_the_budget_and_leftovers_are_the_runs_own(tmp_path: Path, pr
     assert exited.returncode == 3 and not exited.timed_out
     assert slept.timed_out and slept.returncode == -9 and 2.5 < slept.duration_s < 10
     assert 'warmprobe.py", line' in slept.stacks
-    # A daemon forked without an exec carries the warm interpreter's environment, which stands
-    # for the run it served: reported as that run's, killed; the interpreter itself is not.
+    # A daemon forked without an exec shows the run's tag in the environment block it inherited:
+    # reported as that run's, killed; the interpreter itself is not.
     [left] = daemon.leftovers
     assert left["escaped"] == "started its own session (setsid)" and left["tagged_by_this_run"]
     assert "traingate.stages.harness.warm" in left["cmdline"]
     assert _facts(after)["preloaded"]
+
+
+def test_runs_at_once_share_one_interpreter_and_keep_their_own_leftovers(tmp_path: Path, probe_env: dict[str, str]) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = WarmPool(tmp_path / "scratch")
+    try:
+        with ThreadPoolExecutor(max_workers=2) as threads:
+            # The first run leaves a daemon, then waits while the second runs and ends.
+            slow = threads.submit(_run, pool, tmp_path, probe_env, "daemon-then-wait", wait=3)
+            quick = threads.submit(_run, pool, tmp_path, probe_env, "facts")
+            quick_run = quick.result()
+            overlapped = not slow.done()
+            slow_run = slow.result()
+    finally:
+        pool.close()
+    facts = _facts(quick_run)
+    assert facts["preloaded"] and slow_run.returncode == 0
+    # Both were forks of the one interpreter, the second while the first still ran.
+    assert overlapped and facts["ppid"] == _facts(slow_run)["ppid"] != os.getpid()
+    assert not quick_run.leftovers
+    [left] = slow_run.leftovers
+    assert left["tagged_by_this_run"] and left["escaped"] == "started its own session (setsid)"
+    assert not [p for p in descendants(os.getpid()) if p.alive]
 
 
 def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: Path, probe_env: dict[str, str]) -> None:

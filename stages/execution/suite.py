@@ -70,8 +70,6 @@ def exit_meaning(code: int, unknown: str) -> str:
     return EXIT_MEANING.get(code, unknown)
 
 
-# Environment variables of an enclosing pytest run that must not shape the target's run.
-_FOREIGN_PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
 RAN = ("passed", "failed", "error", "xfailed", "xpassed", "crashed", "interrupted")
 FAILED = ("failed", "error", "crashed", "interrupted")
 
@@ -157,8 +155,6 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
     # For people reading the scratch folder; holds no nonce, never read back.
     (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(ctx.root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
     env = ctx.child_env(PYTHONDONTWRITEBYTECODE="1")
-    for key in _FOREIGN_PYTEST_ENV:
-        env.pop(key, None)
     child = run_child(
         python_argv("traingate.stages.harness.pytest_launcher"),
         cwd=ctx.root,
@@ -168,6 +164,9 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
         name=name,
         stdin_data=request,
         channel=True,
+        # Forked from the warm interpreter the smoke calls start (the same environment) when
+        # there are smoke calls; alone, a suite that never imports torch would pay its import.
+        warm=ctx.warm if ctx.config.entrypoint is not None else None,
     )
     try:
         events, problem = decode_events(child.channel, nonce), child.channel_problem

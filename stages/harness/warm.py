@@ -1,22 +1,25 @@
-"""A warm interpreter: torch imported once, then one forked process per entrypoint run.
+"""A warm interpreter: torch imported once, then one forked process per child run.
 
 Most of a child run's time is `import torch` (and `torch._dynamo`, which every optimizer's
-construction imports): about 2 s of CPU before the target's first line. A stage that calls the
-entrypoint several times with the same environment (the performance stage's profile and timing
-runs, the correctness stage's extra runs) starts this interpreter once, with the environment
-its runs get; each run is then a fork of it, as a DataLoader worker is a fork of a process that
-imported torch. The fork then becomes what `python -P -m MODULE` would have been: a session
-of its own, the run's stdin, stdout, stderr and channel on their numbers, the run's
-environment, and the module run as `__main__`. Only modules are imported here, never run: no
-torch operation, no thread of its own, no CUDA context, so a fork of it is as safe as a
-DataLoader worker.
+construction imports): about 2 s of CPU before the target's first line. A stage whose runs
+share an environment (the performance stage's profile and timing runs, the execution stage's
+pytest run and smoke calls) starts this interpreter once, with the environment its runs get;
+each run is then a fork of it, as a DataLoader worker is a fork of a process that imported
+torch. The fork then becomes what `python -P -m MODULE` would have been: a session of its own,
+the run's stdin, stdout, stderr and channel on their numbers, the run's environment (its run
+tag written into the environment block `/proc/<pid>/environ` shows, so that its orphans name
+their run as a fresh child's would), and the module run as `__main__`. Only modules are
+imported here, never run: no torch operation, no thread of its own, no CUDA context, so a fork
+of it is as safe as a DataLoader worker.
 
-Protocol (one Unix SEQPACKET socket, its number in argv[1]): the interpreter sends `ready`
-once imported (`unusable`, and ends, when the imports failed, warned or printed: the runs then
-start fresh, as they would have); then, one run at a time, it receives a JSON request with the run's file
-descriptors [stdin, stdout, stderr, (channel)], forks, sends `pid N`, waits for that process
-and sends `status N` (the exit code as `subprocess` writes it: negative for a signal). The
-socket closing ends it. The parent side is `traingate.pipeline.warm`.
+Protocol: one Unix SEQPACKET socket, its number in argv[1]. The interpreter sends `ready` once
+imported (`unusable`, and ends, when the imports failed, warned or printed, or when it could not
+retag a fork: the runs then start fresh, as they would have). Each request is a JSON message
+with the descriptors [status socket, stdin, stdout, stderr, (channel)]; on the run's own status
+socket the interpreter answers `pid N` once the fork leads its session (`failed` when the fork
+could not become the run), then `status N` when it ends (the exit code as `subprocess` writes
+it: negative for a signal). Runs may overlap. The main socket closing ends the interpreter. The
+parent side is `traingate.pipeline.warm`.
 """
 
 from __future__ import annotations
@@ -25,13 +28,16 @@ import fcntl
 import json
 import os
 import runpy
+import select
 import signal
 import socket
 import sys
 import warnings
 from typing import Any
 
-_MAX_FDS = 4
+# Kept in step with `traingate.pipeline.warm` (this module imports nothing of the parent's).
+RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
+_MAX_FDS = 5
 _MAX_MESSAGE = 1 << 20
 
 
@@ -50,12 +56,59 @@ def _preload() -> bool:
     return not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
 
 
-def _become_run(request: dict[str, Any], fds: list[int], sock: socket.socket, settle: int) -> str:
-    """In the forked process: take the run's session, descriptors, environment and folder."""
+def _tag_address() -> tuple[int, int] | None:
+    """Where this process's run tag lies in the environment block it was started with (the
+    memory `/proc/<pid>/environ` reads) and how many bytes it has; None when it cannot be found."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        with open("/proc/self/environ", "rb") as environ:
+            block = environ.read()
+    except OSError:
+        return None
+    env_start = int(fields[47])  # field 50 of proc(5); fields[0] is field 3
+    key = RUN_TAG_ENV.encode() + b"="
+    if block.startswith(key):
+        at = 0
+    elif (found := block.find(b"\0" + key)) >= 0:
+        at = found + 1
+    else:
+        return None
+    end = block.find(b"\0", at)
+    value_at = at + len(key)
+    return env_start + value_at, (end if end >= 0 else len(block)) - value_at
+
+
+def _retag(address: tuple[int, int], tag: str) -> bool:
+    """Write `tag` over the inherited one in this (forked) process's environment block, padded
+    with spaces to the same length: a process forked without an exec shows that block."""
+    start, width = address
+    value = tag.encode()
+    if len(value) > width:
+        return False
+    try:
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            return mem.write(value.ljust(width)) == width
+    except OSError:
+        return False
+
+
+def _become_run(request: dict[str, Any], fds: list[int], inherited: list[socket.socket], pidfds: list[int], settle: int, address: tuple[int, int]) -> str:
+    """In the forked process: take the run's session, tag, descriptors, environment and folder."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     os.setsid()
-    os.close(settle)  # now in its own session: the interpreter may hand out the pid
-    sock.close()
+    if not _retag(address, str(request["env"].get(RUN_TAG_ENV, ""))):
+        os.write(settle, b"!")
+        os._exit(0)
+    # Nothing of the interpreter's or of another run's reaches the run: the main socket, the
+    # other runs' status sockets and pid descriptors, and this run's own status socket
+    # (detached first, so that no socket object closes a number the run reuses later).
+    for held in inherited:
+        os.close(held.detach())
+    for pidfd in pidfds:
+        os.close(pidfd)
+    os.close(settle)  # in its own session, retagged: the interpreter may hand out the pid
     targets = [0, 1, 2] + ([int(request["channel_fd"])] if len(fds) > 3 else [])
     # Move every received descriptor above every target number first, so no dup2 below
     # overwrites one that is still to be placed.
@@ -68,40 +121,95 @@ def _become_run(request: dict[str, Any], fds: list[int], sock: socket.socket, se
         os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
+    # The one start-up flag an environment variable sets that a run's environment may differ in.
+    sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
     os.chdir(request["cwd"])
     return str(request["module"])
+
+
+class _Runs:
+    """The forks running now: pid descriptor -> (pid, the run's status socket)."""
+
+    def __init__(self) -> None:
+        self.by_pidfd: dict[int, tuple[int, socket.socket]] = {}
+
+    def sockets(self) -> list[socket.socket]:
+        return [status for _, status in self.by_pidfd.values()]
+
+    def end(self, pidfd: int) -> None:
+        pid, status = self.by_pidfd.pop(pidfd)
+        os.close(pidfd)
+        _, code = os.waitpid(pid, 0)
+        _send(status, f"status {os.waitstatus_to_exitcode(code)}")
+        status.close()
+
+
+def _send(sock: socket.socket, text: str) -> None:
+    try:
+        sock.sendall(text.encode())
+    except OSError:  # the parent gave up on this run
+        pass
+
+
+def _start_run(sock: socket.socket, runs: _Runs, message: bytes, fds: list[int], address: tuple[int, int]) -> str | None:
+    """Fork the requested run; in the fork, return the module it runs."""
+    request = json.loads(message)
+    status, run_fds = socket.socket(fileno=fds[0]), fds[1:]
+    # The pid goes back only once the fork leads its own session: a kill of its process
+    # group (the budget's) must never miss it, as `start_new_session` guarantees.
+    settled, settle = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(settled)
+        return _become_run(request, run_fds, [sock, status, *runs.sockets()], list(runs.by_pidfd), settle, address)
+    os.close(settle)
+    for fd in run_fds:
+        os.close(fd)
+    failed = os.read(settled, 1)  # end of file: in its session and retagged; b"!": it could not be
+    os.close(settled)
+    if failed:
+        os.waitpid(pid, 0)
+        _send(status, "failed")
+        status.close()
+        return None
+    runs.by_pidfd[os.pidfd_open(pid)] = (pid, status)
+    _send(status, f"pid {pid}")
+    return None
+
+
+def _can_wait_on_pids() -> bool:
+    """Whether this kernel gives pid descriptors (Linux 5.3+), which the run loop waits on."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 def serve(sock: socket.socket) -> str | None:
     """Fork one process per request; in the fork, return the module it runs."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a stack-dump request to the group is not for us
-    if not _preload():
+    address = _tag_address()
+    if address is None or not _can_wait_on_pids() or not _preload():
         sock.sendall(b"unusable")
         return None
     sock.sendall(b"ready")
+    runs = _Runs()
     while True:
-        try:
-            message, fds, _flags, _address = socket.recv_fds(sock, _MAX_MESSAGE, _MAX_FDS)
-        except OSError:
-            return None
-        if not message:
-            return None
-        request = json.loads(message)
-        # The pid goes back only once the fork leads its own session: a kill of its process
-        # group (the budget's) must never miss it, as `start_new_session` guarantees.
-        settled, settle = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(settled)
-            return _become_run(request, fds, sock, settle)
-        os.close(settle)
-        for fd in fds:
-            os.close(fd)
-        os.read(settled, 1)  # end of file: the fork closed its end, in its session or dead
-        os.close(settled)
-        sock.sendall(f"pid {pid}".encode())
-        _, status = os.waitpid(pid, 0)
-        sock.sendall(f"status {os.waitstatus_to_exitcode(status)}".encode())
+        readable, _, _ = select.select([sock.fileno(), *runs.by_pidfd], [], [])
+        for fd in readable:
+            if fd != sock.fileno():
+                runs.end(fd)
+                continue
+            try:
+                message, fds, _flags, _address = socket.recv_fds(sock, _MAX_MESSAGE, _MAX_FDS)
+            except OSError:
+                return None
+            if not message:
+                return None
+            module = _start_run(sock, runs, message, fds, address)
+            if module is not None:
+                return module
 
 
 def main() -> None:
