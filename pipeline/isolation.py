@@ -229,6 +229,10 @@ class WarmPool:
                 self._started.append(warm)
         return warm if warm.wait_ready(timeout_s) else None
 
+    def interpreters(self) -> list[WarmInterpreter]:
+        with self._lock:
+            return list(self._started)
+
     def close(self) -> None:
         with self._lock:
             started, self._started = self._started, []

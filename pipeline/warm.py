@@ -11,8 +11,9 @@ subreaper. What differs: its parent is the warm interpreter (which reaps it and 
 code on a socket of the run's own), and torch was imported before the run began, with the same
 environment.
 
-A warm interpreter serves any number of runs at once, but only runs whose environment and folder
-equal its own (but the run's own tag and stack file); anything else, or one that died or never
+A warm interpreter serves any number of runs at once, but only runs whose environment equals its
+own (but the run's own tag and stack file) and, where PYTHONPATH names folders relative to it,
+whose folder does too; anything else, or one that died or never
 got ready, falls back to a fresh interpreter. Linux, Python 3.11+; `TRAINGATE_WARM_START=0`
 turns it off.
 """
@@ -120,7 +121,11 @@ class WarmInterpreter:
         return self._proc.pid
 
     def accepts(self, env: dict[str, str], cwd: Path) -> bool:
-        return cwd == self.cwd and {k: v for k, v in env.items() if k not in _PER_RUN_KEYS} == self.env
+        """Whether a run with this environment and folder would have started as this interpreter
+        did. The folder only counts through PYTHONPATH: a relative entry (or an empty one) is
+        made absolute against the folder an interpreter starts in; with `-P` nothing else is."""
+        same_env = {k: v for k, v in env.items() if k not in _PER_RUN_KEYS} == self.env
+        return same_env and (cwd == self.cwd or not _folder_dependent(self.env.get("PYTHONPATH")))
 
     def launch(
         self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes], *,
@@ -190,6 +195,10 @@ class WarmInterpreter:
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.wait()
+
+
+def _folder_dependent(pythonpath: str | None) -> bool:
+    return pythonpath is not None and any(not os.path.isabs(entry) for entry in pythonpath.split(os.pathsep))
 
 
 def _kill_group(pgid: int) -> None:

@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from traingate.pipeline.cli import main
-from traingate.pipeline.isolation import run_child
+from traingate.pipeline.isolation import WarmPool, run_child
+from traingate.pipeline import warm
 from traingate.pipeline.orchestrator import run_pipeline
-from traingate.pipeline.processes import become_subreaper, kill_descendants
+from traingate.pipeline.processes import ProcessInfo, become_subreaper, kill_descendants
 from traingate.stages.base import run_entrypoint
 
 REPO = Path(__file__).resolve().parent.parent
@@ -231,12 +232,36 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     become_subreaper()
 
 
+# The open `warm_pool` fixtures: their interpreters are kept between the tests of a module.
+_open_pools: list[WarmPool] = []
+
+
+@pytest.fixture(scope="module")
+def warm_pool(tmp_path_factory: pytest.TempPathFactory):
+    """A warm pool for the entrypoint runs a module's tests make themselves, as a stage agent
+    has one for its runs: the runs fork from an interpreter that imported torch once."""
+    if not warm.enabled():
+        yield None
+        return
+    pool = WarmPool(tmp_path_factory.mktemp("warm"))
+    _open_pools.append(pool)
+    try:
+        yield pool
+    finally:
+        _open_pools.remove(pool)
+        pool.close()
+
+
+def _kept(process: ProcessInfo) -> bool:
+    return any(process.pid == w.pid for pool in _open_pools for w in pool.interpreters())
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     """Every test ends with no process of its own still running: the gate kills what the
     target starts, and the tests kill what they start. One /proc scan when nothing is left."""
     yield
-    left = [p for p in kill_descendants() if p.alive]
+    left = [p for p in kill_descendants(skip=_kept) if p.alive]
     if left:
         listing = "; ".join(f"pid {p.pid} (sid {p.sid}) {p.cmdline[:120]}" for p in left)
         pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")

@@ -85,13 +85,28 @@ def train(epochs: int = 2, overflow: bool = True, fail_step: bool = False) -> No
 
 # In a fresh interpreter: the harness's run() on one request, its result written as the
 # harness writes it to the channel (JSON, NaN and inf as JSON's extensions, repr for the rest).
+# Imports torch and the harness once, then runs each request in a fork of its own (as the
+# warm start does): every run starts from the same clean state. argv: [(request, out path)] as JSON.
 DRIVER = """
-import json, sys
+import json, os, sys
+import torch, torch._dynamo
 from traingate.stages.contract.messages import EntrypointRequest
 from traingate.stages.harness.entrypoint import as_sent, run
-result = as_sent(run(EntrypointRequest.model_validate_json(sys.argv[1])))
-with open(sys.argv[2], "w", encoding="utf-8") as out:
-    json.dump(result, out, default=repr)
+for request, path in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            result = as_sent(run(EntrypointRequest.model_validate_json(request)))
+            with open(path, "w", encoding="utf-8") as out:
+                json.dump(result, out, default=repr)
+            code = 0
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+        sys.exit(f"the run writing {path} failed")
 """
 
 RUNS: dict[str, dict[str, Any]] = {
@@ -108,17 +123,16 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
     """Each run's harness result, as the parent reads it off the channel (JSON-decoded)."""
     root = tmp_path_factory.mktemp("payload_target")
     (root / "train.py").write_text(textwrap.dedent(TARGET))
-    results = {}
+    requests = []
     for label, run in RUNS.items():
         request = EntrypointRequest(
             target_root=str(root), call="train:train", setup=None, kwargs=run["kwargs"], amp_flag=None, amp=None, seed=0, device="cpu",
             instruments=run["instruments"], instrument_options=run.get("options", {}), deterministic=False, channel=ChannelSpec(fd=-1, nonce="unused"),
         )
-        out = root / f"{label}.json"
-        done = subprocess.run([sys.executable, "-c", DRIVER, request.model_dump_json(), str(out)], capture_output=True, text=True, timeout=120, cwd=root)
-        assert done.returncode == 0, done.stderr[-3000:]
-        results[label] = json.loads(out.read_text(encoding="utf-8"))
-    return results
+        requests.append((request.model_dump_json(), str(root / f"{label}.json")))
+    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(requests)], capture_output=True, text=True, timeout=300, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {label: json.loads((root / f"{label}.json").read_text(encoding="utf-8")) for label in RUNS}
 
 
 def payloads(result: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from torch.utils.data import DataLoader, TensorDataset
 
 from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.isolation import WarmPool
 from traingate.stages.base import StageContext, run_entrypoint
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import HarnessResult
@@ -94,18 +95,18 @@ def tampered(steps: int) -> float:
 '''
 
 
-def _context(tmp_path: Path, call: str) -> StageContext:
+def _context(tmp_path: Path, call: str, warm: WarmPool | None = None) -> StageContext:
     target = tmp_path / "target"
     target.mkdir(exist_ok=True)
     (target / "loop.py").write_text(TAMPERED)
     config = TargetConfig.model_validate(
         {"entrypoint": {"call": call, "kwargs": {"steps": STEPS}}, "performance": {"warmup_steps": WARMUP, "min_steps": MIN_STEPS}}
     )
-    return StageContext(stage="performance", root=target, config=config, device="cpu", deadline=time.time() + 600, scratch=tmp_path / "scratch")
+    return StageContext(stage="performance", root=target, config=config, device="cpu", deadline=time.time() + 600, scratch=tmp_path / "scratch", warm=warm)
 
 
-def _run(tmp_path: Path, spec: str) -> dict[str, Any]:
-    ctx = _context(tmp_path, "loop:train")
+def _run(tmp_path: Path, spec: str, warm: WarmPool | None) -> dict[str, Any]:
+    ctx = _context(tmp_path, "loop:train", warm)
     run = run_entrypoint(ctx, label="payload", instruments=[spec], options={"warmup_steps": WARMUP, "min_steps": MIN_STEPS}, env=ctx.child_env(OMP_NUM_THREADS="1"))
     # `ok` needs the harness result read back and validated, payload included.
     assert run.ok, run.failure()
@@ -115,8 +116,8 @@ def _run(tmp_path: Path, spec: str) -> dict[str, Any]:
 
 
 # -- (1) what the probes hand back validates -----------------------------------------------
-def test_the_full_probes_payload_of_a_real_run_validates_in_every_record(tmp_path: Path) -> None:
-    payload = FullPayload.model_validate(_run(tmp_path, FULL))
+def test_the_full_probes_payload_of_a_real_run_validates_in_every_record(tmp_path: Path, warm_pool: WarmPool | None) -> None:
+    payload = FullPayload.model_validate(_run(tmp_path, FULL, warm_pool))
     clock, memory = payload.clock, payload.memory
     assert clock.steps == STEPS and len(clock.host.step) == STEPS and clock.device is None
     assert clock.forward_sites and clock.forward_sites[0][0][0] == "loop.py"
@@ -134,8 +135,8 @@ def test_the_full_probes_payload_of_a_real_run_validates_in_every_record(tmp_pat
     assert payload.instrumentation.window_end is None and payload.instrumentation.instrumented_steps == STEPS
 
 
-def test_the_light_probes_payload_of_a_real_run_validates(tmp_path: Path) -> None:
-    payload = LightPayload.model_validate(_run(tmp_path, LIGHT))
+def test_the_light_probes_payload_of_a_real_run_validates(tmp_path: Path, warm_pool: WarmPool | None) -> None:
+    payload = LightPayload.model_validate(_run(tmp_path, LIGHT, warm_pool))
     assert payload.clock.steps == STEPS and len(payload.clock.losses) == STEPS
     assert all(loss is not None for loss in payload.clock.losses)  # a finite scalar loss every step
     assert payload.clock.loaders[0].fed_steps == STEPS

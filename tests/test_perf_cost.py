@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.isolation import WarmPool
 from traingate.stages.base import StageContext, run_entrypoint
 from traingate.stages.contract import instruments
 from traingate.stages.contract.payloads.performance import FullPayload
@@ -61,16 +62,16 @@ def train(steps: int, links: int, leak: bool = False, leak_from: int = 0, log_ev
 '''
 
 
-def _context(root: Path, scratch: Path, call: str = "loop:train", kwargs: dict[str, Any] | None = None) -> StageContext:
+def _context(root: Path, scratch: Path, call: str = "loop:train", kwargs: dict[str, Any] | None = None, warm: WarmPool | None = None) -> StageContext:
     config = TargetConfig.model_validate({"entrypoint": {"call": call, "kwargs": kwargs or {}}, "performance": {"warmup_steps": WARMUP, "min_steps": MIN_STEPS}})
-    return StageContext(stage="performance", root=root, config=config, device="cpu", deadline=time.time() + 600, scratch=scratch)
+    return StageContext(stage="performance", root=root, config=config, device="cpu", deadline=time.time() + 600, scratch=scratch, warm=warm)
 
 
-def _profile(tmp_path: Path, links: int, leak: bool, **loop: int) -> tuple[StageContext, dict[str, Any]]:
+def _profile(tmp_path: Path, warm: WarmPool | None, links: int, leak: bool, **loop: int) -> tuple[StageContext, dict[str, Any]]:
     target = tmp_path / "target"
     target.mkdir(exist_ok=True)
     (target / "loop.py").write_text(LOOP)
-    ctx = _context(target, tmp_path / f"scratch-{links}-{leak}", kwargs={"steps": STEPS, "links": links, "leak": leak, **loop})
+    ctx = _context(target, tmp_path / f"scratch-{links}-{leak}", kwargs={"steps": STEPS, "links": links, "leak": leak, **loop}, warm=warm)
     run = run_entrypoint(
         ctx, label="profile", instruments=[instruments.PERFORMANCE_FULL],
         options={"warmup_steps": WARMUP, "min_steps": MIN_STEPS}, env=ctx.child_env(OMP_NUM_THREADS="1"),
@@ -79,9 +80,9 @@ def _profile(tmp_path: Path, links: int, leak: bool, **loop: int) -> tuple[Stage
     return ctx, run.instrument(instruments.PERFORMANCE_FULL)
 
 
-def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(tmp_path: Path) -> None:
+def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(tmp_path: Path, warm_pool: WarmPool | None) -> None:
     links = HEAVY_OPS_PER_STEP // 8  # about 1.4x the threshold in operators per step
-    ctx, profile = _profile(tmp_path, links, leak=True)
+    ctx, profile = _profile(tmp_path, warm_pool, links, leak=True)
     window = profile["instrumentation"]
     assert window["ops_per_step"] > HEAVY_OPS_PER_STEP
     assert window["window_end"] == WINDOW_END
@@ -109,8 +110,8 @@ def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(tmp_path: Pa
     assert profiled.value == STEPS and f"first {WINDOW_END} steps" in (profiled.note or "")
 
 
-def test_a_light_loop_is_instrumented_at_every_step(tmp_path: Path) -> None:
-    ctx, profile = _profile(tmp_path, links=20, leak=False)
+def test_a_light_loop_is_instrumented_at_every_step(tmp_path: Path, warm_pool: WarmPool | None) -> None:
+    ctx, profile = _profile(tmp_path, warm_pool, links=20, leak=False)
     window = profile["instrumentation"]
     assert window["ops_per_step"] < HEAVY_OPS_PER_STEP
     assert window["window_end"] is None
@@ -124,11 +125,11 @@ def test_a_light_loop_is_instrumented_at_every_step(tmp_path: Path) -> None:
     assert outcome.details["steps"]["instrumented"] == STEPS
 
 
-def test_a_steady_heavy_loop_ends_its_window_after_the_shortest_one(tmp_path: Path) -> None:
+def test_a_steady_heavy_loop_ends_its_window_after_the_shortest_one(tmp_path: Path, warm_pool: WarmPool | None) -> None:
     """Nothing retained, held memory flat, one `.item()` per step: the per-operator
     instruments stop after max(min_steps, STEADY_WINDOW_STEPS) steps past warm-up, and the
     verdicts and notes say over how many steps they were measured and why."""
-    ctx, profile = _profile(tmp_path, HEAVY_OPS_PER_STEP // 8, leak=False)
+    ctx, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 8, leak=False)
     window = profile["instrumentation"]
     assert window["ops_per_step"] > HEAVY_OPS_PER_STEP
     assert window["window_planned"] == WINDOW_END
@@ -152,19 +153,19 @@ def test_a_steady_heavy_loop_ends_its_window_after_the_shortest_one(tmp_path: Pa
     assert f"first {STEADY_END} steps" in (profiled.note or "") and "did not change" in (profiled.note or "")
 
 
-def test_a_heavy_loop_whose_syncs_vary_keeps_the_whole_window(tmp_path: Path) -> None:
+def test_a_heavy_loop_whose_syncs_vary_keeps_the_whole_window(tmp_path: Path, warm_pool: WarmPool | None) -> None:
     """`.item()` every other step: the per-step sync pattern is not steady, so the window is
     not cut short (a rate over a few steps could miss a sync made every k-th step)."""
-    _, profile = _profile(tmp_path, HEAVY_OPS_PER_STEP // 8, leak=False, log_every=2)
+    _, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 8, leak=False, log_every=2)
     window = profile["instrumentation"]
     assert window["ended_steady"] is False
     assert window["instrumented_steps"] == WINDOW_END
 
 
-def test_a_leak_that_starts_after_warm_up_keeps_the_whole_window(tmp_path: Path) -> None:
+def test_a_leak_that_starts_after_warm_up_keeps_the_whole_window(tmp_path: Path, warm_pool: WarmPool | None) -> None:
     """A list that starts keeping 4 KiB per step a few steps after warm-up: the held memory
     moves within the shortest window, so the window runs to its end and the leak is found."""
-    ctx, profile = _profile(tmp_path, HEAVY_OPS_PER_STEP // 8, leak=True, leak_from=WARMUP + 2)
+    ctx, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 8, leak=True, leak_from=WARMUP + 2)
     window = profile["instrumentation"]
     assert window["ended_steady"] is False
     assert window["instrumented_steps"] == WINDOW_END
@@ -172,12 +173,12 @@ def test_a_leak_that_starts_after_warm_up_keeps_the_whole_window(tmp_path: Path)
     assert "memory-leak" in {f.category.value for f in outcome.findings}
 
 
-def test_a_graph_larger_than_the_walk_cap_is_counted_up_to_it_and_says_so(tmp_path: Path) -> None:
+def test_a_graph_larger_than_the_walk_cap_is_counted_up_to_it_and_says_so(tmp_path: Path, warm_pool: WarmPool | None) -> None:
     """One step's autograd graph past MAX_WALK_NODES: the walk stops at the cap, the record
     says the count is a lower bound, and the node-growth metric's note says graphs are not
     followed by node count on this loop."""
     links = MAX_WALK_NODES // 3 + 200  # three nodes per link: past the cap
-    ctx, profile = _profile(tmp_path, links, leak=False)
+    ctx, profile = _profile(tmp_path, warm_pool, links, leak=False)
     assert profile["memory"]["step_graph_nodes"] == MAX_WALK_NODES
     window = profile["instrumentation"]
     assert window["graph_walk_capped"] is True and window["graph_walk_cap"] == MAX_WALK_NODES

@@ -63,9 +63,9 @@ def probe_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(folder), "WARM_MARKER": "the run's environment"}
 
 
-def _run(pool: WarmPool | None, tmp_path: Path, env: dict[str, str], action: str, budget_s: float = 60, **order: object) -> ChildResult:
+def _run(pool: WarmPool | None, tmp_path: Path, env: dict[str, str], action: str, budget_s: float = 60, cwd: Path | None = None, **order: object) -> ChildResult:
     return run_child(
-        python_argv("warmprobe"), cwd=tmp_path, budget_s=budget_s, scratch=tmp_path / "scratch", env=env,
+        python_argv("warmprobe"), cwd=cwd or tmp_path, budget_s=budget_s, scratch=tmp_path / "scratch", env=env,
         name=f"probe-{action}", stdin_data=lambda fd: json.dumps({"action": action, "channel": fd, **order}).encode(), channel=True, warm=pool,
     )
 
@@ -139,6 +139,27 @@ def test_runs_at_once_share_one_interpreter_and_keep_their_own_leftovers(tmp_pat
     [left] = slow_run.leftovers
     assert left["tagged_by_this_run"] and left["escaped"] == "started its own session (setsid)"
     assert not [p for p in descendants(os.getpid()) if p.alive]
+
+
+def test_another_folder_shares_the_interpreter_unless_pythonpath_is_relative_to_it(tmp_path: Path, probe_env: dict[str, str]) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "modules").mkdir(parents=True)
+    (elsewhere / "modules" / "warmprobe.py").write_text(PROBE)
+    relative = {**probe_env, "PYTHONPATH": "modules"}  # resolves against the folder an interpreter starts in
+    pool = WarmPool(tmp_path / "scratch")
+    try:
+        here = _facts(_run(pool, tmp_path, probe_env, "facts"))
+        there = _facts(_run(pool, tmp_path, probe_env, "facts", cwd=elsewhere))
+        relative_here = _facts(_run(pool, tmp_path, relative, "facts"))
+        relative_there = _facts(_run(pool, tmp_path, relative, "facts", cwd=elsewhere))
+    finally:
+        pool.close()
+    # Absolute PYTHONPATH: one interpreter for both folders; each run in its own.
+    assert here["preloaded"] and there["preloaded"] and here["ppid"] == there["ppid"]
+    assert (here["cwd"], there["cwd"]) == (str(tmp_path), str(elsewhere))
+    # A relative entry would have named another folder: the second folder gets its own.
+    assert relative_here["preloaded"] and relative_there["preloaded"]
+    assert len({here["ppid"], relative_here["ppid"], relative_there["ppid"]}) == 3
 
 
 def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: Path, probe_env: dict[str, str]) -> None:
