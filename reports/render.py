@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined, TemplateNotFound
+from jinja2 import BaseLoader, Environment, FileSystemBytecodeCache, PackageLoader, StrictUndefined, TemplateNotFound
+from jinja2.bccache import Bucket
 from pydantic import BaseModel
 
 from traingate.pipeline.concurrency_details import ConcurrencyDetails
@@ -20,10 +22,37 @@ SEVERITY_MARK = {"critical": "🛑", "high": "🔴", "medium": "🟠", "low": "�
 STATUS_MARK = {"passed": "✅ passed", "blocked": "⛔ blocked", "skipped": "⏭️ skipped", "error": "💥 error"}
 
 
+# Where `python -m traingate.reports.precompile` leaves the compiled templates, as compileall
+# leaves .pyc files: compiling them takes a gate run ~0.2 s, loading them a few milliseconds.
+COMPILED_TEMPLATES = Path(__file__).parent / "__pycache__" / "templates"
+
+
+class CompiledTemplates(FileSystemBytecodeCache):
+    """Compiled templates from `folder`. Jinja uses one only while its template's source
+    checksum still matches (an edited template is compiled afresh); written only when
+    `writable` (by the precompile step), never while a gate runs."""
+
+    def __init__(self, folder: Path, writable: bool = False) -> None:
+        super().__init__(str(folder))
+        self.folder = folder
+        self.writable = writable
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        if self.writable:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            super().dump_bytecode(bucket)
+
+
 @lru_cache(maxsize=1)
 def _env() -> Environment:
+    return template_environment()
+
+
+def template_environment(loader: BaseLoader | None = None, compiled: CompiledTemplates | None = None) -> Environment:
+    """The report templates' environment (the package's templates, their compiled forms)."""
     env = Environment(
-        loader=PackageLoader("traingate.reports", "templates"),
+        loader=loader or PackageLoader("traingate.reports", "templates"),
+        bytecode_cache=compiled or CompiledTemplates(COMPILED_TEMPLATES),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
