@@ -25,6 +25,7 @@ parent side is `traingate.pipeline.warm`.
 from __future__ import annotations
 
 import fcntl
+import importlib
 import json
 import os
 import runpy
@@ -53,7 +54,18 @@ def _preload() -> bool:
             import torch._dynamo  # noqa: F401
         except BaseException:  # noqa: BLE001 - a target environment may have anything installed
             return False
+        _preload_harness()
     return not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
+
+
+def _preload_harness() -> None:
+    """What the entrypoint harness imports before any target code (pydantic, the contract):
+    imported here once, the harness module itself then forgotten, so that each fork runs it
+    as `__main__` afresh (runpy warns about a module run that is already imported)."""
+    name = "traingate.stages.harness.entrypoint"
+    importlib.import_module(name)
+    del sys.modules[name]
+    delattr(sys.modules["traingate.stages.harness"], "entrypoint")
 
 
 def _tag_address() -> tuple[int, int] | None:
