@@ -125,7 +125,7 @@ class WarmInterpreter:
         did. The folder only counts through PYTHONPATH: a relative entry (or an empty one) is
         made absolute against the folder an interpreter starts in; with `-P` nothing else is."""
         same_env = {k: v for k, v in env.items() if k not in _PER_RUN_KEYS} == self.env
-        return same_env and (cwd == self.cwd or not _folder_dependent(self.env.get("PYTHONPATH")))
+        return same_env and (cwd == self.cwd or not folder_dependent(self.env.get("PYTHONPATH")))
 
     def launch(
         self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes], *,
@@ -197,7 +197,9 @@ class WarmInterpreter:
         self._proc.wait()
 
 
-def _folder_dependent(pythonpath: str | None) -> bool:
+def folder_dependent(pythonpath: str | None) -> bool:
+    """Whether PYTHONPATH has an entry (a relative or an empty one) that names the folder an
+    interpreter starts in, or one below it."""
     return pythonpath is not None and any(not os.path.isabs(entry) for entry in pythonpath.split(os.pathsep))
 
 

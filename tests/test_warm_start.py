@@ -141,25 +141,27 @@ def test_runs_at_once_share_one_interpreter_and_keep_their_own_leftovers(tmp_pat
     assert not [p for p in descendants(os.getpid()) if p.alive]
 
 
-def test_another_folder_shares_the_interpreter_unless_pythonpath_is_relative_to_it(tmp_path: Path, probe_env: dict[str, str]) -> None:
+def test_another_folder_shares_the_interpreter(tmp_path: Path, probe_env: dict[str, str]) -> None:
     elsewhere = tmp_path / "elsewhere"
-    (elsewhere / "modules").mkdir(parents=True)
-    (elsewhere / "modules" / "warmprobe.py").write_text(PROBE)
-    relative = {**probe_env, "PYTHONPATH": "modules"}  # resolves against the folder an interpreter starts in
+    elsewhere.mkdir()
     pool = WarmPool(tmp_path / "scratch")
     try:
         here = _facts(_run(pool, tmp_path, probe_env, "facts"))
         there = _facts(_run(pool, tmp_path, probe_env, "facts", cwd=elsewhere))
-        relative_here = _facts(_run(pool, tmp_path, relative, "facts"))
-        relative_there = _facts(_run(pool, tmp_path, relative, "facts", cwd=elsewhere))
     finally:
         pool.close()
-    # Absolute PYTHONPATH: one interpreter for both folders; each run in its own.
+    # An absolute PYTHONPATH: one interpreter for both folders; each run in its own.
     assert here["preloaded"] and there["preloaded"] and here["ppid"] == there["ppid"]
     assert (here["cwd"], there["cwd"]) == (str(tmp_path), str(elsewhere))
-    # A relative entry would have named another folder: the second folder gets its own.
-    assert relative_here["preloaded"] and relative_there["preloaded"]
-    assert len({here["ppid"], relative_here["ppid"], relative_there["ppid"]}) == 3
+
+
+def test_a_pythonpath_relative_to_the_folder_ties_an_interpreter_to_it() -> None:
+    # Python makes such entries absolute against the folder it starts in: a run in another
+    # folder would have found other modules than the interpreter did.
+    from traingate.pipeline.warm import folder_dependent
+
+    assert folder_dependent("modules") and folder_dependent(f"/abs{os.pathsep}rel") and folder_dependent(f"/abs{os.pathsep}")
+    assert not folder_dependent(None) and not folder_dependent(f"/abs{os.pathsep}/other")
 
 
 def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: Path, probe_env: dict[str, str]) -> None:
