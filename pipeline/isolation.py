@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, process_table
-from traingate.pipeline.warm import RUN_TAG_ENV, ForkedChild, WarmInterpreter, read_tag
-from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, STACKS_ENV
+from traingate.pipeline.warm import ForkedChild, WarmInterpreter, read_tag
+from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, RUN_TAG_ENV, STACKS_ENV
 
 # RUN_TAG_ENV names the run_child call a process descends from, read back from
 # /proc/<pid>/environ to tell whose orphan a process is when several children run at once (a

@@ -30,10 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from traingate.stages.contract.stacks import STACKS_ENV
+from traingate.stages.contract.stacks import RUN_TAG_ENV, STACKS_ENV
 
-# Names the run_child call a process descends from (see `traingate.pipeline.isolation`).
-RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
 WARM_MODULE = "traingate.stages.harness.warm"
 # How long the first launch waits for the interpreter's imports (a fresh child would spend
 # the same time importing inside its own budget).
@@ -170,7 +168,6 @@ class WarmInterpreter:
         reply = b""
         try:
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
-            status_end.close()
             status.settimeout(REPLY_TIMEOUT_S)
             reply = status.recv(64)
         except OSError:

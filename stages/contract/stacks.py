@@ -9,6 +9,10 @@ import re
 
 # The environment variable naming the file a child appends its stack dumps to.
 STACKS_ENV = "TRAINGATE_STACKS_FILE"
+# The environment variable naming the run_child call a process descends from
+# (`traingate.pipeline.isolation`); a fork of a warm interpreter writes its own into its
+# environment block (`traingate.stages.harness.warm`).
+RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
 
 _PREFIX = "# traingate"
 

@@ -36,8 +36,8 @@ import sys
 import warnings
 from typing import Any
 
-# Kept in step with `traingate.pipeline.warm` (this module imports nothing of the parent's).
-RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
+from traingate.stages.contract.stacks import RUN_TAG_ENV
+
 _MAX_FDS = 5
 _MAX_MESSAGE = 1 << 20
 
