@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, process_table
-from traingate.pipeline.warm import ForkedChild, WarmInterpreter, read_tag
+from traingate.pipeline.warm import AgentHost, ForkedChild, WarmInterpreter, read_tag
+from traingate.stages.contract.inherited import InheritedWarm
 from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, RUN_TAG_ENV, STACKS_ENV
 
 # RUN_TAG_ENV names the run_child call a process descends from, read back from
@@ -111,9 +112,8 @@ def run_child(
     stacks_path = scratch / f"{name}.stacks"
     stacks_path.unlink(missing_ok=True)
     out_path, err_path = scratch / f"{name}.stdout", scratch / f"{name}.stderr"
-    child_env = dict(os.environ if env is None else env)
+    child_env = child_environment(env)
     child_env[STACKS_ENV] = str(stacks_path)
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
     tag = child_env[RUN_TAG_ENV] = f"{os.getpid()}:{name}:{next(_run_numbers)}"
     pipe = _ChannelPipe() if channel else None
     if callable(stdin_data):
@@ -150,6 +150,14 @@ def run_child(
     )
 
 
+def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment `run_child` gives a child for `env` (default: this process's), but for
+    the run's own tag and stack file."""
+    found = dict(os.environ if env is None else env)
+    found.setdefault("PYTHONUNBUFFERED", "1")
+    return found
+
+
 def _start(
     argv: list[str], cwd: Path, env: dict[str, str], out: IO[bytes], err: IO[bytes], stdin: bool,
     pipe: _ChannelPipe | None, warm: WarmInterpreter | None, tag: str,
@@ -172,16 +180,20 @@ def _module_of(argv: list[str]) -> str | None:
     return argv[-1] if argv and argv == python_argv(argv[-1]) else None
 
 
+def dump_allowance(budget_s: float) -> float:
+    """The stack dumps take up to a second: they begin this long before the budget ends, so
+    the kill lands on it."""
+    return min(1.0, budget_s * 0.1)
+
+
 def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: float, spent_s: float = 0.0) -> tuple[bool, list[dict[str, str]]]:
     """Wait for the child; past the budget (of which `spent_s` went before it started: a warm
     interpreter's imports), dump every thread's stacks and kill its group. Whether it timed
     out, and the processes of its group at that moment."""
     timed_out = False
     processes: list[dict[str, str]] = []
-    # The stack dumps take up to a second: begin them early so the kill lands on budget.
-    dump_allowance = min(1.0, budget_s * 0.1)
     try:
-        proc.wait(timeout=max(budget_s - dump_allowance - spent_s, 0.1))
+        proc.wait(timeout=max(budget_s - dump_allowance(budget_s) - spent_s, 0.1))
     except subprocess.TimeoutExpired:
         timed_out = True
         processes = _group_processes(proc.pid)
@@ -211,10 +223,23 @@ class WarmPool:
     """The warm interpreters (`traingate.pipeline.warm`) of one stage: one per environment and
     folder its runs ask for, started at the first such run, all stopped by `close`."""
 
-    def __init__(self, scratch: Path) -> None:
+    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None) -> None:
         self.scratch = scratch
         self._started: list[WarmInterpreter] = []
         self._lock = threading.Lock()  # the execution stage asks from two threads at once
+        if handed_down is not None:
+            with _spawn_lock:
+                self._add(WarmInterpreter.adopt(handed_down))
+
+    def host_agents(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path) -> None:
+        """Start the gate run's `AgentHost` now, so its imports overlap the work before the
+        first stage (stage agents launched with this pool are forks of it)."""
+        with self._lock, _spawn_lock:
+            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag()))
+
+    def _add(self, warm: WarmInterpreter) -> None:
+        _warm[warm.pid] = warm
+        self._started.append(warm)
 
     def ready_for(self, env: dict[str, str], cwd: Path, timeout_s: float) -> WarmInterpreter | None:
         """The interpreter for this environment and folder (started now if there is none yet),
@@ -224,9 +249,8 @@ class WarmPool:
             warm = next((w for w in self._started if w.accepts(env, cwd)), None)
             if warm is None:
                 with _spawn_lock:
-                    warm = WarmInterpreter(env, cwd, self.scratch, tag=f"{os.getpid()}:warm:{next(_run_numbers)}")
-                    _warm[warm.pid] = warm
-                self._started.append(warm)
+                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag())
+                    self._add(warm)
         return warm if warm.wait_ready(timeout_s) else None
 
     def interpreters(self) -> list[WarmInterpreter]:
@@ -240,6 +264,10 @@ class WarmPool:
             warm.close()
             with _spawn_lock:
                 _warm.pop(warm.pid, None)
+
+
+def _warm_tag() -> str:
+    return f"{os.getpid()}:warm:{next(_run_numbers)}"
 
 
 def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:

@@ -22,7 +22,8 @@ from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
 from traingate.pipeline.findings import finding as make_finding
 from traingate.pipeline.gitinfo import rev_parse
-from traingate.pipeline.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline import warm
+from traingate.pipeline.isolation import ChildResult, WarmPool, child_environment, dump_allowance, python_argv, run_child
 from traingate.pipeline.policy import decide, stage_score, stage_status
 from traingate.pipeline.registry import Stage
 from traingate.pipeline.rules import ANY_STAGE_CATEGORIES, rule_by_id
@@ -49,6 +50,7 @@ from traingate.pipeline.torch_probe import torch_facts
 from traingate.pipeline.waivers import Adjudicator
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
+from traingate.stages.contract.target_env import target_env
 
 from traingate import __version__
 
@@ -100,20 +102,43 @@ def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, 
     # Waivers and the new-findings rule: applied here, to what each stage handed back.
     adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
     once = OncePerRun()  # result files written, packages missing: one finding each per run
-    with snapshot:
-        for index, name in enumerate(request.stages, start=1):
-            for obs in request.observers:
-                obs.stage_started(name, index, len(request.stages))
-            skip = _skip_reason(name, reports)
-            if skip is not None:
-                report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
-            else:
-                report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once)
-            reports.append(report)
-            for obs in request.observers:
-                obs.stage_finished(report)
+    agents = agent_host(request, config)
+    try:
+        with snapshot:
+            for index, name in enumerate(request.stages, start=1):
+                for obs in request.observers:
+                    obs.stage_started(name, index, len(request.stages))
+                skip = _skip_reason(name, reports)
+                if skip is not None:
+                    report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
+                else:
+                    report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
+                reports.append(report)
+                for obs in request.observers:
+                    obs.stage_finished(report)
+    finally:
+        if agents is not None:
+            agents.close()
     assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
     return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
+
+
+def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
+    """The warm interpreter the stage agents of this run are forked from (`AgentHost`), started
+    now so its imports overlap the snapshot: one `import torch` for every stage's runs instead
+    of one per stage. None where the runs would not fork from it anyway: no entrypoint (the
+    suite alone never imports torch), warm start off, or a PYTHONPATH that names the folder a
+    run starts in (each stage runs in a copy of its own)."""
+    if config.entrypoint is None or not warm.enabled():
+        return None
+    agent_env = child_environment()
+    runs_env = target_env(agent_env, request.device)
+    if warm.folder_dependent(runs_env.get("PYTHONPATH")):
+        return None
+    scratch = (request.out / "work" / "agents").resolve()
+    pool = WarmPool(scratch)
+    pool.host_agents(runs_env, agent_env, cwd=scratch)
+    return pool
 
 
 def stages_not_run(known: list[str], reports: list[StageReport]) -> list[StageNotRun]:
@@ -180,11 +205,14 @@ def run_stage(
     *,
     adjudicator: Adjudicator | None = None,
     once: OncePerRun | None = None,
+    agents: WarmPool | None = None,
 ) -> StageReport:
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
     budget = float(config.timeout_s)
-    margin = min(5.0, budget * 0.1)
+    # Kept back from the stage's own child runs, so that after killing one at its budget the
+    # stage can still report before this process begins dumping the agent's stacks.
+    margin = min(5.0, budget * 0.1) + dump_allowance(budget)
     scratch = (request.out / "work" / name).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + budget
@@ -203,7 +231,8 @@ def run_stage(
     (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
 
     child = run_child(
-        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True
+        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True,
+        warm=agents,
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from traingate.stages.contract.inherited import InheritedWarm
 from traingate.stages.contract.stacks import RUN_TAG_ENV, STACKS_ENV
 
 WARM_MODULE = "traingate.stages.harness.warm"
@@ -92,27 +93,28 @@ class ForkedChild:
 
 
 class WarmInterpreter:
-    """One warm interpreter for runs with this environment and folder."""
+    """One warm interpreter for runs with this environment and folder: started here (`start`),
+    or handed down to this process by the interpreter it was forked from (`adopt`)."""
 
-    def __init__(self, env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> None:
-        self.env = {k: v for k, v in env.items() if k not in _PER_RUN_KEYS}
+    def __init__(self, env: dict[str, str], cwd: Path, sock: socket.socket, process: subprocess.Popen[bytes] | _OwnFork) -> None:
+        self.env = _shared(env)
         self.cwd = cwd
-        self.tag = tag
+        self._sock = sock
+        self._proc = process
         self._lock = threading.Lock()  # one request on the socket at a time; readiness read once
         self._ready: bool | None = None
         self._broken = False
-        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock = parent_end
-        scratch.mkdir(parents=True, exist_ok=True)
-        # Its own files: it checks that its imports printed nothing.
-        name = f"warm-{tag.rsplit(':', 1)[-1]}"
-        with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-P", "-m", WARM_MODULE, str(child_end.fileno())],
-                cwd=cwd, env={**self.env, RUN_TAG_ENV: tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                pass_fds=(child_end.fileno(),),
-            )
-        child_end.close()
+
+    @classmethod
+    def start(cls, env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> WarmInterpreter:
+        sock, process = _start_process(env, cwd, scratch, tag)
+        return cls(env, cwd, sock, process)
+
+    @classmethod
+    def adopt(cls, handed: InheritedWarm) -> WarmInterpreter:
+        """The interpreter forked for this process before its code ran (a stage agent forked
+        from an `AgentHost`): its child, with the host's imports and environment."""
+        return cls(handed.env, Path(handed.cwd), socket.socket(fileno=handed.socket_fd), _OwnFork(handed.pid))
 
     @property
     def pid(self) -> int:
@@ -122,8 +124,7 @@ class WarmInterpreter:
         """Whether a run with this environment and folder would have started as this interpreter
         did. The folder only counts through PYTHONPATH: a relative entry (or an empty one) is
         made absolute against the folder an interpreter starts in; with `-P` nothing else is."""
-        same_env = {k: v for k, v in env.items() if k not in _PER_RUN_KEYS} == self.env
-        return same_env and (cwd == self.cwd or not folder_dependent(self.env.get("PYTHONPATH")))
+        return _shared(env) == self.env and (cwd == self.cwd or not folder_dependent(self.env.get("PYTHONPATH")))
 
     def launch(
         self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes], *,
@@ -164,7 +165,7 @@ class WarmInterpreter:
         status, status_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         read_end, write_end = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), -1)
         fds = [status_end.fileno(), read_end, out.fileno(), err.fileno(), *([channel_fd] if channel_fd is not None else [])]
-        request = {"module": module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd}
+        request = {"module": module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd, "hand_down": self.hands_down}
         reply = b""
         try:
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
@@ -187,11 +188,89 @@ class WarmInterpreter:
     def _finished(self, alive: bool) -> None:
         self._broken = self._broken or not alive
 
+    # Whether each fork gets a warm interpreter of its own (`AgentHost`).
+    hands_down = False
+
     def close(self) -> None:
         self._sock.close()
         if self._proc.poll() is None:
             self._proc.kill()
         self._proc.wait()
+
+
+class AgentHost(WarmInterpreter):
+    """The warm interpreter of a gate run's stage agents: torch imported once, with the
+    environment the target's runs get (`target_env`), for every stage. Each agent is a fork of
+    it, with the agent's own environment, and gets a fork of its own for its runs
+    (`traingate.stages.contract.inherited`), so no stage agent imports torch again for runs in
+    that environment (the concurrency stage's other hash seed still starts one)."""
+
+    hands_down = True
+
+    def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> None:
+        sock, process = _start_process(target_env, cwd, scratch, tag)
+        super().__init__(target_env, cwd, sock, process)
+        self.agent_env = _shared(agent_env)
+
+    def accepts(self, env: dict[str, str], cwd: Path) -> bool:
+        """An agent's environment is the gate's own, never folder-dependent (`-P`)."""
+        return _shared(env) == self.agent_env
+
+
+class _OwnFork:
+    """The parts of `subprocess.Popen` that `close` uses, for a child this process did not start
+    with `subprocess` (a handed-down interpreter)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._code: int | None = None
+
+    def poll(self) -> int | None:
+        if self._code is None:
+            self._reap(os.WNOHANG)
+        return self._code
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def wait(self) -> int:
+        while self._code is None:
+            self._reap(0)
+        return self._code
+
+    def _reap(self, flags: int) -> None:
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:  # reaped already: its status is lost
+            self._code = -9
+            return
+        if pid:
+            self._code = os.waitstatus_to_exitcode(status)
+
+
+def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """A warm interpreter started with `env` (and the tag, padded) in `cwd`: this end of its
+    socket, and the process."""
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    scratch.mkdir(parents=True, exist_ok=True)
+    # Its own files: it checks that its imports printed nothing.
+    name = f"warm-{tag.rsplit(':', 1)[-1]}"
+    with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-P", "-m", WARM_MODULE, str(child_end.fileno())],
+            cwd=cwd, env={**_shared(env), RUN_TAG_ENV: tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            pass_fds=(child_end.fileno(),),
+        )
+    child_end.close()
+    return parent_end, process
+
+
+def _shared(env: dict[str, str]) -> dict[str, str]:
+    """An environment without what differs between runs (their tag and stack file)."""
+    return {k: v for k, v in env.items() if k not in _PER_RUN_KEYS}
 
 
 def folder_dependent(pythonpath: str | None) -> bool:
@@ -205,3 +284,4 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, 9)
     except (ProcessLookupError, PermissionError):
         pass
+

@@ -21,14 +21,17 @@ from traingate.pipeline.schema import PipelineReport, StageOutcome
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
-from traingate.stages.contract import guard
+from traingate.stages.contract import guard, inherited
 
 
 def main() -> None:
     become_subreaper()  # the target's setsid daemons come back here to be killed, not to init
     guard.install()
     request, channel = receive_request(AgentRequest[TargetConfig, PipelineReport])
-    warm = WarmPool(Path(request.scratch)) if warm_start_enabled() else None
+    # A warm interpreter forked for this agent before its code ran (when the gate started the
+    # agent as a fork of its `AgentHost`), else one started at the agent's first run.
+    handed_down = inherited.take()
+    warm = WarmPool(Path(request.scratch), handed_down=handed_down) if handed_down is not None or warm_start_enabled() else None
     try:
         factory = resolve_name(request.registry)
         # The installed stages: only this agent's own is imported (the others cost ~0.15 s).

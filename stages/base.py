@@ -34,14 +34,11 @@ from traingate.pipeline.schema import (
 )
 from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
+from traingate.stages.contract.target_env import target_env
 from traingate.stages.contract.messages import HARNESS_RESULT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult
 
 
 PayloadModel = TypeVar("PayloadModel", bound=BaseModel)
-
-
-# Environment variables of an enclosing pytest run that must not shape the target's runs.
-FOREIGN_PYTEST_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"})
 
 
 @dataclass
@@ -105,15 +102,8 @@ class StageContext:
         return findings.stage_error(self.stage, what, reason=reason, block_on=self.config.policy.block_on, **details)
 
     def child_env(self, **extra: str) -> dict[str, str]:
-        """Environment of a child that runs target code: the device choice, a fixed hash seed,
-        nothing of an enclosing pytest run (code that trains less under `PYTEST_CURRENT_TEST`
-        must not do so because the gate itself runs in a test job)."""
-        env = {k: v for k, v in os.environ.items() if k not in FOREIGN_PYTEST_ENV}
-        env.setdefault("PYTHONHASHSEED", "0")
-        if self.device == "cpu":
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        env.update(extra)
-        return env
+        """Environment of a child that runs target code (`contract.target_env`)."""
+        return target_env(os.environ, self.device, **extra)
 
     def next_name(self, label: str) -> str:
         self._counter += 1

@@ -95,7 +95,8 @@ def test_a_child_run_sees_nothing_of_an_enclosing_pytest_run(monkeypatch: pytest
     # Target code that trains less under PYTEST_CURRENT_TEST must not do so because the gate
     # itself runs inside a test job; every child run (smoke, profile, suite) gets this environment.
     from traingate.pipeline.config import TargetConfig
-    from traingate.stages.base import FOREIGN_PYTEST_ENV, StageContext
+    from traingate.stages.base import StageContext
+    from traingate.stages.contract.target_env import FOREIGN_PYTEST_ENV
 
     for name in FOREIGN_PYTEST_ENV:
         monkeypatch.setenv(name, "outer")
@@ -103,4 +104,4 @@ def test_a_child_run_sees_nothing_of_an_enclosing_pytest_run(monkeypatch: pytest
     ctx = StageContext(stage="execution", root=tmp_path, config=TargetConfig(), device="cpu", deadline=0.0, scratch=tmp_path)
     env = ctx.child_env(EXTRA="1")
     assert not FOREIGN_PYTEST_ENV & set(env) and "PYTEST_CURRENT_TEST" in FOREIGN_PYTEST_ENV
-    assert env["KEPT_VARIABLE"] == "kept" and env["EXTRA"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["KEPT_VARIABLE"] == "kept" and env["EXTRA"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "" and env["PYTHONDONTWRITEBYTECODE"] == "1"

@@ -48,7 +48,7 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResu
     plan, result.notes = smoke_plan(ctx)
     ep = ctx.config.entrypoint
     assert ep is not None
-    env = ctx.child_env(PYTHONDONTWRITEBYTECODE="1")
+    env = ctx.child_env()
     for label, amp in plan:
         if any(f.category is Category.HANG for f in result.findings):
             result.notes.append(f"The {label} smoke call was not run: the previous call did not finish within its budget.")

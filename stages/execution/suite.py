@@ -154,7 +154,7 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
 
     # For people reading the scratch folder; holds no nonce, never read back.
     (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(ctx.root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
-    env = ctx.child_env(PYTHONDONTWRITEBYTECODE="1")
+    env = ctx.child_env()
     child = run_child(
         python_argv("traingate.stages.harness.pytest_launcher"),
         cwd=ctx.root,

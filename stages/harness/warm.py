@@ -25,6 +25,7 @@ parent side is `traingate.pipeline.warm`.
 from __future__ import annotations
 
 import fcntl
+import gc
 import importlib
 import json
 import os
@@ -36,10 +37,14 @@ import sys
 import warnings
 from typing import Any
 
+from traingate.stages.contract import inherited
 from traingate.stages.contract.stacks import RUN_TAG_ENV
 
 _MAX_FDS = 5
 _MAX_MESSAGE = 1 << 20
+# The environment this interpreter started with: what its imports saw (importing torch sets
+# variables of its own), which a handed-down interpreter's runs must have.
+_START_ENV = dict(os.environ)
 
 
 def _preload() -> bool:
@@ -107,7 +112,8 @@ def _retag(address: tuple[int, int], tag: str) -> bool:
 
 
 def _become_run(request: dict[str, Any], fds: list[int], inherited: list[socket.socket], pidfds: list[int], settle: int, address: tuple[int, int]) -> str:
-    """In the forked process: take the run's session, tag, descriptors, environment and folder."""
+    """In the forked process: take the run's session, tag, descriptors, environment and folder
+    (first handing a warm interpreter of its own down to it, when the run is a stage agent)."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     os.setsid()
     if not _retag(address, str(request["env"].get(RUN_TAG_ENV, ""))):
@@ -121,6 +127,10 @@ def _become_run(request: dict[str, Any], fds: list[int], inherited: list[socket.
     for pidfd in pidfds:
         os.close(pidfd)
     os.close(settle)  # in its own session, retagged: the interpreter may hand out the pid
+    if request.get("hand_down"):
+        module = _hand_down(address, fds)
+        if module is not None:  # this process is a run of the handed-down interpreter
+            return module
     targets = [0, 1, 2] + ([int(request["channel_fd"])] if len(fds) > 3 else [])
     # Move every received descriptor above every target number first, so no dup2 below
     # overwrites one that is still to be placed.
@@ -137,6 +147,30 @@ def _become_run(request: dict[str, Any], fds: list[int], inherited: list[socket.
     sys.dont_write_bytecode = bool(request["env"].get("PYTHONDONTWRITEBYTECODE"))
     os.chdir(request["cwd"])
     return str(request["module"])
+
+
+def _hand_down(address: tuple[int, int], run_fds: list[int]) -> str | None:
+    """In a fork that becomes a stage agent: fork once more, before the agent's code runs, an
+    interpreter that keeps this one's imports and environment and serves the agent's runs
+    (`traingate.stages.contract.inherited`). Returns in the agent (None) and in each run of
+    that interpreter (the module the run runs); the interpreter itself ends here."""
+    home_cwd = os.getcwd()
+    agent_end, interpreter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        agent_end.close()
+        for fd in run_fds:  # the agent's stdin, output and channel are not the interpreter's
+            os.close(fd)
+        module = serve(interpreter_end, imported=True, address=address)
+        if module is None:
+            os._exit(0)  # nothing of the agent's may run here: no cleanup, no atexit
+        return module
+    interpreter_end.close()
+    # The agent's collections would walk (and copy, page by page) every object of torch's it
+    # inherited: a second or more each time. It never frees them, so they are set aside.
+    gc.freeze()
+    inherited.handed_down = inherited.InheritedWarm(pid=pid, socket_fd=agent_end.detach(), env=dict(_START_ENV), cwd=home_cwd)
+    return None
 
 
 class _Runs:
@@ -198,11 +232,12 @@ def _can_wait_on_pids() -> bool:
     return True
 
 
-def serve(sock: socket.socket) -> str | None:
-    """Fork one process per request; in the fork, return the module it runs."""
+def serve(sock: socket.socket, *, imported: bool = False, address: tuple[int, int] | None = None) -> str | None:
+    """Fork one process per request; in the fork, return the module it runs. `imported`: this
+    process is a fork of an interpreter that did the imports, at the tag `address`."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a stack-dump request to the group is not for us
-    address = _tag_address()
-    if address is None or not _can_wait_on_pids() or not _preload():
+    address = address or _tag_address()
+    if address is None or not _can_wait_on_pids() or not (imported or _preload()):
         sock.sendall(b"unusable")
         return None
     sock.sendall(b"ready")

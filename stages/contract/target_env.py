@@ -1,0 +1,24 @@
+"""The environment every child run of target code gets, computed the same way by a stage agent
+(for its runs) and by the gate's process (for the warm interpreter it starts for the agents,
+whose imports must have seen exactly that environment)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Environment variables of an enclosing pytest run that must not shape the target's runs.
+FOREIGN_PYTEST_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"})
+
+
+def target_env(base: Mapping[str, str], device: str, **extra: str) -> dict[str, str]:
+    """`base` with the device choice, a fixed hash seed, no bytecode written into the target's
+    tree (the gate reads that tree after the run), and nothing of an enclosing pytest run (code
+    that trains less under `PYTEST_CURRENT_TEST` must not do so because the gate itself runs
+    in a test job)."""
+    env = {k: v for k, v in base.items() if k not in FOREIGN_PYTEST_ENV}
+    env.setdefault("PYTHONHASHSEED", "0")
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(extra)
+    return env
