@@ -58,6 +58,10 @@ def test_a_training_script_passes_every_stage(gate):
     assert {m["id"]: m["value"] for m in run.stage("concurrency")["metrics"]}["steps.observed"] == 24
     # The suite runs the script in its own process (runpy), so the script's code counts as tested.
     assert run.stage("execution")["details"]["coverage"]["executed_statements"] > 0
+    # One interpreter imported torch for the runs of every stage (the agents' host, handing each
+    # agent a fork of its own): only the concurrency stage's other hash seed started another.
+    started = sorted(p.parent.name for p in (run.out / "work").glob("*/warm-*.stdout"))
+    assert started == ["agents", "concurrency"]
 
 
 def test_a_script_that_raises_is_located_at_its_line(gate):

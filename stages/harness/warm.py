@@ -18,8 +18,10 @@ retag a fork: the runs then start fresh, as they would have). Each request is a 
 with the descriptors [status socket, stdin, stdout, stderr, (channel)]; on the run's own status
 socket the interpreter answers `pid N` once the fork leads its session (`failed` when the fork
 could not become the run), then `status N` when it ends (the exit code as `subprocess` writes
-it: negative for a signal). Runs may overlap. The main socket closing ends the interpreter. The
-parent side is `traingate.pipeline.warm`.
+it: negative for a signal). Runs may overlap. A request with `hand_down` (a stage agent's, from
+the gate's agents' host) has the fork fork once more before it becomes the run: an interpreter
+with these imports for the agent's runs (`_hand_down`). The main socket closing ends the
+interpreter. The parent side is `traingate.pipeline.warm`.
 """
 
 from __future__ import annotations
@@ -156,7 +158,12 @@ def _hand_down(address: tuple[int, int], run_fds: list[int]) -> str | None:
     that interpreter (the module the run runs); the interpreter itself ends here."""
     home_cwd = os.getcwd()
     agent_end, interpreter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # the agent starts an interpreter of its own at its first run
+        agent_end.close()
+        interpreter_end.close()
+        return None
     if pid == 0:
         agent_end.close()
         for fd in run_fds:  # the agent's stdin, output and channel are not the interpreter's
