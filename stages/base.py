@@ -251,8 +251,7 @@ def run_entrypoint(
         name=name,
         stdin_data=request,
         channel=True,
-        # A distributed run's ranks are started by torchrun, fresh, whatever its launcher is.
-        warm=ctx.warm if distributed is None else None,
+        warm=ctx.warm,
     )
     ctx.entrypoint_runs.append((label, child))
     record, problem = read_harness_result(child, nonce)
