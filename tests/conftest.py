@@ -116,6 +116,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = [d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
         if any(_starts_cli(f) for f in [function, *fixtures] if f is not None):
             item.add_marker(pytest.mark.slow)
+    _longest_modules_first(items)
+
+
+def _longest_modules_first(items: list[pytest.Item]) -> None:
+    """The modules that one worker runs whole (`_one_worker_modules`) first, then the others
+    with the most slow tests first, the in-process ones last; each module's tests together and
+    in their order (a module's fixtures are set up once). With `-n`, a worker that finishes
+    its long tests early picks up short ones, and the workers end together."""
+    first: dict[str, int] = {}
+    slow: dict[str, int] = {}
+    for index, item in enumerate(items):
+        module = item.nodeid.split("::")[0]
+        first.setdefault(module, index)
+        slow[module] = slow.get(module, 0) + (item.get_closest_marker("slow") is not None)
+    whole = _one_worker_modules()
+
+    def order(item: pytest.Item) -> tuple[bool, int, int]:
+        module = item.nodeid.split("::")[0]
+        return (not (module in whole and slow[module]), -slow[module], first[module])
+
+    items.sort(key=order)
 
 
 def _one_worker_modules() -> frozenset[str]:
