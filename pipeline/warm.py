@@ -96,6 +96,9 @@ class WarmInterpreter:
     """One warm interpreter for runs with this environment and folder: started here (`start`),
     or handed down to this process by the interpreter it was forked from (`adopt`)."""
 
+    # Whether each fork gets a warm interpreter of its own (`AgentHost`).
+    hands_down = False
+
     def __init__(self, env: dict[str, str], cwd: Path, sock: socket.socket, process: subprocess.Popen[bytes] | _OwnFork) -> None:
         self.env = _shared(env)
         self.cwd = cwd
@@ -187,9 +190,6 @@ class WarmInterpreter:
 
     def _finished(self, alive: bool) -> None:
         self._broken = self._broken or not alive
-
-    # Whether each fork gets a warm interpreter of its own (`AgentHost`).
-    hands_down = False
 
     def close(self) -> None:
         self._sock.close()

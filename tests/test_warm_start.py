@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.isolation import ChildResult, WarmPool, python_argv, run_child
+from traingate.pipeline.isolation import ChildResult, WarmPool, child_environment, python_argv, run_child
 from traingate.pipeline.processes import descendants
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
@@ -52,6 +52,35 @@ PROBE = textwrap.dedent('''
     os.write(order["channel"], b"channel ok")
     print(json.dumps(facts))
     print("to stderr", file=sys.stderr)
+''')
+
+
+# A stage agent's part, as `traingate.stages.agent` plays it: take the interpreter handed down to
+# this process and run the probe through it.
+AGENT = textwrap.dedent('''
+    import gc, json, os, sys
+    from pathlib import Path
+    from traingate.pipeline.isolation import WarmPool, python_argv, run_child
+    from traingate.stages.contract import inherited
+
+    handed = inherited.take()
+    scratch = Path(os.environ.pop("AGENT_SCRATCH"))
+    facts = {"agent": os.getpid(), "torch": "torch" in sys.modules, "frozen": gc.get_freeze_count() > 0, "handed": handed is not None}
+    pool = WarmPool(scratch, handed_down=handed)
+    try:
+        run = run_child(
+            python_argv("warmprobe"), cwd=Path.cwd(), budget_s=60, scratch=scratch, env=dict(os.environ), name="run",
+            stdin_data=lambda fd: json.dumps({"action": "report", "channel": fd}).encode(), channel=True, warm=pool,
+        )
+        [interpreter] = pool.interpreters()
+        with open(f"/proc/{interpreter.pid}/stat") as stat:
+            facts["interpreter_parent"] = int(stat.read().rsplit(")", 1)[1].split()[1])
+        facts["interpreter"] = interpreter.pid
+    finally:
+        pool.close()
+    facts["run"] = json.loads(run.stdout)
+    facts["started_here"] = sorted(p.name for p in scratch.glob("warm-*"))
+    print(json.dumps(facts))
 ''')
 
 
@@ -196,3 +225,25 @@ def test_the_warm_start_is_on_by_default_and_turned_off_by_its_variable(monkeypa
     assert enabled() == (sys.version_info >= (3, 11))
     monkeypatch.setenv("TRAINGATE_WARM_START", "0")
     assert not enabled()
+
+
+def test_an_agent_forked_from_the_agents_host_runs_its_runs_from_a_fork_of_its_own(tmp_path: Path, probe_env: dict[str, str]) -> None:
+    # The gate's agents' host imports torch once with the runs' environment; each agent is a
+    # fork of it with its own environment, handed a fork of its own for its runs: a child of the
+    # agent (whose orphans come back to the agent), with the host's imports and environment.
+    (Path(probe_env["PYTHONPATH"]) / "warmagent.py").write_text(AGENT)
+    agent_env = {**probe_env, "AGENT_SCRATCH": str(tmp_path / "agent-runs")}
+    host = WarmPool(tmp_path / "host")
+    host.host_agents(child_environment(probe_env), child_environment(agent_env), cwd=tmp_path)
+    try:
+        agent = run_child(python_argv("warmagent"), cwd=tmp_path, budget_s=60, scratch=tmp_path / "agent", env=agent_env, name="agent", warm=host)
+    finally:
+        host.close()
+    assert agent.returncode == 0, agent.stderr
+    facts = json.loads(agent.stdout)
+    assert facts["handed"] and facts["torch"] and facts["frozen"]
+    assert facts["interpreter_parent"] == facts["agent"]
+    run = facts["run"]
+    assert run["preloaded"] and run["ppid"] == facts["interpreter"] and run["marker"] == "the run's environment"
+    assert run["sid"] == run["pid"] and run["cwd"] == str(tmp_path)
+    assert facts["started_here"] == []  # the agent started no interpreter of its own
