@@ -14,7 +14,9 @@ environment.
 A warm interpreter serves any number of runs at once, but only runs whose environment equals its
 own (but the run's own tag and stack file) and, where PYTHONPATH names folders relative to it,
 whose folder does too; anything else, or one that died or never
-got ready, falls back to a fresh interpreter. Linux, Python 3.11+; `TRAINGATE_WARM_START=0`
+got ready, falls back to a fresh interpreter. The one exception is the gate run's `AgentHost`:
+it imports with the environment of the target's runs and serves the stage agents, whose own
+environment differs, each a fork that keeps a fork of its own for the agent's runs. Linux, Python 3.11+; `TRAINGATE_WARM_START=0`
 turns it off.
 """
 
@@ -284,4 +286,3 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, 9)
     except (ProcessLookupError, PermissionError):
         pass
-

@@ -113,7 +113,7 @@ def _retag(address: tuple[int, int], tag: str) -> bool:
         return False
 
 
-def _become_run(request: dict[str, Any], fds: list[int], inherited: list[socket.socket], pidfds: list[int], settle: int, address: tuple[int, int]) -> str:
+def _become_run(request: dict[str, Any], fds: list[int], held_sockets: list[socket.socket], pidfds: list[int], settle: int, address: tuple[int, int]) -> str:
     """In the forked process: take the run's session, tag, descriptors, environment and folder
     (first handing a warm interpreter of its own down to it, when the run is a stage agent)."""
     signal.signal(signal.SIGUSR1, signal.SIG_DFL)
@@ -124,7 +124,7 @@ def _become_run(request: dict[str, Any], fds: list[int], inherited: list[socket.
     # Nothing of the interpreter's or of another run's reaches the run: the main socket, the
     # other runs' status sockets and pid descriptors, and this run's own status socket
     # (detached first, so that no socket object closes a number the run reuses later).
-    for held in inherited:
+    for held in held_sockets:
         os.close(held.detach())
     for pidfd in pidfds:
         os.close(pidfd)
