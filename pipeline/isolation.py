@@ -112,8 +112,7 @@ def run_child(
     stacks_path = scratch / f"{name}.stacks"
     stacks_path.unlink(missing_ok=True)
     out_path, err_path = scratch / f"{name}.stdout", scratch / f"{name}.stderr"
-    child_env = child_environment(env)
-    child_env[STACKS_ENV] = str(stacks_path)
+    child_env = {**child_environment(env), STACKS_ENV: str(stacks_path)}
     tag = child_env[RUN_TAG_ENV] = f"{os.getpid()}:{name}:{next(_run_numbers)}"
     pipe = _ChannelPipe() if channel else None
     if callable(stdin_data):

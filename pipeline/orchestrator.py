@@ -210,9 +210,7 @@ def run_stage(
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
     budget = float(config.timeout_s)
-    # Kept back from the stage's own child runs, so that after killing one at its budget the
-    # stage can still report before this process begins dumping the agent's stacks.
-    margin = min(5.0, budget * 0.1) + dump_allowance(budget)
+    margin = stage_margin(budget)
     scratch = (request.out / "work" / name).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + budget
@@ -231,8 +229,7 @@ def run_stage(
     (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
 
     child = run_child(
-        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True,
-        warm=agents,
+        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True, warm=agents,
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
@@ -258,6 +255,12 @@ def run_stage(
         details=outcome.details,
         tests=outcome.tests,
     )
+
+
+def stage_margin(budget_s: float) -> float:
+    """What a stage keeps back from its own child runs: after killing one at its budget, it can
+    still report before this process begins dumping the agent's stacks (`dump_allowance`)."""
+    return min(5.0, budget_s * 0.1) + dump_allowance(budget_s)
 
 
 def written_findings(name: str, snapshot: Snapshot, root: Path, config: TargetConfig, once: OncePerRun) -> list[Finding]:
