@@ -129,14 +129,14 @@ def _become_run(request: dict[str, Any], fds: list[int], held_sockets: list[sock
     for pidfd in pidfds:
         os.close(pidfd)
     os.close(settle)  # in its own session, retagged: the interpreter may hand out the pid
+    targets = [0, 1, 2] + ([int(request["channel_fd"])] if len(fds) > 3 else [])
+    # Every descriptor kept goes above every target number first, so no dup2 below overwrites
+    # one that is still to be placed, or the handed-down interpreter's socket.
+    floor = max([*targets, *fds]) + 1
     if request.get("hand_down"):
-        module = _hand_down(address, fds)
+        module = _hand_down(address, fds, floor)
         if module is not None:  # this process is a run of the handed-down interpreter
             return module
-    targets = [0, 1, 2] + ([int(request["channel_fd"])] if len(fds) > 3 else [])
-    # Move every received descriptor above every target number first, so no dup2 below
-    # overwrites one that is still to be placed.
-    floor = max([*targets, *fds]) + 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in fds]
     for fd in fds:
         os.close(fd)
@@ -151,7 +151,7 @@ def _become_run(request: dict[str, Any], fds: list[int], held_sockets: list[sock
     return str(request["module"])
 
 
-def _hand_down(address: tuple[int, int], run_fds: list[int]) -> str | None:
+def _hand_down(address: tuple[int, int], run_fds: list[int], floor: int) -> str | None:
     """In a fork that becomes a stage agent: fork once more, before the agent's code runs, an
     interpreter that keeps this one's imports and environment and serves the agent's runs
     (`traingate.stages.contract.inherited`). Returns in the agent (None) and in each run of
@@ -173,10 +173,13 @@ def _hand_down(address: tuple[int, int], run_fds: list[int]) -> str | None:
             os._exit(0)  # nothing of the agent's may run here: no cleanup, no atexit
         return module
     interpreter_end.close()
+    # Its socket is kept at `floor` or above, out of the way of the agent's descriptors.
+    socket_fd = fcntl.fcntl(agent_end.fileno(), fcntl.F_DUPFD_CLOEXEC, floor)
+    agent_end.close()
     # The agent's collections would walk (and copy, page by page) every object of torch's it
     # inherited: a second or more each time. It never frees them, so they are set aside.
     gc.freeze()
-    inherited.handed_down = inherited.InheritedWarm(pid=pid, socket_fd=agent_end.detach(), env=dict(_START_ENV), cwd=home_cwd)
+    inherited.handed_down = inherited.InheritedWarm(pid=pid, socket_fd=socket_fd, env=dict(_START_ENV), cwd=home_cwd)
     return None
 
 
