@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, process_table
+from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, kill_group, process_table
 from traingate.pipeline.warm import AgentHost, ForkedChild, WarmInterpreter, read_tag
 from traingate.stages.contract.inherited import InheritedWarm
 from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, RUN_TAG_ENV, STACKS_ENV
@@ -118,13 +118,12 @@ def run_child(
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
     started = time.monotonic()
-    # A warm interpreter's imports are waited for outside the lock, within the budget, as a
-    # fresh interpreter would spend that time importing inside it.
-    fork_from = warm.ready_for(child_env, cwd, budget_s) if warm is not None and _module_of(argv) is not None else None
+    module = _module_of(argv)  # a warm interpreter's imports: waited for outside the lock, within the budget, as a fresh one's
+    fork_from = warm.ready_for(child_env, cwd, budget_s) if warm is not None and module is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         with _spawn_lock:  # no leftover scan may see this child before it is registered
             try:
-                proc = _start(argv, cwd, child_env, out, err, stdin_data is not None, pipe, fork_from, tag)
+                proc = _start(argv, module, cwd, child_env, out, err, stdin_data is not None, pipe, fork_from, tag)
             finally:
                 if pipe:
                     pipe.started()  # the parent's copy of the write end goes either way
@@ -158,11 +157,10 @@ def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _start(
-    argv: list[str], cwd: Path, env: dict[str, str], out: IO[bytes], err: IO[bytes], stdin: bool,
+    argv: list[str], module: str | None, cwd: Path, env: dict[str, str], out: IO[bytes], err: IO[bytes], stdin: bool,
     pipe: _ChannelPipe | None, warm: WarmInterpreter | None, tag: str,
 ) -> subprocess.Popen[bytes] | ForkedChild:
-    """A fork of `warm` when it can serve this run now, else a fresh interpreter."""
-    module = _module_of(argv)
+    """A fork of `warm` running `module` when it can serve this run now, else a fresh interpreter."""
     if warm is not None and module is not None:
         forked = warm.launch(module, env, cwd, out, err, stdin=stdin, channel_fd=pipe.write_fd if pipe else None, run_tag=tag)
         if forked is not None:
@@ -197,15 +195,15 @@ def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: f
         timed_out = True
         processes = _group_processes(proc.pid)
         _dump_stacks(proc.pid, [int(p["pid"]) for p in processes])
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         proc.wait()
     finally:
         if proc.returncode is None:  # interrupted while waiting
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             proc.wait()
         with _spawn_lock:
             _running.pop(proc.pid, None)
-    _kill_group(proc.pid)
+    kill_group(proc.pid)
     return timed_out, processes
 
 
@@ -379,13 +377,6 @@ def _dump_stacks(main_pid: int, pids: list[int]) -> None:
 def _signal(pid: int, sig: signal.Signals) -> None:
     try:
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traingate.stages.contract.procstat import stat_fields
+
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _PROC = Path("/proc")
@@ -78,9 +80,7 @@ def read_process(pid: int) -> ProcessInfo | None:
     """The process `pid`, or None when it is gone (or /proc is not there)."""
     base = _PROC / str(pid)
     try:
-        stat = (base / "stat").read_text()
-        # The command name is in parentheses and may itself hold spaces and parentheses.
-        fields = stat[stat.rindex(")") + 2 :].split()
+        fields = stat_fields((base / "stat").read_text())
         state, ppid, pgid, sid = fields[0], int(fields[1]), int(fields[2]), int(fields[3])
     except (OSError, ValueError, IndexError):
         return None
@@ -154,6 +154,14 @@ def kill(pids: Iterable[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL every process of group `pgid`; a group already gone is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def reap(pids: Iterable[int]) -> None:

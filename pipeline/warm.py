@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from traingate.pipeline.processes import kill, kill_group
 from traingate.stages.contract.inherited import InheritedWarm
 from traingate.stages.contract.stacks import RUN_TAG_ENV, STACKS_ENV
 
@@ -85,7 +86,7 @@ class ForkedChild:
         else:
             # The warm interpreter died under its child (the target can kill its parent): the
             # child's status is lost, so the run ends as killed.
-            _kill_group(self.pid)
+            kill_group(self.pid)
             self.returncode = -9
         self._done(alive)
         return self.returncode
@@ -233,10 +234,7 @@ class _OwnFork:
         return self._code
 
     def kill(self) -> None:
-        try:
-            os.kill(self.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill([self.pid])
 
     def wait(self) -> int:
         while self._code is None:
@@ -279,10 +277,3 @@ def folder_dependent(pythonpath: str | None) -> bool:
     """Whether PYTHONPATH has an entry (a relative or an empty one) that names the folder an
     interpreter starts in, or one below it."""
     return pythonpath is not None and any(not os.path.isabs(entry) for entry in pythonpath.split(os.pathsep))
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, 9)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -6,6 +6,7 @@ import ast
 import builtins
 import contextlib
 import fcntl
+import functools
 import inspect
 import io
 import json
@@ -139,6 +140,7 @@ def _longest_modules_first(items: list[pytest.Item]) -> None:
     items.sort(key=order)
 
 
+@functools.lru_cache(maxsize=1)
 def _one_worker_modules() -> frozenset[str]:
     """Test modules (as node ids name them) that define a fixture of module or session scope."""
     found = set()

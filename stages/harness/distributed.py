@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from traingate.stages.contract import guard
 from traingate.stages.contract.channel import new_nonce
 from traingate.stages.contract.frames import innermost_target
+from traingate.stages.contract.procstat import read_stat
 from traingate.stages.contract.messages import DistributedRecord, EntrypointRequest, HarnessResult, RankResult
 
 # A rank that failed while others still run: how long they get to finish before the launcher
@@ -296,11 +297,8 @@ def _died_silently(state: _LaunchState) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    fields = read_stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

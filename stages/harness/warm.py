@@ -40,6 +40,7 @@ import warnings
 from typing import Any
 
 from traingate.stages.contract import inherited
+from traingate.stages.contract.procstat import read_stat
 from traingate.stages.contract.stacks import RUN_TAG_ENV
 
 _MAX_FDS = 5
@@ -78,12 +79,13 @@ def _preload_harness() -> None:
 def _tag_address() -> tuple[int, int] | None:
     """Where this process's run tag lies in the environment block it was started with (the
     memory `/proc/<pid>/environ` reads) and how many bytes it has; None when it cannot be found."""
+    fields = read_stat()
     try:
-        with open("/proc/self/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
         with open("/proc/self/environ", "rb") as environ:
             block = environ.read()
     except OSError:
+        return None
+    if fields is None:
         return None
     env_start = int(fields[47])  # field 50 of proc(5); fields[0] is field 3
     key = RUN_TAG_ENV.encode() + b"="

@@ -1,0 +1,18 @@
+"""`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only)."""
+
+from __future__ import annotations
+
+
+def stat_fields(text: str) -> list[str]:
+    """The fields after the command name, from field 3 (the state) on, as proc(5) numbers them:
+    the name is in parentheses and may itself hold spaces and parentheses."""
+    return text.rsplit(")", 1)[1].split()
+
+
+def read_stat(pid: int | str = "self") -> list[str] | None:
+    """`stat_fields` of process `pid`; None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stat:
+            return stat_fields(stat.read())
+    except (OSError, IndexError):
+        return None
