@@ -218,7 +218,7 @@ def run_stage(
     def agent_request(channel: ChannelSpec) -> AgentRequest[TargetConfig, PipelineReport]:
         return AgentRequest[TargetConfig, PipelineReport](
             stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
-            margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel,
+            margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
         )
 
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this

@@ -29,9 +29,12 @@ def main() -> None:
     guard.install()
     request, channel = receive_request(AgentRequest[TargetConfig, PipelineReport])
     # A warm interpreter forked for this agent before its code ran (when the gate started the
-    # agent as a fork of its `AgentHost`), else one started at the agent's first run.
+    # agent as a fork of its `AgentHost`), else one started at the agent's first run. An agent
+    # the gate meant to fork but that got none (the host's imports warned, or it died) runs its
+    # runs fresh: an interpreter of its own would import the same way, only to be unusable.
     handed_down = inherited.take()
-    warm = WarmPool(Path(request.scratch), handed_down=handed_down) if handed_down is not None or warm_start_enabled() else None
+    own_start = warm_start_enabled() and not request.agents_host
+    warm = WarmPool(Path(request.scratch), handed_down=handed_down) if handed_down is not None or own_start else None
     try:
         factory = resolve_name(request.registry)
         # The installed stages: only this agent's own is imported (the others cost ~0.15 s).

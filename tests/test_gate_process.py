@@ -44,6 +44,9 @@ def test_a_run_without_numpy_prints_no_numpy_warning(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert NUMPY_WARNING not in done.stderr and NUMPY_WARNING not in done.stdout
+    # The agents' host caught its import's warning and served nothing; the stage started no
+    # interpreter of its own only to catch the same.
+    assert sorted(p.parent.name for p in (out / "work").glob("*/warm-*.stderr")) == ["agents"]
     # What the gate's process asked of torch is still there, from the child interpreter.
     environment = json.loads((out / "report.json").read_text())["environment"]
     assert environment["torch"] == str(torch.__version__)

@@ -46,6 +46,8 @@ class AgentRequest(Strict, Generic[ConfigT, BaselineT]):
     baseline: BaselineT | None  # the --baseline report
     registry: str  # `module:function` building the stage registry
     channel: ChannelSpec
+    # The gate started an agents' host for this run (`traingate.pipeline.warm.AgentHost`).
+    agents_host: bool = False
 
 
 class AgentReply(Strict, Generic[OutcomeT]):
