@@ -45,7 +45,7 @@ from traingate.pipeline.schema import (
 )
 from traingate.pipeline.once_per_run import OncePerRun
 from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
-from traingate.pipeline.written_files import is_gate_input, named_paths
+from traingate.pipeline.written_files import GateInputs
 from traingate.pipeline.torch_probe import torch_facts
 from traingate.pipeline.waivers import Adjudicator
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
@@ -235,7 +235,7 @@ def run_stage(
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
     extra = []
     if snapshot is not None:
-        extra = written_findings(name, snapshot, root, config, once or OncePerRun())
+        extra = written_findings(name, snapshot, root, GateInputs.of(config, outcome.files_read), once or OncePerRun())
         snapshot.discard(root)
     findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
     if once is not None:
@@ -263,16 +263,15 @@ def stage_margin(budget_s: float) -> float:
     return min(5.0, budget_s * 0.1) + dump_allowance(budget_s)
 
 
-def written_findings(name: str, snapshot: Snapshot, root: Path, config: TargetConfig, once: OncePerRun) -> list[Finding]:
-    """`target-modified` for the files the gate runs or reads that the stage's run changed
-    (always blocking), and the low result-files finding for the other tracked files it
-    rewrote, unless an earlier stage reported them."""
+def written_findings(name: str, snapshot: Snapshot, root: Path, inputs: GateInputs, once: OncePerRun) -> list[Finding]:
+    """`target-modified` for the files the gate or a later run reads that the stage's run
+    changed (always blocking), and the low result-files finding for the other tracked files it
+    only wrote, unless an earlier stage reported them (`traingate.pipeline.written_files`)."""
     changes = snapshot.changes(root)
     if not changes:
         return []
-    named = named_paths(config)
-    inputs, results = changes.partition(lambda rel: is_gate_input(rel, named))
-    found = [modification_finding(name, inputs)] if inputs else []
+    read, results = changes.partition(inputs)
+    found = [modification_finding(name, read, inputs.read_by_the_run([*read.modified, *read.deleted]), inputs.unknown_reads)] if read else []
     written = once.result_writes.finding(name, results.modified, results.deleted)
     return [*found, written] if written is not None else found
 

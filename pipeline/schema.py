@@ -11,6 +11,7 @@ from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.text import strip_ansi
 
 SCHEMA_VERSION = "1.2"
@@ -284,6 +285,9 @@ class StageOutcome(BaseModel):
         default_factory=dict, description="Stage-specific observations its report renders"
     )
     tests: list[TestRecord] = Field(default_factory=list, description="execution stage: every test of the suite run, one record each")
+    # What the stage's runs of target code opened for reading under its root; None: unknown
+    # (the agent handed back none). The gate reads it, the report does not carry it.
+    files_read: FilesRead | None = None
 
 
 class StageReport(BaseModel):

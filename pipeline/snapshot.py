@@ -5,7 +5,7 @@ copy) and its source files are hashed: in a git repo the tracked files and the u
 ones git does not ignore, else every file copied. Each stage then gets a fresh copy of the
 pristine one as its root; after the stage the gate hashes that copy again, and any source
 file changed or deleted there is reported (`traingate.pipeline.written_files` tells the files
-the gate runs or reads, which block, from results the training wrote, which do not). The user's own tree is only read, never run from,
+the gate or a later run reads, which block, from results the training only wrote, which do not). The user's own tree is only read, never run from,
 so the target's edits never reach it.
 """
 
@@ -137,13 +137,19 @@ class Snapshot:
         return skipped
 
 
-def modification_finding(stage: str, changes: Changes) -> Finding:
+def modification_finding(stage: str, changes: Changes, read: list[str] | None = None, unknown_reads: str | None = None) -> Finding:
     """`target-modified`: the target changed its own sources while a stage ran them.
 
     It always blocks, whatever the policy: a version that rewrites itself while it is checked
-    has not been checked."""
+    has not been checked. `read`: those of the files the stage's runs were seen to read;
+    `unknown_reads`: why what they read is not known (every rewritten file then counts)."""
     named = [*(f"{p} (modified)" for p in changes.modified), *(f"{p} (deleted)" for p in changes.deleted)]
     listed = ", ".join(named[:10]) + (f" and {len(named) - 10} more" if len(named) > 10 else "")
+    why = ""
+    if read:
+        why = f" The run opened {_first(read)} for reading: a later run reads what this one wrote there, not the committed file."
+    if unknown_reads:
+        why += f" Every rewritten file counts as an input here: {unknown_reads}."
     return finding(
         stage=stage,
         category=Category.TARGET_MODIFIED,
@@ -151,7 +157,7 @@ def modification_finding(stage: str, changes: Changes) -> Finding:
         location=None,
         problem=(
             f"While the {stage} stage ran the target's code, {len(named)} of its source file(s) were changed or deleted: "
-            f"{listed}. What the stage checked is not what was committed."
+            f"{listed}. What the stage checked is not what was committed.{why}"
         ),
         impact="A version that edits itself while it is checked (a conftest.py that swaps in a working file, "
         "deletes a failing test) can pass a gate it should fail; the gate ran on a copy, so your files are unchanged.",
@@ -165,6 +171,10 @@ def modification_finding(stage: str, changes: Changes) -> Finding:
         block_on=(),  # the rule always blocks
         key="target-modified " + " ".join(sorted([*changes.modified, *changes.deleted])),
     )
+
+
+def _first(paths: list[str]) -> str:
+    return ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
 
 
 def with_user_paths(outcome: StageOutcome, copy_root: Path, user_root: Path) -> StageOutcome:

@@ -1,18 +1,20 @@
 """Which of the tracked files a stage's run rewrote matter to the gate, and which are results.
 
-A run that changes what the gate executes or reads (Python sources and binaries, tests and
-their data, conftest, the configuration pytest, traingate and packaging read, configuration
-files the training may read: .toml, .ini, .cfg, .yaml; a file the entrypoint is given) changed
-what is checked: `target-modified`, always blocking. A training
-function that writes its results over tracked files (a reproducibility snapshot `.json`, a
-`.md` table, a `.txt` log) changed nothing the gate runs: one low `target-modified/result-files`
-finding per run, whichever stage saw it first, and never blocking.
+Decided by observation, not by a file's name (docs/contract.md, "Files the run rewrote"). A
+rewritten file changed what is checked, `target-modified` and always blocking, when a later run
+of the stage or the gate reads it: Python sources and binaries, the configuration the gate and
+pytest parse, the paths the entrypoint and `tests` name, and every file the stage's runs of
+target code opened for reading (recorded by an audit hook in those processes,
+`traingate.stages.contract.reads`). A file the run read and then rewrote (a config it edits)
+blocks too. Everything else the training only wrote (a reproducibility snapshot, a pip-freeze
+dump, a results table) changed nothing the gate runs: one low `target-modified/result-files`
+finding per run, whichever stage saw it first, and never blocking. Where the record of what the
+runs read is missing or incomplete, every rewritten file counts as read: the gate fails closed.
 """
 
 from __future__ import annotations
 
 import posixpath
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -21,21 +23,13 @@ from typing import Any
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.findings import finding
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding
+from traingate.stages.contract.reads import FilesRead
 
 # Executed by Python or loaded by it: sources, stubs, path hooks, extension modules, bytecode.
 CODE_SUFFIXES = frozenset({".py", ".pyi", ".pyw", ".pyx", ".pxd", ".pth", ".so", ".pyd", ".dylib", ".dll", ".pyc"})
-# Read by pytest, traingate, coverage or the packaging tools the target's code is installed with.
-CONFIG_NAMES = frozenset(
-    {
-        "pyproject.toml", "traingate.toml", "pytest.ini", ".pytest.ini", "setup.cfg", "tox.ini", ".coveragerc",
-        "MANIFEST.in", "Pipfile", "Pipfile.lock", "poetry.lock", "uv.lock", "pdm.lock", "environment.yml", "environment.yaml",
-    }
-)
-# Configuration formats: the training may read its settings from any of them.
-CONFIG_SUFFIXES = frozenset({".toml", ".ini", ".cfg", ".conf", ".yaml", ".yml"})
-_REQUIREMENTS = re.compile(r"^(requirements|constraints)[\w.-]*\.(txt|in)$", re.IGNORECASE)
-# Tests read their data files: everything under a test folder is an input.
-TEST_FOLDERS = frozenset({"tests", "test", "testing"})
+# Parsed by traingate (its configuration) and by pytest (its configuration files, wherever it
+# finds its rootdir), whether or not this run happened to open them.
+CONFIG_NAMES = frozenset({"pyproject.toml", "traingate.toml", "pytest.ini", ".pytest.ini", "setup.cfg", "tox.ini"})
 RESULT_FILES_RULE = "target-modified/result-files"
 
 
@@ -53,14 +47,44 @@ def named_paths(config: TargetConfig) -> set[str]:
     return found
 
 
-def is_gate_input(rel: str, named: Iterable[str] = ()) -> bool:
-    """True when the gate executes or reads `rel` (a path relative to the target's root)."""
+def is_gate_input(rel: str, named: Iterable[str] = (), read: Iterable[str] = ()) -> bool:
+    """True when the gate or a later run executes or reads `rel` (relative to the target's root):
+    code, the gate's and pytest's configuration, a path named in the configuration, or a file
+    the runs were seen to open for reading."""
     path = PurePosixPath(rel)
-    if path.suffix.lower() in CODE_SUFFIXES | CONFIG_SUFFIXES or path.name in CONFIG_NAMES or _REQUIREMENTS.match(path.name):
-        return True
-    if TEST_FOLDERS & set(path.parts[:-1]):
+    if path.suffix.lower() in CODE_SUFFIXES or path.name in CONFIG_NAMES or rel in read:
         return True
     return any(rel == n or rel.startswith(n.rstrip("/") + "/") for n in named if n != ".")
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    """What decides, for one stage, whether a rewritten file is an input (see the module)."""
+
+    named: frozenset[str]
+    read: FilesRead | None  # None: the stage handed back no record
+
+    @classmethod
+    def of(cls, config: TargetConfig, read: FilesRead | None) -> GateInputs:
+        return cls(named=frozenset(named_paths(config)), read=read)
+
+    @property
+    def unknown_reads(self) -> str | None:
+        """Why what the runs read is not fully known (every rewritten file then counts as read)."""
+        if self.read is None:
+            return "the stage handed back no record of what its runs read"
+        return None if self.read.complete else (self.read.why_incomplete or "the record of what the runs read is incomplete")
+
+    def __call__(self, rel: str) -> bool:
+        if self.unknown_reads is not None:
+            return True
+        assert self.read is not None
+        return is_gate_input(rel, self.named, frozenset(self.read.paths))
+
+    def read_by_the_run(self, paths: Iterable[str]) -> list[str]:
+        """Those of `paths` the runs were seen to open for reading."""
+        seen = frozenset(self.read.paths) if self.read is not None else frozenset()
+        return [p for p in paths if p in seen]
 
 
 @dataclass
@@ -94,7 +118,7 @@ def result_files_finding(stage: str, modified: list[str], deleted: list[str]) ->
         ),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{len(modified)} modified, {len(deleted)} deleted, none of them code, tests or configuration",
+            summary=f"{len(modified)} modified, {len(deleted)} deleted, none of them code, configuration or read by a run",
             data={"modified": modified, "deleted": deleted},
         ),
         block_on=set(),  # the rule never blocks

@@ -22,6 +22,7 @@ from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.stages.contract import guard, inherited
+from traingate.stages.contract.reads import combined
 
 
 def main() -> None:
@@ -50,7 +51,8 @@ def main() -> None:
             baseline=request.baseline,
             warm=warm,
         )
-        reply = AgentReply[StageOutcome](outcome=stage.run(ctx))
+        outcome = stage.run(ctx)
+        reply = AgentReply[StageOutcome](outcome=outcome.model_copy(update={"files_read": combined(ctx.files_read)}))
     except BaseException as exc:  # noqa: BLE001 - the parent turns this into stage-error
         reply = AgentReply[StageOutcome](error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
     finally:

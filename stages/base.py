@@ -34,6 +34,7 @@ from traingate.pipeline.schema import (
 )
 from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
+from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.target_env import target_env
 from traingate.stages.contract.messages import HARNESS_RESULT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult
 
@@ -55,6 +56,9 @@ class StageContext:
     _counter: int = field(default=0, repr=False)
     # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
     entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)
+    # What each child run of target code (pytest, entrypoint) opened for reading; None for a
+    # run that handed back no record. The agent hands the union back with the stage's outcome.
+    files_read: list[FilesRead | None] = field(default_factory=list, repr=False)
     # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.warm`); None: every
     # run starts a fresh interpreter. The stage agent sets it and closes it at the stage's end.
     warm: WarmPool | None = field(default=None, repr=False)
@@ -255,6 +259,7 @@ def run_entrypoint(
     )
     ctx.entrypoint_runs.append((label, child))
     record, problem = read_harness_result(child, nonce)
+    ctx.files_read.append(record.reads if record is not None else None)
     return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
 
 

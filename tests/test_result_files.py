@@ -12,28 +12,60 @@ from tests.conftest import TARGETS, GateRun, run_gate
 from traingate.pipeline.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.once_per_run import OncePerRun
 from traingate.pipeline.schema import Category, Severity
-from traingate.pipeline.snapshot import Changes
-from traingate.pipeline.written_files import RESULT_FILES_RULE, ResultWrites, is_gate_input, named_paths
+from traingate.pipeline.snapshot import Changes, modification_finding
+from traingate.pipeline.written_files import RESULT_FILES_RULE, GateInputs, ResultWrites, is_gate_input, named_paths
+from traingate.stages.contract.reads import FilesRead
 
 STAGES = ("execution", "performance", "concurrency", "correctness")
-RESULTS = ["repro/metrics.txt", "repro/snapshot.json", "repro/summary.md"]
+# A pip-freeze dump named like an input is still a result: no run reads it.
+RESULTS = ["environment/requirements.txt", "repro/metrics.txt", "repro/snapshot.json", "repro/summary.md", "results/metrics.json"]
 
 
 @pytest.mark.parametrize(
     "rel",
     [
         "train.py", "pkg/model.pyi", "conftest.py", "sitecustomize.pth", "ext/_ops.cpython-311-x86_64-linux-gnu.so",
-        "pyproject.toml", "traingate.toml", "pytest.ini", "setup.cfg", "tox.ini", "requirements.txt", "requirements-dev.txt",
-        "tests/data/expected.json", "test/golden.txt", "pkg/tests/fixtures/batch.csv", "configs/train.yaml", "hparams.yml", "model.cfg",
+        "pyproject.toml", "traingate.toml", "pytest.ini", "setup.cfg", "tox.ini", "sub/pyproject.toml",
     ],
 )
-def test_code_tests_and_configuration_are_gate_inputs(rel: str) -> None:
+def test_code_and_the_configuration_the_gate_and_pytest_parse_are_inputs_by_name(rel: str) -> None:
     assert is_gate_input(rel)
 
 
-@pytest.mark.parametrize("rel", ["repro/snapshot.json", "REPRODUCIBILITY.md", "results/metrics.txt", "runs/loss.csv", "latest.txt"])
-def test_result_files_are_not_gate_inputs(rel: str) -> None:
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "repro/snapshot.json", "REPRODUCIBILITY.md", "results/metrics.txt", "runs/loss.csv", "latest.txt",
+        # Names that look like inputs are results unless a run reads them: decided by observation.
+        "requirements.txt", "environment/requirements.txt", "config.yaml", "configs/train.yaml", "hparams.yml", "model.cfg",
+    ],
+)
+def test_files_no_run_read_are_results_whatever_their_name(rel: str) -> None:
     assert not is_gate_input(rel)
+
+
+def test_a_file_a_run_read_is_an_input_whatever_its_name() -> None:
+    read = FilesRead(paths=["configs/train.json", "data/labels.csv"])
+    inputs = GateInputs.of(TargetConfig(tests=["tests"]), read)
+    assert inputs("configs/train.json") and inputs("data/labels.csv")
+    assert not inputs("results/metrics.json") and not inputs("environment/requirements.txt")
+    assert inputs("tests/data/golden.txt")  # under a path `tests` names
+    assert inputs.read_by_the_run(["results/metrics.json", "configs/train.json"]) == ["configs/train.json"]
+
+
+@pytest.mark.parametrize(
+    ("read", "why"),
+    [
+        (None, "handed back no record"),
+        (FilesRead(paths=["a.json"], complete=False, why_incomplete="1 of the stage's 2 run(s) handed back no record of what they read"), "1 of the stage's 2"),
+    ],
+)
+def test_without_a_complete_record_of_the_reads_every_rewritten_file_is_an_input(read: FilesRead | None, why: str) -> None:
+    inputs = GateInputs.of(TargetConfig(), read)
+    assert inputs("results/metrics.json") and inputs("environment/requirements.txt")
+    assert inputs.unknown_reads is not None and why in inputs.unknown_reads
+    finding = modification_finding("execution", Changes(modified=["results/metrics.json"]), [], inputs.unknown_reads)
+    assert finding.blocking and why in finding.problem
 
 
 def test_a_file_handed_to_the_entrypoint_is_an_input() -> None:
@@ -45,7 +77,7 @@ def test_a_file_handed_to_the_entrypoint_is_an_input() -> None:
 
 def test_changes_split_into_inputs_and_results() -> None:
     changes = Changes(modified=["train.py", "repro/snapshot.json"], deleted=["tests/test_a.py", "old.md"])
-    inputs, results = changes.partition(is_gate_input)
+    inputs, results = changes.partition(GateInputs.of(TargetConfig(tests=["tests"]), FilesRead(paths=[])))
     assert inputs == Changes(modified=["train.py"], deleted=["tests/test_a.py"])
     assert results == Changes(modified=["repro/snapshot.json"], deleted=["old.md"])
 
@@ -105,3 +137,24 @@ def test_the_result_files_are_one_low_finding_for_the_whole_run(result_files_gat
     assert written["stage"] == "execution"  # the first stage that ran the training
     assert sorted(written["evidence"]["data"]["modified"]) == RESULTS
     assert written["title"].startswith("Training writes into tracked files: ")
+
+
+@pytest.fixture(scope="module")
+def config_edit_gate(tmp_path_factory: pytest.TempPathFactory) -> tuple[GateRun, bool]:
+    target = TARGETS / "config_edit"
+    before = _digest(target)
+    run = run_gate(target, tmp_path_factory.mktemp("config_edit") / "out", "--stages", "execution")
+    return run, _digest(target) == before
+
+
+@pytest.mark.slow
+def test_a_config_the_training_reads_and_rewrites_blocks(config_edit_gate: tuple[GateRun, bool]) -> None:
+    run, unchanged = config_edit_gate
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK", run.stdout + run.stderr
+    assert unchanged, "the user's tree was modified"
+    # config.yaml is no input by its name: it blocks because the runs were seen to read it.
+    assert not is_gate_input("config.yaml")
+    [modified] = run.findings("target-modified")
+    assert modified["rule"] == "target-modified" and modified["blocking"] and modified["severity"] == "critical"
+    assert modified["evidence"]["data"] == {"modified": ["config.yaml"], "deleted": []}
+    assert "opened config.yaml for reading" in modified["problem"]

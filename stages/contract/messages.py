@@ -13,6 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from traingate.stages.contract.channel import ChannelSpec
+from traingate.stages.contract.reads import FilesRead
 
 # Envelope kinds on the channel.
 AGENT_REPLY = "agent-reply"
@@ -222,6 +223,8 @@ class HarnessResult(Strict):
     # spec -> the instrument's collect() result, or {"error": traceback} when it failed.
     instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)
     distributed: DistributedRecord | None = None
+    # What the run's processes opened for reading under the target's root (None: not recorded).
+    reads: FilesRead | None = None
 
     @field_validator("instruments")
     @classmethod

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter
 
 from traingate.stages.contract.messages import Strict, TargetFrame
+from traingate.stages.contract.reads import FilesRead
 
 # -- parts ---------------------------------------------------------------------------------
 
@@ -254,10 +255,21 @@ class ItemsEvent(Strict):
     items: list[ItemRecord]
 
 
+# -- the launcher's own last event ------------------------------------------------------
+
+
+class ReadsEvent(Strict):
+    """What the pytest process (and the processes forked from it) opened for reading under the
+    target's root, sent once pytest has returned."""
+
+    event: Literal["reads"] = "reads"
+    reads: FilesRead
+
+
 PytestEvent = Annotated[
     ConftestErrorEvent | StartEvent | CollectErrorEvent | CollectedEvent | TestStartEvent | ReportEvent | WarningEvent
     | InterruptEvent | InternalErrorEvent | FinishEvent
-    | SelectionEvent | XdistDisabledEvent | IgnoredEvent | CollectSkipEvent | DeselectedEvent | ItemsEvent,
+    | SelectionEvent | XdistDisabledEvent | IgnoredEvent | CollectSkipEvent | DeselectedEvent | ItemsEvent | ReadsEvent,
     Field(discriminator="event"),
 ]
 PYTEST_EVENTS: TypeAdapter[PytestEvent] = TypeAdapter(PytestEvent)

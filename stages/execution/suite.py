@@ -45,6 +45,7 @@ from traingate.stages.contract.pytest_events import (
     OptionValue,
     PytestEvent,
     RaisedException,
+    ReadsEvent,
     ReportEvent,
     SelectionEvent,
     SkipSite,
@@ -174,6 +175,9 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
         events, problem = [], str(exc)
     if problem:
         events = []
+    read_events = [e for e in events if isinstance(e, ReadsEvent)]
+    ctx.files_read.append(read_events[-1].reads if len(read_events) == 1 else None)
+    events = [e for e in events if not isinstance(e, ReadsEvent)]
     return SuiteRun(
         args=args,
         config_file=config_file.relative_to(ctx.root).as_posix() if config_file else None,

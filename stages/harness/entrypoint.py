@@ -43,7 +43,7 @@ from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.frames import innermost_target, is_target_file, relative
 from traingate.stages.contract.instruments import ERROR_KEY
 from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
-from traingate.stages.contract import guard
+from traingate.stages.contract import guard, reads
 
 MAX_WARNINGS = 200
 # The return value's summary: no string longer than this, and the whole summary at most
@@ -356,17 +356,20 @@ def as_sent(fields: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     guard.install()
     request, channel = receive_request(EntrypointRequest)
+    # Before any target code runs: what the run reads tells its inputs from its results.
+    files_read = reads.install(request.target_root)
     if request.distributed is not None:
         from traingate.stages.harness.distributed import launch
 
         def send(combined: dict[str, Any]) -> None:
-            channel.send(HARNESS_RESULT, combined)
+            channel.send(HARNESS_RESULT, {**combined, "reads": files_read().model_dump(mode="json")})
             channel.close()
             sys.stdout.flush()
             sys.stderr.flush()
 
         launch(request, send)  # reports and ends the process itself
-    channel.send(HARNESS_RESULT, as_sent(run(request)))
+    result = run(request)
+    channel.send(HARNESS_RESULT, as_sent({**result, "reads": files_read().model_dump(mode="json")}))
     channel.close()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -20,7 +20,8 @@ import pytest
 
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.messages import CoverageSpec, PytestRequest
-from traingate.stages.contract import guard
+from traingate.stages.contract import guard, reads
+from traingate.stages.contract.pytest_events import ReadsEvent
 
 
 class CoverageWindow:
@@ -57,6 +58,8 @@ def main() -> None:
     guard.install()
     request, channel = receive_request(PytestRequest)
     root = Path(request.root).resolve()
+    # Before pytest imports any of the target's code: what the run reads tells its inputs from its results.
+    files_read = reads.install(str(root))
 
     from traingate.stages.harness.pytest_accounting import TestAccountant
     from traingate.stages.harness.pytest_plugin import EventRecorder, install_warning_sites
@@ -74,6 +77,7 @@ def main() -> None:
     try:
         code = int(pytest.main(list(request.args), plugins=plugins))
     finally:
+        recorder.emit(ReadsEvent(reads=files_read()))
         recorder.close()
     sys.stdout.flush()
     sys.stderr.flush()

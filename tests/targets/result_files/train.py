@@ -1,14 +1,18 @@
 """A small, correct training loop that records a reproducibility snapshot of each run in
-tracked files, as research repositories do."""
+tracked files, as research repositories do: settings and results, the environment as
+`pip freeze` would list it (environment/requirements.txt, written and never read) and the
+run's metrics (results/metrics.json)."""
 
 import json
 import time
+from importlib import metadata
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-REPRO = Path(__file__).resolve().parent / "repro"
+HERE = Path(__file__).resolve().parent
+REPRO = HERE / "repro"
 
 
 def train(steps: int = 12, batch_size: int = 4) -> dict[str, float]:
@@ -37,3 +41,6 @@ def write_snapshot(steps: int, batch_size: int, loss: float) -> None:
     (REPRO / "snapshot.json").write_text(json.dumps(run, indent=1) + "\n")
     (REPRO / "summary.md").write_text(f"| steps | batch | final loss |\n|---|---|---|\n| {steps} | {batch_size} | {loss:.4f} |\n")
     (REPRO / "metrics.txt").write_text(f"final_loss {loss:.6f}\nwritten {stamp}\n")
+    frozen = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"])
+    (HERE / "environment" / "requirements.txt").write_text("\n".join(frozen) + "\n")
+    (HERE / "results" / "metrics.json").write_text(json.dumps({"final_loss": loss, "written": stamp}) + "\n")

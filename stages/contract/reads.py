@@ -1,0 +1,144 @@
+"""Which of the target's files its processes opened for reading, recorded by an audit hook.
+
+The gate tells tampering from results by observation (docs/contract.md, "Files the run
+rewrote"): a tracked file the run rewrote blocks when the run read it. Every child that runs
+target code (the pytest launcher, the entrypoint harness) installs this hook before any target
+code runs; it sees every `open` event (`open()`, `io.open`, `os.open`, the import system's
+`io.open_code`) of the process, keeps those that can read a file under the target's root, and
+the harness hands the set back with its result over the channel.
+
+Audit hooks cannot be removed, and the set lives only in the hook's closure, whose collector
+only the harness holds. Processes forked from this one (DataLoader workers, CPU ranks) inherit
+the hook; they send what they read over a pipe opened here, which the collector drains. When
+that pipe may have overflowed, or a record is missing, the record says it is incomplete and
+the gate treats every rewritten file as read: it fails closed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+# Where the pipe's ends are moved: out of the range a target probes first, like the channel.
+_HIDE_FROM, _HIDE_TO = 300, 900
+# Forked processes write one line per path; a pipe this full may have refused a write.
+_PIPE_BYTES = 1 << 20
+_NEAR_FULL = 8192
+_READ_FLAGS = (os.O_RDONLY, os.O_RDWR)
+
+
+class FilesRead(BaseModel):
+    """What one run (or a stage's runs together) opened for reading under the target's root."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    paths: list[str]  # relative to the target's root, posix, sorted
+    complete: bool = True
+    why_incomplete: str | None = None
+
+
+def opens_for_reading(mode: Any, flags: Any) -> bool:
+    """An `open` event's mode (a str from `open()`, None from `os.open`) or flags can read the
+    file's present content: 'w' truncates first, so only 'r', 'r+', 'a+' and their flag forms."""
+    if isinstance(mode, str):
+        return "r" in mode or ("a" in mode and "+" in mode)
+    if isinstance(flags, int):
+        return (flags & os.O_ACCMODE) in _READ_FLAGS and not flags & os.O_TRUNC
+    return False
+
+
+def relative_under(path: Any, roots: tuple[str, ...]) -> str | None:
+    """`path` (str, bytes or path-like, relative to the working folder) as a posix path
+    relative to `roots[0]` (the root's real path), when it resolves there. Only a path that
+    names a place under one of `roots` (the real path, and the path as given) is resolved, so
+    the opens of the interpreter's own files cost one string test; a symlink inside the tree is
+    followed, so a link to a tracked file counts as that file."""
+    if isinstance(path, int):
+        return None  # an open descriptor: the file was opened, and recorded, by name before
+    text = os.path.abspath(os.fsdecode(os.fspath(path)))
+    if not any(text.startswith(r + os.sep) for r in roots):
+        return None
+    real = os.path.realpath(text)
+    if not real.startswith(roots[0] + os.sep):
+        return None
+    return os.path.relpath(real, roots[0]).replace(os.sep, "/")
+
+
+def install(root: str) -> Callable[[], FilesRead]:
+    """Start recording, in this process and the ones forked from it; the returned collector
+    gives the record so far (call it once, in the process that installed the hook)."""
+    roots = (os.path.realpath(root), os.path.abspath(root))
+    owner = os.getpid()
+    seen: set[str] = set()
+    receive, send = (_hide(fd) for fd in os.pipe())
+    try:
+        fcntl.fcntl(send, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+    except (OSError, AttributeError):
+        pass
+    os.set_blocking(send, False)  # a full pipe must never stall a worker: the collector sees it full
+    capacity = fcntl.fcntl(send, fcntl.F_GETPIPE_SZ) if hasattr(fcntl, "F_GETPIPE_SZ") else 65536
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event != "open":
+            return
+        try:
+            if len(args) < 3 or not opens_for_reading(args[1], args[2]):
+                return
+            rel = relative_under(args[0], roots)
+            if rel is None or rel in seen:
+                return
+            seen.add(rel)
+            if os.getpid() != owner:
+                os.write(send, rel.encode("utf-8", "surrogateescape") + b"\n")
+        except Exception:  # noqa: BLE001 - recording must never change what the target's open does
+            pass
+
+    def collect() -> FilesRead:
+        received = _drain(receive)
+        forked = {line.decode("utf-8", "surrogateescape") for line in received.split(b"\n") if line}
+        paths = sorted(seen | forked)
+        if len(received) + _NEAR_FULL >= capacity:
+            return FilesRead(paths=paths, complete=False, why_incomplete="the forked processes' record of what they read filled its pipe")
+        return FilesRead(paths=paths)
+
+    sys.addaudithook(hook)
+    return collect
+
+
+def _drain(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _hide(fd: int) -> int:
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _HIDE_FROM + secrets.randbelow(_HIDE_TO - _HIDE_FROM))
+    os.close(fd)
+    return moved
+
+
+def combined(records: list[FilesRead | None]) -> FilesRead:
+    """One record for a stage's runs (None: a run that handed back no record, because it died,
+    overran or sent a result the gate rejected): incomplete when any of them is."""
+    paths = sorted({p for r in records if r is not None for p in r.paths})
+    missing = sum(r is None for r in records)
+    partial = [r.why_incomplete or "a run's record is incomplete" for r in records if r is not None and not r.complete]
+    if missing:
+        partial.insert(0, f"{missing} of the stage's {len(records)} run(s) handed back no record of what they read")
+    if partial:
+        return FilesRead(paths=paths, complete=False, why_incomplete="; ".join(dict.fromkeys(partial)))
+    return FilesRead(paths=paths)
