@@ -1,11 +1,16 @@
 """Status, score and decision: computed by the parent from what the stages hand back.
 
-Scoring rule (deterministic):
-- a stage starts at 100 and loses, per finding, critical 40, high 25, medium 10, low 3,
-  info 0; it never goes below 0;
+Scoring rule (deterministic; docs/contract.md, "Decision and score"). The score reads as the
+decision: a BLOCK scores 0-69, a PASS 70-100, so a blocked version never scores above a
+passing one.
+- a stage that blocks starts at 100 and loses, per finding, critical 40, high 25, medium 10,
+  low 3, info 0, and scores at most 69 (never below 0);
+- a stage that passes starts at 100 and loses, per distinct problem it reports (every finding
+  names one cause, with all its places: `traingate.pipeline.findings`), critical 20, high 10,
+  medium 5, low 1, info 0, and scores at least 70: its notes lower it, they do not fail it;
 - a stage whose status is `error` scores 0; a skipped stage has no score;
-- the pipeline score is the lowest score among the stages that ran (0 if none ran);
-- a BLOCK never scores above 69, so a blocked version never looks healthy.
+- the pipeline score is the lowest score among the stages that ran (0 if none ran), at most
+  69 for a BLOCK.
 
 Decision: BLOCK when any finding is blocking or any stage errored; otherwise PASS.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 from traingate.pipeline.schema import Category, Decision, Finding, Severity, StageReport, StageStatus
 
+# What a finding costs a stage that blocks.
 PENALTY = {
     Severity.CRITICAL: 40,
     Severity.HIGH: 25,
@@ -21,7 +27,17 @@ PENALTY = {
     Severity.LOW: 3,
     Severity.INFO: 0,
 }
+# What a problem costs a stage that passes (a high or critical one passes only under a CI
+# policy that does not block on its severity).
+PASS_PENALTY = {
+    Severity.CRITICAL: 20,
+    Severity.HIGH: 10,
+    Severity.MEDIUM: 5,
+    Severity.LOW: 1,
+    Severity.INFO: 0,
+}
 BLOCK_SCORE_CAP = 69
+PASS_SCORE_FLOOR = 70
 
 # Categories that mean the stage itself failed: its status is `error`.
 _ERROR_CATEGORIES = {Category.STAGE_ERROR, Category.CONFIG_ERROR}
@@ -42,7 +58,9 @@ def stage_score(status: StageStatus, findings: list[Finding]) -> int | None:
         return None
     if status is StageStatus.ERROR:
         return 0
-    return max(0, 100 - sum(PENALTY[f.severity] for f in findings))
+    if status is StageStatus.BLOCKED:
+        return min(BLOCK_SCORE_CAP, max(0, 100 - sum(PENALTY[f.severity] for f in findings)))
+    return max(PASS_SCORE_FLOOR, 100 - sum(PASS_PENALTY[f.severity] for f in findings))
 
 
 def decide(stages: list[StageReport]) -> tuple[Decision, int]:

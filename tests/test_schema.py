@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from traingate.pipeline.policy import BLOCK_SCORE_CAP, decide, stage_score, stage_status
+from traingate.pipeline.policy import BLOCK_SCORE_CAP, PASS_SCORE_FLOOR, decide, stage_score, stage_status
 from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
 from traingate.pipeline.registry import RegistryError, Stage, build_registry, load_stage
 
@@ -92,12 +92,25 @@ def _stage(findings: list[Finding], skipped: str | None = None) -> StageReport:
 
 def test_scoring_rule() -> None:
     assert _stage([]).score == 100
-    assert _stage([_finding(severity=Severity.MEDIUM), _finding(severity=Severity.LOW)]).score == 87
+    # A passing stage loses 5 per medium and 1 per low problem.
+    assert _stage([_finding(severity=Severity.MEDIUM), _finding(severity=Severity.LOW)]).score == 94
+    # A blocking stage loses 40, 25, 10 and 3, and scores at most 69.
+    assert _stage([_finding(severity=Severity.HIGH), _finding(severity=Severity.HIGH)]).score == 50
     blocked = _stage([_finding(severity=Severity.HIGH)])
-    assert blocked.status is StageStatus.BLOCKED and blocked.score == 75
+    assert blocked.status is StageStatus.BLOCKED and blocked.score == BLOCK_SCORE_CAP
     decision, score = decide([_stage([]), blocked])
-    assert decision.value == "BLOCK" and score == min(75, BLOCK_SCORE_CAP)
+    assert decision.value == "BLOCK" and score == BLOCK_SCORE_CAP
     assert decide([_stage([]), _stage([], skipped="no entrypoint")]) == (decide([_stage([])])[0], 100)
+
+
+def test_a_pass_with_many_notes_still_scores_above_any_block() -> None:
+    """23 low notes (what one per left-out test file gave) read as a pass, not a failing grade."""
+    notes = _stage([_finding(severity=Severity.LOW, line=n) for n in range(23)])
+    assert notes.status is StageStatus.PASSED and notes.score == 77
+    worst_pass = _stage([_finding(severity=Severity.MEDIUM, line=n) for n in range(50)])
+    assert worst_pass.score == PASS_SCORE_FLOOR
+    best_block = _stage([_finding(severity=Severity.HIGH)])
+    assert decide([worst_pass])[1] > decide([best_block])[1] == BLOCK_SCORE_CAP
 
 
 def test_nothing_ran_is_not_a_pass() -> None:
