@@ -3,7 +3,8 @@ one of its sub-rules), one result per finding, under its rule's id.
 
 Locations are relative to the repository's root (code scanning resolves them against the
 checkout), so a target in a subfolder names its files with the subfolder in front. A finding
-without a location is anchored on the configuration file, or on the target's folder.
+without a location is anchored on the configuration file, or on the target's folder. A finding that names one cause found at several
+places (the test files a suite leaves out) is one result with a location for each.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Any
 from urllib.parse import quote
 
 from traingate.pipeline.rules import Rule
-from traingate.pipeline.schema import Finding, PipelineReport, Severity
+from traingate.pipeline.findings import every_location
+from traingate.pipeline.schema import Finding, Location, PipelineReport, Severity
 from traingate.reports.facts import RunFacts, worst_first
 
 SARIF_VERSION = "2.1.0"
@@ -82,7 +84,7 @@ def _result(finding: Finding, facts: RunFacts, rule_index: int | None) -> dict[s
         "ruleId": finding.rule or finding.category.value,
         "level": LEVELS[finding.severity],
         "message": {"text": _message(finding)},
-        "locations": [_location(finding, facts)],
+        "locations": _locations(finding, facts),
         "partialFingerprints": {FINGERPRINT_KEY: finding.id},
         "properties": {
             "severity": finding.severity.value,
@@ -101,8 +103,14 @@ def _message(finding: Finding) -> str:
     return f"{finding.title}\n\n{finding.problem}\n\nImpact: {finding.impact}\n\nFix: {finding.fix}\n\n{verdict}"
 
 
-def _location(finding: Finding, facts: RunFacts) -> dict[str, Any]:
-    loc = finding.location
+def _locations(finding: Finding, facts: RunFacts) -> list[dict[str, Any]]:
+    """Every place of the finding: one cause found at several places is one result with
+    several locations (`traingate.pipeline.findings.every_location`)."""
+    places = every_location(finding)
+    return [_location(place, facts) for place in places] if places else [_location(None, facts)]
+
+
+def _location(loc: Location | None, facts: RunFacts) -> dict[str, Any]:
     physical: dict[str, Any]
     if loc is not None:
         physical = {"artifactLocation": _artifact(facts.repo_path(loc.path))}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 from traingate.pipeline.execution_details import BaselineTests
+from traingate.pipeline.findings import LOCATIONS_KEY, locations_data
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting import Selection, hook_location, hook_site, repo_test_files
@@ -191,22 +192,31 @@ def reported_apart(record: TestRecord) -> bool:
 
 
 def left_out_files(ctx: StageContext, result: SuiteResult, records: list[TestRecord]) -> list[Finding]:
-    """`test-selection` (low): test files in the repository the configured suite never reached."""
+    """`test-selection` (low): the test files in the repository the configured suite never
+    reached, one finding for all of them (one cause: what `tests` names), each file a location."""
     reached = {r.path for r in records if r.path} | {e.path for e in result.collection_errors}
     left = [f for f in repo_test_files(ctx.root) if f not in reached and _defines_tests(ctx.root / f)]
+    if not left:
+        return []
+    named = ", ".join(left[:MAX_NAMED]) + (f" and {len(left) - MAX_NAMED} more" if len(left) > MAX_NAMED else "")
+    first = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+    places = [Location(path=path, line=None) for path in left]
     return [
         ctx.finding(
             category=Category.TEST_SELECTION,
             severity=Severity.LOW,
-            title=f"{path} is not part of the test run",
-            location=Location(path=path, line=None),
-            problem=f"{path} defines tests, but the suite the gate ran (`tests = {ctx.config.tests}`) did not collect it.",
-            impact="Its tests verify nothing in this run.",
-            fix="Add its folder to `tests`, or move it under a folder the suite runs; if it is not a test module, rename it.",
-            evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{path} not collected", data={"tests": ctx.config.tests}),
-            key=f"left out {path}",
+            title=f"{len(left)} test file{'s are' if len(left) > 1 else ' is'} not part of the test run: {first}",
+            location=None,  # the cause is the configuration; the files are the evidence's locations
+            problem=f"{named} define{'s' if len(left) == 1 else ''} tests, but the suite the gate ran (`tests = {ctx.config.tests}`) did not collect {'it' if len(left) == 1 else 'them'}.",
+            impact="Their tests verify nothing in this run. If leaving them out is deliberate (they need packages the CI does not install), this note is the only trace of it.",
+            fix="Add their folders to `tests`, or move them under a folder the suite runs; a file that is not a test module, rename it.",
+            evidence=Evidence(
+                kind=EvidenceKind.OBSERVED,
+                summary=f"{len(left)} test file(s) not collected",
+                data={"tests": ctx.config.tests, "files": left, LOCATIONS_KEY: locations_data(places)},
+            ),
+            key="left out test files",
         )
-        for path in left[:MAX_NAMED]
     ]
 
 

@@ -1,0 +1,2 @@
+def test_module_02_holds():
+    assert 2 + 1 == 3

@@ -1,0 +1,2 @@
+def test_module_05_holds():
+    assert 5 + 1 == 6

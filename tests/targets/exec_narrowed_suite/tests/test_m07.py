@@ -1,0 +1,2 @@
+def test_module_07_holds():
+    assert 7 + 1 == 8

@@ -1,0 +1,2 @@
+def test_module_10_holds():
+    assert 10 + 1 == 11

@@ -1,0 +1,2 @@
+def test_module_12_holds():
+    assert 12 + 1 == 13

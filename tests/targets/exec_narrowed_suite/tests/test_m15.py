@@ -1,0 +1,2 @@
+def test_module_15_holds():
+    assert 15 + 1 == 16

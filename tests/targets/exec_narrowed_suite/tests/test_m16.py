@@ -1,0 +1,2 @@
+def test_module_16_holds():
+    assert 16 + 1 == 17

@@ -1,0 +1,2 @@
+def test_module_20_holds():
+    assert 20 + 1 == 21

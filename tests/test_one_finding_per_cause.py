@@ -1,0 +1,63 @@
+"""One finding per cause: a check that finds the same cause at several places (test files the
+suite leaves out) reports it once, listing the places in its evidence and as the SARIF result's
+locations; and the score of such a pass reads as a pass."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import TARGETS, GateRun, run_gate
+from traingate.pipeline.findings import LOCATIONS_KEY, every_location, locations_data
+from traingate.pipeline.policy import PASS_SCORE_FLOOR
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+
+NARROWED = TARGETS / "exec_narrowed_suite"
+LEFT_OUT = [f"tests/test_m{n:02d}.py" for n in range(2, 22)]
+
+
+@pytest.fixture(scope="module")
+def narrowed_gate(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    out = tmp_path_factory.mktemp("narrowed") / "out"
+    return run_gate(NARROWED, out, "--stages", "execution", "--format", "json,md,sarif")
+
+
+@pytest.mark.slow
+def test_a_suite_narrowed_to_one_file_of_twenty_one_is_one_finding_naming_the_twenty(narrowed_gate: GateRun) -> None:
+    run = narrowed_gate
+    assert run.returncode == 0 and run.report["decision"] == "PASS", run.stdout + run.stderr
+    [selection] = run.findings("test-selection")
+    assert run.findings() == [selection]
+    assert selection["severity"] == "low" and not selection["blocking"]
+    assert selection["evidence"]["data"]["files"] == LEFT_OUT
+    named = selection["problem"].split(" define")[0]
+    assert named.split(", ") == LEFT_OUT
+    assert selection["title"].startswith("20 test files are not part of the test run")
+    assert [place["path"] for place in selection["evidence"]["data"][LOCATIONS_KEY]] == LEFT_OUT
+    # One low note: the pass reads as one.
+    assert PASS_SCORE_FLOOR <= run.report["score"] == 99
+
+
+@pytest.mark.slow
+def test_the_sarif_result_carries_every_left_out_file(narrowed_gate: GateRun) -> None:
+    sarif = json.loads((narrowed_gate.out / "report.sarif").read_text())
+    [result] = sarif["runs"][0]["results"]
+    uris = [loc["physicalLocation"]["artifactLocation"]["uri"] for loc in result["locations"]]
+    assert [uri.rsplit("/", 2)[-2] + "/" + uri.rsplit("/", 1)[-1] for uri in uris] == LEFT_OUT
+
+
+def _grouped(location: Location | None, places: list[object]) -> Finding:
+    evidence = Evidence(kind=EvidenceKind.OBSERVED, data={LOCATIONS_KEY: places})
+    return Finding.create(
+        stage="execution", category=Category.TEST_SELECTION, severity=Severity.LOW, title="t", location=location,
+        problem="p", impact="i", fix="f", evidence=evidence, block_on=set(),
+    )
+
+
+def test_every_location_lists_the_finding_s_own_first_and_each_place_once() -> None:
+    a, b = Location(path="a.py", line=3), Location(path="b.py")
+    assert every_location(_grouped(a, locations_data([a, b, b]))) == [a, b]
+    assert every_location(_grouped(None, locations_data([b]))) == [b]
+    # A record that is not a place is left out, never an error in a renderer.
+    assert every_location(_grouped(a, ["b.py", {"line": 2}, *locations_data([b])])) == [a, b]
