@@ -157,17 +157,18 @@ def test_deprecated_amp_apis_in_a_test_and_in_the_entrypoint(exec_gate):
     assert found[in_entrypoint]["evidence"]["data"]["sources"] == ["smoke"]
 
 
-def test_a_deprecated_api_called_from_several_lines_is_reported_at_each(exec_gate):
+def test_a_deprecated_api_called_from_several_lines_is_one_finding_naming_each(exec_gate):
     # torch issues the weight_norm warning from one line of its own, so a filter that shows a
     # warning once per issuing line would keep only the first calling line of the target.
     gate, _ = exec_gate("exec_repeated_deprecation")
-    found = [loc(f) for f in gate.findings("deprecated-api")]
+    [found] = gate.findings("deprecated-api")  # one cause, one fix: one finding
     planted = [("tcn.py", line_of("exec_repeated_deprecation", "tcn.py", f"planted: {where}")) for where in ("first call", "second call", "in a loop")]
-    # Each line once: the loop's three calls from one line are one finding, not three.
-    assert sorted(found) == sorted(planted)
-    assert all("parametrizations.weight_norm" in f["evidence"]["data"]["message"] for f in gate.findings("deprecated-api"))
+    # Each line once: the loop's three calls from one line are one place, not three.
+    places = [(p["path"], p["line"]) for p in found["evidence"]["data"]["locations"]]
+    assert sorted(places) == sorted(planted) and loc(found) in planted
+    assert "parametrizations.weight_norm" in found["evidence"]["data"]["message"]
     # ...but counted three times: the evidence says how often each line warned.
-    raised = {loc(f): int(f["evidence"]["summary"].split(" raised ")[1].split(" time")[0]) for f in gate.findings("deprecated-api")}
+    raised = {(s["path"], s["line"]): s["count"] for s in found["evidence"]["data"]["sites"]}
     assert raised[planted[2]] == 3 * raised[planted[0]] == 3 * raised[planted[1]]
     assert gate.report["decision"] == "PASS"  # deprecated-api never blocks
 

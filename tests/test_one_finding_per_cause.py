@@ -5,13 +5,18 @@ locations; and the score of such a pass reads as a pass."""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import TARGETS, GateRun, run_gate
 from traingate.pipeline.findings import LOCATIONS_KEY, every_location, locations_data
 from traingate.pipeline.policy import PASS_SCORE_FLOOR
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
+from traingate.stages.base import StageContext
+from traingate.stages.execution.accounting_checks import module_skips
 
 NARROWED = TARGETS / "exec_narrowed_suite"
 LEFT_OUT = [f"tests/test_m{n:02d}.py" for n in range(2, 22)]
@@ -61,3 +66,21 @@ def test_every_location_lists_the_finding_s_own_first_and_each_place_once() -> N
     assert every_location(_grouped(None, locations_data([b]))) == [b]
     # A record that is not a place is left out, never an error in a renderer.
     assert every_location(_grouped(a, ["b.py", {"line": 2}, *locations_data([b])])) == [a, b]
+
+
+def _ctx(root: Path) -> StageContext:
+    return StageContext(stage="execution", root=root, config=TargetConfig(), device="cpu", deadline=time.time() + 60, scratch=root / "scratch")
+
+
+def _module_skipped(module: str, reason: str) -> TestRecord:
+    where = Location(path=module, line=3)
+    return TestRecord(nodeid=module, outcome="skipped", path=module, taken_out=TakenOut(how="module-skipped", by="pytest.skip()", reason=reason, where=where))
+
+
+def test_modules_skipped_for_one_reason_are_one_finding(tmp_path: Path) -> None:
+    records = [_module_skipped(f"tests/test_{n}.py", "needs transformers") for n in "abc"] + [_module_skipped("tests/test_d.py", "slow")]
+    grouped, single = module_skips(_ctx(tmp_path), records)
+    assert grouped.title == "3 test modules skipped at collection: needs transformers" and grouped.location is None
+    assert grouped.evidence.data["modules"] == ["tests/test_a.py", "tests/test_b.py", "tests/test_c.py"]
+    assert [place.path for place in every_location(grouped)] == grouped.evidence.data["modules"]
+    assert single.title == "tests/test_d.py skipped at collection: slow" and single.location == Location(path="tests/test_d.py", line=3)

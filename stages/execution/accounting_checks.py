@@ -159,28 +159,40 @@ def hidden_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
 
 
 def module_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
-    """`skipped-tests` (low): a test module skipped while it was collected (`pytest.skip(...,
-    allow_module_level=True)`, `pytest.importorskip` at its top): none of its tests is even
-    collected, so no count shows them."""
-    found = []
+    """`skipped-tests` (low): test modules skipped while they were collected (`pytest.skip(...,
+    allow_module_level=True)`, `pytest.importorskip` at their top): none of their tests is even
+    collected, so no count shows them. One finding per reason, each module a location."""
+    groups: OrderedDict[str, list[TestRecord]] = OrderedDict()
     for record in records:
-        taken = record.taken_out
-        if taken is None or taken.how != "module-skipped":
-            continue
+        if record.taken_out is not None and record.taken_out.how == "module-skipped":
+            groups.setdefault(record.taken_out.reason, []).append(record)
+    found = []
+    for reason, group in groups.items():
+        modules = [r.nodeid for r in group]
+        places = [r.taken_out.where or Location(path=r.nodeid) for r in group if r.taken_out is not None]
+        one = len(group) == 1
         found.append(
             ctx.finding(
                 category=Category.SKIPPED_TESTS,
                 severity=Severity.LOW,
-                title=f"{record.nodeid} skipped at collection: {taken.reason}",
-                location=taken.where,
-                problem=f"{record.nodeid} was skipped while pytest collected it (reason \"{taken.reason}\"): none of its tests was collected or run.",
-                impact="The module's tests verify nothing in this run, and no test count includes them.",
+                title=(f"{modules[0]} skipped" if one else f"{len(group)} test modules skipped") + f" at collection: {reason}",
+                location=places[0] if one else None,
+                problem=f"{_listed(modules)} {'was' if one else 'were'} skipped while pytest collected {'it' if one else 'them'} (reason \"{reason}\"): none of {'its' if one else 'their'} tests was collected or run.",
+                impact="Their tests verify nothing in this run, and no test count includes them.",
                 fix="Run them where their condition holds, or remove the module-level skip if it no longer applies.",
-                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"module skipped: {taken.reason}", data={"module": record.nodeid, "reason": taken.reason}),
-                key=f"module skipped {record.nodeid} {taken.reason}",
+                evidence=Evidence(
+                    kind=EvidenceKind.OBSERVED,
+                    summary=f"{len(group)} module(s) skipped: {reason}",
+                    data={"modules": modules, "reason": reason, LOCATIONS_KEY: locations_data(places)},
+                ),
+                key=f"module skipped {reason}",
             )
         )
     return found
+
+
+def _listed(paths: list[str]) -> str:
+    return ", ".join(paths[:MAX_NAMED]) + (f" and {len(paths) - MAX_NAMED} more" if len(paths) > MAX_NAMED else "")
 
 
 def reported_apart(record: TestRecord) -> bool:
@@ -198,7 +210,7 @@ def left_out_files(ctx: StageContext, result: SuiteResult, records: list[TestRec
     left = [f for f in repo_test_files(ctx.root) if f not in reached and _defines_tests(ctx.root / f)]
     if not left:
         return []
-    named = ", ".join(left[:MAX_NAMED]) + (f" and {len(left) - MAX_NAMED} more" if len(left) > MAX_NAMED else "")
+    named = _listed(left)
     first = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
     places = [Location(path=path, line=None) for path in left]
     return [

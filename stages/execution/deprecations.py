@@ -12,6 +12,7 @@ import linecache
 from dataclasses import dataclass, field
 from pathlib import Path
 from traingate.pipeline.execution_details import WarningRow
+from traingate.pipeline.findings import LOCATIONS_KEY, locations_data
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.contract.messages import WarningRecord
@@ -80,31 +81,45 @@ def gather(root: Path, test_warnings: list[WarningEvent], smoke_warnings: list[W
 
 
 def deprecated_api_findings(ctx: StageContext, sites: list[WarningSite]) -> list[Finding]:
-    findings = []
+    """One finding per deprecation (a warning's category and message: one cause, one fix),
+    naming every line of the target that raised it; each line is a location."""
+    groups: dict[tuple[str, str], list[WarningSite]] = {}
     for site in sites:
-        if not site.deprecated_torch_api or site.path is None:
-            continue
-        findings.append(
-            ctx.finding(
-                category=Category.DEPRECATED_API,
-                severity=Severity.LOW,
-                title=f"Deprecated PyTorch API at {site.path}:{site.line}" + (f": `{site.code[:80]}`" if site.code else ""),
-                location=Location(path=site.path, line=site.line, function=site.function),
-                problem=f"PyTorch warned while {' and '.join(_ran_by(site))} ran this line: {site.category}: {site.message}",
-                fix=_fix_for(site.message),
-                evidence=Evidence(
-                    kind=EvidenceKind.OBSERVED,
-                    summary=f"{site.category} raised {site.count} time(s) from {site.path}:{site.line}",
-                    data={"message": site.message[:1000], "code": site.code, "sources": sorted(site.sources), "issued_at": site.issued_at},
-                ),
-                key=f"{site.category}\x1f{site.code}",
-            )
-        )
-    return findings
+        if site.deprecated_torch_api and site.path is not None:
+            groups.setdefault((site.category, site.message), []).append(site)
+    return [_deprecation_finding(ctx, group) for group in groups.values()]
 
 
-def _ran_by(site: WarningSite) -> list[str]:
-    return [{"tests": "the test suite", "smoke": "the entrypoint smoke call"}[s] for s in sorted(site.sources)]
+def _deprecation_finding(ctx: StageContext, group: list[WarningSite]) -> Finding:
+    first = group[0]
+    places = [Location(path=str(s.path), line=s.line, function=s.function) for s in group]
+    sources = sorted(set().union(*(s.sources for s in group)))
+    more = f" and {len(group) - 1} more line(s)" if len(group) > 1 else ""
+    lines = ", ".join(f"{s.path}:{s.line} ({s.count}x)" for s in group[:20]) + (f" and {len(group) - 20} more" if len(group) > 20 else "")
+    return ctx.finding(
+        category=Category.DEPRECATED_API,
+        severity=Severity.LOW,
+        title=f"Deprecated PyTorch API at {first.path}:{first.line}{more}" + (f": `{first.code[:80]}`" if first.code else ""),
+        location=places[0],
+        problem=f"PyTorch warned while {' and '.join(_ran_by(sources))} ran {'these lines' if more else 'this line'}: {first.category}: {first.message}"
+        + (f" (raised from {lines})" if more else ""),
+        fix=_fix_for(first.message),
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"{first.category} raised {sum(s.count for s in group)} time(s) from {len(group)} line(s)",
+            data={
+                "message": first.message[:1000], "code": first.code, "sources": sources, "issued_at": first.issued_at,
+                "sites": [{"path": s.path, "line": s.line, "code": s.code, "count": s.count} for s in group],
+                LOCATIONS_KEY: locations_data(places),
+            },
+        ),
+        # The first line's code, as when each line was a finding of its own: the id stays when lines are added.
+        key=f"{first.category}\x1f{first.code}",
+    )
+
+
+def _ran_by(sources: list[str]) -> list[str]:
+    return [{"tests": "the test suite", "smoke": "the entrypoint smoke call"}[s] for s in sources]
 
 
 def _fix_for(message: str) -> str | None:
