@@ -17,6 +17,7 @@ from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting_checks import module_skips
+from traingate.stages.execution.environment_groups import one_per_need
 
 NARROWED = TARGETS / "exec_narrowed_suite"
 LEFT_OUT = [f"tests/test_m{n:02d}.py" for n in range(2, 22)]
@@ -84,3 +85,25 @@ def test_modules_skipped_for_one_reason_are_one_finding(tmp_path: Path) -> None:
     assert grouped.evidence.data["modules"] == ["tests/test_a.py", "tests/test_b.py", "tests/test_c.py"]
     assert [place.path for place in every_location(grouped)] == grouped.evidence.data["modules"]
     assert single.title == "tests/test_d.py skipped at collection: slow" and single.location == Location(path="tests/test_d.py", line=3)
+
+
+def _needs(ctx: StageContext, nodeid: str, environment: dict[str, str]) -> Finding:
+    return ctx.finding(
+        category=Category.TEST_ENVIRONMENT, title=f"{nodeid} could not run here", location=Location(path=nodeid.split("::")[0], line=1),
+        problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED, data={"nodeid": nodeid, "environment": environment}),
+        severity=Severity.LOW, key=nodeid,
+    )
+
+
+def test_tests_that_need_the_same_package_are_one_finding(tmp_path: Path) -> None:
+    ctx = _ctx(tmp_path)
+    hub = {"kind": "missing-package", "module": "transformers", "package": "transformers", "detail": "d"}
+    network = {"kind": "network", "type": "socket.gaierror", "detail": "d"}
+    found = [_needs(ctx, f"tests/test_{n}.py", hub) for n in "abc"] + [_needs(ctx, "tests/test_net.py::test_fetch", network)]
+    other = found[0].model_copy(update={"category": Category.TEST_FAILURE})
+    kept, merged, net = one_per_need(ctx, [other, *found])
+    assert kept is other and net is found[3]
+    assert merged.title == "3 tests or test modules could not run here: they need 'transformers'" and not merged.blocking
+    assert merged.evidence.data["tests"] == ["tests/test_a.py", "tests/test_b.py", "tests/test_c.py"]
+    assert [place.path for place in every_location(merged)] == merged.evidence.data["tests"]
+    assert "pytest.importorskip('transformers')" in merged.fix

@@ -50,6 +50,7 @@ from traingate.stages.execution.coverage import EntrypointSource, coverage_detai
 from traingate.stages.execution.smoke import SmokeResult, run_details, smoke_calls
 from traingate.stages.execution.suite import SuiteResult, SuiteRun, counts, exit_meaning, group_skips, parse_events, run_suite
 from traingate.stages.execution.deprecations import deprecated_api_findings, gather
+from traingate.stages.execution.environment_groups import one_per_need
 
 MAX_TEST_ROWS = 500
 
@@ -88,7 +89,7 @@ class ExecutionStage:
             findings += smoke.findings
         findings += (leftover_findings(ctx, suite.child, "The test run") if suite else []) + entrypoint_leftover_findings(ctx)
         sites = gather(ctx.root, result.warnings, smoke_warnings(smoke))
-        findings += deprecated_api_findings(ctx, sites)
+        findings = one_per_need(ctx, findings) + deprecated_api_findings(ctx, sites)
 
         smoke_rows = smoke_details(ctx, smoke)
         details = ExecutionDetails(
