@@ -19,10 +19,6 @@ from traingate.stages.contract.frames import is_target_file, relative
 
 # `evidence.data["run"]` of a hang in the entrypoint's smoke call: later stages skip on it.
 SMOKE_CALL_RUN = "smoke-call"
-# `evidence.data[LOCATIONS_KEY]`: every place of a finding that names one cause found at several
-# (the test files a suite leaves out, the lines of one deprecated call), as Location records;
-# the finding's `location` is the first. SARIF carries them all.
-LOCATIONS_KEY = "locations"
 _TRACEBACK_TAIL = 8000
 _STACKS_TAIL = 20000
 
@@ -64,23 +60,8 @@ def finding(
 
 
 def locations_data(places: Iterable[Location]) -> list[dict[str, Any]]:
-    """Places as evidence data holds them (`LOCATIONS_KEY`)."""
+    """Places as evidence data holds them (`traingate.pipeline.schema.LOCATIONS_KEY`, read by `Finding.every_location`)."""
     return [place.model_dump(mode="json") for place in places]
-
-
-def every_location(found: Finding) -> list[Location]:
-    """The finding's location, then each other place its evidence lists, once each; a record
-    that is not a place is left out."""
-    places = [found.location] if found.location is not None else []
-    listed = found.evidence.data.get(LOCATIONS_KEY)
-    for record in listed if isinstance(listed, list) else []:
-        try:
-            place = Location.model_validate(record)
-        except ValueError:
-            continue
-        if place not in places:
-            places.append(place)
-    return places
 
 
 def _rule(category: Category, rule_id: str | None) -> Rule:

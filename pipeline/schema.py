@@ -138,6 +138,12 @@ class WaiverMark(BaseModel):
     expires: str | None = Field(default=None, description="ISO date after which the waiver no longer applies")
 
 
+# `evidence.data[LOCATIONS_KEY]`: every place of a finding that names one cause found at several
+# (the test files a suite leaves out, the lines of one deprecated call), as Location records;
+# the finding's `location`, when it has one, is the first. SARIF carries them all.
+LOCATIONS_KEY = "locations"
+
+
 class Finding(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     id: str = Field(description="Fingerprint, stable across versions for the same defect")
@@ -168,6 +174,20 @@ class Finding(BaseModel):
         if self.waived is not None and self.blocking:
             raise ValueError("a waived finding never blocks")
         return self
+
+    def every_location(self) -> list[Location]:
+        """The finding's location, then each other place its evidence lists, once each; a
+        record that is not a place is left out."""
+        places = [self.location] if self.location is not None else []
+        listed = self.evidence.data.get(LOCATIONS_KEY)
+        for record in listed if isinstance(listed, list) else []:
+            try:
+                place = Location.model_validate(record)
+            except ValueError:
+                continue
+            if place not in places:
+                places.append(place)
+        return places
 
     @classmethod
     def create(

@@ -14,7 +14,6 @@ from typing import Any
 from urllib.parse import quote
 
 from traingate.pipeline.rules import Rule
-from traingate.pipeline.findings import every_location
 from traingate.pipeline.schema import Finding, Location, PipelineReport, Severity
 from traingate.reports.facts import RunFacts, worst_first
 
@@ -105,8 +104,8 @@ def _message(finding: Finding) -> str:
 
 def _locations(finding: Finding, facts: RunFacts) -> list[dict[str, Any]]:
     """Every place of the finding: one cause found at several places is one result with
-    several locations (`traingate.pipeline.findings.every_location`)."""
-    places = every_location(finding)
+    several locations (`Finding.every_location`)."""
+    places = finding.every_location()
     return [_location(place, facts) for place in places] if places else [_location(None, facts)]
 
 

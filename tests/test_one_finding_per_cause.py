@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, GateRun, run_gate
-from traingate.pipeline.findings import LOCATIONS_KEY, every_location, locations_data
+from traingate.pipeline.findings import locations_data
 from traingate.pipeline.policy import PASS_SCORE_FLOOR
 from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
+from traingate.pipeline.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting_checks import module_skips
 from traingate.stages.execution.environment_groups import one_per_need
@@ -63,10 +63,10 @@ def _grouped(location: Location | None, places: list[object]) -> Finding:
 
 def test_every_location_lists_the_finding_s_own_first_and_each_place_once() -> None:
     a, b = Location(path="a.py", line=3), Location(path="b.py")
-    assert every_location(_grouped(a, locations_data([a, b, b]))) == [a, b]
-    assert every_location(_grouped(None, locations_data([b]))) == [b]
+    assert _grouped(a, locations_data([a, b, b])).every_location() == [a, b]
+    assert _grouped(None, locations_data([b])).every_location() == [b]
     # A record that is not a place is left out, never an error in a renderer.
-    assert every_location(_grouped(a, ["b.py", {"line": 2}, *locations_data([b])])) == [a, b]
+    assert _grouped(a, ["b.py", {"line": 2}, *locations_data([b])]).every_location() == [a, b]
 
 
 def _ctx(root: Path) -> StageContext:
@@ -83,7 +83,7 @@ def test_modules_skipped_for_one_reason_are_one_finding(tmp_path: Path) -> None:
     grouped, single = module_skips(_ctx(tmp_path), records)
     assert grouped.title == "3 test modules skipped at collection: needs transformers" and grouped.location is None
     assert grouped.evidence.data["modules"] == ["tests/test_a.py", "tests/test_b.py", "tests/test_c.py"]
-    assert [place.path for place in every_location(grouped)] == grouped.evidence.data["modules"]
+    assert [place.path for place in grouped.every_location()] == grouped.evidence.data["modules"]
     assert single.title == "tests/test_d.py skipped at collection: slow" and single.location == Location(path="tests/test_d.py", line=3)
 
 
@@ -105,5 +105,5 @@ def test_tests_that_need_the_same_package_are_one_finding(tmp_path: Path) -> Non
     assert kept is other and net is found[3]
     assert merged.title == "3 tests or test modules could not run here: they need 'transformers'" and not merged.blocking
     assert merged.evidence.data["tests"] == ["tests/test_a.py", "tests/test_b.py", "tests/test_c.py"]
-    assert [place.path for place in every_location(merged)] == merged.evidence.data["tests"]
+    assert [place.path for place in merged.every_location()] == merged.evidence.data["tests"]
     assert "pytest.importorskip('transformers')" in merged.fix
