@@ -505,9 +505,11 @@ RULES: tuple[Rule, ...] = (
         Category.TARGET_MODIFIED, ANY_STAGE, Severity.CRITICAL,
         "the code under review changed its own tracked files while it was being checked",
         "Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged. "
-        "It blocks on a file the gate executes or reads (Python code and binaries, anything under a test folder, the configuration of pytest, traingate and packaging, a file named in the entrypoint's arguments); "
-        "other tracked files the training rewrote are `target-modified/result-files`, reported once and never blocking.",
-        "Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine.",
+        "It blocks on a file a later run or the gate reads, decided by observation: Python code and binaries, the configuration pytest and traingate parse, "
+        "anything under a path `tests` or the entrypoint names, and every file the stage's runs of target code opened for reading (a config it reads and rewrites); "
+        "other tracked files the training only wrote are `target-modified/result-files`, reported once and never blocking. Without a complete record of the reads, every rewritten file blocks.",
+        "Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine. "
+        "The reads: an audit hook on `open` in the pytest and entrypoint children (and the processes forked from them), handed back with each run's result.",
         Blocks.ALWAYS,
         'What was checked is no longer the code under review, and the next run starts from different files.',
         'Write outputs (checkpoints, logs, caches) to a temporary folder or an ignored path, never over tracked files.',
@@ -516,9 +518,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.TARGET_MODIFIED, ANY_STAGE, Severity.LOW,
         "Training writes into tracked files the gate neither runs nor reads",
-        "Of the tracked files a stage's run rewrote or deleted, those that are not Python code or binaries, not under a test folder, "
-        "not configuration that pytest, traingate or packaging read (pyproject.toml, traingate.toml, pytest.ini, setup.cfg, tox.ini, "
-        "requirements files), not configuration the training may read (.toml, .ini, .cfg, .conf, .yaml, .yml) and not named in the entrypoint's arguments: results the training wrote (a reproducibility snapshot, a table, a log).",
+        "Of the tracked files a stage's run rewrote or deleted, those that are not Python code or binaries, not configuration that "
+        "pytest or traingate parse (pyproject.toml, traingate.toml, pytest.ini, setup.cfg, tox.ini), not under a path `tests` or the "
+        "entrypoint names, and that no run of the stage opened for reading: results the training only wrote (a reproducibility snapshot, "
+        "a `pip freeze` dump, a table, a log), whatever their names.",
         "Content hashes of the stage's copy against the pristine copy; reported once per run, by the first stage that saw each file.",
         Blocks.NEVER,
         'Running the training changes files under version control: every run leaves the working tree dirty, and a result committed by mistake hides the one it replaced.',

@@ -75,3 +75,33 @@ def test_a_stage_record_is_incomplete_when_a_run_handed_back_none() -> None:
     assert missing.why_incomplete == "1 of the stage's 2 run(s) handed back no record of what they read"
     partial = combined([FilesRead(paths=[], complete=False, why_incomplete="the pipe filled")])
     assert not partial.complete and partial.why_incomplete == "the pipe filled"
+
+
+FILL = textwrap.dedent(
+    """
+    import os, sys
+    from traingate.stages.contract import reads
+    root = sys.argv[1]
+    collect = reads.install(root, pipe_bytes=4096)
+    pid = os.fork()
+    if pid == 0:  # a worker that reads more files than the pipe to the collector holds
+        for name in sorted(os.listdir(root)):
+            open(os.path.join(root, name)).close()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print(collect().model_dump_json())
+    """
+)
+
+
+def test_a_record_the_pipe_could_not_hold_is_incomplete(tmp_path: Path) -> None:
+    root = tmp_path / "target"
+    root.mkdir()
+    # A pipe of one page, a line of 251 bytes per file: 40 files overflow it.
+    for n in range(40):
+        (root / f"{n:0250d}").touch()
+    done = subprocess.run([sys.executable, "-c", FILL, str(root)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = FilesRead.model_validate(json.loads(done.stdout))
+    assert not record.complete and record.why_incomplete is not None and "pipe to the harness filled" in record.why_incomplete
+    assert 0 < len(record.paths) < 40

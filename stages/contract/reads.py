@@ -9,16 +9,19 @@ the harness hands the set back with its result over the channel.
 
 Audit hooks cannot be removed, and the set lives only in the hook's closure, whose collector
 only the harness holds. Processes forked from this one (DataLoader workers, CPU ranks) inherit
-the hook; they send what they read over a pipe opened here, which the collector drains. When
-that pipe may have overflowed, or a record is missing, the record says it is incomplete and
-the gate treats every rewritten file as read: it fails closed.
+the hook; they send what they read over a pipe opened here, which the collector drains, and
+mark in a page they share any read they could not send (the pipe was full). A record so
+marked, or one that is missing, is incomplete, and the gate treats every rewritten file as
+read: it fails closed.
 """
 
 from __future__ import annotations
 
 import fcntl
+import mmap
 import os
 import secrets
+import select
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +30,9 @@ from pydantic import BaseModel, ConfigDict
 
 # Where the pipe's ends are moved: out of the range a target probes first, like the channel.
 _HIDE_FROM, _HIDE_TO = 300, 900
-# Forked processes write one line per path; a pipe this full may have refused a write.
+# Forked processes write one line per path, each at most PIPE_BUF bytes (written whole or not
+# at all); a write the pipe refused marks the record incomplete in a page they share.
 _PIPE_BYTES = 1 << 20
-_NEAR_FULL = 8192
 _READ_FLAGS = (os.O_RDONLY, os.O_RDWR)
 
 
@@ -70,7 +73,7 @@ def relative_under(path: Any, roots: tuple[str, ...]) -> str | None:
     return os.path.relpath(real, roots[0]).replace(os.sep, "/")
 
 
-def install(root: str) -> Callable[[], FilesRead]:
+def install(root: str, pipe_bytes: int = _PIPE_BYTES) -> Callable[[], FilesRead]:
     """Start recording, in this process and the ones forked from it; the returned collector
     gives the record so far (call it once, in the process that installed the hook)."""
     roots = (os.path.realpath(root), os.path.abspath(root))
@@ -78,11 +81,11 @@ def install(root: str) -> Callable[[], FilesRead]:
     seen: set[str] = set()
     receive, send = (_hide(fd) for fd in os.pipe())
     try:
-        fcntl.fcntl(send, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        fcntl.fcntl(send, fcntl.F_SETPIPE_SZ, pipe_bytes)
     except (OSError, AttributeError):
         pass
-    os.set_blocking(send, False)  # a full pipe must never stall a worker: the collector sees it full
-    capacity = fcntl.fcntl(send, fcntl.F_GETPIPE_SZ) if hasattr(fcntl, "F_GETPIPE_SZ") else 65536
+    os.set_blocking(send, False)  # a full pipe must never stall a worker: it marks the loss instead
+    lost = mmap.mmap(-1, 1)  # anonymous and shared: a forked worker's mark reaches the collector
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event != "open":
@@ -95,20 +98,30 @@ def install(root: str) -> Callable[[], FilesRead]:
                 return
             seen.add(rel)
             if os.getpid() != owner:
-                os.write(send, rel.encode("utf-8", "surrogateescape") + b"\n")
+                _send_line(send, rel.encode("utf-8", "surrogateescape") + b"\n", lost)
         except Exception:  # noqa: BLE001 - recording must never change what the target's open does
-            pass
+            lost[0] = 1
 
     def collect() -> FilesRead:
         received = _drain(receive)
         forked = {line.decode("utf-8", "surrogateescape") for line in received.split(b"\n") if line}
         paths = sorted(seen | forked)
-        if len(received) + _NEAR_FULL >= capacity:
-            return FilesRead(paths=paths, complete=False, why_incomplete="the forked processes' record of what they read filled its pipe")
+        if lost[0]:
+            return FilesRead(paths=paths, complete=False, why_incomplete="a process of the run could not record all it read (its pipe to the harness filled)")
         return FilesRead(paths=paths)
 
     sys.addaudithook(hook)
     return collect
+
+
+def _send_line(fd: int, line: bytes, lost: mmap.mmap) -> None:
+    if len(line) > select.PIPE_BUF:
+        lost[0] = 1  # would not be written whole: another worker's line could land inside it
+        return
+    try:
+        os.write(fd, line)
+    except OSError:
+        lost[0] = 1
 
 
 def _drain(fd: int) -> bytes:
