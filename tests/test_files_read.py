@@ -31,6 +31,8 @@ SCRIPT = textwrap.dedent(
     os.close(os.open("log.txt", os.O_RDWR | os.O_TRUNC))  # truncated: nothing read
     open("link.yaml").read()                          # a symlink to data/real.yaml
     open(os.path.join(os.path.dirname(root), "outside.txt")).read()
+    open("/proc/self/cwd/via_proc.txt").read()          # the working folder named another way
+    open(os.path.join(os.path.dirname(root), "elsewhere.link")).read()  # a link from outside into the tree
     pid = os.fork()
     if pid == 0:                                      # a forked worker (a DataLoader's)
         open("data/worker.csv").read()
@@ -48,11 +50,14 @@ def test_the_hook_records_every_read_under_the_root_and_nothing_else(tmp_path: P
         (root / name).write_text("x\n")
     (root / "link.yaml").symlink_to(root / "data" / "real.yaml")
     (tmp_path / "outside.txt").write_text("x\n")
+    (root / "via_proc.txt").write_text("x\n")
+    (root / "linked.txt").write_text("x\n")
+    (tmp_path / "elsewhere.link").symlink_to(root / "linked.txt")
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(root)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     record = FilesRead.model_validate(json.loads(done.stdout))
     assert record.complete
-    assert record.paths == ["config.yaml", "data/real.yaml", "data/worker.csv", "raw.bin", "state.txt"]
+    assert record.paths == ["config.yaml", "data/real.yaml", "data/worker.csv", "linked.txt", "raw.bin", "state.txt", "via_proc.txt"]
 
 
 @pytest.mark.parametrize(

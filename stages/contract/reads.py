@@ -56,27 +56,33 @@ def opens_for_reading(mode: Any, flags: Any) -> bool:
     return False
 
 
-def relative_under(path: Any, roots: tuple[str, ...]) -> str | None:
+def relative_under(path: Any, roots: tuple[str, ...], skipped: tuple[str, ...] = ()) -> str | None:
     """`path` (str, bytes or path-like, relative to the working folder) as a posix path
-    relative to `roots[0]` (the root's real path), when it resolves there. Only a path that
-    names a place under one of `roots` (the real path, and the path as given) is resolved, so
-    the opens of the interpreter's own files cost one string test; a symlink inside the tree is
-    followed, so a link to a tracked file counts as that file."""
+    relative to `roots[0]` (the root's real path), when it resolves there: symlinks are
+    followed, so a link to a tracked file (or a path through `/proc/self/cwd`) counts as that
+    file. A path under one of `skipped` (the interpreter's own folders) and not under `roots`
+    is not resolved: the imports of the interpreter's packages cost one string test."""
     if isinstance(path, int):
         return None  # an open descriptor: the file was opened, and recorded, by name before
     text = os.path.abspath(os.fsdecode(os.fspath(path)))
-    if not any(text.startswith(r + os.sep) for r in roots):
+    if text.startswith(skipped) and not text.startswith(roots):
         return None
     real = os.path.realpath(text)
-    if not real.startswith(roots[0] + os.sep):
+    if not real.startswith(roots[0]):
         return None
     return os.path.relpath(real, roots[0]).replace(os.sep, "/")
+
+
+def _interpreter_folders() -> tuple[str, ...]:
+    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    return tuple(os.path.join(os.path.abspath(f), "") for f in folders if f)
 
 
 def install(root: str, pipe_bytes: int = _PIPE_BYTES) -> Callable[[], FilesRead]:
     """Start recording, in this process and the ones forked from it; the returned collector
     gives the record so far (call it once, in the process that installed the hook)."""
-    roots = (os.path.realpath(root), os.path.abspath(root))
+    roots = tuple(os.path.join(r, "") for r in (os.path.realpath(root), os.path.abspath(root)))
+    skipped = _interpreter_folders()
     owner = os.getpid()
     seen: set[str] = set()
     receive, send = (_hide(fd) for fd in os.pipe())
@@ -93,7 +99,7 @@ def install(root: str, pipe_bytes: int = _PIPE_BYTES) -> Callable[[], FilesRead]
         try:
             if len(args) < 3 or not opens_for_reading(args[1], args[2]):
                 return
-            rel = relative_under(args[0], roots)
+            rel = relative_under(args[0], roots, skipped)
             if rel is None or rel in seen:
                 return
             seen.add(rel)
