@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from tests.conftest import TARGETS, GateRun, run_gate
@@ -48,6 +49,8 @@ def test_a_suite_narrowed_to_one_file_of_twenty_one_is_one_finding_naming_the_tw
 @pytest.mark.slow
 def test_the_sarif_result_carries_every_left_out_file(narrowed_gate: GateRun) -> None:
     sarif = json.loads((narrowed_gate.out / "report.sarif").read_text())
+    schema = json.loads((Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(sarif)
     [result] = sarif["runs"][0]["results"]
     uris = [loc["physicalLocation"]["artifactLocation"]["uri"] for loc in result["locations"]]
     assert [uri.rsplit("/", 2)[-2] + "/" + uri.rsplit("/", 1)[-1] for uri in uris] == LEFT_OUT
