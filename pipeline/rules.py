@@ -505,7 +505,7 @@ RULES: tuple[Rule, ...] = (
         Category.TARGET_MODIFIED, ANY_STAGE, Severity.CRITICAL,
         "the code under review changed its own tracked files while it was being checked",
         "Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged. "
-        "It blocks on a file a later run or the gate reads, decided by observation: Python code and binaries, the configuration pytest and traingate parse, "
+        "It blocks on a file a later run or the gate reads, decided by observation: Python code and binaries, the configuration pytest and traingate parse, the requirements files the gate reads (root `requirements*.txt`, `requirements/*.txt`), "
         "anything under a path `tests` or the entrypoint names, and every file the stage's runs of target code opened for reading (a config it reads and rewrites); "
         "other tracked files the training only wrote are `target-modified/result-files`, reported once and never blocking. Without a complete record of the reads, every rewritten file blocks.",
         "Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine. "
@@ -519,7 +519,7 @@ RULES: tuple[Rule, ...] = (
         Category.TARGET_MODIFIED, ANY_STAGE, Severity.LOW,
         "Training writes into tracked files the gate neither runs nor reads",
         "Of the tracked files a stage's run rewrote or deleted, those that are not Python code or binaries, not configuration that "
-        "pytest or traingate parse (pyproject.toml, traingate.toml, pytest.ini, setup.cfg, tox.ini), not under a path `tests` or the "
+        "pytest or traingate parse (pyproject.toml, traingate.toml, pytest.ini, setup.cfg, tox.ini) or requirements files it reads, not under a path `tests` or the "
         "entrypoint names, and that no run of the stage opened for reading: results the training only wrote (a reproducibility snapshot, "
         "a `pip freeze` dump, a table, a log), whatever their names.",
         "Content hashes of the stage's copy against the pristine copy; reported once per run, by the first stage that saw each file.",

@@ -3,7 +3,7 @@
 Decided by observation, not by a file's name (docs/contract.md, "Files the run rewrote"). A
 rewritten file changed what is checked, `target-modified` and always blocking, when a later run
 of the stage or the gate reads it: Python sources and binaries, the configuration the gate and
-pytest parse, the paths the entrypoint and `tests` name, and every file the stage's runs of
+pytest parse, the requirements files the gate reads, the paths the entrypoint and `tests` name, and every file the stage's runs of
 target code opened for reading (recorded by an audit hook in those processes,
 `traingate.stages.contract.reads`). A file the run read and then rewrote (a config it edits)
 blocks too. Everything else the training only wrote (a reproducibility snapshot, a pip-freeze
@@ -14,6 +14,7 @@ runs read is missing or incomplete, every rewritten file counts as read: the gat
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,16 @@ CODE_SUFFIXES = frozenset({".py", ".pyi", ".pyw", ".pyx", ".pxd", ".pth", ".so",
 # finds its rootdir), whether or not this run happened to open them.
 CONFIG_NAMES = frozenset({"pyproject.toml", "traingate.toml", "pytest.ini", ".pytest.ini", "setup.cfg", "tox.ini"})
 RESULT_FILES_RULE = "target-modified/result-files"
+
+
+def read_by_the_gate(path: PurePosixPath) -> bool:
+    """The requirements files the gate reads for an `environment` finding (what the target
+    declares, `traingate.stages.declared`): `requirements*.txt` at the root and
+    `requirements/*.txt`. A `requirements.txt` elsewhere (a pip-freeze snapshot) is not."""
+    if path.suffix != ".txt":
+        return False
+    top = len(path.parts) == 1 and fnmatch.fnmatchcase(path.name, "requirements*.txt")
+    return top or (len(path.parts) == 2 and path.parts[0] == "requirements")
 
 
 def named_paths(config: TargetConfig) -> set[str]:
@@ -52,7 +63,7 @@ def is_gate_input(rel: str, named: Iterable[str] = (), read: Iterable[str] = ())
     code, the gate's and pytest's configuration, a path named in the configuration, or a file
     the runs were seen to open for reading."""
     path = PurePosixPath(rel)
-    if path.suffix.lower() in CODE_SUFFIXES or path.name in CONFIG_NAMES or rel in read:
+    if path.suffix.lower() in CODE_SUFFIXES or path.name in CONFIG_NAMES or read_by_the_gate(path) or rel in read:
         return True
     return any(rel == n or rel.startswith(n.rstrip("/") + "/") for n in named if n != ".")
 

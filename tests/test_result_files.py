@@ -26,6 +26,8 @@ RESULTS = ["environment/requirements.txt", "repro/metrics.txt", "repro/snapshot.
     [
         "train.py", "pkg/model.pyi", "conftest.py", "sitecustomize.pth", "ext/_ops.cpython-311-x86_64-linux-gnu.so",
         "pyproject.toml", "traingate.toml", "pytest.ini", "setup.cfg", "tox.ini", "sub/pyproject.toml",
+        # What the gate reads for an `environment` finding: what the target declares.
+        "requirements.txt", "requirements-dev.txt", "requirements/base.txt",
     ],
 )
 def test_code_and_the_configuration_the_gate_and_pytest_parse_are_inputs_by_name(rel: str) -> None:
@@ -37,7 +39,7 @@ def test_code_and_the_configuration_the_gate_and_pytest_parse_are_inputs_by_name
     [
         "repro/snapshot.json", "REPRODUCIBILITY.md", "results/metrics.txt", "runs/loss.csv", "latest.txt",
         # Names that look like inputs are results unless a run reads them: decided by observation.
-        "requirements.txt", "environment/requirements.txt", "config.yaml", "configs/train.yaml", "hparams.yml", "model.cfg",
+        "environment/requirements.txt", "requirements/nested/pins.txt", "config.yaml", "configs/train.yaml", "hparams.yml", "model.cfg",
     ],
 )
 def test_files_no_run_read_are_results_whatever_their_name(rel: str) -> None:
