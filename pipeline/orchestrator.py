@@ -395,7 +395,7 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
         title=f"Invalid configuration: {key or file}",
         location=None,
         problem=f"{file}: {key + ': ' if key else ''}{message}",
-        fix=f"Correct `{key}` in {file} (see the configuration section of the README)." if key else f"Correct {file}.",
+        fix=f"Correct `{key}` in {file} (see traingate's docs/configuration.md)." if key else f"Correct {file}.",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=message, data={"file": file, "key": key}),
         block_on=set(),  # the rule always blocks
         key=f"{file}:{key}",
