@@ -292,7 +292,7 @@ class GateView:
 
 def _read_outcome(ctx: GateView, stage: Stage, child: ChildResult, nonce: str) -> StageOutcome:
     if child.timed_out:
-        hang = hang_finding(ctx.stage, ctx.block_on, ctx.root, child, f"The {ctx.stage} stage", run="stage-agent")
+        hang = hang_finding(ctx, child, f"The {ctx.stage} stage", run="stage-agent")
         return StageOutcome(summary=f"overran its {ctx.config.timeout_s:.0f}s budget", findings=[hang])
     try:
         if child.channel_problem:

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
@@ -175,9 +176,9 @@ def test_stage_error_and_hang_ids_follow_their_codes_not_their_wording(tmp_path:
     assert a.id == b.id != c.id
     assert a.category is Category.STAGE_ERROR and a.blocking and a.evidence.data["reason"] == "agent-exception"
     assert a.impact == rule_for(Category.STAGE_ERROR).impact
-    hang = hang_finding("execution", BLOCK_ON, tmp_path, _child(5.0), "The entrypoint smoke call m:f", run=SMOKE_CALL_RUN)
-    reworded = hang_finding("execution", BLOCK_ON, tmp_path, _child(9.0), "Calling m:f once", run=SMOKE_CALL_RUN)
-    other_run = hang_finding("execution", BLOCK_ON, tmp_path, _child(5.0), "The entrypoint smoke call m:f", run="pytest")
+    hang = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(5.0), "The entrypoint smoke call m:f", run=SMOKE_CALL_RUN)
+    reworded = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(9.0), "Calling m:f once", run=SMOKE_CALL_RUN)
+    other_run = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(5.0), "The entrypoint smoke call m:f", run="pytest")
     assert hang.id == reworded.id != other_run.id
     assert hang.evidence.data["run"] == SMOKE_CALL_RUN
 
@@ -186,8 +187,8 @@ def test_later_stages_skip_on_the_smoke_call_hang_by_its_data_not_its_title(tmp_
     def report_with(hang: Finding) -> list[StageReport]:
         return [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang])]
 
-    smoke = hang_finding("execution", BLOCK_ON, tmp_path, _child(), "A call with no telling title", run=SMOKE_CALL_RUN)
-    suite = hang_finding("execution", BLOCK_ON, tmp_path, _child(), "The smoke call test suite", run="pytest")
+    smoke = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "A call with no telling title", run=SMOKE_CALL_RUN)
+    suite = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "The smoke call test suite", run="pytest")
     assert "did not finish" in (_skip_reason("performance", report_with(smoke)) or "")
     assert _skip_reason("performance", report_with(suite)) is None
 
