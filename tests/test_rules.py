@@ -62,6 +62,25 @@ def test_a_finding_is_built_from_its_rule(tmp_path: Path) -> None:
         ctx.finding(category=Category.MEMORY_LEAK, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
 
 
+def test_the_stages_build_findings_one_way() -> None:
+    """`ctx.finding` (and the shared builders it stands on) is the one way a stage makes a finding:
+    no module of `stages/` calls the schema's `Finding.create` or `findings.finding` itself."""
+    callers = []
+    for path in sorted((REPO / "stages").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                name = f"{owner.id}.{node.func.attr}" if isinstance(owner, ast.Name) else node.func.attr
+                if name in {"Finding.create", "findings.finding"}:
+                    callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert callers == ["stages/base.py:" + str(_line_of_ctx_finding())]
+
+
+def _line_of_ctx_finding() -> int:
+    source = (REPO / "stages" / "base.py").read_text()
+    return next(i for i, line in enumerate(source.splitlines(), 1) if "return findings.finding(" in line)
+
+
 def test_a_rules_stage_is_the_stage_that_reports_its_category() -> None:
     owners = {c: name for name, stage in build_registry().items() for c in stage.categories if c not in ANY_STAGE_CATEGORIES}
     for rule in RULES:
