@@ -17,7 +17,8 @@ from typing import Literal
 
 from traingate.pipeline.execution_details import Detail
 from traingate.pipeline.session_details import SessionDetails
-from traingate.stages.contract.payloads.concurrency import LoaderSettings, ScalerRecord, Site
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.contract.payloads.concurrency import LoaderSettings, ScalerRecord
 
 
 class CheckNote(Detail):

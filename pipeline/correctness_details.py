@@ -19,7 +19,8 @@ from typing import Literal
 
 from traingate.pipeline.execution_details import Detail
 from traingate.pipeline.session_details import SessionDetails
-from traingate.stages.contract.payloads.correctness import InputKind, LossFunction, OptimizerRecord, Site
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.contract.payloads.correctness import InputKind, LossFunction, OptimizerRecord
 
 
 class CheckNote(Detail):

@@ -1,16 +1,18 @@
 """Builders of findings shared by the gate and the stages.
 
 `finding` builds a finding from its rule (`traingate.pipeline.rules`): the rule's id, its
-default severity, when it blocks, and its generic impact and fix; `stage_error` and
-`hang_finding` build the two findings the gate itself produces, the same way wherever they
-arise. Fingerprint keys are data (a reason code, a run name), never the prose shown to readers.
+default severity, when it blocks, and its generic impact and fix; `stage_error` and `hang`
+(`hang_finding` for one child run) build the two findings the gate itself produces, the same
+way wherever they arise. A stage builds its findings with `StageContext.finding`, which calls
+`finding`; `Finding.create`, underneath, is called from here only. Fingerprint keys are data
+(a reason code, a run name), never the prose shown to readers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from traingate.pipeline.isolation import ChildResult, Frame
 from traingate.pipeline.rules import Rule, rule_by_id, rule_for
@@ -116,32 +118,69 @@ def stage_error(
     )
 
 
-def hang_finding(stage: str, block_on: Iterable[Severity], root: Path, child: ChildResult, what: str, *, run: str, key: str = "") -> Finding:
+class FindingScope(Protocol):
+    """Where a finding is made: the stage, the target's root and the severities that block."""
+
+    @property
+    def stage(self) -> str: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def block_on(self) -> set[Severity]: ...
+
+
+def hang(
+    scope: FindingScope,
+    what: str,
+    *,
+    run: str,
+    location: Location | None,
+    problem: str,
+    summary: str,
+    stacks: str,
+    data: dict[str, Any],
+    key: str = "",
+    title: str | None = None,
+    severity: Severity | None = None,
+    fix: str | None = None,
+) -> Finding:
     """`hang`: a run overran its budget; the stacks of every thread are the evidence.
 
-    `run` names the run that hung (`smoke-call`, `pytest`, `stage-agent`, ...): it goes into
-    `evidence.data["run"]` for the gate to act on and, with `key`, into the fingerprint.
+    `run` names the run that hung (`smoke-call`, `pytest`, `stage-agent`, `distributed`, ...):
+    it goes into `evidence.data["run"]` for the gate to act on and, with `key`, into the fingerprint.
     """
+    return finding(
+        stage=scope.stage,
+        category=Category.HANG,
+        severity=severity,
+        title=title or f"{what} did not finish within its budget",
+        location=location,
+        problem=problem,
+        fix=fix,
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=summary, traceback=stacks or None, data={"run": run, **data}),
+        block_on=scope.block_on,
+        key=f"{run}\x1f{key}" if key else run,
+    )
+
+
+def hang_finding(scope: FindingScope, child: ChildResult, what: str, *, run: str, key: str = "") -> Finding:
+    """`hang` of one child run, located where its main thread waits in the target's code."""
     frames = child.main_thread_frames()
     waiting = frames[0] if frames else None
-    return finding(
-        stage=stage,
-        category=Category.HANG,
-        title=f"{what} did not finish within its budget",
-        location=target_location(frames, root),
+    return hang(
+        scope,
+        what,
+        run=run,
+        key=key,
+        location=target_location(frames, scope.root),
         problem=(
             f"{what} was still running after {child.duration_s:.1f}s"
             + (f"; the main thread waits in {waiting.function} ({Path(waiting.path).name}:{waiting.line})" if waiting else "")
             + "."
         ),
-        evidence=Evidence(
-            kind=EvidenceKind.OBSERVED,
-            summary=f"killed after {child.duration_s:.1f}s; {len(child.processes)} process(es) in its group",
-            traceback=child.stacks[-_STACKS_TAIL:] or None,
-            data={"run": run, "processes": child.processes, "budget_exceeded_s": round(child.duration_s, 2)},
-        ),
-        block_on=block_on,
-        key=f"{run}\x1f{key}" if key else run,
+        summary=f"killed after {child.duration_s:.1f}s; {len(child.processes)} process(es) in its group",
+        stacks=child.stacks[-_STACKS_TAIL:],
+        data={"processes": child.processes, "budget_exceeded_s": round(child.duration_s, 2)},
     )
 
 

@@ -27,6 +27,7 @@ from typing import IO, Any
 from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, kill_group, process_table
 from traingate.pipeline.warm import AgentHost, ForkedChild, WarmInterpreter, read_tag
 from traingate.stages.contract.inherited import InheritedWarm
+from traingate.stages.contract.procstat import send_signal
 from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, RUN_TAG_ENV, STACKS_ENV
 
 # RUN_TAG_ENV names the run_child call a process descends from, read back from
@@ -365,20 +366,13 @@ def _read(path: Path) -> str:
 
 def _dump_stacks(main_pid: int, pids: list[int]) -> None:
     # The main process first, alone, so its dump comes first in the file.
-    _signal(main_pid, _DUMP_SIGNAL)
+    send_signal(main_pid, _DUMP_SIGNAL)
     time.sleep(0.4)
     for pid in pids:
         if pid != main_pid:
-            _signal(pid, _DUMP_SIGNAL)
+            send_signal(pid, _DUMP_SIGNAL)
     if len(pids) > 1:
         time.sleep(0.4)
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _group_processes(pgid: int) -> list[dict[str, str]]:

@@ -291,7 +291,7 @@ class GateView:
 
 def _read_outcome(ctx: GateView, stage: Stage, child: ChildResult, nonce: str) -> StageOutcome:
     if child.timed_out:
-        hang = hang_finding(ctx.stage, ctx.block_on, ctx.root, child, f"The {ctx.stage} stage", run="stage-agent")
+        hang = hang_finding(ctx, child, f"The {ctx.stage} stage", run="stage-agent")
         return StageOutcome(summary=f"overran its {ctx.config.timeout_s:.0f}s budget", findings=[hang])
     try:
         if child.channel_problem:
@@ -394,7 +394,7 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
         title=f"Invalid configuration: {key or file}",
         location=None,
         problem=f"{file}: {key + ': ' if key else ''}{message}",
-        fix=f"Correct `{key}` in {file} (see the configuration section of the README)." if key else f"Correct {file}.",
+        fix=f"Correct `{key}` in {file} (see traingate's docs/configuration.md)." if key else f"Correct {file}.",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=message, data={"file": file, "key": key}),
         block_on=set(),  # the rule always blocks
         key=f"{file}:{key}",

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from traingate.pipeline.execution_details import Detail
 from traingate.pipeline.schema import Location
+from traingate.stages.contract.payloads.base import Site
 from traingate.stages.contract.payloads.performance import (
     AmpCounts,
     CheckHolder,
@@ -28,8 +29,7 @@ from traingate.stages.contract.payloads.performance import (
     InstrumentationWindow,
     LoaderSettings,
     RetainedSite,
-    Site,
-    SiteRecord,
+    SiteKey,
     SyncDebugRecord,
 )
 
@@ -177,7 +177,7 @@ class Attribution(Measured):
     holder: CheckHolder | None
     growth: GrowthLine | None  # the line seen growing the holder while one step was traced
     checked_at_step: int | None
-    stores: list[SiteRecord]  # the lines the source stores into the holder with (ast)
+    stores: list[Site]  # the lines the source stores into the holder with (ast)
     stored_at: StoredAt | None
 
 
@@ -255,7 +255,7 @@ class SyncSummary(Measured):
 class SampledLine(Measured):
     """A target line the main-thread sampler hit in one phase."""
 
-    site: Site
+    site: SiteKey
     samples: int
     approx_ms: float
 
@@ -280,10 +280,10 @@ class LoaderSummary(Measured):
     """The DataLoader that fed the training steps, as its payload record has it, without the
     per-step waits."""
 
-    site: Site | None
+    site: SiteKey | None
     settings: LoaderSettings
     dataset: str
-    getitem: Site | None
+    getitem: SiteKey | None
     wait_s: float
     batches: int
     fed_steps: int

@@ -5,8 +5,8 @@ A finding is built from its rule (`traingate.pipeline.findings.finding`): the ru
 (SARIF's `ruleId`), its default severity, when it blocks (`Blocks`: by the policy, never,
 always), the stage that owns it, and the generic impact and fix used when a finding has
 nothing more specific to say. The orchestrator's consistency check, SARIF, JUnit, `traingate
-explain` and the stages' category lists read the same rules; the README's category table is
-checked against the one-line descriptions.
+explain` and the stages' category lists read the same rules; docs/categories.md is
+generated from them (`python -m traingate.reports.categories_doc`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from traingate.pipeline.schema import Blocks, Category, EvidenceKind, Severity, blocks_under
 
 ANY_STAGE = "any"
-DOCS = "README.md#categories"
+DOCS = "docs/categories.md"
 
 _BLOCKS_TEXT = {
     Blocks.POLICY: "Blocks when its severity is in `policy.block_on` (critical and high by default).",
@@ -490,7 +490,7 @@ RULES: tuple[Rule, ...] = (
         "Unknown keys, wrong types and entrypoints that do not resolve, named with the file and key.",
         Blocks.ALWAYS,
         "traingate cannot run this target as configured, so nothing was checked.",
-        "Correct the key named in the finding (see the configuration section of the README).",
+        "Correct the key named in the finding (see traingate's docs/configuration.md).",
     ),
     Rule(
         Category.LEFTOVER_PROCESS, ANY_STAGE, Severity.HIGH,

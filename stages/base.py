@@ -15,11 +15,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, TypedDict, TypeVar
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from traingate.pipeline import findings
+# The hang of one run, as the gate builds it: a stage calls it with its StageContext.
+from traingate.pipeline.findings import hang_finding as hang_finding
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.isolation import ChildResult, WarmPool, python_argv, run_child
 from traingate.pipeline.schema import (
@@ -36,7 +38,8 @@ from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.target_env import target_env
-from traingate.stages.contract.messages import HARNESS_RESULT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult
+from traingate.stages.contract.messages import HARNESS_RESULT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
+from traingate.stages.contract.payloads.base import Site
 
 
 PayloadModel = TypeVar("PayloadModel", bound=BaseModel)
@@ -62,6 +65,10 @@ class StageContext:
     # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.warm`); None: every
     # run starts a fresh interpreter. The stage agent sets it and closes it at the stage's end.
     warm: WarmPool | None = field(default=None, repr=False)
+
+    @property
+    def block_on(self) -> set[Severity]:
+        return set(self.config.policy.block_on)
 
     def remaining(self) -> float:
         return self.deadline - time.time()
@@ -328,6 +335,22 @@ class SiteLike(Protocol):
     def function(self) -> str | None: ...
 
 
+class SiteRecord(SiteFields):
+    """A line of the target's code with its source text, as evidence data and details give it."""
+
+    code: str
+
+
+@overload
+def site_record(site: Site | TargetFrame) -> SiteRecord: ...
+@overload
+def site_record(site: Site | TargetFrame | None) -> SiteRecord | None: ...
+def site_record(site: Site | TargetFrame | None) -> SiteRecord | None:
+    """A payload's site or the harness's frame in the target, as evidence data and the stages'
+    details give it; None for no site."""
+    return None if site is None else {"path": site.path, "line": site.line, "function": site.function, "code": site.code}
+
+
 def location_of(site: SiteFields | Sequence[Any] | SiteLike | None) -> Location | None:
     """Location from any record of a place the stages hold: a site record of evidence data,
     a payload's site model or a harness frame, or a (path, line, function) tuple."""
@@ -342,11 +365,6 @@ def location_of(site: SiteFields | Sequence[Any] | SiteLike | None) -> Location 
     else:
         path, line, function = site.path, site.line, site.function
     return Location(path=str(path), line=line, function=function)
-
-
-def hang_finding(ctx: StageContext, child: ChildResult, what: str, *, run: str, key: str = "") -> Finding:
-    """`hang`: the run overran its budget; the stacks of every thread are the evidence."""
-    return findings.hang_finding(ctx.stage, ctx.config.policy.block_on, ctx.root, child, what, run=run, key=key)
 
 
 def leftover_findings(ctx: StageContext, child: ChildResult, what: str) -> list[Finding]:

@@ -116,13 +116,15 @@ def test_without_an_entrypoint_the_stage_is_skipped_with_a_reason(tmp_path: Path
 
 
 def test_the_stage_is_skipped_after_the_entrypoint_hung_in_the_execution_stage(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
     from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding
     from traingate.pipeline.isolation import ChildResult
     from traingate.pipeline.orchestrator import _skip_reason
     from traingate.pipeline.schema import Severity, StageReport, StageStatus
 
     child = ChildResult(argv=["python"], returncode=-9, timed_out=True, duration_s=5.0, stdout="", stderr="hung")
-    hang = hang_finding("execution", {Severity.CRITICAL, Severity.HIGH}, tmp_path, child, "The entrypoint smoke call", run=SMOKE_CALL_RUN)
+    hang = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on={Severity.CRITICAL, Severity.HIGH}), child, "The entrypoint smoke call", run=SMOKE_CALL_RUN)
     done = [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang])]
     assert "nothing to observe" in (_skip_reason("correctness", done) or "")
 

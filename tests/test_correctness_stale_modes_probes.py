@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from traingate.stages.contract.payloads.correctness import GradientsPayload, ModesPayload  # noqa: E402
 from traingate.stages.correctness.probe.gradients import StaleGradientWatch  # noqa: E402
 from traingate.stages.correctness.probe.modes import ModeWatch  # noqa: E402
-from traingate.stages.correctness.probe.sites import SiteTable  # noqa: E402
+from traingate.stages.contract.sites import SiteTable  # noqa: E402
 
 HERE = Path(__file__).parent
 

@@ -421,9 +421,9 @@ def test_the_action_runs_traingate_with_the_ci_formats_and_uploads() -> None:
     assert "--format md,json,sarif,github" in gate["run"]
 
 
-def test_the_readme_shows_the_gitlab_job_as_kept_in_docs() -> None:
+def test_the_ci_page_shows_the_gitlab_job_as_kept_in_docs() -> None:
     job = (REPO / "docs" / "examples" / "gitlab-ci.yml").read_text()
-    assert job.strip() in (REPO / "README.md").read_text()
+    assert job.strip() in (REPO / "docs" / "ci.md").read_text()
 
 
 # --- end to end ---------------------------------------------------------------------------------

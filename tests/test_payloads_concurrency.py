@@ -175,7 +175,7 @@ def test_cuda_path_records_validate(tmp_path: Path) -> None:
     from torch.cuda._sanitizer import Access, AccessType, UnsynchronizedAccessError
 
     from traingate.stages.concurrency.probe.cuda import NonBlockingWatch, StreamSanitizer
-    from traingate.stages.concurrency.probe.sites import SiteTable
+    from traingate.stages.contract.sites import SiteTable
 
     here = Path(__file__).resolve()
     watch = NonBlockingWatch()

@@ -16,9 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from traingate.stages.concurrency.probe.cuda import NonBlockingWatch  # noqa: E402
-from traingate.stages.concurrency.probe.sites import SiteTable  # noqa: E402
+from traingate.stages.contract.sites import SiteTable  # noqa: E402
 from traingate.stages.concurrency.probe.trace import ProtocolTrace  # noqa: E402
-from traingate.stages.correctness.probe import sites as correctness_sites  # noqa: E402
 from traingate.stages.correctness.probe.gradients import StaleGradientWatch  # noqa: E402
 from traingate.stages.harness.identity import ObjectMap  # noqa: E402
 
@@ -73,7 +72,7 @@ def test_stale_gradient_watch_numbers_an_optimizer_made_at_a_freed_ones_id_anew(
     def start() -> StaleGradientWatch:
         watch = StaleGradientWatch()
         watch.torch = torch
-        watch.sites = correctness_sites.SiteTable(HERE)
+        watch.sites = SiteTable(HERE)
         return watch
 
     def step(watch: StaleGradientWatch, optimizer: Any) -> None:

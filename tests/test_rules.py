@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def test_every_category_has_exactly_one_rule_and_every_rule_a_stable_id() -> Non
     assert len({r.id for r in RULES}) == len(RULES)
     for rule in RULES:
         assert rule.description and rule.check and rule.measure and rule.blocks_text and rule.impact and rule.fix
-        assert rule.doc.startswith("README.md#")
+        assert rule.doc == "docs/categories.md"
         assert rule.id == (f"{rule.category.value}/{rule.sub}" if rule.sub else rule.category.value)
     # GradScaler's protocol rules are rules of their own, each with its id.
     assert {r.sub for r in sub_rules(Category.GRADSCALER_PROTOCOL)} == {
@@ -61,6 +62,25 @@ def test_a_finding_is_built_from_its_rule(tmp_path: Path) -> None:
         ctx.finding(category=Category.MEMORY_LEAK, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
 
 
+def test_the_stages_build_findings_one_way() -> None:
+    """`ctx.finding` (and the shared builders it stands on) is the one way a stage makes a finding:
+    no module of `stages/` calls the schema's `Finding.create` or `findings.finding` itself."""
+    callers = []
+    for path in sorted((REPO / "stages").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                name = f"{owner.id}.{node.func.attr}" if isinstance(owner, ast.Name) else node.func.attr
+                if name in {"Finding.create", "findings.finding"}:
+                    callers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert callers == ["stages/base.py:" + str(_line_of_ctx_finding())]
+
+
+def _line_of_ctx_finding() -> int:
+    source = (REPO / "stages" / "base.py").read_text()
+    return next(i for i, line in enumerate(source.splitlines(), 1) if "return findings.finding(" in line)
+
+
 def test_a_rules_stage_is_the_stage_that_reports_its_category() -> None:
     owners = {c: name for name, stage in build_registry().items() for c in stage.categories if c not in ANY_STAGE_CATEGORIES}
     for rule in RULES:
@@ -77,14 +97,14 @@ def test_the_new_any_stage_categories() -> None:
     assert {Category.LEFTOVER_PROCESS, Category.TARGET_MODIFIED} <= ANY_STAGE_CATEGORIES
 
 
-def test_readme_names_every_category_with_its_one_liner() -> None:
+def test_the_categories_page_names_every_category_with_its_one_liner() -> None:
+    page = (REPO / "docs" / "categories.md").read_text()
+    for rule in RULES:
+        if not rule.sub:
+            assert f"[`{rule.id}`](#{rule.id}): {rule.description}\n" in page, rule.category
+        assert f"`{rule.id}`\n" in page and f"- **What it checks**: {rule.check}\n" in page, rule.id
     readme = (REPO / "README.md").read_text()
-    categories_section = readme.split("## Categories", 1)[1].split("\n## ", 1)[0]
-    overview = readme.split("## What traingate is", 1)[1].split("\n## ", 1)[0]
-    for rule in (r for r in RULES if not r.sub):
-        assert f"`{rule.category.value}`: {rule.description}\n" in categories_section, rule.category
-        assert f"`{rule.category.value}`" in overview, rule.category
-    assert "traingate explain" in readme.split("## Command line", 1)[1].split("\n## ", 1)[0]
+    assert "(docs/categories.md)" in readme and "traingate explain" in readme
 
 
 def _explain(*args: str) -> subprocess.CompletedProcess[str]:
@@ -175,9 +195,9 @@ def test_stage_error_and_hang_ids_follow_their_codes_not_their_wording(tmp_path:
     assert a.id == b.id != c.id
     assert a.category is Category.STAGE_ERROR and a.blocking and a.evidence.data["reason"] == "agent-exception"
     assert a.impact == rule_for(Category.STAGE_ERROR).impact
-    hang = hang_finding("execution", BLOCK_ON, tmp_path, _child(5.0), "The entrypoint smoke call m:f", run=SMOKE_CALL_RUN)
-    reworded = hang_finding("execution", BLOCK_ON, tmp_path, _child(9.0), "Calling m:f once", run=SMOKE_CALL_RUN)
-    other_run = hang_finding("execution", BLOCK_ON, tmp_path, _child(5.0), "The entrypoint smoke call m:f", run="pytest")
+    hang = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(5.0), "The entrypoint smoke call m:f", run=SMOKE_CALL_RUN)
+    reworded = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(9.0), "Calling m:f once", run=SMOKE_CALL_RUN)
+    other_run = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(5.0), "The entrypoint smoke call m:f", run="pytest")
     assert hang.id == reworded.id != other_run.id
     assert hang.evidence.data["run"] == SMOKE_CALL_RUN
 
@@ -186,8 +206,8 @@ def test_later_stages_skip_on_the_smoke_call_hang_by_its_data_not_its_title(tmp_
     def report_with(hang: Finding) -> list[StageReport]:
         return [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang])]
 
-    smoke = hang_finding("execution", BLOCK_ON, tmp_path, _child(), "A call with no telling title", run=SMOKE_CALL_RUN)
-    suite = hang_finding("execution", BLOCK_ON, tmp_path, _child(), "The smoke call test suite", run="pytest")
+    smoke = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "A call with no telling title", run=SMOKE_CALL_RUN)
+    suite = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "The smoke call test suite", run="pytest")
     assert "did not finish" in (_skip_reason("performance", report_with(smoke)) or "")
     assert _skip_reason("performance", report_with(suite)) is None
 

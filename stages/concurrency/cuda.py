@@ -17,14 +17,12 @@ from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding,
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.concurrency.loaders import as_sent
 from traingate.stages.concurrency.static import SourceHit
-from traingate.stages.contract.payloads.concurrency import NonBlockingPayload, Site, StreamPayload, StreamReport
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.contract.payloads.concurrency import NonBlockingPayload, StreamPayload, StreamReport
 
 NONBLOCKING = Category.NONBLOCKING_RACE
 STREAMS = Category.STREAM_RACE
 _CSAN_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$', re.M)
-
-def _location(site: Site | None, fallback: Location | None) -> Location | None:
-    return location_of(site) or fallback
 
 
 def nonblocking_observed(ctx: StageContext, watch: NonBlockingPayload, fallback: Location | None) -> list[Finding]:
@@ -41,7 +39,7 @@ def nonblocking_observed(ctx: StageContext, watch: NonBlockingPayload, fallback:
                 category=NONBLOCKING,
                 severity=Severity.HIGH,
                 title="Result of a non_blocking device-to-host copy read before synchronisation",
-                location=_location(copy, fallback),
+                location=location_of(copy) or fallback,
                 problem=(
                     f"A copy to the host made with non_blocking=True was read by {race.read_by} at "
                     f"{read.path}:{read.line} (`{read.code}`) before any synchronisation, so the read can see "
@@ -108,7 +106,7 @@ def stream_findings(ctx: StageContext, sanitizer: StreamPayload, stderr: str, fa
                 category=STREAMS,
                 severity=Severity.HIGH,
                 title="Unsynchronised tensor access from two CUDA streams",
-                location=_location(site, fallback),
+                location=location_of(site) or fallback,
                 problem=(
                     f"The CUDA sanitizer saw `{report.operator[:120]}` access a tensor on stream {report.streams[0]} "
                     f"while a kernel on stream {report.streams[-1]} could still be using it"

@@ -25,26 +25,14 @@ from typing import Any, TypedDict
 
 from traingate.pipeline.concurrency_details import CurveRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import EntrypointRun, SiteFields, StageContext
-from traingate.stages.contract.messages import TargetFrame
-from traingate.stages.contract.payloads.concurrency import Fingerprint, ParamFingerprints, ParamStep, RngPayload, Site, SeedingRecord
+from traingate.stages.base import EntrypointRun, SiteRecord, StageContext, site_record
+from traingate.stages.contract.payloads.concurrency import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
 from traingate.stages.contract.text import clip_line, strip_ansi
 
 CATEGORY = Category.NONDETERMINISM
 # Returned values that legitimately differ between two identical runs.
 VOLATILE_KEY = re.compile(r"(time|duration|elapsed|latency|wall|clock|sec|_s$|_ms$|_us$|speed|throughput|per_s|fps|rate|util|mem|rss|bytes|date|stamp|pid|path|dir|host|uuid)", re.I)
 _DETERMINISTIC_OP = re.compile(r"^(.+?) does not have a deterministic implementation", re.M)
-
-
-class SiteRecord(SiteFields):
-    """A line of the target's code (a seeding call's `Site`, an exception's `TargetFrame`), as
-    the evidence shows it."""
-
-    code: str
-
-
-def site_record(site: Site | TargetFrame) -> SiteRecord:
-    return {"path": site.path, "line": site.line, "function": site.function, "code": site.code}
 
 
 class SeedingCause(TypedDict):

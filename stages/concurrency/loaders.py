@@ -20,6 +20,7 @@ from traingate.pipeline.concurrency_details import LoaderDetails, LoaderRow, Sta
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Payload
+from traingate.stages.contract.payloads.base import Site
 from traingate.stages.contract.payloads.concurrency import (
     BatchFailed,
     ConstructionError,
@@ -28,15 +29,11 @@ from traingate.stages.contract.payloads.concurrency import (
     LoaderPayload,
     LoaderRecord,
     PickleFailed,
-    Site,
     StartMethodCheck,
 )
 
 CATEGORY = Category.DATALOADER_HAZARD
 
-
-def _location(site: Site | None, fallback: Location | None) -> Location | None:
-    return location_of(site) or fallback
 
 
 def _code(site: Site | None) -> str:
@@ -69,7 +66,7 @@ def _rejected(ctx: StageContext, error: ConstructionError, fallback: Location | 
         category=CATEGORY,
         severity=Severity.HIGH,
         title=f"DataLoader rejected its settings: {error.message[:120]}",
-        location=_location(site, fallback),
+        location=location_of(site) or fallback,
         problem=f"Constructing the DataLoader raised {error.type}: {error.message}",
         impact="The training stops before its first batch whenever this line runs.",
         fix="Only pass prefetch_factor and persistent_workers=True together with num_workers > 0 (or drop them when num_workers is 0).",
@@ -92,7 +89,7 @@ def _worker_failure(ctx: StageContext, error: IterationError, fallback: Location
         category=CATEGORY,
         severity=Severity.HIGH,
         title=title,
-        location=_location(site, fallback),
+        location=location_of(site) or fallback,
         problem=f"{problem}: {error.type}: {error.message.splitlines()[0][:300] if error.message else ''}",
         fix=fix,
         evidence=Evidence(
@@ -158,7 +155,7 @@ def _start_method_failure(ctx: StageContext, group: list[StartMethodCheck], load
         )
         fix = "Replace lambdas and local functions held by the dataset (or passed as collate_fn/worker_init_fn) with module-level functions or callable classes, so the loader works under every start method."
         error_text = pickled.error
-        location = _location(defined, None) or _location(site, fallback)
+        location = location_of(defined) or location_of(site) or fallback
         loaders_text = "its DataLoader fails" if len(sites) == 1 else f"{len(sites)} DataLoaders fail"
         title = f"{what.split(' (')[0]} cannot be pickled: {loaders_text} under `{method}` (fine under `{used}`)"
         key = f"start-method:unpicklable:{_code(defined) or culprit.attribute}" if culprit else f"start-method:{method}:{_code(site)}"
@@ -166,7 +163,7 @@ def _start_method_failure(ctx: StageContext, group: list[StartMethodCheck], load
         problem = f"A worker started with `{method}` failed to load one batch ({batch.error[:300]}); {works}."
         fix = "Make the dataset self-contained: state set up at run time in the main process (globals, open handles) is not there in a spawned worker; build it in __init__ or worker_init_fn."
         error_text = batch.error
-        location = _location(site, fallback)
+        location = location_of(site) or fallback
         title = f"DataLoader works under `{used}` but fails under `{method}`"
         key = f"start-method:{method}:{_code(site)}"
     return ctx.finding(
@@ -213,7 +210,7 @@ def _recreated_persistent(ctx: StageContext, loader: LoaderRecord, fallback: Loc
         category=CATEGORY,
         severity=Severity.HIGH if leak else Severity.MEDIUM,
         title="Persistent DataLoader re-created every epoch" + (" (its workers leak)" if leak else ""),
-        location=_location(site, fallback),
+        location=location_of(site) or fallback,
         problem=problem,
         impact=("Worker processes and their memory accumulate until the machine runs out." if leak else "Each epoch pays the worker start-up that persistent_workers exists to avoid."),
         fix="Construct the DataLoader once, before the epoch loop, and iterate it each epoch.",

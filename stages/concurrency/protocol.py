@@ -24,6 +24,7 @@ from traingate.pipeline.concurrency_details import ProtocolDetails
 from traingate.pipeline.rules import Rule, sub_rules
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, location_of
+from traingate.stages.contract.payloads.base import Site
 from traingate.stages.contract.payloads.concurrency import (
     AutogradGradEvent,
     BackwardEvent,
@@ -33,7 +34,6 @@ from traingate.stages.contract.payloads.concurrency import (
     ProtocolTracePayload,
     ScaleEvent,
     ScalerStepEvent,
-    Site,
     UnscaleEvent,
     UpdateEvent,
     ZeroGradEvent,

@@ -7,6 +7,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from collections.abc import Iterable
+from typing import Any
 
 _FOREIGN_PARTS = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox"}
 
@@ -27,15 +28,16 @@ def relative(filename: str, root: Path) -> str:
     return Path(os.path.abspath(filename)).relative_to(root).as_posix()
 
 
-def innermost_target(frames: Iterable[tuple[str, int, str]], root: Path, innermost_first: bool) -> dict[str, object] | None:
-    """{path (relative), line, function, code} of the innermost frame in the target's code."""
+def site_fields(filename: str, line: int, function: str, root: Path) -> dict[str, Any]:
+    """A line of the target as the payloads carry it (`payloads.base.Site`): its path relative
+    to the target root, the line, the function and the line's source text."""
+    return {"path": relative(filename, root), "line": line, "function": function, "code": linecache.getline(os.path.abspath(filename), line).strip()}
+
+
+def innermost_target(frames: Iterable[tuple[str, int, str]], root: Path, innermost_first: bool) -> dict[str, Any] | None:
+    """`site_fields` of the innermost frame in the target's code."""
     ordered = list(frames) if innermost_first else list(frames)[::-1]
     for filename, line, function in ordered:
         if is_target_file(filename, root):
-            return {
-                "path": relative(filename, root),
-                "line": line,
-                "function": function,
-                "code": linecache.getline(os.path.abspath(filename), line).strip(),
-            }
+            return site_fields(filename, line, function, root)
     return None

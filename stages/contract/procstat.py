@@ -1,6 +1,10 @@
-"""`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only)."""
+"""`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only), and the
+signal both sides send to a process that may already be gone."""
 
 from __future__ import annotations
+
+import os
+import signal
 
 
 def stat_fields(text: str) -> list[str]:
@@ -16,3 +20,11 @@ def read_stat(pid: int | str = "self") -> list[str] | None:
             return stat_fields(stat.read())
     except (OSError, IndexError):
         return None
+
+
+def send_signal(pid: int, sig: signal.Signals) -> None:
+    """`os.kill`, where a process already gone, or no longer ours to signal, is not an error."""
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

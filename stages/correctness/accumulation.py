@@ -11,7 +11,7 @@ import math
 from typing import TypedDict
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import FirstUpdatePayload, LossesPayload
 from traingate.stages.correctness import located
 
@@ -106,7 +106,7 @@ def accumulation_finding(
             evidence=Evidence(
                 kind=EvidenceKind.MEASURED,
                 summary=f"relative gradient difference {difference:.4f}, norm ratio {ratio:.4f}, tolerance {tolerance}",
-                data={**comparison, **setup, "tolerance": tolerance, "backward_site": located.site_record(losses, site), "backward_calls": losses.calls if losses is not None else None},
+                data={**comparison, **setup, "tolerance": tolerance, "backward_site": site_record(located.site(losses, site)), "backward_calls": losses.calls if losses is not None else None},
             ),
             key="grad-accumulation",
         )

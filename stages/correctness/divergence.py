@@ -22,11 +22,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from traingate.pipeline.findings import hang
 from traingate.pipeline.isolation import main_thread_frames
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, innermost_target_frame, location_of
 from traingate.stages.contract.messages import CollectiveCall, DistributedRecord, RankResult
-from traingate.stages.contract.payloads.correctness import RankLoader, RanksPayload, RankTensor, Site
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.contract.payloads.correctness import RankLoader, RanksPayload, RankTensor
 from traingate.stages.correctness import located
 
 CATEGORY = Category.DDP_DIVERGENCE
@@ -253,7 +255,7 @@ class _Skipped:
     fewest: int
 
 
-def hang_finding(ctx: StageContext, record: DistributedRecord, fallback: Location, what: str) -> Finding:
+def distributed_hang(ctx: StageContext, record: DistributedRecord, fallback: Location, what: str) -> Finding:
     """`hang` of a distributed run: located where the waiting rank waits, every rank's stacks
     and collective calls in the evidence."""
     ranks = record.ranks
@@ -281,26 +283,23 @@ def hang_finding(ctx: StageContext, record: DistributedRecord, fallback: Locatio
     share = _STACKS_EVIDENCE // max(1, len(ranks))  # every rank's dump, each cut to its share from the top
     stacks = "\n".join(f"===== rank {r.rank} ({r.ending}) =====\n{(r.stacks or '(no stack: it was not running)')[:share]}" for r in ranks)
     waiting_text = f"rank {waiting.rank}" if waiting is not None else "no rank in the target's code"
-    return ctx.finding(
-        category=Category.HANG,
+    return hang(
+        ctx,
+        what,
+        run="distributed",
         severity=Severity.CRITICAL,
         title=f"{what} did not finish within {record.timeout_s:g}s: {waiting_text} waits" + (f" in `{skipped.function}`" if skipped else ""),
         location=location or fallback,
         problem=f"{what} was still running after {record.timeout_s:g}s: " + "; ".join(lines) + "." + mismatch,
         fix="Make every rank call the same collectives in the same order: no collective inside a branch on the rank or on data that differs between ranks (log on rank 0 after the all_reduce, not around it).",
-        evidence=Evidence(
-            kind=EvidenceKind.OBSERVED,
-            summary=f"{len(running)} rank(s) still running at the timeout; every rank's stacks dumped, then all killed",
-            traceback=stacks,
-            data={
-                "run": "distributed",
-                "waiting_rank": waiting.rank if waiting is not None else None,
-                "skipped_collective": asdict(skipped) if skipped is not None else None,
-                "ranks": [{"rank": r.rank, "pid": r.pid, "ending": r.ending, "collectives": r.collectives} for r in ranks],
-                "timeout_s": record.timeout_s,
-            },
-        ),
-        key="distributed",
+        summary=f"{len(running)} rank(s) still running at the timeout; every rank's stacks dumped, then all killed",
+        stacks=stacks,
+        data={
+            "waiting_rank": waiting.rank if waiting is not None else None,
+            "skipped_collective": asdict(skipped) if skipped is not None else None,
+            "ranks": [{"rank": r.rank, "pid": r.pid, "ending": r.ending, "collectives": r.collectives} for r in ranks],
+            "timeout_s": record.timeout_s,
+        },
     )
 
 

@@ -4,7 +4,7 @@ parameters that received gradients but never changed over the whole run."""
 from __future__ import annotations
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import StepsPayload
 from traingate.stages.correctness import located
 
@@ -55,7 +55,7 @@ def _step_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) -
             evidence=Evidence(
                 kind=EvidenceKind.OBSERVED,
                 summary=f"{count} of {total} step(s) left every parameter's sum, norm and sampled elements unchanged",
-                data={"first": {**located.record(first), "site": located.site_record(steps, first.site), "schedulers": schedulers}, "ineffective_steps": [r.step for r in records], "ineffective_count": count, "steps": total},
+                data={"first": {**located.record(first), "site": site_record(located.site(steps, first.site)), "schedulers": schedulers}, "ineffective_steps": [r.step for r in records], "ineffective_count": count, "steps": total},
             ),
             key="steps",
         )
@@ -85,7 +85,7 @@ def _frozen_findings(ctx: StageContext, steps: StepsPayload, fallback: Location)
             evidence=Evidence(
                 kind=EvidenceKind.OBSERVED,
                 summary=f"{count} parameter(s) unchanged after every step",
-                data={"parameters": [{**located.record(p), "site": located.site_record(steps, p.site), "root_site": located.site_record(steps, p.root_site)} for p in frozen[:50]], "count": count},
+                data={"parameters": [{**located.record(p), "site": site_record(located.site(steps, p.site)), "root_site": site_record(located.site(steps, p.root_site))} for p in frozen[:50]], "count": count},
             ),
             key="never-changed:" + ",".join(sorted(str(p.name) for p in frozen[:20])),
         )

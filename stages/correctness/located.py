@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from traingate.pipeline.schema import Location
 from traingate.stages.base import location_of
-from traingate.stages.contract.payloads.correctness import Site, StepsPayload
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.contract.payloads.correctness import StepsPayload
 
 
 class Sited(Protocol):
@@ -22,12 +23,6 @@ class Sited(Protocol):
 def site(data: Sited | None, index: int | None) -> Site | None:
     sites = data.sites if data is not None else []
     return sites[index] if isinstance(index, int) and 0 <= index < len(sites) else None
-
-
-def site_record(data: Sited | None, index: int | None) -> dict[str, Any] | None:
-    """The site as the evidence and the stage's details give it."""
-    found = site(data, index)
-    return found.model_dump(mode="json") if found is not None else None
 
 
 def location(data: Sited | None, index: int | None, fallback: Location) -> Location:

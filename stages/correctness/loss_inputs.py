@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from traingate.pipeline.correctness_details import LossInputsCheck, LossInputsNotApplicable, LossLine
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import LossInputSite, LossInputsPayload
 from traingate.stages.correctness import located
 
@@ -98,7 +98,7 @@ def _finding(ctx: StageContext, data: LossInputsPayload, loss: LossInputSite, mi
                 "rows": loss.rows,
                 "producer": loss.producer,
                 "module": loss.module,
-                "module_site": located.site_record(data, loss.module_site),
+                "module_site": site_record(located.site(data, loss.module_site)),
                 "gradients_recorded": loss.gradients_recorded,
                 "example": loss.example,
             },

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from traingate.pipeline.correctness_details import MixingCheck, NotApplicable
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import MixingPayload, SampleDependency, TracedOp
 from traingate.stages.correctness import located
 
@@ -79,14 +79,14 @@ def _finding(ctx: StageContext, data: MixingPayload, mixed: list[SampleDependenc
             summary=f"nonzero gradient across samples: sample {first.sample} depends on {first.others_count} other(s)",
             data={
                 "model": data.model,
-                "model_site": located.site_record(data, data.site),
+                "model_site": site_record(located.site(data, data.site)),
                 "batch_size": data.batch_size,
                 "batch_dim": data.batch_dim,
                 "batch_dim_assumed": data.batch_dim_assumed,
                 "pairwise_output": data.pairwise_output,
                 "dependencies": [located.record(s) for s in data.samples],
-                "mixing_op": {**located.record(mixing), "site": located.site_record(data, mixing.site)} if mixing else None,
-                "layout_op": {**located.record(layout), "site": located.site_record(data, layout.site)} if layout else None,
+                "mixing_op": {**located.record(mixing), "site": site_record(located.site(data, mixing.site))} if mixing else None,
+                "layout_op": {**located.record(layout), "site": site_record(located.site(data, layout.site))} if layout else None,
                 "ops_traced": data.ops_traced,
             },
         ),

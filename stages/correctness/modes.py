@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from traingate.pipeline.correctness_details import ModesCheck, NotApplicable
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import EvalWhileTraining, ModeModule, ModesPayload, TrainUnderNoGrad
 from traingate.stages.correctness import located
 
@@ -80,9 +80,9 @@ def _eval_finding(ctx: StageContext, modes: ModesPayload, record: EvalWhileTrain
                 "modules": [located.record(m) for m in record.modules],
                 "steps_affected": record.step_indexes,
                 "steps": record.steps,
-                "forward_site": located.site_record(modes, record.site),
-                "step_site": located.site_record(modes, record.step_site),
-                "eval_site": located.site_record(modes, record.eval_site),
+                "forward_site": site_record(located.site(modes, record.site)),
+                "step_site": site_record(located.site(modes, record.step_site)),
+                "eval_site": site_record(located.site(modes, record.eval_site)),
             },
         ),
         key=f"eval-while-training:{record.root}",
@@ -117,7 +117,7 @@ def _no_grad_finding(ctx: StageContext, modes: ModesPayload, record: TrainUnderN
                 "modules": [located.record(m) for m in record.modules],
                 "forwards": record.forwards,
                 "after_step": record.first_step,
-                "forward_site": located.site_record(modes, record.site),
+                "forward_site": site_record(located.site(modes, record.site)),
             },
         ),
         key=f"train-under-no-grad:{record.root}",

@@ -8,7 +8,7 @@ reported when the run ends with a non-finite loss or with non-finite parameters.
 from __future__ import annotations
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import LossesPayload, StepsPayload
 from traingate.stages.correctness import located
 
@@ -39,7 +39,7 @@ def nonfinite_findings(ctx: StageContext, losses: LossesPayload, steps: StepsPay
                 kind=EvidenceKind.OBSERVED,
                 summary=f"first non-finite loss {first.value} at step {first.step}, backward call {first.call}",
                 data={
-                    "first": {**located.record(first), "site": located.site_record(losses, first.site)},
+                    "first": {**located.record(first), "site": site_record(located.site(losses, first.site))},
                     "non_finite": count,
                     "calls": calls,
                     "losses_before": before,

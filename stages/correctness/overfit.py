@@ -12,7 +12,7 @@ import math
 from collections import defaultdict
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import LossesPayload
 from traingate.stages.correctness import located
 
@@ -66,7 +66,7 @@ def overfit_finding(ctx: StageContext, curve: list[float], fraction: float, loss
             evidence=Evidence(
                 kind=EvidenceKind.MEASURED,
                 summary=f"loss {curve[0]:.6g} -> {sum(curve[-TAIL:]) / TAIL:.6g} over {steps} steps on one batch ({fraction:.1%} reduction, required {required:.0%})",
-                data={"step_losses": curve[:500], "reduction": fraction, "required": required, "steps": steps, "backward_site": located.site_record(losses, site)},
+                data={"step_losses": curve[:500], "reduction": fraction, "required": required, "steps": steps, "backward_site": site_record(located.site(losses, site))},
             ),
             key="overfit",
         )

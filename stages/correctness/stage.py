@@ -215,7 +215,7 @@ class _Session(StageSession[CorrectnessRun]):
             return
         if record.timed_out:
             self.stopped = f"the {label} run did not finish within {record.timeout_s:g}s"
-            self.findings.append(divergence.hang_finding(self.ctx, record, self.fallback, what))
+            self.findings.append(divergence.distributed_hang(self.ctx, record, self.fallback, what))
             return
         failed = _first_failure(record.ranks)
         if failed is not None:

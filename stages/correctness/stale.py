@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from traingate.pipeline.correctness_details import NotApplicable, StaleCheck
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import GradientsPayload, StaleStep
 from traingate.stages.correctness import located
 
@@ -61,7 +61,7 @@ def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleSt
                 "steps_affected": [s.step for s in steps],
                 "steps_stale": count,
                 "steps_judged": judged,
-                "step_site": located.site_record(gradients, first.site),
+                "step_site": site_record(located.site(gradients, first.site)),
                 "backward_site": located.record(backward) if backward else None,
                 "per_step": [s.model_dump(mode="json", include=PER_STEP) for s in steps[:50]],
             },

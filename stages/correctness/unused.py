@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.base import StageContext
+from traingate.stages.base import StageContext, site_record
 from traingate.stages.contract.payloads.correctness import ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
 
@@ -68,7 +68,7 @@ def _finding(
             data={
                 "reason": reason,
                 "parameters": [
-                    {**located.record(p), "qualified_name": _qualified(p), "site": located.site_record(steps, p.site), "root_site": located.site_record(steps, p.root_site)}
+                    {**located.record(p), "qualified_name": _qualified(p), "site": site_record(located.site(steps, p.site)), "root_site": site_record(located.site(steps, p.root_site))}
                     for p in params[:50]
                 ],
                 "count": count,

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from traingate.stages.contract import guard
 from traingate.stages.contract.channel import new_nonce
 from traingate.stages.contract.frames import innermost_target
-from traingate.stages.contract.procstat import read_stat
+from traingate.stages.contract.procstat import read_stat, send_signal
 from traingate.stages.contract.messages import DistributedRecord, EntrypointRequest, HarnessResult, RankResult
 
 # A rank that failed while others still run: how long they get to finish before the launcher
@@ -273,14 +273,14 @@ def _watch(state: _LaunchState, reporter: _Reporter) -> None:
             # after its record (stuck in its process group's teardown, waiting on a dead peer
             # until gloo's own 30 s stop) is killed, its record kept, so the launch ends now.
             for pid in alive.values():
-                _signal(pid, signal.SIGKILL)
+                send_signal(pid, signal.SIGKILL)
             continue
         # Every live rank dumps its stacks, those that returned and wait for the others too.
         for pid in alive.values():
-            _signal(pid, signal.SIGUSR1)
+            send_signal(pid, signal.SIGUSR1)
         time.sleep(DUMP_WAIT_S)
         for pid in alive.values():
-            _signal(pid, signal.SIGKILL)
+            send_signal(pid, signal.SIGKILL)
         reporter.report(
             state.result(
                 launcher_error=None, failures={}, timed_out=timed_out, stopped_after_failure=None if timed_out else failed_rank, running=running, dumped=True,
@@ -299,13 +299,6 @@ def _died_silently(state: _LaunchState) -> list[int]:
 def _alive(pid: int) -> bool:
     fields = read_stat(pid)
     return fields is not None and fields[0] != "Z"
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read_tail(path: Path, limit: int) -> str:

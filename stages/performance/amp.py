@@ -25,7 +25,7 @@ from traingate.pipeline.config import PolicyConfig
 from traingate.pipeline.performance_details import AmpComparison, AmpSide, AmpSides
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import AmpCounts, Site, StepClockRecord
+from traingate.stages.contract.payloads.performance import AmpCounts, SiteKey, StepClockRecord
 from traingate.stages.performance.spread import RatioSpread, ratio_of_medians
 from traingate.stages.performance.timing import step_stats, step_times
 
@@ -145,7 +145,7 @@ def metrics(comparison: AmpComparison, policy: PolicyConfig, amp_counts: AmpCoun
     return out
 
 
-def amp_location(amp_counts: AmpCounts | None, forward_sites: list[tuple[Site, int]]) -> Location | None:
+def amp_location(amp_counts: AmpCounts | None, forward_sites: list[tuple[SiteKey, int]]) -> Location | None:
     uses = [u for u in amp_counts.autocast if u.site] if amp_counts else []
     enabled = sorted((u for u in uses if u.enabled), key=lambda u: -u.entries)
     site = enabled[0].site if enabled else (uses[0].site if uses else (forward_sites[0][0] if forward_sites else None))
@@ -335,7 +335,7 @@ def not_applicable_metric(gate: CudaGate, setting: str, device: str) -> Metric:
     )
 
 
-def inactive_check(ctx: StageContext, amp_counts: AmpCounts | None, forward_sites: list[tuple[Site, int]], flag: str, device: str) -> tuple[Finding | None, list[Metric]]:
+def inactive_check(ctx: StageContext, amp_counts: AmpCounts | None, forward_sites: list[tuple[SiteKey, int]], flag: str, device: str) -> tuple[Finding | None, list[Metric]]:
     """`amp-inactive` and, where the target deliberately leaves AMP off on this device, the
     metric that says the check is not applicable here and how to run it where it is."""
     if not amp_counts:
@@ -352,7 +352,7 @@ def inactive_check(ctx: StageContext, amp_counts: AmpCounts | None, forward_site
 
 
 def inactive_finding(
-    ctx: StageContext, amp_counts: AmpCounts, forward_sites: list[tuple[Site, int]], flag: str, device: str, cuda_gate: CudaGate | None = None
+    ctx: StageContext, amp_counts: AmpCounts, forward_sites: list[tuple[SiteKey, int]], flag: str, device: str, cuda_gate: CudaGate | None = None
 ) -> Finding | None:
     """`amp-inactive`: AMP switched on, yet no matrix product ran in reduced precision.
 
@@ -400,7 +400,7 @@ def inactive_finding(
     )
 
 
-def _at(site: Site | None) -> str:
+def _at(site: SiteKey | None) -> str:
     """`path:line` of a site the caller kept only when it was set."""
     return f"{site[0]}:{site[1]}" if site else ""
 

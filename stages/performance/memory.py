@@ -56,7 +56,8 @@ from traingate.pipeline.performance_details import (
 )
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite, SiteRecord
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.contract.payloads.performance import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
 
@@ -228,7 +229,7 @@ class Attribution:
     holder: CheckHolder | None
     growth: GrowthLine | None
     checked_at_step: int | None
-    stores: list[SiteRecord] = field(default_factory=list)
+    stores: list[Site] = field(default_factory=list)
     stored_at: StoredAt | None = None
 
     def record(self) -> AttributionRecord:
@@ -315,14 +316,14 @@ def _graph_finding(ctx: StageContext, graph: HeldGraph, memory: MemoryRecord, de
     )
 
 
-def graph_store(ctx: StageContext, holder: GraphHolder) -> SiteRecord | None:
+def graph_store(ctx: StageContext, holder: GraphHolder) -> Site | None:
     """Where a held graph is stored into its name: the line that made the tensor's storage
     (`total = total + loss`), else the first store in the source (`total += loss` on a
     tensor made before the loop)."""
     return store_line(holder.created_at, storing_lines(ctx.root, holder))[0]
 
 
-def store_line(seen: SiteRecord | None, stores: list[SiteRecord]) -> tuple[SiteRecord | None, bool]:
+def store_line(seen: Site | None, stores: list[Site]) -> tuple[Site | None, bool]:
     """The line that stores into a holder, and whether the probe saw it: the line `seen`
     when the source stores there or has no store the parser recognises, else the first
     store found in the source."""
@@ -368,7 +369,7 @@ def stored_at(attribution: Attribution) -> StoredAt | None:
 
 def _location(attribution: Attribution) -> Location | None:
     holder, growth = attribution.holder, attribution.growth
-    candidates: list[StoredAt | SiteRecord | None] = [
+    candidates: list[StoredAt | Site | None] = [
         attribution.stored_at,
         growth.site if growth else None,
         holder.created_at if holder else None,

@@ -37,7 +37,7 @@ from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding,
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, Site, StepClockRecord
+from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, SiteKey, StepClockRecord
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
@@ -333,10 +333,10 @@ def _run_record(label: str, amp: bool | None, run: EntrypointRun, steps: int) ->
     return RunRecord(label=label, amp=amp, steps=steps, duration_s=round(run.child.duration_s, 3))
 
 
-def _code_reader(root: Path) -> Callable[[Site], str]:
+def _code_reader(root: Path) -> Callable[[SiteKey], str]:
     cache: dict[str, list[str]] = {}
 
-    def code_of(site: Site) -> str:
+    def code_of(site: SiteKey) -> str:
         path, line = site[0], site[1]
         if path not in cache:
             try:

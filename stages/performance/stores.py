@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from traingate.stages.contract.payloads.performance import HolderRecord, SiteRecord
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.contract.payloads.performance import HolderRecord
 
 _ADDERS = {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft", "__setitem__"}
 
 
-def storing_lines(root: Path, holder: HolderRecord) -> list[SiteRecord]:
+def storing_lines(root: Path, holder: HolderRecord) -> list[Site]:
     """Lines in the holder's source that store into it, as sites: for an attribute, the
     methods of its class; for a global, the whole module; for a local, its function."""
     path = holder.path
@@ -33,12 +34,12 @@ def storing_lines(root: Path, holder: HolderRecord) -> list[SiteRecord]:
     else:
         scopes = [tree]
     lines = source.splitlines()
-    found: dict[int, SiteRecord] = {}
+    found: dict[int, Site] = {}
     for scope in scopes:
         for node, function in _with_functions(scope):
             if _stores_into(node, name, attribute=kind == "attribute"):
                 line = int(getattr(node, "lineno", 0))  # stores are statements and calls: they all have one
-                found.setdefault(line, SiteRecord(path=path, line=line, function=function, code=lines[line - 1].strip()))
+                found.setdefault(line, Site(path=path, line=line, function=function, code=lines[line - 1].strip()))
     return [found[k] for k in sorted(found)]
 
 

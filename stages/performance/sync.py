@@ -20,7 +20,7 @@ from typing import Literal
 from traingate.pipeline.performance_details import SyncRow, SyncSummary
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import Site, SyncRecords, SyncSiteRecord
+from traingate.stages.contract.payloads.performance import SiteKey, SyncRecords, SyncSiteRecord
 from traingate.stages.performance.sign_test import sign_test
 
 CATEGORY = Category.HOST_SYNC
@@ -50,7 +50,7 @@ class SiteSyncs:
         return (counted / len(whole) if len(whole) else 0.0), covered, len(whole)
 
 
-def by_site(records: list[SyncSiteRecord], steps: int, direct: bool, code_of: Callable[[Site], str]) -> list[SiteSyncs]:
+def by_site(records: list[SyncSiteRecord], steps: int, direct: bool, code_of: Callable[[SiteKey], str]) -> list[SiteSyncs]:
     sites: dict[tuple[str, int, str], SiteSyncs] = {}
     for r in records:
         if r.direct is not direct or not r.site:
@@ -77,7 +77,7 @@ def severity_for(rate: float, explicit: bool) -> Severity:
     return Severity.MEDIUM if rate >= SEVERAL else Severity.LOW
 
 
-def analyse(ctx: StageContext, syncs: SyncRecords, steps: int, device: str, code_of: Callable[[Site], str]) -> tuple[SyncSummary, list[Finding]]:
+def analyse(ctx: StageContext, syncs: SyncRecords, steps: int, device: str, code_of: Callable[[SiteKey], str]) -> tuple[SyncSummary, list[Finding]]:
     records = syncs.records
     target = by_site(records, steps, True, code_of)
     library = by_site(records, steps, False, code_of)

@@ -20,7 +20,7 @@ import traceback
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.concurrency.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import reference
 
 MAX_RECORDS = 50

@@ -19,7 +19,7 @@ import time
 import weakref
 from typing import Any
 
-from traingate.stages.concurrency.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 
 MAX_ERRORS = 20
 MAX_PROBED_SITES = 3

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.concurrency.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 from traingate.stages.contract.frames import relative
 
 MAX_RECORDS = 500

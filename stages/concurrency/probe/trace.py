@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from traingate.stages.concurrency.probe.params import ParamFingerprints
 from traingate.stages.contract.tensors import exact_sum
-from traingate.stages.concurrency.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
 MAX_EVENTS = 50_000

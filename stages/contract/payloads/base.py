@@ -26,3 +26,13 @@ class Payload(BaseModel):
         Python objects), so the harness's `json.dumps` writes them as it did."""
         return cls.model_validate(data).model_dump(mode="json", by_alias=True, exclude_unset=True)
 
+
+class Site(Payload):
+    """A line of the target's code with its source text, as the probes record it
+    (`traingate.stages.contract.frames.site_fields`): the one site model of every stage's payloads."""
+
+    path: str  # relative to the target root
+    line: int
+    function: str
+    code: str
+

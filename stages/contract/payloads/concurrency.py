@@ -13,16 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, StrictFloat, StringConstraints, model_validator
 
 from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.base import Payload
-
-
-class Site(Payload):
-    """A line of the target's code, as `probe/sites.py` interns it."""
-
-    path: str  # relative to the target root
-    line: int
-    function: str
-    code: str
+from traingate.stages.contract.payloads.base import Payload, Site
 
 
 # -- the loss per optimizer step and the parameters after it (probe/trace.py, probe/params.py) --

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.base import Payload
+from traingate.stages.contract.payloads.base import Payload, Site
 
 # How `_value`/`_values` in the probes write a loss or a tensor element that is not finite.
 NonFiniteRepr = Literal["nan", "inf", "-inf"]
@@ -23,15 +23,6 @@ NonFiniteRepr = Literal["nan", "inf", "-inf"]
 Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
 # A float the probe writes as it is, NaN and inf included: None once the parent has it.
 NonFiniteFloat = float | None
-
-
-class Site(Payload):
-    """One line of the target, as `probe.sites.SiteTable` interns it."""
-
-    path: str  # relative to the target root
-    line: int
-    function: str
-    code: str
 
 
 # -- CORRECTNESS_STEPS --------------------------------------------------------------------------

@@ -17,10 +17,11 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, StringConstraints, model_validator
 
 from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.base import Payload
+from traingate.stages.contract.payloads.base import Payload, Site
 
-# A code location as `FrameIndex.site` makes it: (path, line, function); a list in JSON.
-Site = tuple[str, int, str]
+# A code location as `FrameIndex.site` makes it: (path, line, function); a list in JSON. The
+# compact key of the hot paths' records; where a record carries the source line it is a `Site`.
+SiteKey = tuple[str, int, str]
 # A step interval's index as a dict key (`str(step)`): the analyses turn it back with int().
 StepKey = Annotated[str, StringConstraints(pattern=r"^[0-9]+$")]
 
@@ -59,10 +60,10 @@ class LoaderRecord(Payload):
     """A DataLoader the target made, and how long the steps waited on it; timing.py picks the
     one that fed most steps for `input-stall`."""
 
-    site: Site | None  # where it was made; None when no target frame was on the stack
+    site: SiteKey | None  # where it was made; None when no target frame was on the stack
     settings: LoaderSettings
     dataset: str  # the dataset's module-qualified class name
-    getitem: Site | None  # the dataset's `__getitem__` when it is the target's code
+    getitem: SiteKey | None  # the dataset's `__getitem__` when it is the target's code
     wait_s: float
     batches: int
     fed_steps: int  # steps whose last batch came from this loader
@@ -80,7 +81,7 @@ class StepClockRecord(Payload):
     device: PhaseTimes | None  # CUDA event times; None off CUDA or when an event is missing
     losses: list[float | None]  # one per step; None where no finite scalar loss was seen
     loaders: list[LoaderRecord]
-    forward_sites: list[tuple[Site, int]]  # the outermost forward calls' sites and counts, top 5
+    forward_sites: list[tuple[SiteKey, int]]  # the outermost forward calls' sites and counts, top 5
     peak_memory_bytes: int | None  # torch.cuda.max_memory_allocated; None off CUDA
     truncated: bool  # the clock stopped at its step cap
 
@@ -93,19 +94,10 @@ class StepClockRecord(Payload):
 
 
 # -- memory held between steps (FullProbe, probe/holders.py, probe/tracker.py) -------------
-class SiteRecord(Payload):
-    """A site with its source line (`frame_index.site_record`)."""
-
-    path: str
-    line: int
-    function: str
-    code: str
-
-
 class RetainedSite(Payload):
     """Storages made at one site after warm-up that are still alive, and over how many steps."""
 
-    site: SiteRecord | None  # None: made where no target frame was on the stack
+    site: Site | None  # None: made where no target frame was on the stack
     storages: int
     bytes: int
     steps: int
@@ -130,7 +122,7 @@ class HolderRecord(Payload):
 class CheckHolder(HolderRecord):
     """What held the retained tensors at a check, and where they were made."""
 
-    created_at: SiteRecord | None
+    created_at: Site | None
     # Autograd nodes the holder's innermost container keeps; only when the held tensors
     # carry their graphs through a container.
     nodes: int | None = None
@@ -139,7 +131,7 @@ class CheckHolder(HolderRecord):
 class GraphHolder(HolderRecord):
     """A named tensor whose autograd graph spans several steps, with its size at the check."""
 
-    created_at: SiteRecord | None
+    created_at: Site | None
     nodes: int
 
 
@@ -160,7 +152,7 @@ class GrowthLine(Payload):
     holder: str  # the holder's description
     container: str  # the container's type
     depth: int  # its place in the holder's chain, innermost first
-    site: SiteRecord
+    site: Site
 
 
 class MemoryRecord(Payload):
@@ -184,7 +176,7 @@ class SyncSiteRecord(Payload):
 
     kind: str
     explicit: bool  # an explicit synchronize() call
-    site: Site | None
+    site: SiteKey | None
     direct: bool  # the target's own line made it (else a library it called, named in `via`)
     via: str
     per_step: dict[StepKey, int]
@@ -194,7 +186,7 @@ class SyncSiteRecord(Payload):
 class SyncDebugRecord(Payload):
     """CUDA's sync debug mode's warnings at one target line, per step interval."""
 
-    site: Site | None
+    site: SiteKey | None
     per_step: dict[StepKey, int]
 
 
@@ -209,7 +201,7 @@ class SyncRecords(Payload):
 class AutocastRecord(Payload):
     """One autocast context (by site, device, dtype, enabled) and the matmuls run inside it."""
 
-    site: Site | None
+    site: SiteKey | None
     device: str
     dtype: str
     enabled: bool
@@ -230,7 +222,7 @@ class AmpCounts(Payload):
 # -- the main-thread sampler (probe/sampler.py: Sampler.collect) ---------------------------
 class SampledSite(Payload):
     phase: Literal["data", "rest"]  # the sampler skips the forward, backward and optimizer phases
-    site: Site | None
+    site: SiteKey | None
     count: int
 
 

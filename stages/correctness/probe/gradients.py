@@ -27,7 +27,7 @@ from typing import Any
 from collections.abc import Callable
 
 from traingate.stages.contract.tensors import exact_norm
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
 MAX_STEP_RECORDS = 10_000  # steps judged; past it, counted as dropped

@@ -13,7 +13,7 @@ import functools
 import weakref
 from typing import Any
 
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 
 MAX_LOADERS = 200
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 
 FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
 CALLS_PER_SITE = 4  # calls sampled per (function, line)

@@ -19,7 +19,7 @@ from typing import Any
 from collections.abc import Callable
 
 from traingate.stages.contract.tensors import exact_sum
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 
 MAX_CALLS = 20_000
 UNSCALED_TAG = "_traingate_unscaled_loss"

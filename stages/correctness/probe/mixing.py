@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traingate.stages.correctness.probe import mixing_replay
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
 MAX_CAPTURES = 4

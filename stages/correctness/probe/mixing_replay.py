@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator
 
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 
 MAX_LISTED = 16  # samples listed per dependency
 MASK_BUDGET = 50_000_000  # NaN-mask elements kept for the first NaN run

@@ -9,7 +9,7 @@ from typing import Any
 from collections.abc import Callable, Iterator
 
 from traingate.stages.correctness.probe.mixing_replay import MASK_BUDGET, MAX_LISTED, Batch, batch_dim, copy_tensors, find_batch, leaves
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 
 
 @dataclass

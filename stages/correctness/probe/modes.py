@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Any
 
 from traingate.stages.contract.frames import is_target_file
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
 MAX_RECORDS = 50  # distinct (line, model) pairs kept per direction

@@ -25,7 +25,7 @@ from types import FrameType
 from typing import Any
 
 from traingate.stages.contract.tensors import even_indexes
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 
 EXACT_NUMEL = 4096
 SAMPLES = 1024

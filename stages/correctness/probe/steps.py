@@ -22,7 +22,7 @@ import functools
 from typing import Any
 
 from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
-from traingate.stages.correctness.probe.sites import SiteTable
+from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
 SAMPLES = 32

@@ -8,14 +8,13 @@ are "transparent": a sync they make is charged to the code that called them.
 
 from __future__ import annotations
 
-import linecache
 import os
 import sys
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
-from traingate.stages.contract.frames import is_target_file, relative
+from traingate.stages.contract.frames import is_target_file, relative, site_fields
 
 Site = tuple[str, int, str]  # (path relative to the target root, line, function)
 
@@ -99,13 +98,12 @@ def caller_frame(depth: int = 2) -> FrameType | None:
         return None
 
 
-def site_record(site: Site | None, root: Path) -> dict[str, Any] | None:
-    """JSON form of a site, with the source line's text."""
+def site_with_code(site: Site | None, root: Path) -> dict[str, Any] | None:
+    """The site as a `payloads.base.Site` record, with the source line's text."""
     if site is None:
         return None
     path, line, function = site
-    code = linecache.getline(str(root / path), line).strip()
-    return {"path": path, "line": line, "function": function, "code": code}
+    return site_fields(str(root / path), line, function, root)
 
 
 # Nodes one graph walk visits at most. It bounds the walk's cost on very large graphs, and

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from traingate.stages.performance.probe.clock import StepClock
-from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES, FrameIndex, site_record
+from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES, FrameIndex, site_with_code
 from traingate.stages.performance.probe.host_memory import HostMemory
 from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, held_graph_nodes, live_tensors_with, named_graphs, target_stack
 from traingate.stages.performance.probe.sampler import Sampler
@@ -180,7 +180,7 @@ class FullProbe:
             "step": now,
             "span": span,
             "sites": [
-                {"site": site_record(site, self.root), "storages": len(entries), "bytes": sum(e.nbytes for e in entries), "steps": len(covered)}
+                {"site": site_with_code(site, self.root), "storages": len(entries), "bytes": sum(e.nbytes for e in entries), "steps": len(covered)}
                 for site, entries, covered in sites[:8]
             ],
             "holder": None,
@@ -200,7 +200,7 @@ class FullProbe:
             del samples
             if holder is not None:
                 check["holder"] = holder.record()
-                check["holder"]["created_at"] = site_record(self.tracker.site_of(holder.tensor), self.root)
+                check["holder"]["created_at"] = site_with_code(self.tracker.site_of(holder.tensor), self.root)
                 if holder.graph and holder.containers:
                     # The nodes the kept tensors' graphs hold: the second measure of the leak.
                     check["holder"]["nodes"] = held_graph_nodes(holder.containers[-1], limit=self._node_limit())
@@ -220,7 +220,7 @@ class FullProbe:
         for nodes, holder in named_graphs(target_stack(self.frames), self.frames, self.clock.step_graph_nodes, marks=self.clock.seq_marks)[:3]:
             record = holder.record()
             # In GraphHolder's order: the payload is that model's dump (`Payload.sent`).
-            record["created_at"] = site_record(self.tracker.site_of(holder.tensor), self.root)
+            record["created_at"] = site_with_code(self.tracker.site_of(holder.tensor), self.root)
             record["nodes"] = nodes
             holder.tensor = None
             out.append(record)
@@ -231,7 +231,7 @@ class FullProbe:
         holder = self._tracer_holder
         chain = [type(c).__name__ for c in holder.containers]
         for index, site in sorted(self._tracer.disarm().items()):
-            self.growth.append({"holder": holder.describe(), "container": chain[index], "depth": index, "site": site_record(site, self.root)})
+            self.growth.append({"holder": holder.describe(), "container": chain[index], "depth": index, "site": site_with_code(site, self.root)})
         self._tracer = self._tracer_holder = None
         holder.containers = []
 
@@ -283,7 +283,7 @@ class FullProbe:
         groups = self.tracker.survivors(self.warmup, max(self.warmup, steps - 1), device)
         rows: list[dict[str, Any]] = []
         for site, entries in groups.items():
-            rows.append({"site": site_record(site, self.root), "storages": len(entries), "bytes": sum(e.nbytes for e in entries), "steps": len({e.step for e in entries})})
+            rows.append({"site": site_with_code(site, self.root), "storages": len(entries), "bytes": sum(e.nbytes for e in entries), "steps": len({e.step for e in entries})})
         return sorted(rows, key=lambda r: -r["bytes"])[:8]
 
 

@@ -1,19 +1,18 @@
-"""Call sites in the target's code, interned, for instruments that record many events.
+"""Call sites in the target's code, interned so each is resolved once per run.
 
-The concurrency instruments record one event per GradScaler, optimizer or DataLoader call;
-sites are interned so each is resolved once (`is_target_file` caches the path test).
+The concurrency and correctness probes record one event per optimizer step, GradScaler,
+DataLoader or loss call; each event refers to its line of the target by an index into the
+probe's own table (`sites`, a list of `payloads.base.Site` records).
 """
 
 from __future__ import annotations
 
-import linecache
-import os
 import sys
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from traingate.stages.contract.frames import is_target_file, relative
+from traingate.stages.contract.frames import is_target_file, site_fields
 
 
 class SiteTable:
@@ -32,18 +31,11 @@ class SiteTable:
         index = self._index.get(key)
         if index is None:
             index = self._index[key] = len(self.sites)
-            self.sites.append(
-                {
-                    "path": relative(filename, self.root),
-                    "line": line,
-                    "function": function,
-                    "code": linecache.getline(os.path.abspath(filename), line).strip(),
-                }
-            )
+            self.sites.append(site_fields(filename, line, function, self.root))
         return index
 
     def innermost(self, skip: int = 1) -> int | None:
-        """Index of the innermost target frame above the caller (skip frames dropped)."""
+        """Index of the innermost target frame above the caller (`skip` frames dropped)."""
         frame: FrameType | None = sys._getframe(skip + 1)
         while frame is not None:
             filename = frame.f_code.co_filename
