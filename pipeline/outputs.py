@@ -3,15 +3,17 @@
 - `md`: report.md and one <stage>.md per stage; `json`: report.json; `sarif`: report.sarif;
   `junit`: report.junit.xml; `github`: workflow-command annotations on stdout (also on
   whenever `GITHUB_ACTIONS=true`). report.json is written whatever `--format` says: it is the
-  record `--baseline` and every later tool reads.
+  record `--baseline` and every later tool reads, and it is written first: a renderer that
+  fails leaves it and the other outputs written, and report.md becomes a minimal report.
 - When `$GITHUB_STEP_SUMMARY` names a file, a compact summary is appended to it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from traingate.reports import render_report_md, render_stage_md
 from traingate.reports.facts import RunFacts
 from traingate.reports.github import render_annotations
 from traingate.reports.junit import render_junit
+from traingate.reports.minimal import render_minimal_md
 from traingate.reports.sarif import render_sarif
 from traingate.reports.step_summary import render_step_summary
 
@@ -65,10 +68,33 @@ class Written:
     files: list[Path]
     annotations: str  # workflow commands for stdout, "" unless `github` is on
     step_summary: Path | None  # the file the summary was appended to
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (output, why) of each renderer that failed
+    minimal_md: bool = False  # report.md is the minimal report that names them
 
 
 def write_reports(report: PipelineReport, out: Path, formats: list[str], facts: RunFacts, env: Mapping[str, str] = os.environ) -> Written:
-    """Each file appears whole or not at all; report.json, the one CI reads, comes last."""
+    """report.json first, then each other output whole or not at all. A renderer that fails
+    leaves the others written; report.md is then the minimal report that says which failed
+    and why (docs/contract.md, "Exit status"). Only report.json's own write may raise."""
+    text = _report_json(report)
+    write_atomic(out / "report.json", text)
+    data = json.loads(text)
+    written = Written([out / "report.json"], "", None)
+    for name, render in _file_renderers(report, formats, facts).items():
+        if _attempt(written, name, lambda render=render, name=name: write_atomic(out / name, render())):
+            written.files.append(out / name)
+    _attempt(written, "step summary", lambda: setattr(written, "step_summary", append_step_summary(report, facts, env)))
+    if "github" in formats:
+        _attempt(written, "github annotations", lambda: setattr(written, "annotations", render_annotations(report, facts)))
+    if written.failures and "md" in formats:
+        write_atomic(out / "report.md", render_minimal_md(data, written.failures))
+        written.minimal_md = True
+        if out / "report.md" not in written.files:
+            written.files.append(out / "report.md")
+    return written
+
+
+def _file_renderers(report: PipelineReport, formats: list[str], facts: RunFacts) -> dict[str, Callable[[], str]]:
     files: dict[str, Callable[[], str]] = {}
     if "md" in formats:
         for stage in report.stages:
@@ -78,14 +104,17 @@ def write_reports(report: PipelineReport, out: Path, formats: list[str], facts: 
         files["report.sarif"] = partial(render_sarif, report, facts)
     if "junit" in formats:
         files["report.junit.xml"] = partial(render_junit, report, facts)
-    files["report.json"] = partial(_report_json, report)
-    written = []
-    for name, render in files.items():
-        write_atomic(out / name, render())
-        written.append(out / name)
-    summary_file = append_step_summary(report, facts, env)
-    annotations = render_annotations(report, facts) if "github" in formats else ""
-    return Written(written, annotations, summary_file)
+    return files
+
+
+def _attempt(written: Written, output: str, step: Callable[[], object]) -> bool:
+    """Run one renderer's step; a failure is recorded (its output and why, on one line), not raised."""
+    try:
+        step()
+    except Exception as exc:  # noqa: BLE001 - any renderer bug: the verdict is still written
+        written.failures.append((output, f"{type(exc).__name__}: {exc}"))
+        return False
+    return True
 
 
 def _report_json(report: PipelineReport) -> str:
@@ -96,10 +125,11 @@ def append_step_summary(report: PipelineReport, facts: RunFacts, env: Mapping[st
     target = env.get("GITHUB_STEP_SUMMARY")
     if not target:
         return None
+    text = render_step_summary(report, facts)  # a renderer's failure is the caller's to report
     path = Path(target)
     try:
         with path.open("a", encoding="utf-8") as handle:
-            handle.write(render_step_summary(report, facts))
+            handle.write(text)
     except OSError:
         return None  # a summary is a courtesy; the reports and the exit status are what count
     return path
