@@ -76,16 +76,19 @@ def write_reports(report: PipelineReport, out: Path, formats: list[str], facts: 
     """report.json first, then each other output whole or not at all. A renderer that fails
     leaves the others written; report.md is then the minimal report that says which failed
     and why (docs/contract.md, "Exit status"). Only report.json's own write may raise."""
-    text = _report_json(report)
-    write_atomic(out / "report.json", text)
-    data = json.loads(text)
+    record = _report_json(report)
+    write_atomic(out / "report.json", record)
+    data = json.loads(record)
     written = Written([out / "report.json"], "", None)
     for name, render in _file_renderers(report, formats, facts).items():
-        if _attempt(written, name, lambda render=render, name=name: write_atomic(out / name, render())):
+        text = _attempt(written, name, render)
+        if text is not None:
+            write_atomic(out / name, text)
             written.files.append(out / name)
-    _attempt(written, "step summary", lambda: setattr(written, "step_summary", append_step_summary(report, facts, env)))
+    summary = _attempt(written, "step summary", partial(render_step_summary, report, facts)) if env.get("GITHUB_STEP_SUMMARY") else None
+    written.step_summary = append_step_summary(summary, env) if summary is not None else None
     if "github" in formats:
-        _attempt(written, "github annotations", lambda: setattr(written, "annotations", render_annotations(report, facts)))
+        written.annotations = _attempt(written, "github annotations", partial(render_annotations, report, facts)) or ""
     if written.failures and "md" in formats:
         write_atomic(out / "report.md", render_minimal_md(data, written.failures))
         written.minimal_md = True
@@ -107,25 +110,24 @@ def _file_renderers(report: PipelineReport, formats: list[str], facts: RunFacts)
     return files
 
 
-def _attempt(written: Written, output: str, step: Callable[[], object]) -> bool:
-    """Run one renderer's step; a failure is recorded (its output and why, on one line), not raised."""
+def _attempt(written: Written, output: str, render: Callable[[], str]) -> str | None:
+    """One renderer's text, or None when it failed: the failure (its output and why) is recorded, not raised."""
     try:
-        step()
+        return render()
     except Exception as exc:  # noqa: BLE001 - any renderer bug: the verdict is still written
         written.failures.append((output, f"{type(exc).__name__}: {exc}"))
-        return False
-    return True
+        return None
 
 
 def _report_json(report: PipelineReport) -> str:
     return report.model_dump_json(indent=2) + "\n"
 
 
-def append_step_summary(report: PipelineReport, facts: RunFacts, env: Mapping[str, str]) -> Path | None:
+def append_step_summary(text: str, env: Mapping[str, str]) -> Path | None:
+    """Append the rendered summary to `$GITHUB_STEP_SUMMARY`; the file it went to, if any."""
     target = env.get("GITHUB_STEP_SUMMARY")
     if not target:
         return None
-    text = render_step_summary(report, facts)  # a renderer's failure is the caller's to report
     path = Path(target)
     try:
         with path.open("a", encoding="utf-8") as handle:
