@@ -110,8 +110,8 @@ def one_line(value: Any) -> str:
 
 
 def table_cell(value: Any, pipes: bool = True) -> str:
-    """Text safe inside a markdown table cell or title (`one_line`, with `|` escaped); with
-    `pipes` false, for plain text (the terminal summary)."""
+    """Target text for a report, as the `cell` filter every template uses: `one_line`, with `|`
+    escaped for a table cell; with `pipes` false, for a title, a list item or the terminal."""
     text = one_line(value)
     return text.replace("|", "\\|") if pipes else text
 
