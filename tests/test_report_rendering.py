@@ -114,6 +114,14 @@ def test_the_details_fixture_runs_recorded_render_clean(stage_name: str, details
     assert_clean(render_all(stage_with(stage_name, details, text=NASTY_TEXT[1])))
 
 
+def test_a_loader_without_a_wait_share_renders() -> None:
+    # The forum-84911 reproduction: a DataLoader fed the steps, but no step had a wait share.
+    details = json.loads((SCHEMAS / "performance_details.json").read_text())["perf_clean_amp"]
+    details["stall"].update(median_share=None, steps=0)
+    markdown = render_stage_md(report([one := stage_with("performance", details)]), one)
+    assert "median wait share not measured" in markdown
+
+
 @pytest.mark.parametrize("stage_name", list(STAGE_DETAILS))
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
 @given(data=st.data(), text=st.sampled_from(NASTY_TEXT))
