@@ -228,7 +228,7 @@ def merge_command(args: argparse.Namespace) -> int:
         say_renderer_failures(written)
     finally:
         release_output()
-    print(render_summary(report), end="")
+    print_summary(report)
     print(f"Reports: {display_path(out)}")
     return ExitCode.PASS if report.decision.value == "PASS" else ExitCode.BLOCK
 
@@ -288,7 +288,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     report = run_pipeline(request, inputs.config, registry)
     emit_outputs(report, inputs, args)
     if not args.quiet:
-        print(render_summary(report), end="")
+        print_summary(report)
         print(f"Reports: {display_path(inputs.out)}")
     return ExitCode.PASS if report.decision.value == "PASS" else ExitCode.BLOCK
 
@@ -443,6 +443,15 @@ def emit_outputs(report: PipelineReport, inputs: RunInputs, args: argparse.Names
             print(f"Wrote {display_path(path)}")
         if written.step_summary is not None:
             print(f"Appended a summary to {display_path(written.step_summary)}")
+
+
+def print_summary(report: PipelineReport) -> None:
+    """The terminal summary; if its renderer fails, the decision and score on one line instead."""
+    try:
+        print(render_summary(report), end="")
+    except Exception as exc:  # noqa: BLE001 - a renderer bug must not cost the decision's exit status
+        print(f"traingate: error: the terminal summary renderer failed ({type(exc).__name__}: {one_line(str(exc))})", file=sys.stderr)
+        print(f"Decision: {report.decision.value}  score {report.score}/100")
 
 
 def say_renderer_failures(written: Written) -> None:

@@ -160,6 +160,7 @@ def _broken(*_: Any) -> str:
 
 def test_a_broken_renderer_leaves_the_json_a_minimal_report_and_the_decision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(outputs, "render_report_md", _broken)
+    monkeypatch.setattr("traingate.pipeline.cli.render_summary", _broken)
     out = tmp_path / "merged"
     done = cli_in_process("merge", *_parts_to_merge(tmp_path), "--out", str(out), "--format", "md,json,sarif,junit")
     assert done.returncode == 1  # the decision's: BLOCK
@@ -172,9 +173,10 @@ def test_a_broken_renderer_leaves_the_json_a_minimal_report_and_the_decision(tmp
     assert "- **report.md** failed: TypeError: unsupported operand type(s) for *: 'NoneType' and 'int'" in minimal
     assert "| performance | blocked |" in minimal and "`host-sync` at `loop.py:3`" in minimal and "**blocking**" in minimal
     assert not report_folder_problems(out)
-    failed = [line for line in done.stderr.splitlines() if "renderer failed" in line]
-    assert len(failed) == 1 and "the report.md renderer failed (TypeError" in failed[0] and "minimal report" in failed[0]
+    failed = [line for line in done.stderr.splitlines() if "the report.md renderer failed" in line]
+    assert len(failed) == 1 and "(TypeError: unsupported operand" in failed[0] and "minimal report" in failed[0]
     assert "Traceback" not in done.stderr
+    assert "the terminal summary renderer failed (TypeError" in done.stderr and "Decision: BLOCK" in done.stdout
 
 
 def test_every_renderer_failing_still_writes_the_json_and_a_minimal_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
