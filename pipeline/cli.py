@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import traceback
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -28,7 +29,7 @@ from traingate.pipeline.lifecycle import (
 )
 from traingate.pipeline.merge import MergeError, load_report, merge_reports
 from traingate.pipeline.orchestrator import RunRequest, config_error_report, run_pipeline
-from traingate.pipeline.outputs import FORMATS, FormatError, display_path, parse_formats, repository_root, run_facts, write_reports
+from traingate.pipeline.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
 from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.processes import become_subreaper, kill_descendants
 from traingate.pipeline.registry import build_registry, stage_names
@@ -38,6 +39,7 @@ from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageRep
 from traingate.pipeline.torch_probe import torch_facts
 from traingate.reports import render_summary
 from traingate.reports.history import render_history_md
+from traingate.reports.render import one_line
 
 from traingate import __version__
 
@@ -48,12 +50,18 @@ class ExitCode(IntEnum):
     PASS = 0
     BLOCK = 1
     USAGE = 2
+    INTERNAL = 3  # the gate's own bug: no verdict; one line on stderr, the traceback in a log file
+
+
+# Beside the reports (or in the temporary folder when no output folder was known yet).
+ERROR_LOG = "traingate-error.log"
 
 
 DESCRIPTION = """\
 traingate runs a PyTorch training repo's tests, smoke-calls its training entrypoint, profiles
 the training loop and checks it for concurrency hazards, then answers PASS or BLOCK.
-Exit status: 0 PASS, 1 BLOCK, 2 usage or configuration error."""
+Exit status: 0 PASS, 1 BLOCK, 2 usage or configuration error, 3 internal error of the gate
+(its traceback in traingate-error.log beside the reports)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +136,33 @@ def add_merge_and_history(sub: argparse._SubParsersAction[argparse.ArgumentParse
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        return dispatch(parser, args)
+    except Exception as exc:  # noqa: BLE001 - the gate's own bug: one line and a log, never a bare traceback
+        return internal_error(exc, getattr(args, "out_folder", None))
+
+
+def internal_error(exc: Exception, out: Path | None) -> int:
+    """Exit status 3: one line on stderr naming the error and the log file that holds its traceback."""
+    log = write_error_log("".join(traceback.format_exception(exc)), out)
+    where = f"its traceback is in {display_path(log)}" if log is not None else "its traceback could not be written to a file"
+    print(f"traingate: internal error: {type(exc).__name__}: {one_line(str(exc))} (no verdict; {where})", file=sys.stderr)
+    return ExitCode.INTERNAL
+
+
+def write_error_log(text: str, out: Path | None) -> Path | None:
+    """The traceback beside the reports, else in the temporary folder; None when neither is writable."""
+    candidates = ([out / ERROR_LOG] if out is not None else []) + [Path(tempfile.gettempdir()) / f"traingate-error-{os.getpid()}.log"]
+    for path in candidates:
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError:
+            continue
+        return path
+    return None
+
+
+def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.command == "schema":
         print(json.dumps(PipelineReport.model_json_schema(), indent=2))
         return ExitCode.PASS
@@ -178,6 +213,7 @@ def merge_command(args: argparse.Namespace) -> int:
         report = merge_reports(parts, requested, list(known))
         out = args.out.resolve()
         out.mkdir(parents=True, exist_ok=True)
+        args.out_folder = out  # where an internal error's log goes
         claim_output(out, [s.name for s in report.stages])
     except (UsageError, FormatError, MergeError, OutputBusy) as exc:
         print(f"traingate: error: {exc}", file=sys.stderr)
@@ -189,9 +225,10 @@ def merge_command(args: argparse.Namespace) -> int:
         target = Path(report.target.path)
         written = write_reports(report, out, formats, run_facts(target if target.is_dir() else Path.cwd()))
         print(written.annotations, end="", flush=True)
+        say_renderer_failures(written)
     finally:
         release_output()
-    print(render_summary(report), end="")
+    print_summary(report)
     print(f"Reports: {display_path(out)}")
     return ExitCode.PASS if report.decision.value == "PASS" else ExitCode.BLOCK
 
@@ -228,6 +265,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     except UsageError as exc:
         print(f"traingate: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+    args.out_folder = inputs.out  # where an internal error's log goes
     try:
         claim_output(inputs.out, [*registry, "configuration"])
     except OutputBusy as exc:
@@ -250,7 +288,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     report = run_pipeline(request, inputs.config, registry)
     emit_outputs(report, inputs, args)
     if not args.quiet:
-        print(render_summary(report), end="")
+        print_summary(report)
         print(f"Reports: {display_path(inputs.out)}")
     return ExitCode.PASS if report.decision.value == "PASS" else ExitCode.BLOCK
 
@@ -397,6 +435,7 @@ def emit_outputs(report: PipelineReport, inputs: RunInputs, args: argparse.Names
     facts = run_facts(inputs.root)
     written = write_reports(report, inputs.out, inputs.formats, facts)
     print(written.annotations, end="", flush=True)
+    say_renderer_failures(written)
     if args.verbose:
         base = display_path(repository_root(inputs.root) or inputs.root)
         print(f"Paths in CI outputs are relative to {'the current folder' if str(base) == '.' else base}")
@@ -404,6 +443,22 @@ def emit_outputs(report: PipelineReport, inputs: RunInputs, args: argparse.Names
             print(f"Wrote {display_path(path)}")
         if written.step_summary is not None:
             print(f"Appended a summary to {display_path(written.step_summary)}")
+
+
+def print_summary(report: PipelineReport) -> None:
+    """The terminal summary; if its renderer fails, the decision and score on one line instead."""
+    try:
+        print(render_summary(report), end="")
+    except Exception as exc:  # noqa: BLE001 - a renderer bug must not cost the decision's exit status
+        print(f"traingate: error: the terminal summary renderer failed ({type(exc).__name__}: {one_line(str(exc))})", file=sys.stderr)
+        print(f"Decision: {report.decision.value}  score {report.score}/100")
+
+
+def say_renderer_failures(written: Written) -> None:
+    """One line on stderr per renderer that failed; the exit status stays the decision's."""
+    for output, why in written.failures:
+        minimal = "; report.md is a minimal report that says so" if written.minimal_md else ""
+        print(f"traingate: error: the {output} renderer failed ({one_line(why)}); report.json and the other outputs were written{minimal}", file=sys.stderr)
 
 
 class ProgressPrinter:

@@ -3,15 +3,17 @@
 - `md`: report.md and one <stage>.md per stage; `json`: report.json; `sarif`: report.sarif;
   `junit`: report.junit.xml; `github`: workflow-command annotations on stdout (also on
   whenever `GITHUB_ACTIONS=true`). report.json is written whatever `--format` says: it is the
-  record `--baseline` and every later tool reads.
+  record `--baseline` and every later tool reads, and it is written first: a renderer that
+  fails leaves it and the other outputs written, and report.md becomes a minimal report.
 - When `$GITHUB_STEP_SUMMARY` names a file, a compact summary is appended to it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from traingate.reports import render_report_md, render_stage_md
 from traingate.reports.facts import RunFacts
 from traingate.reports.github import render_annotations
 from traingate.reports.junit import render_junit
+from traingate.reports.minimal import render_minimal_md
 from traingate.reports.sarif import render_sarif
 from traingate.reports.step_summary import render_step_summary
 
@@ -65,10 +68,36 @@ class Written:
     files: list[Path]
     annotations: str  # workflow commands for stdout, "" unless `github` is on
     step_summary: Path | None  # the file the summary was appended to
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (output, why) of each renderer that failed
+    minimal_md: bool = False  # report.md is the minimal report that names them
 
 
 def write_reports(report: PipelineReport, out: Path, formats: list[str], facts: RunFacts, env: Mapping[str, str] = os.environ) -> Written:
-    """Each file appears whole or not at all; report.json, the one CI reads, comes last."""
+    """report.json first, then each other output whole or not at all. A renderer that fails
+    leaves the others written; report.md is then the minimal report that says which failed
+    and why (docs/contract.md, "Exit status"). Only report.json's own write may raise."""
+    record = _report_json(report)
+    write_atomic(out / "report.json", record)
+    data = json.loads(record)
+    written = Written([out / "report.json"], "", None)
+    for name, render in _file_renderers(report, formats, facts).items():
+        text = _attempt(written, name, render)
+        if text is not None:
+            write_atomic(out / name, text)
+            written.files.append(out / name)
+    summary = _attempt(written, "step summary", partial(render_step_summary, report, facts)) if env.get("GITHUB_STEP_SUMMARY") else None
+    written.step_summary = append_step_summary(summary, env) if summary is not None else None
+    if "github" in formats:
+        written.annotations = _attempt(written, "github annotations", partial(render_annotations, report, facts)) or ""
+    if written.failures and "md" in formats:
+        write_atomic(out / "report.md", render_minimal_md(data, written.failures))
+        written.minimal_md = True
+        if out / "report.md" not in written.files:
+            written.files.append(out / "report.md")
+    return written
+
+
+def _file_renderers(report: PipelineReport, formats: list[str], facts: RunFacts) -> dict[str, Callable[[], str]]:
     files: dict[str, Callable[[], str]] = {}
     if "md" in formats:
         for stage in report.stages:
@@ -78,28 +107,31 @@ def write_reports(report: PipelineReport, out: Path, formats: list[str], facts: 
         files["report.sarif"] = partial(render_sarif, report, facts)
     if "junit" in formats:
         files["report.junit.xml"] = partial(render_junit, report, facts)
-    files["report.json"] = partial(_report_json, report)
-    written = []
-    for name, render in files.items():
-        write_atomic(out / name, render())
-        written.append(out / name)
-    summary_file = append_step_summary(report, facts, env)
-    annotations = render_annotations(report, facts) if "github" in formats else ""
-    return Written(written, annotations, summary_file)
+    return files
+
+
+def _attempt(written: Written, output: str, render: Callable[[], str]) -> str | None:
+    """One renderer's text, or None when it failed: the failure (its output and why) is recorded, not raised."""
+    try:
+        return render()
+    except Exception as exc:  # noqa: BLE001 - any renderer bug: the verdict is still written
+        written.failures.append((output, f"{type(exc).__name__}: {exc}"))
+        return None
 
 
 def _report_json(report: PipelineReport) -> str:
     return report.model_dump_json(indent=2) + "\n"
 
 
-def append_step_summary(report: PipelineReport, facts: RunFacts, env: Mapping[str, str]) -> Path | None:
+def append_step_summary(text: str, env: Mapping[str, str]) -> Path | None:
+    """Append the rendered summary to `$GITHUB_STEP_SUMMARY`; the file it went to, if any."""
     target = env.get("GITHUB_STEP_SUMMARY")
     if not target:
         return None
     path = Path(target)
     try:
         with path.open("a", encoding="utf-8") as handle:
-            handle.write(render_step_summary(report, facts))
+            handle.write(text)
     except OSError:
         return None  # a summary is a courtesy; the reports and the exit status are what count
     return path

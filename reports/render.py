@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,8 @@ def format_location(finding_or_loc: Any) -> str:
     loc = getattr(finding_or_loc, "location", finding_or_loc)
     if loc is None:
         return "—"
-    text = loc.path + (f":{loc.line}" if loc.line else "")
-    return f"`{text}`" + (f" in `{loc.function}`" if loc.function else "")
+    text = table_cell(loc.path) + (f":{loc.line}" if loc.line else "")
+    return f"`{text}`" + (f" in `{table_cell(loc.function)}`" if loc.function else "")
 
 
 def format_number(value: Any, digits: int = 3) -> str:
@@ -92,9 +93,27 @@ def format_number(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def table_cell(value: Any) -> str:
-    """Text safe inside a markdown table cell."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+# Terminal escape sequences a target's output carries (colours, cursor moves, titles): CSI,
+# OSC (ended by BEL or ST), and the two-character escapes.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]?")
+# Line breaks (\r\n counts once) and every other control character, C0, DEL and C1.
+LINE_BREAK = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
+CONTROL = re.compile(r"[\x00-\x08\x0e-\x1b\x1f\x7f-\x9f]")
+
+
+def one_line(value: Any) -> str:
+    """Target text (an exception message, a test name, a path) on one clean line: escape
+    sequences and control characters dropped, line breaks and tabs made spaces."""
+    text = ANSI_ESCAPE.sub("", str(value))
+    text = LINE_BREAK.sub(" ", text).replace("\t", " ")
+    return CONTROL.sub("", text)
+
+
+def table_cell(value: Any, pipes: bool = True) -> str:
+    """Target text for a report, as the `cell` filter every template uses: `one_line`, with `|`
+    escaped for a table cell; with `pipes` false, for a title, a list item or the terminal."""
+    text = one_line(value)
+    return text.replace("|", "\\|") if pipes else text
 
 
 def render_report_md(report: PipelineReport, limit: int = REPORT_MD_LIMIT) -> str:

@@ -29,6 +29,8 @@ from traingate.pipeline.orchestrator import run_pipeline
 from traingate.pipeline.processes import ProcessInfo, become_subreaper, kill_descendants
 from traingate.stages.base import run_entrypoint
 
+from tests.markdown_tables import report_folder_problems
+
 REPO = Path(__file__).resolve().parent.parent
 TARGETS = Path(__file__).resolve().parent / "targets"
 # The installed console script, as users and CI run it (never this checkout's folders on sys.path).
@@ -206,6 +208,10 @@ def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
 def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateRun:
     """Run `traingate run` exactly as a CI job would, in a subprocess."""
     done = start_cli(["run", str(target), "--out", str(out), *args], timeout=timeout)
+    # Every report the suite's gate runs write: target text (exception messages, test names,
+    # paths) never breaks a table row or a title (tests/markdown_tables.py).
+    broken = report_folder_problems(out)
+    assert not broken, "\n".join(broken)
     report_path = out / "report.json"
     report = json.loads(report_path.read_text()) if report_path.is_file() else {}
     return GateRun(done.returncode, report, out, done.stdout, done.stderr)

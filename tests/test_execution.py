@@ -109,6 +109,10 @@ def test_failing_test_is_located_at_its_assert(exec_gate):
     assert loc(failure) == ("tests/test_model.py", line_of("exec_defects", "tests/test_model.py", "planted: fails"))
     assert failure["severity"] == "high" and failure["blocking"] is True
     assert "test_shape_is_transposed" in failure["title"]
+    # The message the terminal shows in bold reads plain in the table, its pipe escaped (run_gate
+    # also checks every table of every report the suite's runs write).
+    row = next(line for line in (gate.out / "execution.md").read_text().splitlines() if line.startswith("| `tests/test_model.py::test_shape_is_transposed`"))
+    assert "| AssertionError: shape \\| mismatch |" in row and "\x1b" not in row
 
 
 def test_xfailed_test_is_not_a_failure(exec_gate):
@@ -136,6 +140,10 @@ def test_entrypoint_keyerror_is_located_in_the_helper(exec_gate):
     assert crash["location"]["function"] == "_summarise"
     assert crash["severity"] == "critical" and crash["blocking"] is True
     assert "KeyError: 'train_data'" in crash["evidence"]["traceback"]
+    # The target's frames only: the harness's own (its `run`) are counted, not shown.
+    shown = crash["evidence"]["traceback"]
+    assert shown.startswith("Traceback (most recent call last):\n  [") and "of the gate's harness left out]" in shown.splitlines()[1]
+    assert "entrypoint.py" not in shown and 'train_loop.py", line' in shown.splitlines()[2]
 
 
 def test_untested_entrypoint_is_reported_not_blocking(exec_gate):

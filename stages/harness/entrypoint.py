@@ -193,13 +193,19 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters cut]"
 
 
+# The gate's own code in a child (the harness, the contract, the probes): the frames that call
+# the target, left out of the traceback a report shows.
+GATE_CODE = Path(__file__).resolve().parents[1]
+
+
 def exception_record(exc: BaseException, root: Path) -> dict[str, Any]:
     frames = traceback.extract_tb(exc.__traceback__)
     triples = [(f.filename, f.lineno or 0, f.name) for f in frames]
+    start = first_shown_frame(frames, root)
     try:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        text = target_traceback(exc, frames, start)
     except BaseException:  # noqa: BLE001 - an exception whose __str__ raises still has frames
-        text = "".join(traceback.format_list(frames)) + f"{type(exc).__name__}: {safe_str(exc)}\n"
+        text = "".join(traceback.format_list(frames[start:])) + f"{type(exc).__name__}: {safe_str(exc)}\n"
     return {
         "type": type(exc).__name__,
         "message": _cut(safe_str(exc), MAX_MESSAGE),
@@ -207,6 +213,25 @@ def exception_record(exc: BaseException, root: Path) -> dict[str, Any]:
         "frames": [{"path": a, "line": b, "function": c} for a, b, c in triples],
         "target_frame": innermost_target(triples, root, innermost_first=False),
     }
+
+
+def first_shown_frame(frames: traceback.StackSummary, root: Path) -> int:
+    """The first frame in the target's code; without one, the first that is not the gate's."""
+    for index, frame in enumerate(frames):
+        if is_target_file(frame.filename, root):
+            return index
+    return next((i for i, f in enumerate(frames) if not Path(os.path.abspath(f.filename)).is_relative_to(GATE_CODE)), 0)
+
+
+def target_traceback(exc: BaseException, frames: traceback.StackSummary, start: int) -> str:
+    """The traceback from frame `start` on, saying how many of the gate's frames it left out."""
+    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    shown.stack = traceback.StackSummary.from_list(frames[start:])
+    chunks = list(shown.format())
+    if start:
+        header = max(i for i, chunk in enumerate(chunks) if chunk.startswith("Traceback (most recent call last)"))
+        chunks.insert(header + 1, f"  [{start} frame{'s' if start != 1 else ''} of the gate's harness left out]\n")
+    return "".join(chunks)
 
 
 def run_script(path: Path, args: list[str]) -> None:

@@ -8,7 +8,8 @@ def test_addition_passes():
 
 def test_shape_is_transposed():
     x = torch.zeros(2, 3)
-    assert x.shape == (3, 2)  # planted: fails
+    # A message as a terminal shows it (bold, two lines, a pipe): report tables must stay whole.
+    assert x.shape == (3, 2), "\x1b[1mshape | mismatch\x1b[0m\nexpected (3, 2)"  # planted: fails
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
