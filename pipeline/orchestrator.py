@@ -219,6 +219,7 @@ def run_stage(
         return AgentRequest[TargetConfig, PipelineReport](
             stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
+            origin=str(request.root),
         )
 
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this

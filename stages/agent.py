@@ -48,6 +48,7 @@ def main() -> None:
             scratch=Path(request.scratch),
             margin_s=request.margin_s,
             baseline=request.baseline,
+            origin=Path(request.origin) if request.origin else None,
             warm=warm,
         )
         reply = AgentReply[StageOutcome](outcome=stage.run(ctx))

@@ -52,6 +52,7 @@ class StageContext:
     # Margin kept back from child runs so the stage can still report what happened.
     margin_s: float = 5.0
     baseline: PipelineReport | None = None  # the --baseline report, if one was given
+    origin: Path | None = None  # the user's tree `root` was copied from (its git history); only read
     _counter: int = field(default=0, repr=False)
     # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
     entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)

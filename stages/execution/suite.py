@@ -125,39 +125,43 @@ def _holds_pytest_config(path: Path) -> bool:
         return False
 
 
-def pytest_args(ctx: StageContext, config_file: Path | None) -> list[str]:
+def pytest_args(ctx: StageContext, config_file: Path | None, root: Path | None = None, tests: list[str] | None = None) -> list[str]:
+    """The pytest arguments of a run of `tests` (the configured suite) pinned to `root` (the stage's)."""
+    root = root or ctx.root
     if config_file is None:
         config_file = ctx.scratch / "empty-pytest.ini"
         config_file.write_text("[pytest]\n")
     return [
-        *(ctx.config.tests or []),  # run only when a suite is declared
-        f"--rootdir={ctx.root}",
+        *(tests if tests is not None else ctx.config.tests or []),  # run only when a suite is declared
+        f"--rootdir={root}",
         "-c", str(config_file),
-        f"--confcutdir={ctx.root}",
+        f"--confcutdir={root}",
         "-p", "no:cacheprovider",
-        f"--basetemp={ctx.scratch / 'pytest-tmp'}",
+        f"--basetemp={ctx.scratch / ('pytest-tmp' if root == ctx.root else 'pytest-tmp-replay')}",
         "--tb=short",
     ]
 
 
-def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> SuiteRun:
-    """Run pytest on the target under the stage's remaining budget."""
+def run_suite(ctx: StageContext, name: str, coverage_include: list[str], root: Path | None = None, tests: list[str] | None = None) -> SuiteRun:
+    """Run pytest on the target (or on `root`, another tree of it: the baseline's tests laid
+    over this version's code) under the stage's remaining budget."""
+    root = root or ctx.root
     ctx.scratch.mkdir(parents=True, exist_ok=True)
-    config_file = find_pytest_config(ctx.root, ctx.config.tests or [])
-    args = pytest_args(ctx, config_file)
+    config_file = find_pytest_config(root, tests if tests is not None else ctx.config.tests or [])
+    args = pytest_args(ctx, config_file, root, tests)
     coverage_file = ctx.scratch / f"{name}.coverage" if coverage_include else None
     coverage = CoverageSpec(data_file=str(coverage_file), include=coverage_include) if coverage_file else None
     nonce = new_nonce()
 
     def request(fd: int) -> bytes:
-        return PytestRequest(root=str(ctx.root), args=args, coverage=coverage, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+        return PytestRequest(root=str(root), args=args, coverage=coverage, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
 
     # For people reading the scratch folder; holds no nonce, never read back.
-    (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(ctx.root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
+    (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
     env = ctx.child_env()
     child = run_child(
         python_argv("traingate.stages.harness.pytest_launcher"),
-        cwd=ctx.root,
+        cwd=root,
         budget_s=ctx.child_budget(),
         scratch=ctx.scratch,
         env=env,
@@ -176,7 +180,7 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
         events = []
     return SuiteRun(
         args=args,
-        config_file=config_file.relative_to(ctx.root).as_posix() if config_file else None,
+        config_file=config_file.relative_to(root).as_posix() if config_file else None,
         child=child,
         events=events,
         coverage_file=coverage_file if coverage_file and coverage_file.is_file() else None,
