@@ -310,7 +310,7 @@ def test_syntax_error_is_located_in_the_file_that_does_not_parse(tmp_path: Path)
 
 def test_stage_declares_exactly_the_execution_categories():
     assert {c.value for c in ExecutionStage.categories} == {
-        "test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-environment",
+        "test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-weakened", "test-environment",
         "entrypoint-crash", "entrypoint-untested", "deprecated-api",
     }
 
