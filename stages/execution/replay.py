@@ -58,7 +58,7 @@ class GitTree:
     def __init__(self, origin: Path, commit: str) -> None:
         self.origin, self.commit = origin, commit
         self.prefix = self._git("rev-parse", "--show-prefix").decode().strip()
-        listing = self._git("ls-tree", "-r", "-z", "--name-only", commit, "--", self.prefix or ".")
+        listing = self._git("ls-tree", "-r", "-z", "--full-name", "--name-only", commit, "--", ".")
         self.paths = frozenset(p[len(self.prefix):] for p in listing.decode("utf-8", "surrogateescape").split("\0") if p)
         self._cache: dict[str, str | None] = {}
 
