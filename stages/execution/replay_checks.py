@@ -95,8 +95,7 @@ def replay_findings(ctx: StageContext, plan: ReplayPlan | NotReplayed | None, ru
         return [], None
     if isinstance(plan, NotReplayed):
         changed = _changed_by_hash(records, base)
-        found = [_not_replayed(ctx, plan, changed)] if changed else []
-        return found, ReplayDetails(commit=plan.commit, note=f"not replayed: {plan.reason}", files=[], tests=[])
+        return [_not_replayed(ctx, plan, changed)] if changed else [], ReplayDetails(commit=plan.commit, note=f"not replayed: {plan.reason}", files=[], tests=[])
     if run is None:
         return [], ReplayDetails(commit=plan.commit, note="no test code changed since the baseline", files=[], tests=[])
     now = {r.nodeid: r for r in records}
