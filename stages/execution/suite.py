@@ -15,6 +15,8 @@ from __future__ import annotations
 import configparser
 import json
 import shlex
+import shutil
+import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,11 +127,13 @@ def _holds_pytest_config(path: Path) -> bool:
         return False
 
 
-def pytest_args(ctx: StageContext, config_file: Path | None, root: Path | None = None, tests: list[str] | None = None) -> list[str]:
-    """The pytest arguments of a run of `tests` (the configured suite) pinned to `root` (the stage's)."""
+def pytest_args(ctx: StageContext, config_file: Path | None, private: Path, root: Path | None = None, tests: list[str] | None = None) -> list[str]:
+    """The pytest arguments of a run of `tests` (the configured suite) pinned to `root` (the
+    stage's); pytest's own files go to `private`, a neutral temporary folder (the tests can
+    read these arguments: nothing in them may name the gate or its work folder)."""
     root = root or ctx.root
     if config_file is None:
-        config_file = ctx.scratch / "empty-pytest.ini"
+        config_file = private / "pytest.ini"
         config_file.write_text("[pytest]\n")
     return [
         *(tests if tests is not None else ctx.config.tests or []),  # run only when a suite is declared
@@ -137,7 +141,7 @@ def pytest_args(ctx: StageContext, config_file: Path | None, root: Path | None =
         "-c", str(config_file),
         f"--confcutdir={root}",
         "-p", "no:cacheprovider",
-        f"--basetemp={ctx.scratch / ('pytest-tmp' if root == ctx.root else 'pytest-tmp-replay')}",
+        f"--basetemp={private / 'tmp'}",
         "--tb=short",
     ]
 
@@ -147,9 +151,17 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str], root: P
     over this version's code) under the stage's remaining budget."""
     root = root or ctx.root
     ctx.scratch.mkdir(parents=True, exist_ok=True)
+    private = Path(tempfile.mkdtemp())
+    try:
+        return _run_pytest(ctx, name, coverage_include, root, tests, private)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root: Path, tests: list[str] | None, private: Path) -> SuiteRun:
     config_file = find_pytest_config(root, tests if tests is not None else ctx.config.tests or [])
-    args = pytest_args(ctx, config_file, root, tests)
-    coverage_file = ctx.scratch / f"{name}.coverage" if coverage_include else None
+    args = pytest_args(ctx, config_file, private, root, tests)
+    coverage_file = private / "coverage" if coverage_include else None
     coverage = CoverageSpec(data_file=str(coverage_file), include=coverage_include) if coverage_file else None
     nonce = new_nonce()
 
@@ -178,12 +190,15 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str], root: P
         events, problem = [], str(exc)
     if problem:
         events = []
+    kept = ctx.scratch / f"{name}.coverage"
+    if coverage_file is not None and coverage_file.is_file():
+        shutil.move(coverage_file, kept)
     return SuiteRun(
         args=args,
         config_file=config_file.relative_to(root).as_posix() if config_file else None,
         child=child,
         events=events,
-        coverage_file=coverage_file if coverage_file and coverage_file.is_file() else None,
+        coverage_file=kept if kept.is_file() else None,
         channel_problem=problem,
     )
 

@@ -43,3 +43,11 @@ def train(steps: int = 6, lr: float | None = None) -> list[float]:
         weight -= rate * grad
         losses.append(sum((weight * x - y) ** 2 for x, y in POINTS) / len(POINTS))
     return losses
+
+
+def smoke(steps: int = 2) -> float:
+    """The entrypoint the gate smoke-calls: it fails where it sees the gate, so a report says where."""
+    seen = gate_seen()
+    if seen:
+        raise RuntimeError(f"the gate shows in: {', '.join(seen)}")
+    return train(steps)[-1]
