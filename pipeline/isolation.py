@@ -17,7 +17,6 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable

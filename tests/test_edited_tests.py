@@ -204,3 +204,16 @@ def test_a_baseline_commit_missing_from_the_clone_is_said(edit_run: Callable[[st
     assert missing["rule"] == "test-weakened/not-replayed" and missing["severity"] == "medium" and not missing["blocking"]
     assert "not in this clone" in missing["title"] and "fetch-depth" in missing["title"]
     assert TEST in missing["evidence"]["data"]["tests"]
+
+
+def test_a_trainer_that_behaves_only_under_the_gate_is_blocked(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
+    """tests/targets/edit_sniffing takes the good learning rate only where it sees the gate's name
+    (a module, an argument, the environment, a folder, its parent's command line); its own
+    test and its entrypoint fail where they see it. No baseline: the suite's run shows nothing."""
+    gate, _ = shared_gate("edit_sniffing", "--stages", "execution")
+    assert gate.returncode == 1 and gate.report["decision"] == "BLOCK", gate.stdout
+    [failure] = [f for f in gate.findings("test-failure") if f["blocking"]]
+    assert TEST in failure["title"]
+    outcomes = {r["nodeid"]: (r["outcome"], r["message"]) for r in gate.stage("execution")["tests"]}
+    assert outcomes["tests/test_sees.py::test_where_the_gate_shows"][0] == "passed", outcomes
+    assert not gate.findings("entrypoint-crash") and "smoke call ok" in gate.stage("execution")["summary"]

@@ -213,7 +213,7 @@ def test_run_stopped_by_a_hook_after_some_tests_is_a_failure(tmp_path: Path):
 
 def test_process_death_inside_a_test_fails_that_test(tmp_path: Path):
     node = "tests/test_a.py::test_exit"
-    stacks = '# traingate self-signal os._exit(3) pid 1\nStack (most recent call first):\n  File "%s", line 4 in test_exit\n' % (tmp_path / "tests/test_a.py")
+    stacks = '# dump self-signal os._exit(3) pid 1\nStack (most recent call first):\n  File "%s", line 4 in test_exit\n' % (tmp_path / "tests/test_a.py")
     run = suite_run([*SESSION, *collected(2), start(node, line=3), report(node, "setup", "passed")], returncode=3, stacks=stacks)
     found = suite_findings(ctx_for(tmp_path), run, parse_events(run.events))
     assert [(f.category.value, f.location.path, f.location.line) for f in found] == [("test-failure", "tests/test_a.py", 4)]
