@@ -30,6 +30,7 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "comm
 
 HELPERS = "def check_losses(losses):\n    assert losses[-1] < losses[0]\n"
 WEAK_HELPERS = "def check_losses(losses):\n    assert len(losses) == 6\n"
+STRICT = "\n[tool.traingate.policy]\ninterface_changes_block = true\n"
 CONFTEST_RATE = '''import pytest
 
 import trainer
@@ -84,6 +85,7 @@ ROUTES: dict[str, tuple[list[Callable[[Path], None]], list[Callable[[Path], None
     "helper-weakened": ([_helper_version], [_replace("trainer.py", *BREAK), _write("tests/helpers.py", WEAK_HELPERS)]),
     "conftest-fixes-rate": ([], [_replace("trainer.py", *BREAK), _write("tests/conftest.py", CONFTEST_RATE)]),
     "renamed-argument": ([], RENAME),
+    "renamed-argument-strict": ([], [*RENAME, lambda root: (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + STRICT)]),
     "intended-change": ([], INTENDED),
     "intended-change-waived": ([], [*INTENDED, lambda root: (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + WAIVER)]),
     "unchanged": ([], []),
@@ -177,6 +179,13 @@ def test_a_renamed_argument_with_its_tests_updated_is_medium_and_passes(edit_run
     assert all(f["severity"] == "medium" and not f["blocking"] for f in changed)
     named = {f["evidence"]["data"]["nodeid"]: f for f in changed}
     assert TEST in named and "TypeError" in named[TEST]["title"] and "its current form passed" in named[TEST]["title"]
+
+
+def test_the_policy_can_make_an_interface_change_block(edit_run: Callable[[str], GateRun]) -> None:
+    gate = edit_run("renamed-argument-strict")
+    assert gate.returncode == 1, gate.stdout
+    changed = gate.findings("test-weakened")
+    assert len(changed) == 3 and all(f["rule"] == "test-weakened/interface-changed" and f["severity"] == "high" and f["blocking"] for f in changed)
 
 
 def test_an_intended_change_of_behaviour_blocks_and_passes_with_a_waiver(edit_run: Callable[[str], GateRun]) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from traingate.pipeline.schema import TestRecord
+from traingate.pipeline.rules import explain, rule_for
+from traingate.pipeline.schema import Category, Severity, TestRecord
 from traingate.stages.execution.replay import GitTree, NotReplayed, build_view, open_tree, plan_replay, remove_view
 from traingate.stages.execution.replay_checks import function_source
 
@@ -92,3 +93,10 @@ def test_the_source_of_a_test_function_or_method_with_its_decorators() -> None:
     assert function_source(text, "tests/t.py::TestX::test_y[1]") == "    @pytest.mark.slow\n    def test_y(self, n):\n        assert n\n"
     assert function_source(text, "tests/t.py::test_z") == "def test_z():\n    pass\n"
     assert function_source(text, "tests/t.py::test_gone") == "" and function_source("def (", "t.py::x") == ""
+
+
+def test_explain_names_the_replay_and_its_sub_rules() -> None:
+    rule = rule_for(Category.TEST_WEAKENED)
+    assert rule.severity is Severity.HIGH and rule.stage == "execution"
+    text = explain(rule)
+    assert "baseline form" in text and "Sub-rules: test-weakened/interface-changed, test-weakened/not-replayed" in text
