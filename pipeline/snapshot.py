@@ -104,8 +104,8 @@ class Snapshot:
         self.remove()
 
     def fresh_copy(self, label: str) -> Path:
-        """A new copy of the pristine tree, named like the target, for one stage to run on."""
-        # A folder of a neutral name (not the stage's): the target's code runs in it.
+        """A new copy of the pristine tree, named like the target, for the stage `label` to run
+        on, in a folder of a neutral name (not the stage's): the target's code runs in it."""
         dest = Path(tempfile.mkdtemp(dir=self.base)) / self.root.name
         shutil.copytree(self.pristine, dest, symlinks=True)
         return dest

@@ -11,6 +11,7 @@ not be replayed (no commit recorded, the commit not in this clone).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import subprocess
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ INTERFACE_ERRORS = frozenset({"TypeError", "ImportError", "ModuleNotFoundError",
 INTERFACE_RULE = "test-weakened/interface-changed"
 NOT_REPLAYED_RULE = "test-weakened/not-replayed"
 MAX_DIFF_CHARS = 6000
+VIEW_SHOWN = "<the baseline's tests over this version>"
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,11 @@ def run_replay(ctx: StageContext, plan: ReplayPlan, name: str) -> SuiteRun:
     """The baseline's test files in a pytest child, isolated and budgeted like the suite."""
     view = build_view(ctx.root, plan.overlay)
     try:
-        return run_suite(ctx, name, [], root=view, tests=plan.files)
+        run = run_suite(ctx, name, [], root=view, tests=plan.files)
     finally:
         remove_view(view)
+    # The folder is gone once the run is over: reports name it by what it was.
+    return dataclasses.replace(run, args=[a.replace(str(view), VIEW_SHOWN) for a in run.args])
 
 
 def verdicts(plan: ReplayPlan, run: SuiteRun) -> list[Verdict]:

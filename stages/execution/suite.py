@@ -72,6 +72,8 @@ def exit_meaning(code: int, unknown: str) -> str:
     return EXIT_MEANING.get(code, unknown)
 
 
+# How reports show the run's private temporary folder (pytest's files), removed after the run.
+PRIVATE_SHOWN = "<private temporary folder>"
 RAN = ("passed", "failed", "error", "xfailed", "xpassed", "crashed", "interrupted")
 FAILED = ("failed", "error", "crashed", "interrupted")
 
@@ -194,7 +196,8 @@ def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root:
     if coverage_file is not None and coverage_file.is_file():
         shutil.move(coverage_file, kept)
     return SuiteRun(
-        args=args,
+        # The private folder is gone once the run is over: reports name it by what it was.
+        args=[a.replace(str(private), PRIVATE_SHOWN) for a in args],
         config_file=config_file.relative_to(root).as_posix() if config_file else None,
         child=child,
         events=events,
