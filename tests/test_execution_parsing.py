@@ -344,7 +344,7 @@ def test_self_kill_with_a_dumped_stack_is_located_at_the_kill(tmp_path: Path):
     from traingate.stages.execution.smoke import crash_finding
 
     write_entrypoint(tmp_path)
-    stacks = '# traingate self-signal SIGKILL pid 7\nStack (most recent call first):\n  File "/venv/lib/guard.py", line 40 in kill\n  File "%s", line 5 in fit\n' % (tmp_path / "train.py")
+    stacks = '# dump self-signal SIGKILL pid 7\nStack (most recent call first):\n  File "/venv/lib/guard.py", line 40 in kill\n  File "%s", line 5 in fit\n' % (tmp_path / "train.py")
     finding = crash_finding(ctx_for(tmp_path), crashed(-9, stacks), "The entrypoint smoke call train:fit", entrypoint_source(tmp_path, "train:fit"))
     assert (finding.location.path, finding.location.line) == ("train.py", 5)
     assert "left no trace" not in finding.problem
