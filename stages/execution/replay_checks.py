@@ -28,7 +28,7 @@ INTERFACE_ERRORS = frozenset({"TypeError", "ImportError", "ModuleNotFoundError",
 INTERFACE_RULE = "test-weakened/interface-changed"
 NOT_REPLAYED_RULE = "test-weakened/not-replayed"
 MAX_DIFF_CHARS = 6000
-VIEW_SHOWN = "<the baseline's tests over this version>"
+VIEW_SHOWN = "<baseline tests over this version>"
 
 
 @dataclass(frozen=True)
