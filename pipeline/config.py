@@ -156,6 +156,9 @@ class PolicyConfig(BaseModel):
     # A test that could not run here (network, missing package): high (blocks) when true,
     # low otherwise; the stage's summary says the suite was incomplete either way.
     test_environment_blocks: bool = False
+    # A test whose baseline form stops at an interface change (TypeError, ImportError, ...)
+    # on this version: high (blocks) when true, medium otherwise (docs/edited-tests.md).
+    interface_changes_block: bool = False
     # "new": with a --baseline, only findings whose id the baseline lacks block.
     block: Literal["all", "new"] = "all"
     # The target writes its own waivers, so the CI may switch them off.

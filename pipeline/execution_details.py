@@ -88,12 +88,33 @@ class BaselineTests(Detail):
     disabled: list[str]  # node ids
 
 
+class ReplayRow(Detail):
+    """What the baseline's form of one test did on this version."""
+
+    nodeid: str
+    verdict: str  # passed | weakened | interface | environment
+    outcome: str
+    error: str
+
+
+class ReplayDetails(Detail):
+    """The baseline's tests replayed on this version (docs/edited-tests.md)."""
+
+    commit: str | None
+    note: str  # why nothing was replayed; "" when the replay ran
+    files: list[str]  # the baseline's test files that ran
+    tests: list[ReplayRow]
+    command: str = ""
+    duration_s: float | None = None
+
+
 class Accounting(Detail):
     taken_out: list[TestRecord]
     rewritten: list[TestRecord]
     options: dict[str, str]  # option destination -> as a reader writes it
     xdist_disabled: XdistDisabled | None
     baseline: BaselineTests | BaselineNotCompared
+    replay: ReplayDetails | None = None
 
 
 class PytestDetails(Detail):

@@ -14,9 +14,9 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import secrets
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,8 +27,9 @@ from typing import IO, Any
 from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, kill_group, process_table
 from traingate.pipeline.warm import AgentHost, ForkedChild, WarmInterpreter, read_tag
 from traingate.stages.contract.inherited import InheritedWarm
+from traingate.pipeline import disguise
 from traingate.stages.contract.procstat import send_signal
-from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER, RUN_TAG_ENV, STACKS_ENV
+from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER
 
 # RUN_TAG_ENV names the run_child call a process descends from, read back from
 # /proc/<pid>/environ to tell whose orphan a process is when several children run at once (a
@@ -75,17 +76,11 @@ class ChildResult:
         return main_thread_frames(self.stacks)
 
 
-# Runs a module as __main__ without the current folder on sys.path (what `-P` does on 3.11+):
-# children start in the target's root, whose own folders must never shadow traingate's modules.
-_SAFE_PATH_BOOTSTRAP = "import runpy, sys; sys.path.pop(0); sys.argv[0] = sys.argv[1]; del sys.argv[1]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
-
-
 def python_argv(module: str, *args: str) -> list[str]:
     """The command line that runs `module` in a fresh interpreter of this environment, with the
-    target root (its cwd) off sys.path; the target's own paths are added by the harness."""
-    if sys.version_info >= (3, 11):
-        return [sys.executable, "-P", "-m", module, *args]
-    return [sys.executable, "-c", _SAFE_PATH_BOOTSTRAP, module, *args]
+    target root (its cwd) off sys.path; the target's own paths are added by the harness. A
+    child-side module runs from the disguised copy while one is active (`pipeline.disguise`)."""
+    return disguise.module_argv(module, *args)
 
 
 def run_child(
@@ -110,16 +105,17 @@ def run_child(
     `python_argv(module)` and that interpreter can serve it, else start a fresh one.
     """
     scratch.mkdir(parents=True, exist_ok=True)
-    stacks_path = scratch / f"{name}.stacks"
+    module = _module_of(argv)
+    stacks_path = _stacks_path(scratch, name, module)
     stacks_path.unlink(missing_ok=True)
     out_path, err_path = scratch / f"{name}.stdout", scratch / f"{name}.stderr"
-    child_env = {**child_environment(env), STACKS_ENV: str(stacks_path)}
-    tag = child_env[RUN_TAG_ENV] = f"{os.getpid()}:{name}:{next(_run_numbers)}"
+    child_env = {**child_environment(env), disguise.stacks_env(module or ""): str(stacks_path)}
+    tag = child_env[disguise.tag_env(module or "")] = f"{os.getpid()}:{name}:{next(_run_numbers)}"
     pipe = _ChannelPipe() if channel else None
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
     started = time.monotonic()
-    module = _module_of(argv)  # a warm interpreter's imports: waited for outside the lock, within the budget, as a fresh one's
+    # A warm interpreter's imports: waited for outside the lock, within the budget, as a fresh one's.
     fork_from = warm.ready_for(child_env, cwd, budget_s) if warm is not None and module is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         with _spawn_lock:  # no leftover scan may see this child before it is registered
@@ -141,12 +137,31 @@ def run_child(
         duration_s=time.monotonic() - started,
         stdout=_read(out_path),
         stderr=_read(err_path),
-        stacks=_read(stacks_path),
+        stacks=_keep_stacks(stacks_path, scratch / f"{name}.stacks"),
         processes=processes,
         leftovers=leftovers,
         channel=channel_data,
         channel_problem=channel_problem,
     )
+
+
+def _stacks_path(scratch: Path, name: str, module: str | None) -> Path:
+    """Where the child writes its stacks: the work folder, or for a child-side module under a
+    disguise a neutral file in the copy's folder (the path is in the child's environment)."""
+    active = disguise.active()
+    if active is not None and module in active.modules:
+        return Path(active.folder) / f".{secrets.token_hex(6)}"
+    return scratch / f"{name}.stacks"
+
+
+def _keep_stacks(written: Path, kept: Path) -> str:
+    """The stacks the child wrote, also left in the work folder for people."""
+    text = _read(written)
+    if written != kept:
+        written.unlink(missing_ok=True)
+        if text:
+            kept.write_text(text)
+    return text
 
 
 def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -175,7 +190,7 @@ def _start(
 
 def _module_of(argv: list[str]) -> str | None:
     """The module `python_argv(module)` runs, when argv is exactly that."""
-    return argv[-1] if argv and argv == python_argv(argv[-1]) else None
+    return disguise.argv_module(argv)
 
 
 def dump_allowance(budget_s: float) -> float:
@@ -284,7 +299,7 @@ def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
             if info.pid in running_pids:
                 return True
             if info.pid not in tags:
-                found = environment_value(info.pid, RUN_TAG_ENV)
+                found = next((v for n in disguise.tag_names() if (v := environment_value(info.pid, n)) is not None), None)
                 tags[info.pid] = read_tag(found) if found is not None else None
             return tags[info.pid] in running_tags
 

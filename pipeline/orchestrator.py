@@ -22,7 +22,7 @@ from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
 from traingate.pipeline.findings import finding as make_finding
 from traingate.pipeline.gitinfo import rev_parse
-from traingate.pipeline import warm
+from traingate.pipeline import disguise, warm
 from traingate.pipeline.isolation import ChildResult, WarmPool, child_environment, dump_allowance, python_argv, run_child
 from traingate.pipeline.policy import decide, stage_score, stage_status
 from traingate.pipeline.registry import Stage
@@ -90,6 +90,18 @@ class RunRequest:
 
 
 def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, Stage]) -> PipelineReport:
+    """Run the stages. The processes that run the target's code run the gate's child-side
+    modules under names of this run only (`pipeline.disguise`, docs/edited-tests.md)."""
+    mask = disguise.build()
+    disguise.activate(mask)
+    try:
+        return _run_stages(request, config, registry)
+    finally:
+        disguise.activate(None)
+        disguise.remove(mask)
+
+
+def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, Stage]) -> PipelineReport:
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     started = time.monotonic()
     reports: list[StageReport] = []
@@ -219,6 +231,7 @@ def run_stage(
         return AgentRequest[TargetConfig, PipelineReport](
             stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
+            origin=str(request.root), disguise=active.model_dump() if (active := disguise.active()) is not None else None,
         )
 
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this

@@ -44,6 +44,7 @@ _STRICTER: dict[str, Callable[[Any, Any], Any]] = {
     "grad_accumulation_tolerance": min,
     "overfit_min_reduction": max,
     "test_environment_blocks": max,  # True (blocking) is the stricter
+    "interface_changes_block": max,
     "block": lambda a, b: "all" if "all" in (a, b) else "new",
     "allow_waivers": lambda a, b: bool(a and b),
 }

@@ -122,6 +122,44 @@ RULES: tuple[Rule, ...] = (
         "Restore the test and fix what makes it fail; if the removal is intended, waive the finding with a reason.",
     ),
     Rule(
+        Category.TEST_WEAKENED, "execution", Severity.HIGH,
+        "a test that passed in the baseline fails on this version in its baseline form (the change edited the test it breaks)",
+        "With a `--baseline` whose report records its commit, runs every test that passed there and whose test code this "
+        "version changed (its file, the conftest files and pytest configuration above it, the helper modules of its test "
+        "folder) in its baseline form: those files as the baseline commit has them, laid over this version's code in a "
+        "temporary folder, in a pytest child isolated and budgeted like the suite.",
+        "The outcome of each replayed test as the gate's pytest plugin observed it; an assertion (any exception other than "
+        "an interface change) or a skip is the test's verdict on this version. The finding carries the diff of the test's "
+        "source from the baseline to this version and the baseline form's failure.",
+        Blocks.POLICY,
+        "The change rewrote the test it breaks: the suite is green only because the test no longer checks what it did.",
+        "Restore the test and fix the code it fails on; if the change of behaviour is intended, accept the finding with a waiver that says why.",
+        note="An interface change (`test-weakened/interface-changed`) and a replay that could not be done (`test-weakened/not-replayed`) are medium: seen, not blocking by default. See docs/edited-tests.md.",
+    ),
+    Rule(
+        Category.TEST_WEAKENED, "execution", Severity.MEDIUM,
+        "the baseline's form no longer runs here; its new form passes",
+        "The baseline's form of a changed test stopped at a TypeError, ImportError, AttributeError or NameError on this "
+        "version (or is no longer collected): the code's interface changed and the test was updated with it.",
+        "The exception type of the replayed test's failure or of its module's collection error.",
+        Blocks.POLICY,
+        "Whether the behaviour the test checks is unchanged is not verified by the baseline's form; only its new form ran.",
+        "Read the diff of the test: if only the call changed, nothing to do; `interface_changes_block = true` in the policy makes these block.",
+        note="Medium by default; `interface_changes_block = true` in the policy makes it high.",
+        sub="interface-changed",
+    ),
+    Rule(
+        Category.TEST_WEAKENED, "execution", Severity.MEDIUM,
+        "baseline tests not replayed",
+        "Tests that passed in the baseline changed in this version, but their baseline form could not be read: the baseline "
+        "report records no commit, or the commit is not in this clone (a shallow checkout).",
+        "`git cat-file -e <commit>` in the target's checkout; the per-test source hashes of both reports name the tests.",
+        Blocks.POLICY,
+        "Whether the change weakened the tests it edited was not checked.",
+        "Fetch the history the baseline needs (actions/checkout `fetch-depth: 0`), and keep the baseline report of a committed version.",
+        sub="not-replayed",
+    ),
+    Rule(
         Category.TEST_ENVIRONMENT, "execution", Severity.LOW,
         "a test or a test module could not run here: it needs the network or a package that is not installed",
         "Reads the exception of every failing test (and the exceptions it was raised from) as the pytest plugin recorded it, "

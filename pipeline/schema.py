@@ -26,6 +26,7 @@ class Category(str, Enum):
     SKIPPED_TESTS = "skipped-tests"
     TEST_SELECTION = "test-selection"
     TEST_DISABLED = "test-disabled"
+    TEST_WEAKENED = "test-weakened"
     TEST_ENVIRONMENT = "test-environment"
     ENTRYPOINT_CRASH = "entrypoint-crash"
     ENTRYPOINT_UNTESTED = "entrypoint-untested"

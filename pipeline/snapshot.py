@@ -61,7 +61,7 @@ class Snapshot:
     def __init__(self, root: Path, exclude: Path | None = None) -> None:
         self.root = root
         self.exclude = exclude.resolve() if exclude is not None else None
-        self.base = Path(tempfile.mkdtemp(prefix="traingate-snapshot-"))
+        self.base = Path(tempfile.mkdtemp())  # neutral: the stages' copies are the target's working folders
         self.pristine = self.base / "pristine" / root.name
         self.copied_files = 0
         self.copied_bytes = 0
@@ -104,10 +104,9 @@ class Snapshot:
         self.remove()
 
     def fresh_copy(self, label: str) -> Path:
-        """A new copy of the pristine tree, named like the target, for one stage to run on."""
-        dest = self.base / label / self.root.name
-        if dest.exists():
-            _remove_tree(dest)
+        """A new copy of the pristine tree, named like the target, for the stage `label` to run
+        on, in a folder of a neutral name (not the stage's): the target's code runs in it."""
+        dest = Path(tempfile.mkdtemp(dir=self.base)) / self.root.name
         shutil.copytree(self.pristine, dest, symlinks=True)
         return dest
 

@@ -34,7 +34,7 @@ from typing import IO
 
 from traingate.pipeline.processes import kill, kill_group
 from traingate.stages.contract.inherited import InheritedWarm
-from traingate.stages.contract.stacks import RUN_TAG_ENV, STACKS_ENV
+from traingate.pipeline import disguise
 
 WARM_MODULE = "traingate.stages.harness.warm"
 # How long the first launch waits for the interpreter's imports (a fresh child would spend
@@ -42,7 +42,6 @@ WARM_MODULE = "traingate.stages.harness.warm"
 READY_TIMEOUT_S = 120.0
 # A reply to a fork request that takes longer than this means the interpreter is wedged.
 REPLY_TIMEOUT_S = 30.0
-_PER_RUN_KEYS = (RUN_TAG_ENV, STACKS_ENV)
 # Bytes reserved for a run tag in a warm interpreter's environment block; a run whose tag is
 # longer starts fresh. Tags read back from /proc are stripped of the padding (`read_tag`).
 TAG_WIDTH = 160
@@ -171,7 +170,8 @@ class WarmInterpreter:
         status, status_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         read_end, write_end = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), -1)
         fds = [status_end.fileno(), read_end, out.fileno(), err.fileno(), *([channel_fd] if channel_fd is not None else [])]
-        request = {"module": module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd, "hand_down": self.hands_down}
+        active = disguise.active()
+        request = {"module": active.module(module) if active is not None else module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd, "hand_down": self.hands_down}
         reply = b""
         try:
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
@@ -260,8 +260,8 @@ def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> t
     name = f"warm-{tag.rsplit(':', 1)[-1]}"
     with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-P", "-m", WARM_MODULE, str(child_end.fileno())],
-            cwd=cwd, env={**_shared(env), RUN_TAG_ENV: tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            disguise.module_argv(WARM_MODULE, str(child_end.fileno())),
+            cwd=cwd, env={**_shared(env), disguise.tag_env(): tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             pass_fds=(child_end.fileno(),),
         )
     child_end.close()
@@ -270,7 +270,8 @@ def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> t
 
 def _shared(env: dict[str, str]) -> dict[str, str]:
     """An environment without what differs between runs (their tag and stack file)."""
-    return {k: v for k, v in env.items() if k not in _PER_RUN_KEYS}
+    per_run = disguise.per_run_names()
+    return {k: v for k, v in env.items() if k not in per_run}
 
 
 def folder_dependent(pythonpath: str | None) -> bool:

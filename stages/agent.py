@@ -8,11 +8,14 @@ record so the parent can report it; the parent fails closed on anything else.
 
 from __future__ import annotations
 
+import sys
 import traceback
 from pathlib import Path
 from pkgutil import resolve_name
 
+from traingate.pipeline import disguise
 from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.disguise import Disguise
 from traingate.pipeline.isolation import WarmPool
 from traingate.pipeline.warm import enabled as warm_start_enabled
 from traingate.pipeline.processes import become_subreaper
@@ -25,15 +28,29 @@ from traingate.stages.contract import guard, inherited
 from traingate.stages.contract.reads import combined
 
 
+def _handed_down(mask: Disguise | None) -> inherited.InheritedWarm | None:
+    """The interpreter handed down to this agent: the fork's code that hands it down is the
+    disguised copy's (`pipeline.disguise`) when the gate's host ran one, so its record is in
+    that copy's module, in this process's memory."""
+    found = inherited.take()
+    copy = sys.modules.get(mask.module("traingate.stages.contract.inherited")) if mask is not None else None
+    if found is None and copy is not None:
+        found = copy.take()
+    return found
+
+
 def main() -> None:
     become_subreaper()  # the target's setsid daemons come back here to be killed, not to init
     guard.install()
     request, channel = receive_request(AgentRequest[TargetConfig, PipelineReport])
+    # Before any child (or warm interpreter) starts: they run the gate's disguised copy.
+    mask = Disguise.model_validate(request.disguise) if request.disguise is not None else None
+    disguise.activate(mask)
     # A warm interpreter forked for this agent before its code ran (when the gate started the
     # agent as a fork of its `AgentHost`), else one started at the agent's first run. An agent
     # the gate meant to fork but that got none (the host's imports warned, or it died) runs its
     # runs fresh: an interpreter of its own would import the same way, only to be unusable.
-    handed_down = inherited.take()
+    handed_down = _handed_down(mask)
     own_start = warm_start_enabled() and not request.agents_host
     warm = WarmPool(Path(request.scratch), handed_down=handed_down) if handed_down is not None or own_start else None
     try:
@@ -49,6 +66,7 @@ def main() -> None:
             scratch=Path(request.scratch),
             margin_s=request.margin_s,
             baseline=request.baseline,
+            origin=Path(request.origin) if request.origin else None,
             warm=warm,
         )
         outcome = stage.run(ctx)

@@ -23,6 +23,7 @@ from traingate.pipeline import findings
 # The hang of one run, as the gate builds it: a stage calls it with its StageContext.
 from traingate.pipeline.findings import hang_finding as hang_finding
 from traingate.pipeline.config import TargetConfig
+from traingate.pipeline import disguise
 from traingate.pipeline.isolation import ChildResult, WarmPool, python_argv, run_child
 from traingate.pipeline.schema import (
     Category,
@@ -56,6 +57,7 @@ class StageContext:
     # Margin kept back from child runs so the stage can still report what happened.
     margin_s: float = 5.0
     baseline: PipelineReport | None = None  # the --baseline report, if one was given
+    origin: Path | None = None  # the user's tree `root` was copied from (its git history); only read
     _counter: int = field(default=0, repr=False)
     # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
     entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)
@@ -248,8 +250,12 @@ def run_entrypoint(
     name = ctx.next_name(label)
     nonce = new_nonce()
 
+    # The instruments under the names the child's modules have (`pipeline.disguise`).
+    mask = disguise.active()
+    sent = {mask.spec(spec) if mask is not None else spec: spec for spec in fields["instruments"]}
+
     def request(fd: int) -> bytes:
-        return EntrypointRequest(**fields, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+        return EntrypointRequest(**{**fields, "instruments": list(sent)}, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
 
     ctx.scratch.mkdir(parents=True, exist_ok=True)
     (ctx.scratch / f"{name}.request.json").write_text(json.dumps(fields, default=repr, indent=1))
@@ -265,7 +271,7 @@ def run_entrypoint(
         warm=ctx.warm,
     )
     ctx.entrypoint_runs.append((label, child))
-    record, problem = read_harness_result(child, nonce)
+    record, problem = read_harness_result(child, nonce, sent)
     ctx.files_read.append(record.reads if record is not None else None)
     return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
 
@@ -298,18 +304,31 @@ def _request_fields(
     return fields
 
 
-def read_harness_result(child: ChildResult, nonce: str) -> tuple[HarnessResult | None, str | None]:
+def read_harness_result(child: ChildResult, nonce: str, sent: dict[str, str] | None = None) -> tuple[HarnessResult | None, str | None]:
     """The harness's record, validated, or why there is none that can be trusted (None,
-    None: the child handed back nothing, it died first)."""
+    None: the child handed back nothing, it died first). `sent`: the instrument specs as the
+    child named them -> as the stage does (`pipeline.disguise`), so every payload is checked
+    against its model under its real name."""
     if child.channel_problem:
         return None, child.channel_problem
     try:
         body = read_single(child.channel, nonce, HARNESS_RESULT)
+        if isinstance(body, dict) and sent:
+            _rename_instruments(body, sent)
         return (HarnessResult.model_validate(body), None) if body is not None else (None, None)
     except ChannelError as exc:
         return None, str(exc)
     except ValidationError as exc:
         return None, f"a malformed result: {exc.error_count()} error(s), first: {exc.errors()[0]['loc']} {exc.errors()[0]['msg']}"
+
+
+def _rename_instruments(body: dict[str, Any], sent: dict[str, str]) -> None:
+    """The instruments of the result (and of each rank's) under the stage's names, in place."""
+    distributed = body.get("distributed")
+    ranks = distributed.get("ranks") if isinstance(distributed, dict) else None
+    for record in [body, *(ranks if isinstance(ranks, list) else [])]:
+        if isinstance(record, dict) and isinstance(record.get("instruments"), dict):
+            record["instruments"] = {sent.get(spec, spec): payload for spec, payload in record["instruments"].items()}
 
 
 # Location of the innermost frame (frames innermost first) in the target's code.

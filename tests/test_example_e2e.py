@@ -57,7 +57,7 @@ def test_fixed_v7_passes_the_execution_stage(tmp_path: Path) -> None:
     assert skips["severity"] == "low" and len(skips["evidence"]["data"]["tests"]) == 3
     again = run_gate(fixed, tmp_path / "again", "--stages", "execution", "--version", "v7-fixed-again", "--baseline", str(run.out / "report.json"))
     assert again.returncode == 0 and again.report["decision"] == "PASS", again.stdout
-    assert not again.findings("test-disabled") and not again.findings("test-selection")
+    assert not again.findings("test-disabled") and not again.findings("test-selection") and not again.findings("test-weakened")
     assert [f["title"] for f in again.findings("skipped-tests")] == [skips["title"]]
 
 

@@ -213,7 +213,7 @@ def test_run_stopped_by_a_hook_after_some_tests_is_a_failure(tmp_path: Path):
 
 def test_process_death_inside_a_test_fails_that_test(tmp_path: Path):
     node = "tests/test_a.py::test_exit"
-    stacks = '# traingate self-signal os._exit(3) pid 1\nStack (most recent call first):\n  File "%s", line 4 in test_exit\n' % (tmp_path / "tests/test_a.py")
+    stacks = '# dump self-signal os._exit(3) pid 1\nStack (most recent call first):\n  File "%s", line 4 in test_exit\n' % (tmp_path / "tests/test_a.py")
     run = suite_run([*SESSION, *collected(2), start(node, line=3), report(node, "setup", "passed")], returncode=3, stacks=stacks)
     found = suite_findings(ctx_for(tmp_path), run, parse_events(run.events))
     assert [(f.category.value, f.location.path, f.location.line) for f in found] == [("test-failure", "tests/test_a.py", 4)]
@@ -310,7 +310,7 @@ def test_syntax_error_is_located_in_the_file_that_does_not_parse(tmp_path: Path)
 
 def test_stage_declares_exactly_the_execution_categories():
     assert {c.value for c in ExecutionStage.categories} == {
-        "test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-environment",
+        "test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-weakened", "test-environment",
         "entrypoint-crash", "entrypoint-untested", "deprecated-api",
     }
 
@@ -344,7 +344,7 @@ def test_self_kill_with_a_dumped_stack_is_located_at_the_kill(tmp_path: Path):
     from traingate.stages.execution.smoke import crash_finding
 
     write_entrypoint(tmp_path)
-    stacks = '# traingate self-signal SIGKILL pid 7\nStack (most recent call first):\n  File "/venv/lib/guard.py", line 40 in kill\n  File "%s", line 5 in fit\n' % (tmp_path / "train.py")
+    stacks = '# dump self-signal SIGKILL pid 7\nStack (most recent call first):\n  File "/venv/lib/guard.py", line 40 in kill\n  File "%s", line 5 in fit\n' % (tmp_path / "train.py")
     finding = crash_finding(ctx_for(tmp_path), crashed(-9, stacks), "The entrypoint smoke call train:fit", entrypoint_source(tmp_path, "train:fit"))
     assert (finding.location.path, finding.location.line) == ("train.py", 5)
     assert "left no trace" not in finding.problem

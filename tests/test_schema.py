@@ -10,7 +10,7 @@ from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, 
 from traingate.pipeline.registry import RegistryError, Stage, build_registry, load_stage
 
 SPEC_CATEGORIES = {
-    "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-environment", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
+    "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-weakened", "test-environment", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},
     "performance": {"memory-leak", "host-sync", "amp-speedup", "amp-memory", "amp-accuracy", "amp-inactive", "input-stall", "perf-regression"},
     "concurrency": {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"},
     "correctness": {"ineffective-step", "unused-parameter", "grad-accumulation", "unshuffled-training", "no-learning", "ddp-divergence", "stale-gradients", "train-eval-mode", "loss-input-mismatch", "batch-mixing"},

@@ -68,6 +68,15 @@ def _quarantine(request):
 CONFTEST_SILENT_DROP = '''def pytest_collection_modifyitems(config, items):
     items[:] = [item for item in items if "loss" not in item.name]
 '''
+# The run ends with status 0 after the test before the failing one.
+CONFTEST_EXIT = '''import os
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if nodeid.endswith("test_no_points_no_crash_on_zero_steps"):
+        os._exit(0)
+'''
+CONFTEST_PYTEST_EXIT = CONFTEST_EXIT.replace("import os\n", "import pytest\n").replace("os._exit(0)", 'pytest.exit("done", returncode=0)')
 CONFTEST_COLLECT_IGNORE = 'collect_ignore = ["tests/test_trainer.py"]\n'
 TESTS_WITHOUT_IT = (BASE / "tests/test_trainer.py").read_text().replace(
     "def test_loss_decreases():\n    losses = fit(POINTS, steps=5)\n    assert losses[-1] < losses[0]\n\n\n", ""
@@ -112,6 +121,8 @@ ROUTES: dict[str, tuple[list[Callable[[Path], None]], str, bool]] = {
     "module-skip": ([_replace("tests/test_trainer.py", "from trainer import fit\n", "from trainer import fit\n\npytest.skip('slow', allow_module_level=True)\n")], "slow", True),
     "renamed-and-skipped": ([_replace("tests/test_trainer.py", "def test_loss_decreases", "@pytest.mark.skip(reason='flaky')\ndef test_loss_goes_down")], "flaky", True),
     "pyfunc-swallow": ([_write("conftest.py", CONFTEST_SWALLOW)], "", True),
+    "early-exit": ([_write("conftest.py", CONFTEST_EXIT)], "the run ended before it", True),
+    "early-pytest-exit": ([_write("conftest.py", CONFTEST_PYTEST_EXIT)], "the run ended before it", True),
 }
 
 
@@ -202,6 +213,17 @@ def test_a_rewritten_outcome_is_counted_failed(route_run: Callable[[str], GateRu
     assert records[TEST]["outcome"] == "failed"
     assert "AssertionError" in records[TEST]["rewritten"]
     assert "rewritten" in gate.stage("execution")["summary"]
+
+
+@pytest.mark.parametrize("route", ["early-exit", "early-pytest-exit"])
+def test_a_run_that_ends_early_names_every_test_that_never_ran(route_run: Callable[[str], GateRun], route: str) -> None:
+    gate = route_run(route)
+    [ended] = [f for f in gate.findings("test-failure") if f["title"].startswith("The test run ended early")]
+    never = [TEST, "tests/test_trainer.py::test_one_loss_per_step", "tests/test_trainer.py::test_on_gpu"]
+    assert ended["blocking"] and ended["evidence"]["data"]["never_ran"] == never
+    assert all(n in ended["problem"] for n in never) and TEST in ended["title"]
+    disabled = {f["evidence"]["data"]["nodeid"] for f in gate.findings("test-disabled")}
+    assert disabled == {TEST, "tests/test_trainer.py::test_one_loss_per_step"}  # test_on_gpu was skipped there
 
 
 def test_an_option_names_its_source_and_line(route_run: Callable[[str], GateRun]) -> None:

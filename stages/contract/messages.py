@@ -49,6 +49,12 @@ class AgentRequest(Strict, Generic[ConfigT, BaselineT]):
     channel: ChannelSpec
     # The gate started an agents' host for this run (`traingate.pipeline.warm.AgentHost`).
     agents_host: bool = False
+    # The child-side modules under this run's names (`traingate.pipeline.disguise.Disguise`);
+    # None: the children run the real modules.
+    disguise: dict[str, Any] | None = None
+    # The user's tree the stage's root was copied from (it holds the git history the
+    # execution stage reads the baseline's tests from); only read, never run from.
+    origin: str | None = None
 
 
 class AgentReply(Strict, Generic[OutcomeT]):

@@ -14,7 +14,8 @@ STACKS_ENV = "TRAINGATE_STACKS_FILE"
 # environment block (`traingate.stages.harness.warm`).
 RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
 
-_PREFIX = "# traingate"
+# No name of the gate in it: the target's processes write it (docs/edited-tests.md).
+_PREFIX = "# dump"
 
 # Written once, first: which thread of which process is the main one.
 MAIN_HEADER = re.compile(rf"^{_PREFIX} main pid (\d+) thread (0x[0-9a-f]+)$", re.M)

@@ -10,12 +10,18 @@ from collections.abc import Mapping
 FOREIGN_PYTEST_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"})
 
 
+def _names_the_gate(name: str) -> bool:
+    """The gate's own settings (`TRAINGATE_POLICY`, ...) and the shell's `_` (the command that
+    started the gate): nothing the target's code needs, and each would name the gate."""
+    return name == "_" or "TRAINGATE" in name.upper()
+
+
 def target_env(base: Mapping[str, str], device: str, **extra: str) -> dict[str, str]:
     """`base` with the device choice, a fixed hash seed, no bytecode written into the target's
     tree (the gate reads that tree after the run), and nothing of an enclosing pytest run (code
     that trains less under `PYTEST_CURRENT_TEST` must not do so because the gate itself runs
     in a test job)."""
-    env = {k: v for k, v in base.items() if k not in FOREIGN_PYTEST_ENV}
+    env = {k: v for k, v in base.items() if k not in FOREIGN_PYTEST_ENV and not _names_the_gate(k)}
     env.setdefault("PYTHONHASHSEED", "0")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if device == "cpu":

@@ -325,17 +325,30 @@ def _usage_error(ctx: StageContext, run: SuiteRun) -> Finding:
 
 def _ended_early(ctx: StageContext, run: SuiteRun, result: SuiteResult, location: Location | None, why: str) -> Finding:
     total = result.collected if result.collected is not None else len(result.tests)
+    never = never_ran(result)
+    named = f"; never ran: {_named_tests(never)}" if never else ""
     return ctx.finding(
         category=Category.TEST_FAILURE,
         severity=Severity.HIGH,
-        title=f"The test run ended early: {result.ran} of {total} tests ran",
+        title=clip_line(f"The test run ended early: {result.ran} of {total} tests ran{named}", 300),
         location=location,
-        problem=f"{why}, after {result.ran} of {total} collected tests had run.",
+        problem=f"{why}, after {result.ran} of {total} collected tests had run." + (f" {len(never)} collected test(s) never ran: {_named_tests(never, 200)}." if never else ""),
         impact="The tests that did not run verified nothing; a green exit status here would be a false pass.",
         fix="Find what ends the run (a hook calling pytest.exit, a test or fixture that exits the process) and let the suite finish.",
-        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=why, traceback=(run.child.stacks[-_TAIL:] or _tail(run.child.stderr)) or None, data={"exit_status": run.child.returncode, "ran": result.ran, "collected": total}),
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=why, traceback=(run.child.stacks[-_TAIL:] or _tail(run.child.stderr)) or None, data={"exit_status": run.child.returncode, "ran": result.ran, "collected": total, "never_ran": never[:500]}),
         key="run-ended-early",
     )
+
+
+def never_ran(result: SuiteResult) -> list[str]:
+    """The collected tests pytest reported nothing of, in collection order."""
+    reported = {t.nodeid for t in result.tests}
+    return [n for n in result.collected_ids or [] if n not in reported]
+
+
+def _named_tests(nodeids: list[str], most: int = 5) -> str:
+    shown = ", ".join(nodeids[:most])
+    return shown + (f" and {len(nodeids) - most} more" if len(nodeids) > most else "")
 
 
 def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:

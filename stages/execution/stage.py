@@ -45,6 +45,8 @@ from traingate.stages.execution.accounting_checks import (
     rewritten_outcomes,
     selection_findings,
 )
+from traingate.stages.execution.replay import ReplayPlan
+from traingate.stages.execution.replay_checks import prepare_replay, replay_findings, run_replay
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
 from traingate.stages.execution.smoke import SmokeResult, run_details, smoke_calls
@@ -68,11 +70,16 @@ class ExecutionStage:
         # `tests = false`: the repo declares it has no suite; pytest is not run, and every
         # report says so (an info finding and the summary), so the stage is never silently green.
         declared = ctx.config.has_test_suite
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        base, why_not = baseline_records(ctx.baseline)
+        # The baseline's form of every test whose test code changed, beside the suite (docs/edited-tests.md).
+        plan = prepare_replay(ctx, base) if declared else None
+        with ThreadPoolExecutor(max_workers=3) as pool:
             suite_future = pool.submit(run_suite, ctx, ctx.next_name("pytest"), include) if declared else None
             smoke_future = pool.submit(smoke_calls, ctx, source) if ep else None
+            replay_future = pool.submit(run_replay, ctx, plan, ctx.next_name("replay")) if isinstance(plan, ReplayPlan) and plan.files else None
             suite = suite_future.result() if suite_future else None
             smoke = smoke_future.result() if smoke_future else None
+            replay = replay_future.result() if replay_future else None
         result = parse_events(suite.events) if suite else SuiteResult()
         selection = Selection(result.selection, ctx.root, suite.config_file if suite else None)
         records = test_records(result, selection, ctx.root) if suite else []
@@ -81,8 +88,9 @@ class ExecutionStage:
         findings = suite_findings(ctx, suite, result, hidden) if suite else [no_suite_finding(ctx)]
         pytest: PytestDetails | NoSuite = NoSuite(declared=False, note=NO_SUITE_NOTE)
         if suite is not None:
-            found, accounting = self._accounting(ctx, suite, result, selection, records)
-            findings += found
+            found, accounting = self._accounting(ctx, suite, result, selection, records, (base, why_not))
+            replayed, accounting.replay = replay_findings(ctx, plan, replay, records, base, _baseline_version(ctx))
+            findings += found + replayed
             pytest = pytest_details(suite, result, accounting)
         coverage = self._coverage(ctx, suite, result, source, findings)
         if smoke is not None:
@@ -107,15 +115,17 @@ class ExecutionStage:
         )
 
     @staticmethod
-    def _accounting(ctx: StageContext, suite: SuiteRun, result: SuiteResult, selection: Selection, records: list[TestRecord]) -> tuple[list[Finding], Accounting]:
+    def _accounting(
+        ctx: StageContext, suite: SuiteRun, result: SuiteResult, selection: Selection, records: list[TestRecord], baseline: tuple[list[TestRecord] | None, str]
+    ) -> tuple[list[Finding], Accounting]:
         """Findings of the test accounting, and what the report shows of it."""
         found = rewritten_outcomes(ctx, result, selection) + observation_stopped(ctx, suite, selection)
         found += selection_findings(ctx, result, selection, records) + hidden_skips(ctx, records) + module_skips(ctx, records)
         found += left_out_files(ctx, result, records)
-        base, why_not = baseline_records(ctx.baseline)
+        base, why_not = baseline
         comparison: BaselineTests | BaselineNotCompared = BaselineNotCompared(note=why_not)
-        if base is not None and ctx.baseline is not None:
-            disabled, comparison = disabled_against_baseline(ctx, records, base, ctx.baseline.version or "the baseline")
+        if base is not None:
+            disabled, comparison = disabled_against_baseline(ctx, records, base, _baseline_version(ctx))
             found += disabled
         details = Accounting(
             taken_out=[r for r in records if r.taken_out is not None][:MAX_TEST_ROWS],
@@ -145,6 +155,10 @@ class ExecutionStage:
         if finding is not None:
             findings.append(finding)
         return coverage_details(source, executed)
+
+
+def _baseline_version(ctx: StageContext) -> str:
+    return (ctx.baseline.version if ctx.baseline is not None else "") or "the baseline"
 
 
 def pytest_details(suite: SuiteRun, result: SuiteResult, accounting: Accounting) -> PytestDetails:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import configparser
 import json
 import shlex
+import shutil
+import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +73,8 @@ def exit_meaning(code: int, unknown: str) -> str:
     return EXIT_MEANING.get(code, unknown)
 
 
+# How reports show the run's private temporary folder (pytest's files), removed after the run.
+PRIVATE_SHOWN = "<private temporary folder>"
 RAN = ("passed", "failed", "error", "xfailed", "xpassed", "crashed", "interrupted")
 FAILED = ("failed", "error", "crashed", "interrupted")
 
@@ -126,39 +130,53 @@ def _holds_pytest_config(path: Path) -> bool:
         return False
 
 
-def pytest_args(ctx: StageContext, config_file: Path | None) -> list[str]:
+def pytest_args(ctx: StageContext, config_file: Path | None, private: Path, root: Path | None = None, tests: list[str] | None = None) -> list[str]:
+    """The pytest arguments of a run of `tests` (the configured suite) pinned to `root` (the
+    stage's); pytest's own files go to `private`, a neutral temporary folder (the tests can
+    read these arguments: nothing in them may name the gate or its work folder)."""
+    root = root or ctx.root
     if config_file is None:
-        config_file = ctx.scratch / "empty-pytest.ini"
+        config_file = private / "pytest.ini"
         config_file.write_text("[pytest]\n")
     return [
-        *(ctx.config.tests or []),  # run only when a suite is declared
-        f"--rootdir={ctx.root}",
+        *(tests if tests is not None else ctx.config.tests or []),  # run only when a suite is declared
+        f"--rootdir={root}",
         "-c", str(config_file),
-        f"--confcutdir={ctx.root}",
+        f"--confcutdir={root}",
         "-p", "no:cacheprovider",
-        f"--basetemp={ctx.scratch / 'pytest-tmp'}",
+        f"--basetemp={private / 'tmp'}",
         "--tb=short",
     ]
 
 
-def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> SuiteRun:
-    """Run pytest on the target under the stage's remaining budget."""
+def run_suite(ctx: StageContext, name: str, coverage_include: list[str], root: Path | None = None, tests: list[str] | None = None) -> SuiteRun:
+    """Run pytest on the target (or on `root`, another tree of it: the baseline's tests laid
+    over this version's code) under the stage's remaining budget."""
+    root = root or ctx.root
     ctx.scratch.mkdir(parents=True, exist_ok=True)
-    config_file = find_pytest_config(ctx.root, ctx.config.tests or [])
-    args = pytest_args(ctx, config_file)
-    coverage_file = ctx.scratch / f"{name}.coverage" if coverage_include else None
+    private = Path(tempfile.mkdtemp())
+    try:
+        return _run_pytest(ctx, name, coverage_include, root, tests, private)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root: Path, tests: list[str] | None, private: Path) -> SuiteRun:
+    config_file = find_pytest_config(root, tests if tests is not None else ctx.config.tests or [])
+    args = pytest_args(ctx, config_file, private, root, tests)
+    coverage_file = private / "coverage" if coverage_include else None
     coverage = CoverageSpec(data_file=str(coverage_file), include=coverage_include) if coverage_file else None
     nonce = new_nonce()
 
     def request(fd: int) -> bytes:
-        return PytestRequest(root=str(ctx.root), args=args, coverage=coverage, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+        return PytestRequest(root=str(root), args=args, coverage=coverage, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
 
     # For people reading the scratch folder; holds no nonce, never read back.
-    (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(ctx.root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
+    (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
     env = ctx.child_env()
     child = run_child(
         python_argv("traingate.stages.harness.pytest_launcher"),
-        cwd=ctx.root,
+        cwd=root,
         budget_s=ctx.child_budget(),
         scratch=ctx.scratch,
         env=env,
@@ -178,12 +196,16 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str]) -> Suit
     read_events = [e for e in events if isinstance(e, ReadsEvent)]
     ctx.files_read.append(read_events[-1].reads if len(read_events) == 1 else None)
     events = [e for e in events if not isinstance(e, ReadsEvent)]
+    kept = ctx.scratch / f"{name}.coverage"
+    if coverage_file is not None and coverage_file.is_file():
+        shutil.move(coverage_file, kept)
     return SuiteRun(
-        args=args,
-        config_file=config_file.relative_to(ctx.root).as_posix() if config_file else None,
+        # The private folder is gone once the run is over: reports name it by what it was.
+        args=[a.replace(str(private), PRIVATE_SHOWN) for a in args],
+        config_file=config_file.relative_to(root).as_posix() if config_file else None,
         child=child,
         events=events,
-        coverage_file=coverage_file if coverage_file and coverage_file.is_file() else None,
+        coverage_file=kept if kept.is_file() else None,
         channel_problem=problem,
     )
 

@@ -73,7 +73,8 @@ def _preload_harness() -> None:
     name = "traingate.stages.harness.entrypoint"
     importlib.import_module(name)
     del sys.modules[name]
-    delattr(sys.modules["traingate.stages.harness"], "entrypoint")
+    package, _, attr = name.rpartition(".")
+    delattr(sys.modules[package], attr)
 
 
 def _tag_address() -> tuple[int, int] | None:
