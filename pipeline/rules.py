@@ -351,11 +351,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.INEFFECTIVE_STEP, "correctness", Severity.HIGH,
         "an optimizer step changed none of its parameters, or a trained parameter never changed",
-        "Runs the entrypoint with optimizer step hooks that fingerprint every parameter of the optimizer's groups before and after each `step()`.",
-        "Observed: each parameter's float64 sum and L2 norm before and after the step; the learning rate of each group at that step.",
+        "Runs the entrypoint with optimizer step hooks that fingerprint every parameter of the optimizer's groups right before and right after each `step()`; "
+        "at a step that changed nothing, it states the cause it saw: gradients cleared between the last backward and the step (the clearing `zero_grad()` and the backward named), "
+        "a learning rate of 0 (the scheduler named), a backward that left the parameters without a gradient (the loss does not reach them), every parameter frozen, or no backward since the previous step.",
+        "Observed: each parameter's exact sum, L2 norm and sampled elements across each step (an EMA update between steps does not count); the latest backward and "
+        "`zero_grad()` call, the gradients present after the backward and at the step, each group's learning rate and the parameters' requires_grad.",
         Blocks.POLICY,
-        "The step costs a forward and backward pass and teaches the model nothing (often a learning-rate schedule that gives 0 at the first step, or a group whose rate stays 0).",
-        "Check the learning rate the schedule gives at the step shown (a warm-up should start above 0, e.g. lr * (step + 1) / warmup) and the group settings of the parameters that never change.",
+        "The step costs a forward and backward pass and teaches the model nothing; the finding names the cause it observed and its fix.",
+        "Fix the cause the finding names: clear the gradients before the backward (not between backward and step), start a warm-up above 0, remove the cut between the loss "
+        "and the parameters, or unfreeze the parameters the optimizer should train.",
     ),
     Rule(
         Category.UNUSED_PARAMETER, "correctness", Severity.HIGH,
@@ -365,6 +369,7 @@ RULES: tuple[Rule, ...] = (
         Blocks.POLICY,
         "Part of the model is never trained: a layer created after the optimizer, a second model never registered, or a branch cut off from the loss (a dead branch, `detach()`, `torch.no_grad()` around part of the forward).",
         "Build the optimizer after the whole model and from all of its parameters, and make sure the loss depends on the parameter shown (or set requires_grad=False on it if it is meant to stay fixed).",
+        note="Medium (not blocking by default) when the module holding the parameters never ran a forward: its output reaches no loss (an unused head left in the optimizer).",
     ),
     Rule(
         Category.GRAD_ACCUMULATION, "correctness", Severity.HIGH,
@@ -428,7 +433,8 @@ RULES: tuple[Rule, ...] = (
         "Runs the entrypoint with a forward hook on the modules whose behaviour depends on the mode (Dropout with p > 0, MultiheadAttention with dropout, BatchNorm and the other norm layers that track running statistics) "
         "and `Module.train`/`eval` recorded: which call set each module's mode, whether gradients were recorded in each forward, and which optimizer step followed.",
         "Observed: an optimizer step training a model whose forward ran those modules in eval mode, left there by `eval()`/`train(False)` on the whole model (a part frozen on purpose, "
-        "a BatchNorm's own `eval()` or a backbone's, is not counted); or a forward under `torch.no_grad()`/`torch.inference_mode()`, called from the target's own code, with them in train mode. "
+        "a BatchNorm's own `eval()` or a backbone's, is not counted); or a forward under `torch.no_grad()`/`torch.inference_mode()`, called from the target's own code, with them in train mode, unless "
+        "its outputs fed the loss of the same step (a target, teacher or EMA network, followed from its output to the next backward: that forward is training). "
         "Located at the line that called the model; the modules and their mode are named.",
         Blocks.POLICY,
         "In eval mode the training runs without dropout and normalises with stale running statistics instead of the batch's; in train mode, validation updates BatchNorm's running statistics with "

@@ -50,6 +50,11 @@ class OptimizerRecord(Payload):
 class SchedulerRecord(Payload):
     class_: str = Field(alias="class")
     site: int | None
+    step_site: int | None = None  # its latest `step()` before this optimizer step; absent if none was seen
+
+
+# Why an ineffective step changed nothing (`probe.causes`).
+StepCause = Literal["frozen", "zero-lr", "cleared", "no-gradient", "no-backward", "unexplained"]
 
 
 class IneffectiveStep(Payload):
@@ -62,6 +67,13 @@ class IneffectiveStep(Payload):
     schedulers: list[SchedulerRecord]  # those built around this optimizer
     grads_present: int
     params: int
+    # Absent in a record written without `probe.causes` (a unit test's bare watch).
+    cause: StepCause | None = None
+    backward_site: int | None = None  # the latest backward before the step (cleared, no-gradient)
+    grads_after_backward: int | None = None  # parameters holding a gradient once it returned; None: not counted
+    clear_site: int | None = None  # the `zero_grad()` after that backward (cleared)
+    clear_call: Literal["Optimizer.zero_grad", "Module.zero_grad"] | None = None
+    frozen: list[str | None] | None = None  # the first frozen parameters' names (frozen)
 
 
 class StepSite(Payload):
@@ -87,6 +99,8 @@ class GroupParameter(ParameterDescription):
     optimizer: int
     group: int
     lr: float | None
+    # In `no_gradient`: whether the module holding it ran a forward in the run.
+    forward_ran: bool | None = None
 
 
 class StepsPayload(Payload):
@@ -313,6 +327,18 @@ class TrainUnderNoGrad(Payload):
     inference_mode: bool
 
 
+class FunctionalDropout(Payload):
+    """A functional dropout called with `training` at its default (True) from the forward of a
+    module in eval mode."""
+
+    site: int | None  # the line that called it
+    function: Literal["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
+    p: float
+    module: str  # the class of the module in eval mode whose forward called it
+    calls: int
+    first_step: int  # optimizer steps before the first such call
+
+
 class ModesPayload(Payload):
     """`probe.modes.ModeWatch`; read by `correctness.modes`."""
 
@@ -323,6 +349,9 @@ class ModesPayload(Payload):
     train_under_no_grad: list[TrainUnderNoGrad]
     frozen_on_purpose: int
     library_calls: int
+    # No-grad forwards in train mode whose outputs fed the same step's loss (a target or EMA network): training.
+    loss_target_forwards: int = 0
+    functional_dropout: list[FunctionalDropout] = Field(default_factory=list)
     sites: list[Site]
 
 
@@ -349,11 +378,30 @@ class LossInputSite(Payload):
     example: list[NonFiniteFloat]  # the first sampled values; not finite where `kind` is "empty"
 
 
+ShapeLossFunction = Literal["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
+
+
+class LossShapeSite(Payload):
+    """An element-wise loss called from one line with an input and a target whose shapes differ
+    and broadcast beyond the input's (the first such call's shapes)."""
+
+    function: ShapeLossFunction
+    site: int | None
+    calls: int  # calls from that line
+    mismatched: int  # of them, broadcasting the input
+    input_shape: list[int]
+    target_shape: list[int]
+    broadcast_shape: list[int]
+    gradients_recorded: bool
+
+
 class LossInputsPayload(Payload):
     """`probe.loss_inputs.LossInputWatch`; read by `correctness.loss_inputs`."""
 
     calls: int
     losses: list[LossInputSite]
+    shape_calls: int = 0  # calls of the element-wise losses
+    shapes: list[LossShapeSite] = Field(default_factory=list)
     sites: list[Site]
 
 

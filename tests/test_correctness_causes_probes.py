@@ -1,0 +1,179 @@
+"""Why an optimizer step changed nothing (`probe.causes`), every step counted across itself, and
+whether a no-grad forward's outputs fed the step's loss (`probe.loss_feeds`). The probes'
+wrappers and hooks are called directly, on the CPU, without installing them: installing would
+patch this process's torch."""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from traingate.stages.contract.payloads.correctness import StepsPayload  # noqa: E402
+from traingate.stages.correctness.probe.causes import StepCauses  # noqa: E402
+from traingate.stages.correctness.probe.loss_feeds import LossFeeds  # noqa: E402
+from traingate.stages.correctness.probe.sites import SiteTable  # noqa: E402
+from traingate.stages.correctness.probe.steps import StepWatch  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+class _Loop:
+    """A StepWatch with its causes, and the wrapped calls a target's loop would make."""
+
+    def __init__(self, model: Any, optimizer: Any) -> None:
+        self.model, self.optimizer = model, optimizer
+        self.watch = StepWatch()
+        self.watch.torch = torch
+        self.watch.sites = SiteTable(HERE)
+        self.watch.modules = [(model, None)]
+        self.causes = self.watch.causes = StepCauses(self.watch.sites)
+        self.causes.torch = torch
+        self.causes._made.append(weakref.ref(optimizer))
+        self.backward = self.causes._backward(torch.Tensor.backward)
+        self.optimizer_zero_grad = self.causes._clearing(torch.optim.Optimizer.zero_grad, "Optimizer.zero_grad")
+        self.module_zero_grad = self.causes._clearing(torch.nn.Module.zero_grad, "Module.zero_grad")
+
+    def loss(self) -> Any:
+        x = torch.randn(8, 4)
+        return ((self.model(x) - x.sum(dim=1, keepdim=True)) ** 2).mean()
+
+    def step(self) -> None:
+        self.watch._pre(self.optimizer, (), {})
+        self.optimizer.step()
+        self.watch._post(self.optimizer, (), {})
+
+    def collect(self) -> dict[str, Any]:
+        return StepsPayload.model_validate(self.watch.collect()).model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def _loop(lr: float = 0.1) -> _Loop:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))
+    return _Loop(model, torch.optim.SGD(model.parameters(), lr=lr))
+
+
+@pytest.mark.parametrize("clear", ["optimizer", "module", "assign-none", "zeroed"])
+def test_gradients_cleared_after_the_backward_are_the_cause_of_every_step(clear: str) -> None:
+    loop = _loop()
+    for _ in range(4):
+        loop.backward(loop.loss())
+        if clear == "optimizer":
+            loop.optimizer_zero_grad(loop.optimizer)
+        elif clear == "module":
+            loop.module_zero_grad(loop.model)
+        elif clear == "assign-none":
+            for p in loop.model.parameters():
+                p.grad = None
+        else:
+            for p in loop.model.parameters():
+                p.grad.zero_()
+        loop.step()
+    result = loop.collect()
+    assert result["ineffective_count"] == 4 and [r["step"] for r in result["ineffective"]] == [0, 1, 2, 3]
+    first = result["ineffective"][0]
+    assert first["cause"] == "cleared" and first["grads_after_backward"] == 4
+    if clear in ("optimizer", "module"):
+        assert first["clear_call"] == ("Optimizer.zero_grad" if clear == "optimizer" else "Module.zero_grad")
+        assert result["sites"][first["clear_site"]]["code"].startswith("loop.optimizer_zero_grad" if clear == "optimizer" else "loop.module_zero_grad")
+    else:
+        assert "clear_site" not in first  # no zero_grad() ran after the backward: the line is not known
+    assert result["sites"][first["backward_site"]]["code"] == "loop.backward(loop.loss())"
+
+
+def test_a_clear_before_the_backward_is_the_ordinary_loop_and_every_step_counts() -> None:
+    loop = _loop()
+    for _ in range(4):
+        loop.optimizer_zero_grad(loop.optimizer)
+        loop.backward(loop.loss())
+        loop.step()
+    assert loop.collect()["ineffective_count"] == 0
+
+
+def test_a_loss_cut_from_the_parameters_and_a_frozen_optimizer_are_told_apart() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Linear(6, 1))
+    cut = _Loop(model, torch.optim.Adam(model[0].parameters(), lr=0.1))  # the optimizer holds the first layer only
+    for _ in range(2):
+        features = model[0](torch.randn(8, 4)).detach()  # the graph ends here
+        cut.optimizer_zero_grad(cut.optimizer)
+        cut.backward((model[1](features) ** 2).mean())
+        cut.step()
+    result = cut.collect()
+    first = result["ineffective"][0]
+    assert result["ineffective_count"] == 2 and first["cause"] == "no-gradient" and first["grads_after_backward"] == 0
+
+    frozen = _loop()
+    for p in frozen.model.parameters():
+        p.requires_grad = False
+    frozen.step()
+    first = frozen.collect()["ineffective"][0]
+    assert first["cause"] == "frozen" and first["frozen"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_a_zero_learning_rate_and_a_step_without_backward_are_their_own_causes() -> None:
+    zero = _loop(lr=0.0)
+    zero.backward(zero.loss())
+    zero.step()
+    assert zero.collect()["ineffective"][0]["cause"] == "zero-lr"
+
+    again = _loop()
+    again.backward(again.loss())
+    again.step()
+    again.optimizer_zero_grad(again.optimizer)
+    again.step()  # no backward since the previous step
+    result = again.collect()
+    assert result["ineffective_count"] == 1 and result["ineffective"][0]["cause"] == "no-backward"
+
+
+def test_parameters_an_ema_update_moves_between_steps_do_not_hide_an_ineffective_step() -> None:
+    """The optimizer also holds a target network's frozen parameters, which an EMA update moves
+    between its steps: each step is still compared across itself."""
+    loop = _loop()
+    target = [torch.nn.Parameter(torch.zeros(3), requires_grad=False)]
+    loop.optimizer.add_param_group({"params": target})
+    for _ in range(5):
+        with torch.no_grad():
+            target[0].mul_(0.9).add_(1.0)  # the EMA update, between steps
+        loop.backward(loop.loss())
+        loop.optimizer_zero_grad(loop.optimizer)
+        loop.step()
+    result = loop.collect()
+    assert result["ineffective_count"] == 5 and {r["cause"] for r in result["ineffective"]} == {"cleared"}
+
+
+def _follow(feeds: LossFeeds, model: Any, key: str, x: Any) -> Any:
+    """A no-grad forward of `model` in train mode, watched as the modes probe watches it."""
+    with torch.no_grad():
+        feeds.watch(model, key)
+        return model(x)
+
+
+def test_a_target_network_feeding_the_loss_is_training_and_an_evaluation_pass_is_not() -> None:
+    torch.manual_seed(0)
+    online, target = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    verdicts: dict[str, bool] = {}
+    feeds = LossFeeds(torch, verdicts.__setitem__)
+    x = torch.randn(8, 4)
+    targets = _follow(feeds, target, "target", x)
+    prediction = torch.nn.functional.normalize(online(x), dim=-1)
+    loss = (2 - 2 * (prediction * torch.nn.functional.normalize(targets, dim=-1)).sum(dim=-1)).mean()
+    feeds.backward(loss)
+    assert verdicts == {"target": True}
+
+    scores = _follow(feeds, online, "evaluation", x)
+    accuracy = (scores.argmax(dim=1) == 0).float().mean()
+    assert 0 <= float(accuracy) <= 1
+    feeds.backward(((online(x) - 1) ** 2).mean())  # the next training step's loss
+    assert verdicts == {"target": True, "evaluation": False}
+
+    _follow(feeds, online, "last-evaluation", x)
+    feeds.close()  # the run ended: it fed no backward
+    assert verdicts["last-evaluation"] is False
+    from torch.overrides import _get_current_function_mode_stack
+
+    assert _get_current_function_mode_stack() == []  # the mode is gone once judged
