@@ -1,0 +1,74 @@
+"""loss-input-mismatch's shape rule and train-eval-mode's functional dropout, end to end: one
+`traingate run --stages correctness` per fixture target, shared by the assertions on its
+report; expected lines come from `# marker:` comments."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import GateRun
+from tests.correctness_runs import checks as _checks
+from tests.correctness_runs import correctness_gate as _gate
+from tests.correctness_runs import located as _located
+from tests.correctness_runs import marker as _marker
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def shape(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_loss_shape", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def shape_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_loss_shape_clean", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def dropout(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_dropout_eval", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def dropout_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_dropout_eval_clean", tmp_path_factory)
+
+
+def test_a_regression_loss_broadcasting_its_input_blocks_at_the_loss_call(shape: GateRun) -> None:
+    """The loss module is called with (12, 1) predictions and (12,) targets, PyTorch's warning
+    filtered out: the shapes are read on the tensors."""
+    assert shape.returncode == 1 and shape.report["decision"] == "BLOCK"
+    [finding] = shape.findings()
+    assert finding["category"] == "loss-input-mismatch" and finding["severity"] == "high" and finding["blocking"] is True
+    assert _located(finding) == _marker("corr_loss_shape", "loss")
+    data = finding["evidence"]["data"]
+    assert data["rule"] == "shape" and data["function"] == "huber_loss"
+    assert (data["input_shape"], data["target_shape"], data["broadcast_shape"]) == ([12, 1], [12], [12, 12])
+    assert data["mismatched_calls"] == data["calls"] == 8 and data["gradients_recorded"] is True
+    assert "(12, 1)" in finding["title"] and "(12,)" in finding["title"]
+    check = _checks(shape)["loss_input_mismatch"]
+    assert check["shape_calls"] == 8 and check["shape_mismatches"] == 1
+
+
+def test_the_same_loss_with_matching_shapes_passes(shape_clean: GateRun) -> None:
+    assert shape_clean.returncode == 0 and shape_clean.report["decision"] == "PASS"
+    assert shape_clean.findings() == []
+    assert _checks(shape_clean)["loss_input_mismatch"]["shape_mismatches"] == 0
+
+
+def test_a_functional_dropout_left_on_in_eval_mode_blocks_at_the_call(dropout: GateRun) -> None:
+    assert dropout.returncode == 1 and dropout.report["decision"] == "BLOCK"
+    [finding] = dropout.findings()
+    assert finding["category"] == "train-eval-mode" and finding["severity"] == "high" and finding["blocking"] is True
+    assert _located(finding) == _marker("corr_dropout_eval", "dropout")
+    data = finding["evidence"]["data"]
+    assert (data["function"], data["module"], data["p"]) == ("dropout2d", "ConvNet", 0.25)
+    # Only the evaluation pass: the 6 training forwards ran in train mode.
+    assert data["calls"] == 1 and data["after_step"] == 6
+    assert "`F.dropout2d`" in finding["title"] and "training=self.training" in finding["fix"]
+
+
+def test_the_functional_dropout_following_the_module_mode_passes(dropout_clean: GateRun) -> None:
+    assert dropout_clean.returncode == 0 and dropout_clean.report["decision"] == "PASS"
+    assert dropout_clean.findings() == []
