@@ -443,16 +443,19 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         Category.LOSS_INPUT_MISMATCH, "correctness", Severity.HIGH,
-        "a classification loss was given the wrong kind of input: probabilities or log-probabilities into cross_entropy, logits into nll_loss, sigmoid outputs into BCE-with-logits",
+        "a loss was given the wrong input: probabilities or log-probabilities into cross_entropy, logits into nll_loss, sigmoid outputs into BCE-with-logits, or an input and a target whose shapes broadcast",
         "Runs the entrypoint with `torch.nn.functional.cross_entropy`, `nll_loss` and `binary_cross_entropy_with_logits` wrapped (the `nn` loss modules call them): "
         "the first calls from each line of the target keep a few rows of the input, the op that produced it (its autograd node, through views) and the Softmax, LogSoftmax or Sigmoid module whose output it is.",
         "Observed on every sampled call of the line, read when the run ends: rows that are non-negative and sum to 1 (probabilities) or whose exp sums to 1 (log-probabilities) given to cross_entropy; "
         "rows whose exp sums to more than 1 (no log-probabilities do) or probabilities given to nll_loss; values all in [0, 1] given to binary_cross_entropy_with_logits. "
-        "Located at the loss call, naming the layer that produced the input. Log-softmax twice gives the same loss, so it is low; values in [0, 1] with no sigmoid seen are medium; a line whose losses never recorded gradients (validation) is medium.",
+        "Located at the loss call, naming the layer that produced the input. Log-softmax twice gives the same loss, so it is low; values in [0, 1] with no sigmoid seen are medium; a line whose losses never recorded gradients (validation) is medium. "
+        "Shapes: `mse_loss`, `l1_loss`, `smooth_l1_loss`, `huber_loss` and the BCE family (and their `nn` modules) are checked on every call, on the tensors whatever the warnings filter says: "
+        "an input and a target whose shapes differ and broadcast beyond the input's shape ((B, 1) against (B,) gives (B, B)), both shapes named.",
         Blocks.POLICY,
         "The loss squashes its input a second time: with probabilities into cross_entropy (or sigmoid outputs into BCE-with-logits) the loss barely moves and the gradients shrink, so the model learns slowly or not at all; "
         "logits into nll_loss is not a likelihood and is unbounded below, so training drives the logits up instead of learning the classes.",
-        "Give cross_entropy and BCE-with-logits the raw logits (drop the final Softmax/Sigmoid from the training path, apply it only for predictions), and give nll_loss `log_softmax` outputs.",
+        "Give cross_entropy and BCE-with-logits the raw logits (drop the final Softmax/Sigmoid from the training path, apply it only for predictions), and give nll_loss `log_softmax` outputs; "
+        "give an element-wise loss an input and a target of the same shape (`pred.squeeze(-1)`, `y.view_as(pred)`).",
         note="High when observed on a training loss; low for log-softmax twice (redundant, same loss), medium when no sigmoid produced the [0, 1] values or only validation losses had them.",
     ),
     Rule(
@@ -470,6 +473,29 @@ RULES: tuple[Rule, ...] = (
         "Each sample's prediction is computed from other samples: the model learns from data it should not see together, its outputs change with the batch it is in, and it does not work with a batch of one.",
         "Find the op shown: reorder dimensions with `transpose`/`permute` (not `view`/`reshape`), give reductions the right `dim`, and pass `batch_first=True` (or transpose) to RNNs and attention.",
         note="High when a DataLoader identified the batch's dimension; medium when dim 0 was assumed or an output is pairwise across the batch.",
+    ),
+    # -- clipping that clips nothing; evaluation samples that were trained on (docs/correctness.md) --
+    Rule(
+        Category.GRADIENT_CLIPPING, "correctness", Severity.HIGH,
+        "gradient clipping ran before the backward whose gradients the step applies, so what is applied was never clipped",
+        "Wraps `clip_grad_norm_` and `clip_grad_value_` and the backward calls; at each optimizer step over the clipped parameters, checks whether a backward ran after the latest clip of each line.",
+        "Observed: a clip that ran before the backward of the coming step (after `zero_grad()`, on cleared or old gradients), or whose clipped gradients a later backward added to before the step. "
+        "Located at the clip, naming the backward it should follow. Clipping before `GradScaler.unscale_` is the concurrency stage's `gradscaler-protocol`.",
+        Blocks.POLICY,
+        "The gradients the optimizer applies are never clipped: a loss spike or an exploding gradient goes through at full size, which the clipping was there to prevent.",
+        "Clip after the last backward of the step and right before `optimizer.step()` (with a GradScaler, after `scaler.unscale_(optimizer)`).",
+    ),
+    Rule(
+        Category.DATA_LEAKAGE, "correctness", Severity.HIGH,
+        "samples fed to evaluation were also fed to training steps: the evaluation score is optimistic",
+        "Fingerprints every sample of every batch the DataLoaders hand out (its first tensor's sampled elements); when the run ends, compares the samples of each loader that drove "
+        "optimizer steps with those of each loader that drove none (an evaluation loader).",
+        "Observed: the share of an evaluation loader's distinct samples that a training loader also handed out, with the two loaders' lines. "
+        "A pass over the training data on purpose (a train-accuracy pass: a loader over the same dataset object as the training loader, or the training loader itself) is not judged; "
+        "an overlap below 5% of the evaluated samples (or of a single sample) is taken for duplicates in the data.",
+        Blocks.POLICY,
+        "The model is evaluated on data it was trained on: validation loss and accuracy are optimistic, early stopping and model selection are misled.",
+        "Split the data once (one `random_split` call, or one permutation of indexes, with a fixed generator) and build the training and evaluation sets from that one split.",
     ),
     Rule(
         Category.HANG, ANY_STAGE, Severity.CRITICAL,

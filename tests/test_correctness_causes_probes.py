@@ -5,6 +5,7 @@ patch this process's torch."""
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,113 @@ def test_a_target_network_feeding_the_loss_is_training_and_an_evaluation_pass_is
     from torch.overrides import _get_current_function_mode_stack
 
     assert _get_current_function_mode_stack() == []  # the mode is gone once judged
+
+
+# -- gradient-clipping, loss shapes, functional dropout, data-leakage: the probes' own parts ----------
+
+
+def _clips(loop: _Loop) -> Any:
+    from traingate.stages.correctness.probe.clipping import ClipWatch
+
+    clips = loop.watch.clips = ClipWatch(loop.watch.sites, loop.causes)  # type: ignore[arg-type]
+    clips.torch = torch
+    return clips
+
+
+def _clip(clips: Any, model: Any) -> None:
+    wrapped = clips._wrap("clip_grad_norm_", torch.nn.utils.clip_grad_norm_)
+    wrapped(model.parameters(), max_norm=0.1)
+
+
+@pytest.mark.parametrize("order", ["clip-then-backward", "backward-clip-backward", "backward-then-clip", "skipped-step"])
+def test_a_clip_is_judged_against_the_backward_the_step_applies(order: str) -> None:
+    loop = _loop()
+    clips = _clips(loop)
+    for step in range(3):
+        loop.optimizer_zero_grad(loop.optimizer)
+        if order == "clip-then-backward":
+            _clip(clips, loop.model)
+        loop.backward(loop.loss())
+        _clip(clips, loop.model) if order != "clip-then-backward" else None
+        if order == "backward-clip-backward":
+            loop.backward(loop.loss())
+        if order == "skipped-step" and step == 0:
+            continue  # a GradScaler skipped this step: the next iteration clips again
+        loop.step()
+    found = loop.collect()["clips"]
+    if order in ("backward-then-clip", "skipped-step"):
+        assert found == []
+    else:
+        [record] = found
+        assert record["kind"] == ("before-backward" if order == "clip-then-backward" else "backward-after-clip")
+        assert record["steps"] == 3 and record["step_indexes"] == [0, 1, 2] and record["function"] == "clip_grad_norm_"
+        assert loop.collect()["sites"][record["backward_site"]]["code"] == "loop.backward(loop.loss())"
+
+
+def _loss_watch() -> Any:
+    from traingate.stages.correctness.probe.loss_inputs import LossInputWatch
+
+    watch = LossInputWatch()
+    watch.torch = torch
+    watch.sites = SiteTable(HERE)
+    return watch
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_element_wise_losses_whose_shapes_broadcast_the_input_are_kept_with_both_shapes() -> None:
+    watch = _loss_watch()
+    prediction = torch.randn(6, 1, requires_grad=True)
+    warnings.simplefilter("ignore")  # torch's size warning silenced, as the target may: the shapes are read on the tensors
+    for name in ("mse_loss", "l1_loss", "binary_cross_entropy_with_logits"):
+        loss = watch._wrap(name, getattr(torch.nn.functional, name))
+        if name == "binary_cross_entropy_with_logits":
+            with pytest.raises(ValueError):  # torch refuses these shapes itself: nothing to report
+                loss(prediction, torch.rand(6))
+        else:
+            loss(prediction, torch.randn(6))
+    watch._wrap("mse_loss", torch.nn.functional.mse_loss)(prediction.squeeze(-1), torch.randn(6))  # same shapes
+    watch._wrap("mse_loss", torch.nn.functional.mse_loss)(prediction, torch.zeros(1))  # a constant target: the input is not expanded
+    shapes = {s["function"]: s for s in watch.collect()["shapes"]}
+    assert set(shapes) == {"mse_loss", "l1_loss"}
+    assert (shapes["mse_loss"]["input_shape"], shapes["mse_loss"]["target_shape"], shapes["mse_loss"]["broadcast_shape"]) == ([6, 1], [6], [6, 6])
+    assert shapes["mse_loss"]["gradients_recorded"] is True and shapes["mse_loss"]["mismatched"] == 1
+
+
+def test_a_functional_dropout_at_its_default_is_judged_by_the_calling_module_mode() -> None:
+    from traingate.stages.correctness.probe.modes import ModeWatch
+
+    watch = ModeWatch()
+    watch.torch = torch
+    watch.sites = SiteTable(HERE)
+    dropout = watch._dropout("dropout", torch.nn.functional.dropout)
+
+    class Block(torch.nn.Module):
+        def __init__(self, follow: bool) -> None:
+            super().__init__()
+            self.follow = follow
+
+        def forward(self, x: Any) -> Any:
+            return dropout(x, 0.3, training=self.training) if self.follow else dropout(x, 0.3)
+
+    x = torch.ones(4, 8)
+    Block(follow=False).train()(x)  # train mode: dropout on, as meant
+    Block(follow=True).eval()(x)  # follows the mode
+    torch.nn.functional.dropout(x, 0.3, True)  # unwrapped call, for symmetry: never recorded
+    Block(follow=False).eval()(x)
+    [record] = watch.collect()["functional_dropout"]
+    assert (record["function"], record["module"], record["calls"], record["p"]) == ("dropout", "Block", 1, 0.3)
+
+
+def test_evaluation_samples_also_trained_on_are_counted_and_a_train_accuracy_pass_is_not() -> None:
+    from traingate.stages.correctness.probe.loaders import LoaderWatch
+
+    watch = LoaderWatch()
+    samples = torch.arange(40.0).reshape(20, 2)
+    trained, evaluated, train_again = ({"steps": 3}, {"steps": 0}, {"steps": 0})
+    watch.loaders = [trained, evaluated, train_again]
+    train_set, other = object(), object()
+    watch._datasets = {id(trained): id(train_set), id(evaluated): id(other), id(train_again): id(train_set)}
+    watch._fingerprint(trained, (samples[:16], torch.zeros(16)))
+    watch._fingerprint(evaluated, [samples[10:20]])
+    watch._fingerprint(train_again, samples[:16])
+    assert watch.overlaps() == [{"trained": 0, "evaluated": 1, "overlap": 6, "evaluated_samples": 10, "trained_samples": 16}]

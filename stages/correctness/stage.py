@@ -65,6 +65,7 @@ from traingate.stages.contract.payloads.correctness import (
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
 from traingate.stages.correctness import modes, stale
 from traingate.stages.correctness import loss_inputs, mixing
+from traingate.stages.correctness import clipping, leakage
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
@@ -135,10 +136,12 @@ class _Session(StageSession[CorrectnessRun]):
         if steps is not None:
             self.findings += ineffective.ineffective_findings(self.ctx, steps, main_site)
             self.findings += unused.unused_findings(self.ctx, steps, main_site)
+            self.findings += clipping.clipping_findings(self.ctx, steps, main_site)
         if losses is not None:
             self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
         if loaders is not None:
             self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
+            self.findings += leakage.leakage_findings(self.ctx, loaders, main_site)
         self._gradients_and_modes(first, main_site)
         self._loss_inputs_and_mixing(first, main_site)
         self.observed = _observed(steps, losses, loaders)

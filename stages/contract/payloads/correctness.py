@@ -103,6 +103,20 @@ class GroupParameter(ParameterDescription):
     forward_ran: bool | None = None
 
 
+class ClipRecord(Payload):
+    """Optimizer steps whose gradients were not the ones a clip on one line clipped (`probe.clipping`)."""
+
+    function: Literal["clip_grad_norm_", "clip_grad_value_"]
+    site: int | None  # the clip's line
+    # before-backward: it ran before the backward of the coming step (on cleared or old gradients);
+    # backward-after-clip: a later backward added to the gradients it clipped.
+    kind: Literal["before-backward", "backward-after-clip"]
+    backward_site: int | None  # the latest backward before the step, which the clip should follow
+    first_step: int
+    steps: int
+    step_indexes: list[int]
+
+
 class StepsPayload(Payload):
     """`probe.steps.StepWatch`; read by `correctness.ineffective`, `unused`, `nonfinite`,
     `located` and the stage's observed counts."""
@@ -119,6 +133,8 @@ class StepsPayload(Payload):
     never_changed: list[GroupParameter]
     never_changed_count: int
     modules_seen: int
+    clip_calls: int = 0  # calls of clip_grad_norm_ / clip_grad_value_
+    clips: list[ClipRecord] = Field(default_factory=list)
     non_finite_params: list[str]
     sites: list[Site]
 
@@ -170,11 +186,22 @@ class LoaderOrdering(Payload):
     iterable_dataset: bool
 
 
+class LoaderOverlap(Payload):
+    """Samples an evaluation loader (no optimizer step) handed out that a training loader also did."""
+
+    trained: int  # index into `loaders`
+    evaluated: int
+    overlap: int  # distinct samples both handed out
+    evaluated_samples: int  # distinct samples the evaluation loader handed out
+    trained_samples: int
+
+
 class LoadersPayload(Payload):
-    """`probe.loaders.LoaderWatch`; read by `correctness.shuffling` and the stage's observed
-    loaders."""
+    """`probe.loaders.LoaderWatch`; read by `correctness.shuffling`, `leakage` and the stage's
+    observed loaders."""
 
     loaders: list[LoaderOrdering]
+    overlaps: list[LoaderOverlap] = Field(default_factory=list)
     sites: list[Site]
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
 from traingate.stages.correctness.probe.causes import StepCauses
+from traingate.stages.correctness.probe.clipping import ClipWatch
 from traingate.stages.correctness.probe.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
@@ -47,6 +48,7 @@ class StepWatch:
         self._optimizer_index: dict[int, int] = {}
         self._before: dict[int, tuple[list[int], Any]] = {}  # optimizer -> (parameter ids, fingerprint before its step)
         self.causes: StepCauses | None = None
+        self.clips: ClipWatch | None = None
         self._samples: dict[tuple[int, int], Any] = {}  # (parameter id, numel) -> sampled indexes
         self.grad_seen: set[int] = set()
         self.forwarded: set[int] = set()  # modules that ran a forward (unused-parameter: a head never called)
@@ -68,6 +70,8 @@ class StepWatch:
         self.sites = SiteTable(ctx.root)
         self.causes = StepCauses(self.sites)
         self.causes.install(torch)
+        self.clips = ClipWatch(self.sites, self.causes)
+        self.clips.install(torch)
         watch = self
         original_init = torch.nn.Module.__init__
 
@@ -147,6 +151,8 @@ class StepWatch:
                 self.grad_seen.add(id(p))
         if self.steps < FOREIGN_GRAD_CHECKS:
             self._note_foreign_grads()
+        if self.clips is not None and self.causes is not None:
+            self.clips.judge(self.steps, params, self.causes.previous_backwards(optimizer))
         self._before[key] = ([id(p) for p in params], self._fingerprint(params)[0])
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -242,6 +248,8 @@ class StepWatch:
             "never_changed": never_changed[:MAX_NAMED],
             "never_changed_count": len(never_changed),
             "modules_seen": len(self.modules),
+            "clip_calls": self.clips.calls if self.clips is not None else 0,
+            "clips": self.clips.collect() if self.clips is not None else [],
             "non_finite_params": self._non_finite(),
             "sites": self.sites.sites,
         })

@@ -1,4 +1,5 @@
-"""loss-input-mismatch's shape rule and train-eval-mode's functional dropout, end to end: one
+"""loss-input-mismatch's shape rule, train-eval-mode's functional dropout, gradient-clipping and
+data-leakage, end to end: one
 `traingate run --stages correctness` per fixture target, shared by the assertions on its
 report; expected lines come from `# marker:` comments."""
 
@@ -11,6 +12,7 @@ from tests.correctness_runs import checks as _checks
 from tests.correctness_runs import correctness_gate as _gate
 from tests.correctness_runs import located as _located
 from tests.correctness_runs import marker as _marker
+from tests.correctness_runs import site as _site
 
 pytestmark = pytest.mark.slow
 
@@ -23,6 +25,26 @@ def shape(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
 @pytest.fixture(scope="module")
 def shape_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     return _gate("corr_loss_shape_clean", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_clip_early", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def clip_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_clip_early_clean", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def leakage(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_leakage", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def leakage_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_leakage_clean", tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +94,36 @@ def test_a_functional_dropout_left_on_in_eval_mode_blocks_at_the_call(dropout: G
 def test_the_functional_dropout_following_the_module_mode_passes(dropout_clean: GateRun) -> None:
     assert dropout_clean.returncode == 0 and dropout_clean.report["decision"] == "PASS"
     assert dropout_clean.findings() == []
+
+
+def test_a_clip_before_the_backward_blocks_at_the_clip_naming_the_backward(clip: GateRun) -> None:
+    assert clip.returncode == 1 and clip.report["decision"] == "BLOCK"
+    [finding] = clip.findings()
+    assert finding["category"] == "gradient-clipping" and finding["severity"] == "high" and finding["blocking"] is True
+    assert _located(finding) == _marker("corr_clip_early", "clip")
+    data = finding["evidence"]["data"]
+    assert data["kind"] == "before-backward" and data["function"] == "clip_grad_norm_"
+    assert data["steps_affected"] == [0, 1, 2, 3, 4, 5] and data["steps_observed"] == 6
+    assert _site(data["backward_site"]) == _marker("corr_clip_early", "backward")
+
+
+def test_the_clip_after_the_backward_passes(clip_clean: GateRun) -> None:
+    assert clip_clean.returncode == 0 and clip_clean.report["decision"] == "PASS"
+    assert clip_clean.findings() == []
+
+
+def test_a_validation_set_split_from_another_permutation_is_data_leakage(leakage: GateRun) -> None:
+    assert leakage.returncode == 1 and leakage.report["decision"] == "BLOCK"
+    [finding] = leakage.findings()  # the train-accuracy pass over the training subset is not one
+    assert finding["category"] == "data-leakage" and finding["severity"] == "high" and finding["blocking"] is True
+    assert _located(finding) == _marker("corr_leakage", "val-loader")
+    data = finding["evidence"]["data"]
+    assert _site(data["training_loader"]) == _marker("corr_leakage", "train-loader")
+    # 120 samples split 96/24 twice with different permutations: most of the 24 were trained on.
+    assert data["evaluated_samples"] == 24 and data["trained_samples"] == 96 and 12 <= data["overlap"] < 24
+    assert f"{data['overlap']} of the 24 samples evaluated" in finding["title"]
+
+
+def test_one_split_with_a_train_accuracy_pass_passes(leakage_clean: GateRun) -> None:
+    assert leakage_clean.returncode == 0 and leakage_clean.report["decision"] == "PASS"
+    assert leakage_clean.findings() == []
