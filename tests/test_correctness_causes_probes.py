@@ -288,3 +288,18 @@ def test_evaluation_samples_also_trained_on_are_counted_and_a_train_accuracy_pas
     watch._fingerprint(evaluated, [samples[10:20]])
     watch._fingerprint(train_again, samples[:16])
     assert watch.overlaps() == [{"trained": 0, "evaluated": 1, "overlap": 6, "evaluated_samples": 10, "trained_samples": 16}]
+
+
+def test_one_line_calling_two_models_under_no_grad_in_train_mode_is_one_cause() -> None:
+    from traingate.stages.contract.payloads.correctness import TrainUnderNoGrad
+    from traingate.stages.correctness.modes import _one_per_line
+
+    def record(site: int, root: str, module: str) -> TrainUnderNoGrad:
+        return TrainUnderNoGrad.model_validate(
+            {"site": site, "root": root, "modules": [{"name": module, "class": "BatchNorm1d", "kind": "norm"}], "first_step": 3, "forwards": 2, "inference_mode": False}
+        )
+
+    inner, outer, elsewhere = record(7, "Backbone", "features.1"), record(7, "Sequential", "1"), record(9, "Backbone", "features.1")
+    merged, other = _one_per_line([inner, outer, elsewhere])
+    assert merged.root == "Backbone, Sequential" and [m.name for m in merged.modules] == ["features.1", "1"] and merged.forwards == 4
+    assert other == elsewhere

@@ -29,7 +29,7 @@ def mode_check(ctx: StageContext, modes: ModesPayload | None, fallback: Location
         library_calls=modes.library_calls,
     )
     findings = [_eval_finding(ctx, modes, r, fallback) for r in modes.eval_while_training]
-    findings += [_no_grad_finding(ctx, modes, r, fallback) for r in modes.train_under_no_grad]
+    findings += [_no_grad_finding(ctx, modes, r, fallback) for r in _one_per_line(modes.train_under_no_grad)]
     findings += [_dropout_finding(ctx, modes, r, fallback) for r in modes.functional_dropout]
     # Set only where there is something to say: records of runs without them stay as they were.
     if modes.loss_target_forwards:
@@ -70,6 +70,23 @@ def _dropout_finding(ctx: StageContext, modes: ModesPayload, record: FunctionalD
 
 def _module_of(function: str) -> str:
     return {"dropout": "Dropout", "dropout1d": "Dropout1d", "dropout2d": "Dropout2d", "dropout3d": "Dropout3d", "alpha_dropout": "AlphaDropout"}.get(function, "FeatureAlphaDropout")
+
+
+def _one_per_line(records: list[TrainUnderNoGrad]) -> list[TrainUnderNoGrad]:
+    """One record per line: a line that calls a model whose output feeds another
+    (`head(backbone(x))`) has one record per outermost model, and one cause."""
+    by_line: dict[int | None, TrainUnderNoGrad] = {}
+    for record in records:
+        first = by_line.get(record.site)
+        if first is None:
+            by_line[record.site] = record
+            continue
+        modules = [*first.modules, *(m for m in record.modules if m not in first.modules)]
+        root = ", ".join(r for r in (first.root, record.root) if r) or None
+        by_line[record.site] = first.model_copy(
+            update={"root": root, "modules": modules, "forwards": first.forwards + record.forwards, "first_step": min(first.first_step, record.first_step)}
+        )
+    return list(by_line.values())
 
 
 def _names(record: EvalWhileTraining | TrainUnderNoGrad) -> str:

@@ -1,11 +1,14 @@
 """The correctness stage: training bugs that run fine, pass the tests and no speed check sees.
 
 Runs (each a child process with the stage's remaining budget; past it, `hang`):
-1. the instrumented run: optimizer step hooks fingerprinting the parameters, the modules the
-   run constructs, the loss of every backward call and the DataLoaders that fed the steps
-   (ineffective-step, unused-parameter, no-learning, unshuffled-training); the gradients each
-   backward adds to (stale-gradients) and the mode of Dropout/BatchNorm at each forward
-   (train-eval-mode); the inputs given to the classification losses (loss-input-mismatch) and,
+1. the instrumented run: optimizer step hooks fingerprinting the parameters across each step,
+   with why a step changed nothing, the modules the run constructs, the gradient clipping, the
+   loss of every backward call and the DataLoaders that fed the steps with a fingerprint of
+   each sample (ineffective-step, unused-parameter, gradient-clipping, no-learning,
+   unshuffled-training, data-leakage); the gradients each backward adds to (stale-gradients)
+   and the mode of Dropout/BatchNorm at each forward and of functional dropouts
+   (train-eval-mode); the inputs given to the losses, their kinds and shapes
+   (loss-input-mismatch) and,
    once the entrypoint returned, the first training batch replayed in eval mode to chart which
    samples each output depends on (batch-mixing);
 2. only with `accumulation_kwarg` and `batch_size_kwarg` configured: two runs ended after the
