@@ -372,6 +372,18 @@ RULES: tuple[Rule, ...] = (
         note="Medium (not blocking by default) when the module holding the parameters never ran a forward: its output reaches no loss (an unused head left in the optimizer).",
     ),
     Rule(
+        Category.UNUSED_PARAMETER, "correctness", Severity.HIGH,
+        "The output layer is frozen: the layer whose output the loss is given has no parameter that trains",
+        "A training loss (gradients recorded, other parameters training) was given the output of a layer the target's own code built, at its initialisation "
+        "(no `load_state_dict` reached it), all of whose parameters have requires_grad=False.",
+        "The module behind the loss's input (through views) at the first call of each loss line, its parameters' requires_grad, and the `requires_grad_(False)` call that froze it where one was seen. "
+        "A layer a library built or a checkpoint loaded (a pretrained output layer frozen on purpose) and a loss whose target the same layer produced (a perceptual loss) are not judged.",
+        Blocks.POLICY,
+        "The output layer stays at its random initialisation: the rest of the model trains to fit a fixed random projection, and the predictions stay near chance.",
+        "Leave the new output layer trainable when freezing the rest (freeze the backbone's parameters only, then set `requires_grad=True` on the head's).",
+        sub="frozen-output",
+    ),
+    Rule(
         Category.GRAD_ACCUMULATION, "correctness", Severity.HIGH,
         "gradient accumulation over k micro-batches does not give the gradient of one batch k times as large",
         "With `accumulation_kwarg` and `batch_size_kwarg` configured: runs one update with accumulation k over micro-batches of b and one with accumulation 1 over a batch of k*b, same data and seeds.",

@@ -48,6 +48,16 @@ def leakage_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
 
 
 @pytest.fixture(scope="module")
+def frozen_head(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_frozen_head", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def frozen_backbone(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    return _gate("corr_frozen_head_clean", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
 def dropout(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
     return _gate("corr_dropout_eval", tmp_path_factory)
 
@@ -127,3 +137,19 @@ def test_a_validation_set_split_from_another_permutation_is_data_leakage(leakage
 def test_one_split_with_a_train_accuracy_pass_passes(leakage_clean: GateRun) -> None:
     assert leakage_clean.returncode == 0 and leakage_clean.report["decision"] == "PASS"
     assert leakage_clean.findings() == []
+
+
+def test_a_new_head_frozen_with_the_backbone_blocks_at_the_line_that_froze_it(frozen_head: GateRun) -> None:
+    assert frozen_head.returncode == 1 and frozen_head.report["decision"] == "BLOCK"
+    [finding] = frozen_head.findings()
+    assert finding["category"] == "unused-parameter" and finding["rule"] == "unused-parameter/frozen-output"
+    assert finding["severity"] == "high" and finding["blocking"] is True
+    assert _located(finding) == _marker("corr_frozen_head", "freeze")
+    data = finding["evidence"]["data"]
+    assert data["reason"] == "frozen-output" and data["module"] == "Linear" and data["params"] == 2
+    assert _site(data["module_site"]) == _marker("corr_frozen_head", "head") and _site(data["loss_site"]) == _marker("corr_frozen_head", "loss")
+
+
+def test_a_frozen_pretrained_backbone_with_a_training_head_passes(frozen_backbone: GateRun) -> None:
+    assert frozen_backbone.returncode == 0 and frozen_backbone.report["decision"] == "PASS"
+    assert frozen_backbone.findings() == []

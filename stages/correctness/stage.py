@@ -171,8 +171,10 @@ class _Session(StageSession[CorrectnessRun]):
 
     # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
     def _loss_inputs_and_mixing(self, first: EntrypointRun, main_site: Location) -> None:
-        found, self.loss_input_mismatch = loss_inputs.loss_input_check(self.ctx, first.payload(LOSS_INPUTS, LossInputsPayload), main_site)
+        inputs = first.payload(LOSS_INPUTS, LossInputsPayload)
+        found, self.loss_input_mismatch = loss_inputs.loss_input_check(self.ctx, inputs, main_site)
         self.findings += found
+        self.findings += unused.frozen_output_findings(self.ctx, inputs, main_site)
         found, self.batch_mixing = mixing.mixing_check(self.ctx, first.payload(MIXING, MixingPayload), main_site)
         self.findings += found
 

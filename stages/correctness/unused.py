@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
-from traingate.stages.contract.payloads.correctness import ParameterDescription, StepsPayload
+from traingate.stages.contract.payloads.correctness import FrozenOutput, LossInputsPayload, ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNUSED_PARAMETER
@@ -105,3 +105,44 @@ def _qualified(param: ParameterDescription) -> str:
     if not param.name:
         return f"<unnamed parameter of shape {tuple(param.shape)}>"
     return param.name
+
+
+def frozen_output_findings(ctx: StageContext, data: LossInputsPayload | None, fallback: Location) -> list[Finding]:
+    """The frozen-output rule: one finding per loss line given a frozen output layer (`probe.frozen_output`)."""
+    if data is None:
+        return []
+    return [_frozen_output(ctx, data, record, fallback) for record in data.frozen_outputs]
+
+
+def _line(data: LossInputsPayload, index: int | None) -> str:
+    found = located.site(data, index)
+    return f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
+
+
+def _frozen_output(ctx: StageContext, data: LossInputsPayload, record: FrozenOutput, fallback: Location) -> Finding:
+    froze = f"; `requires_grad_(False)` at {_line(data, record.frozen_site)} froze it" if record.frozen_site is not None else ""
+    return ctx.finding(
+        category=CATEGORY,
+        rule=f"{CATEGORY.value}/frozen-output",
+        title=f"The output layer `{record.module}` built at {_line(data, record.module_site).split(' (')[0]} is frozen: the loss trains everything but it",
+        location=located.location(data, record.frozen_site if record.frozen_site is not None else record.module_site, fallback),
+        problem=(
+            f"The training loss `{record.function}` at {_line(data, record.site)} is given the output of the `{record.module}` built at {_line(data, record.module_site)}, "
+            f"whose {record.params} parameter(s) all have requires_grad=False{froze}, while other parameters train. The layer was built by the target and no checkpoint was loaded into it: "
+            "it stays at its random initialisation."
+        ),
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"the layer behind the input of {record.function} has no parameter that trains",
+            data={
+                "reason": "frozen-output",
+                "module": record.module,
+                "module_site": located.site_record(data, record.module_site),
+                "frozen_site": located.site_record(data, record.frozen_site),
+                "loss_site": located.site_record(data, record.site),
+                "function": record.function,
+                "params": record.params,
+            },
+        ),
+        key=f"frozen-output:{record.module}",
+    )

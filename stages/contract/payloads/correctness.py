@@ -422,6 +422,18 @@ class LossShapeSite(Payload):
     gradients_recorded: bool
 
 
+class FrozenOutput(Payload):
+    """A training loss given the output of a layer the target built, at its initialisation,
+    with no parameter that trains (`probe.frozen_output`)."""
+
+    function: str  # the loss function
+    site: int | None  # the loss call
+    module: str  # the class of the layer
+    module_site: int | None  # where the target built it
+    frozen_site: int | None  # the `requires_grad_(False)` that froze it, where one was seen
+    params: int
+
+
 class LossInputsPayload(Payload):
     """`probe.loss_inputs.LossInputWatch`; read by `correctness.loss_inputs`."""
 
@@ -429,6 +441,7 @@ class LossInputsPayload(Payload):
     losses: list[LossInputSite]
     shape_calls: int = 0  # calls of the element-wise losses
     shapes: list[LossShapeSite] = Field(default_factory=list)
+    frozen_outputs: list[FrozenOutput] = Field(default_factory=list)
     sites: list[Site]
 
 

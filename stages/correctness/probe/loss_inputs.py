@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
+from traingate.stages.correctness.probe.frozen_output import FrozenOutputWatch
 from traingate.stages.correctness.probe.sites import SiteTable
 
 FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
@@ -86,6 +87,7 @@ class LossInputWatch:
         self.sites: SiteTable | None = None
         self.records: dict[tuple[str, int | None], _SiteRecord] = {}
         self.shapes: dict[tuple[str, int | None], _ShapeRecord] = {}
+        self.frozen: FrozenOutputWatch | None = None  # set by install()
         self.shape_calls = 0
         self.calls = 0
         # id(output), and id(its grad_fn) when it has one -> (weakref to the output, module class, site)
@@ -100,6 +102,8 @@ class LossInputWatch:
 
         self.torch = torch
         self.sites = SiteTable(ctx.root)
+        self.frozen = FrozenOutputWatch(self.sites)
+        self.frozen.install(torch)
         for name in dict.fromkeys((*FUNCTIONS, *SHAPE_FUNCTIONS)):
             setattr(F, name, self._wrap(name, getattr(F, name)))
         register_module_forward_hook(self._forward)
@@ -116,14 +120,21 @@ class LossInputWatch:
                 finally:
                     self._tls.inside = False
             result = original(*args, **kwargs)
-            if outer and shapes:  # once it returned: a call torch refused raised already
-                self.observe_shapes(name, args[0] if args else kwargs.get("input"), args[1] if len(args) > 1 else kwargs.get("target"))
+            if outer:  # once it returned: a call torch refused raised already
+                input, target = args[0] if args else kwargs.get("input"), args[1] if len(args) > 1 else kwargs.get("target")
+                if shapes:
+                    self.observe_shapes(name, input, target)
+                if self.frozen is not None and self.torch.is_grad_enabled() and not self.torch.compiler.is_compiling():
+                    self.frozen.judge(name, self.sites.innermost(1) if self.sites else None, input, target, producer_node(input), producer_node(target))
             return result
 
         return functools.wraps(original)(loss)
 
     def _forward(self, module: Any, args: Any, output: Any) -> None:
-        """Remembers the outputs of Softmax, LogSoftmax and Sigmoid modules (the last few)."""
+        """Remembers the outputs of Softmax, LogSoftmax and Sigmoid modules (the last few), and
+        those of the modules holding parameters (`frozen_output`)."""
+        if self.frozen is not None and not self.torch.compiler.is_compiling():
+            self.frozen.remember(module, output)
         squashing = self._kinds.get(type(module))
         if squashing is None:
             squashing = self._kinds[type(module)] = type(module).__name__ in _SQUASHING and type(module).__module__.startswith("torch.nn")
@@ -216,7 +227,8 @@ class LossInputWatch:
             if r.mismatched
         ]
         return LossInputsPayload.sent({
-            "calls": self.calls, "losses": [r for r in records if r is not None], "shape_calls": self.shape_calls, "shapes": shapes, "sites": self.sites.sites,
+            "calls": self.calls, "losses": [r for r in records if r is not None], "shape_calls": self.shape_calls, "shapes": shapes,
+            "frozen_outputs": self.frozen.records if self.frozen is not None else [], "sites": self.sites.sites,
         })
 
 
