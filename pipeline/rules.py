@@ -504,7 +504,7 @@ RULES: tuple[Rule, ...] = (
         "optimizer steps with those of each loader that drove none (an evaluation loader).",
         "Observed: the share of an evaluation loader's distinct samples that a training loader also handed out, with the two loaders' lines. "
         "A pass over the training data on purpose (a train-accuracy pass: a loader over the same dataset object as the training loader, or the training loader itself) is not judged; "
-        "an overlap below 5% of the evaluated samples (or of a single sample) is taken for duplicates in the data.",
+        "a loader whose first epoch handed out one content twice (data with repeated samples) is not compared; an overlap below 5% of the evaluated samples (or of a single sample) is taken for duplicates in the data.",
         Blocks.POLICY,
         "The model is evaluated on data it was trained on: validation loss and accuracy are optimistic, early stopping and model selection are misled.",
         "Split the data once (one `random_split` call, or one permutation of indexes, with a fixed generator) and build the training and evaluation sets from that one split.",

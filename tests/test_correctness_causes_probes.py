@@ -280,7 +280,7 @@ def test_evaluation_samples_also_trained_on_are_counted_and_a_train_accuracy_pas
 
     watch = LoaderWatch()
     samples = torch.arange(40.0).reshape(20, 2)
-    trained, evaluated, train_again = ({"steps": 3}, {"steps": 0}, {"steps": 0})
+    trained, evaluated, train_again = ({"steps": 3, "epochs": 1}, {"steps": 0, "epochs": 1}, {"steps": 0, "epochs": 1})
     watch.loaders = [trained, evaluated, train_again]
     train_set, other = object(), object()
     watch._datasets = {id(trained): id(train_set), id(evaluated): id(other), id(train_again): id(train_set)}
@@ -303,3 +303,18 @@ def test_one_line_calling_two_models_under_no_grad_in_train_mode_is_one_cause() 
     merged, other = _one_per_line([inner, outer, elsewhere])
     assert merged.root == "Backbone, Sequential" and [m.name for m in merged.modules] == ["features.1", "1"] and merged.forwards == 4
     assert other == elsewhere
+
+
+def test_data_whose_samples_repeat_is_not_judged_for_leakage() -> None:
+    """Low-entropy synthetic data (the bundled example's token sequences): equal content in two
+    independently generated sets is no evidence that a sample is shared."""
+    from traingate.stages.correctness.probe.loaders import LoaderWatch
+
+    watch = LoaderWatch()
+    trained, evaluated = {"steps": 3, "epochs": 1}, {"steps": 0, "epochs": 1}
+    watch.loaders = [trained, evaluated]
+    watch._datasets = {id(trained): 1, id(evaluated): 2}
+    rows = torch.tensor([[0.0, 1.0], [2.0, 3.0], [0.0, 1.0], [4.0, 5.0]])  # the first sample twice
+    watch._fingerprint(trained, rows)
+    watch._fingerprint(evaluated, rows[1:])
+    assert watch._repeats[id(trained)] == 1 and watch.overlaps() == []

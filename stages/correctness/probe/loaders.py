@@ -10,7 +10,9 @@ Every sample of every batch handed out is fingerprinted (the hash of up to `SAMP
 spaced elements of the batch's first tensor, per sample). When the run ends, the samples of
 each loader that drove no optimizer step (an evaluation loader) are compared with those of
 each loader that drove steps (data-leakage); a loader over the same dataset object as the
-training loader (a train-accuracy pass on purpose) is not compared.
+training loader (a train-accuracy pass on purpose) is not compared, nor a loader whose first
+epoch handed out one content twice (data with repeated samples, where equal content is no
+evidence that a sample is shared).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class LoaderWatch:
         self.current: dict[str, Any] | None = None
         self._samples: dict[int, set[int]] = {}  # id(record) -> its samples' fingerprints
         self._datasets: dict[int, int] = {}  # id(record) -> id(its dataset), kept alive by the loader
+        self._repeats: dict[int, int] = {}  # id(record) -> samples its first epoch handed out twice
 
     def install(self, ctx: Any) -> None:
         from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -100,18 +103,22 @@ class LoaderWatch:
         rows = tensor.detach().reshape(tensor.shape[0], -1)
         if rows.shape[1] > SAMPLED:
             rows = rows[:, torch.linspace(0, rows.shape[1] - 1, SAMPLED, dtype=torch.float64).long()]
-        samples.update(hash(tuple(row)) for row in rows.cpu().tolist())
+        hashes = [hash(tuple(row)) for row in rows.cpu().tolist()]
+        before = len(samples)
+        samples.update(hashes)
+        if record["epochs"] <= 1:
+            self._repeats[id(record)] = self._repeats.get(id(record), 0) + len(hashes) - (len(samples) - before)
 
     def overlaps(self) -> list[dict[str, Any]]:
         """Evaluation loaders whose samples a training loader also handed out."""
         found = []
         for e_index, evaluated in enumerate(self.loaders):
             seen = self._samples.get(id(evaluated), set())
-            if evaluated["steps"] or not seen:
-                continue
+            if evaluated["steps"] or not seen or self._repeats.get(id(evaluated)):
+                continue  # a training loader, or data whose samples repeat: equal content is no evidence of a shared sample
             for t_index, trained in enumerate(self.loaders):
-                if not trained["steps"] or self._datasets.get(id(trained)) == self._datasets.get(id(evaluated)):
-                    continue  # not training, or the training data itself on purpose
+                if not trained["steps"] or self._datasets.get(id(trained)) == self._datasets.get(id(evaluated)) or self._repeats.get(id(trained)):
+                    continue  # not training, the training data itself on purpose, or data whose samples repeat
                 fed = self._samples.get(id(trained), set())
                 overlap = len(seen & fed)
                 if overlap > 1 and overlap >= MIN_OVERLAP_SHARE * len(seen):
