@@ -94,6 +94,8 @@ class ModesCheck(Detail):
     train_under_no_grad: int
     frozen_on_purpose: int
     library_calls: int
+    loss_target_forwards: int = 0  # no-grad forwards in train mode whose outputs fed the step's loss (not judged)
+    functional_dropout: int = 0  # lines calling a functional dropout with training at its default inside a module in eval mode
 
 
 class LossLine(Detail):
@@ -117,6 +119,8 @@ class LossInputsCheck(Detail):
     calls: int
     lines: list[LossLine]
     mismatches: int
+    shape_calls: int = 0  # calls of the element-wise losses (checked for shapes)
+    shape_mismatches: int = 0
 
 
 class MixingCheck(Detail):

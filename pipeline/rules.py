@@ -389,11 +389,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.INEFFECTIVE_STEP, "correctness", Severity.HIGH,
         "an optimizer step changed none of its parameters, or a trained parameter never changed",
-        "Runs the entrypoint with optimizer step hooks that fingerprint every parameter of the optimizer's groups before and after each `step()`.",
-        "Observed: each parameter's float64 sum and L2 norm before and after the step; the learning rate of each group at that step.",
+        "Runs the entrypoint with optimizer step hooks that fingerprint every parameter of the optimizer's groups right before and right after each `step()`; "
+        "at a step that changed nothing, it states the cause it saw: gradients cleared between the last backward and the step (the clearing `zero_grad()` and the backward named), "
+        "a learning rate of 0 (the scheduler named), a backward that left the parameters without a gradient (the loss does not reach them), every parameter frozen, or no backward since the previous step.",
+        "Observed: each parameter's exact sum, L2 norm and sampled elements across each step (an EMA update between steps does not count); the latest backward and "
+        "`zero_grad()` call, the gradients present after the backward and at the step, each group's learning rate and the parameters' requires_grad.",
         Blocks.POLICY,
-        "The step costs a forward and backward pass and teaches the model nothing (often a learning-rate schedule that gives 0 at the first step, or a group whose rate stays 0).",
-        "Check the learning rate the schedule gives at the step shown (a warm-up should start above 0, e.g. lr * (step + 1) / warmup) and the group settings of the parameters that never change.",
+        "The step costs a forward and backward pass and teaches the model nothing; the finding names the cause it observed and its fix.",
+        "Fix the cause the finding names: clear the gradients before the backward (not between backward and step), start a warm-up above 0, remove the cut between the loss "
+        "and the parameters, or unfreeze the parameters the optimizer should train.",
     ),
     Rule(
         Category.UNUSED_PARAMETER, "correctness", Severity.HIGH,
@@ -403,6 +407,19 @@ RULES: tuple[Rule, ...] = (
         Blocks.POLICY,
         "Part of the model is never trained: a layer created after the optimizer, a second model never registered, or a branch cut off from the loss (a dead branch, `detach()`, `torch.no_grad()` around part of the forward).",
         "Build the optimizer after the whole model and from all of its parameters, and make sure the loss depends on the parameter shown (or set requires_grad=False on it if it is meant to stay fixed).",
+        note="Medium (not blocking by default) when the module holding the parameters never ran a forward: its output reaches no loss (an unused head left in the optimizer).",
+    ),
+    Rule(
+        Category.UNUSED_PARAMETER, "correctness", Severity.HIGH,
+        "The output layer is frozen: the layer whose output the loss is given has no parameter that trains",
+        "A training loss (gradients recorded, other parameters training) was given the output of a layer the target's own code built, at its initialisation "
+        "(no `load_state_dict` reached it), all of whose parameters have requires_grad=False.",
+        "The module behind the loss's input (through views) at the first call of each loss line, its parameters' requires_grad, and the `requires_grad_(False)` call that froze it where one was seen. "
+        "A layer a library built or a checkpoint loaded (a pretrained output layer frozen on purpose) and a loss whose target the same layer produced (a perceptual loss) are not judged.",
+        Blocks.POLICY,
+        "The output layer stays at its random initialisation: the rest of the model trains to fit a fixed random projection, and the predictions stay near chance.",
+        "Leave the new output layer trainable when freezing the rest (freeze the backbone's parameters only, then set `requires_grad=True` on the head's).",
+        sub="frozen-output",
     ),
     Rule(
         Category.GRAD_ACCUMULATION, "correctness", Severity.HIGH,
@@ -466,7 +483,8 @@ RULES: tuple[Rule, ...] = (
         "Runs the entrypoint with a forward hook on the modules whose behaviour depends on the mode (Dropout with p > 0, MultiheadAttention with dropout, BatchNorm and the other norm layers that track running statistics) "
         "and `Module.train`/`eval` recorded: which call set each module's mode, whether gradients were recorded in each forward, and which optimizer step followed.",
         "Observed: an optimizer step training a model whose forward ran those modules in eval mode, left there by `eval()`/`train(False)` on the whole model (a part frozen on purpose, "
-        "a BatchNorm's own `eval()` or a backbone's, is not counted); or a forward under `torch.no_grad()`/`torch.inference_mode()`, called from the target's own code, with them in train mode. "
+        "a BatchNorm's own `eval()` or a backbone's, is not counted); or a forward under `torch.no_grad()`/`torch.inference_mode()`, called from the target's own code, with them in train mode, unless "
+        "its outputs fed the loss of the same step (a target, teacher or EMA network, followed from its output to the next backward: that forward is training). "
         "Located at the line that called the model; the modules and their mode are named.",
         Blocks.POLICY,
         "In eval mode the training runs without dropout and normalises with stale running statistics instead of the batch's; in train mode, validation updates BatchNorm's running statistics with "
@@ -475,16 +493,19 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         Category.LOSS_INPUT_MISMATCH, "correctness", Severity.HIGH,
-        "a classification loss was given the wrong kind of input: probabilities or log-probabilities into cross_entropy, logits into nll_loss, sigmoid outputs into BCE-with-logits",
+        "a loss was given the wrong input: probabilities or log-probabilities into cross_entropy, logits into nll_loss, sigmoid outputs into BCE-with-logits, or an input and a target whose shapes broadcast",
         "Runs the entrypoint with `torch.nn.functional.cross_entropy`, `nll_loss` and `binary_cross_entropy_with_logits` wrapped (the `nn` loss modules call them): "
         "the first calls from each line of the target keep a few rows of the input, the op that produced it (its autograd node, through views) and the Softmax, LogSoftmax or Sigmoid module whose output it is.",
         "Observed on every sampled call of the line, read when the run ends: rows that are non-negative and sum to 1 (probabilities) or whose exp sums to 1 (log-probabilities) given to cross_entropy; "
         "rows whose exp sums to more than 1 (no log-probabilities do) or probabilities given to nll_loss; values all in [0, 1] given to binary_cross_entropy_with_logits. "
-        "Located at the loss call, naming the layer that produced the input. Log-softmax twice gives the same loss, so it is low; values in [0, 1] with no sigmoid seen are medium; a line whose losses never recorded gradients (validation) is medium.",
+        "Located at the loss call, naming the layer that produced the input. Log-softmax twice gives the same loss, so it is low; values in [0, 1] with no sigmoid seen are medium; a line whose losses never recorded gradients (validation) is medium. "
+        "Shapes: `mse_loss`, `l1_loss`, `smooth_l1_loss`, `huber_loss` and the BCE family (and their `nn` modules) are checked on every call, on the tensors whatever the warnings filter says: "
+        "an input and a target whose shapes differ and broadcast beyond the input's shape ((B, 1) against (B,) gives (B, B)), both shapes named.",
         Blocks.POLICY,
         "The loss squashes its input a second time: with probabilities into cross_entropy (or sigmoid outputs into BCE-with-logits) the loss barely moves and the gradients shrink, so the model learns slowly or not at all; "
         "logits into nll_loss is not a likelihood and is unbounded below, so training drives the logits up instead of learning the classes.",
-        "Give cross_entropy and BCE-with-logits the raw logits (drop the final Softmax/Sigmoid from the training path, apply it only for predictions), and give nll_loss `log_softmax` outputs.",
+        "Give cross_entropy and BCE-with-logits the raw logits (drop the final Softmax/Sigmoid from the training path, apply it only for predictions), and give nll_loss `log_softmax` outputs; "
+        "give an element-wise loss an input and a target of the same shape (`pred.squeeze(-1)`, `y.view_as(pred)`).",
         note="High when observed on a training loss; low for log-softmax twice (redundant, same loss), medium when no sigmoid produced the [0, 1] values or only validation losses had them.",
     ),
     Rule(
@@ -502,6 +523,29 @@ RULES: tuple[Rule, ...] = (
         "Each sample's prediction is computed from other samples: the model learns from data it should not see together, its outputs change with the batch it is in, and it does not work with a batch of one.",
         "Find the op shown: reorder dimensions with `transpose`/`permute` (not `view`/`reshape`), give reductions the right `dim`, and pass `batch_first=True` (or transpose) to RNNs and attention.",
         note="High when a DataLoader identified the batch's dimension; medium when dim 0 was assumed or an output is pairwise across the batch.",
+    ),
+    # -- clipping that clips nothing; evaluation samples that were trained on (docs/correctness.md) --
+    Rule(
+        Category.GRADIENT_CLIPPING, "correctness", Severity.HIGH,
+        "gradient clipping ran before the backward whose gradients the step applies, so what is applied was never clipped",
+        "Wraps `clip_grad_norm_` and `clip_grad_value_` and the backward calls; at each optimizer step over the clipped parameters, checks whether a backward ran after the latest clip of each line.",
+        "Observed: a clip that ran before the backward of the coming step (after `zero_grad()`, on cleared or old gradients), or whose clipped gradients a later backward added to before the step. "
+        "Located at the clip, naming the backward it should follow. Clipping before `GradScaler.unscale_` is the concurrency stage's `gradscaler-protocol`.",
+        Blocks.POLICY,
+        "The gradients the optimizer applies are never clipped: a loss spike or an exploding gradient goes through at full size, which the clipping was there to prevent.",
+        "Clip after the last backward of the step and right before `optimizer.step()` (with a GradScaler, after `scaler.unscale_(optimizer)`).",
+    ),
+    Rule(
+        Category.DATA_LEAKAGE, "correctness", Severity.HIGH,
+        "samples fed to evaluation were also fed to training steps: the evaluation score is optimistic",
+        "Fingerprints every sample of every batch the DataLoaders hand out (its first tensor's sampled elements); when the run ends, compares the samples of each loader that drove "
+        "optimizer steps with those of each loader that drove none (an evaluation loader).",
+        "Observed: the share of an evaluation loader's distinct samples that a training loader also handed out, with the two loaders' lines. "
+        "A pass over the training data on purpose (a train-accuracy pass: a loader over the same dataset object as the training loader, or the training loader itself) is not judged; "
+        "a loader whose first epoch handed out one content twice (data with repeated samples) is not compared; an overlap below 5% of the evaluated samples (or of a single sample) is taken for duplicates in the data.",
+        Blocks.POLICY,
+        "The model is evaluated on data it was trained on: validation loss and accuracy are optimistic, early stopping and model selection are misled.",
+        "Split the data once (one `random_split` call, or one permutation of indexes, with a fixed generator) and build the training and evaluation sets from that one split.",
     ),
     Rule(
         Category.HANG, ANY_STAGE, Severity.CRITICAL,

@@ -54,6 +54,9 @@ class Category(str, Enum):
     TRAIN_EVAL_MODE = "train-eval-mode"
     LOSS_INPUT_MISMATCH = "loss-input-mismatch"
     BATCH_MIXING = "batch-mixing"
+    # Clipping that clips nothing; evaluation samples that were trained on (docs/correctness.md).
+    GRADIENT_CLIPPING = "gradient-clipping"
+    DATA_LEAKAGE = "data-leakage"
     HANG = "hang"
     STAGE_ERROR = "stage-error"
     CONFIG_ERROR = "config-error"

@@ -141,7 +141,11 @@ def test_an_overflow_the_scaler_skips_is_not_a_loss_that_cannot_go_down(tmp_path
 def test_a_model_that_cannot_fit_one_batch_is_no_learning(tmp_path: Path) -> None:
     run = gate("corr_overfit", tmp_path)
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
-    [finding] = run.findings()
+    # The cause is seen too: (8, 1) outputs against (8,) targets broadcast in mse_loss.
+    [shape] = run.findings("loss-input-mismatch")
+    assert located(shape) == ("train.py", marker_line("corr_overfit", "loss")) and shape["blocking"] is True
+    assert (shape["evidence"]["data"]["input_shape"], shape["evidence"]["data"]["target_shape"]) == ([8, 1], [8])
+    [finding] = run.findings("no-learning")
     assert finding["category"] == "no-learning" and finding["severity"] == "high" and finding["blocking"] is True
     assert finding["evidence"]["kind"] == "measured"
     assert located(finding) == ("train.py", marker_line("corr_overfit", "backward"))

@@ -7,11 +7,14 @@ from dataclasses import dataclass
 from traingate.pipeline.correctness_details import LossInputsCheck, LossInputsNotApplicable, LossLine
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import LossInputSite, LossInputsPayload
+from traingate.stages.contract.payloads.correctness import LossInputSite, LossInputsPayload, LossShapeSite
 from traingate.stages.correctness import located
 
 CATEGORY = Category.LOSS_INPUT_MISMATCH
-NOT_APPLICABLE = "not applicable: no cross_entropy, nll_loss or binary_cross_entropy_with_logits call (nor their nn loss modules) was observed"
+NOT_APPLICABLE = (
+    "not applicable: no cross_entropy, nll_loss, binary_cross_entropy_with_logits, mse_loss, l1_loss, smooth_l1_loss, huber_loss "
+    "or binary_cross_entropy call (nor their nn loss modules) was observed"
+)
 _SQUASHED = {"SoftmaxBackward0": "softmax", "LogSoftmaxBackward0": "log_softmax", "SigmoidBackward0": "sigmoid"}
 
 
@@ -47,11 +50,12 @@ def _mismatch(loss: LossInputSite) -> _Mismatch | None:
 def loss_input_check(ctx: StageContext, data: LossInputsPayload | None, fallback: Location) -> tuple[list[Finding], LossInputsCheck | LossInputsNotApplicable]:
     """The findings, one per loss line given the wrong input, and the check's record (not
     applicable without the payload: the run handed back none)."""
-    if data is None or not data.losses:
+    if data is None or not (data.losses or data.shape_calls):
         return [], LossInputsNotApplicable(ran=False, applicable=False, note=NOT_APPLICABLE, calls=data.calls if data is not None else 0)
     losses = data.losses
     judged = [(loss, _mismatch(loss)) for loss in losses]
     findings = [_finding(ctx, data, loss, mismatch, fallback) for loss, mismatch in judged if mismatch is not None]
+    shaped = [_shape_finding(ctx, data, shape, fallback) for shape in data.shapes]
     record = LossInputsCheck(
         ran=True,
         applicable=True,
@@ -59,7 +63,44 @@ def loss_input_check(ctx: StageContext, data: LossInputsPayload | None, fallback
         lines=[LossLine(function=loss.function, site=located.site(data, loss.site), kind=loss.kind, sampled=loss.sampled, rows=loss.rows) for loss in losses],
         mismatches=len(findings),
     )
-    return findings, record
+    if data.shape_calls:  # set only where an element-wise loss ran: older records stay as they were
+        record.shape_calls, record.shape_mismatches = data.shape_calls, len(shaped)
+    return findings + shaped, record
+
+
+def _shape_finding(ctx: StageContext, data: LossInputsPayload, shape: LossShapeSite, fallback: Location) -> Finding:
+    found = located.site(data, shape.site)
+    line = f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
+    given, target, broadcast = (tuple(s) for s in (shape.input_shape, shape.target_shape, shape.broadcast_shape))
+    return ctx.finding(
+        category=CATEGORY,
+        severity=Severity.HIGH if shape.gradients_recorded else Severity.MEDIUM,
+        title=f"`{shape.function}` compared an input of shape {given} with a target of shape {target}: broadcast to {broadcast}",
+        location=located.location(data, shape.site, fallback),
+        problem=(
+            f"The call at {line} gave `{shape.function}` an input of shape {given} and a target of shape {target}, which broadcast to {broadcast}: "
+            f"every prediction is compared with every target it lines up with, not its own, so the loss trains each prediction towards the targets' mean. "
+            f"Seen on {shape.mismatched} of the {shape.calls} call(s) from that line"
+            + ("" if shape.gradients_recorded else "; these calls recorded no gradients (a validation loss): its metric is wrong, the training is not")
+            + "."
+        ),
+        fix="Give the input and the target the same shape: squeeze the prediction's trailing dimension (`pred.squeeze(-1)`) or reshape the target (`y.view_as(pred)`).",
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"{shape.mismatched} call(s) of {shape.function} with shapes {given} and {target}",
+            data={
+                "rule": "shape",
+                "function": shape.function,
+                "input_shape": shape.input_shape,
+                "target_shape": shape.target_shape,
+                "broadcast_shape": shape.broadcast_shape,
+                "calls": shape.calls,
+                "mismatched_calls": shape.mismatched,
+                "gradients_recorded": shape.gradients_recorded,
+            },
+        ),
+        key=f"shape:{shape.function}:{given}:{target}",
+    )
 
 
 def _producer(data: LossInputsPayload, loss: LossInputSite) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from traingate.pipeline.correctness_details import ModesCheck, NotApplicable
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import EvalWhileTraining, ModeModule, ModesPayload, TrainUnderNoGrad
+from traingate.stages.contract.payloads.correctness import EvalWhileTraining, FunctionalDropout, ModeModule, ModesPayload, TrainUnderNoGrad
 from traingate.stages.correctness import located
 
 CATEGORY = Category.TRAIN_EVAL_MODE
@@ -16,7 +16,7 @@ NOT_APPLICABLE = "not applicable: no Dropout (p > 0), MultiheadAttention with dr
 def mode_check(ctx: StageContext, modes: ModesPayload | None, fallback: Location) -> tuple[list[Finding], ModesCheck | NotApplicable]:
     """The findings, one per line that called the model in the wrong mode, and the check's
     record for the stage report (not applicable without the payload: the run handed back none)."""
-    if modes is None or not modes.dependent_modules:
+    if modes is None or not (modes.dependent_modules or modes.functional_dropout):
         return [], NotApplicable(ran=False, applicable=False, note=NOT_APPLICABLE)
     record = ModesCheck(
         ran=True,
@@ -29,8 +29,64 @@ def mode_check(ctx: StageContext, modes: ModesPayload | None, fallback: Location
         library_calls=modes.library_calls,
     )
     findings = [_eval_finding(ctx, modes, r, fallback) for r in modes.eval_while_training]
-    findings += [_no_grad_finding(ctx, modes, r, fallback) for r in modes.train_under_no_grad]
+    findings += [_no_grad_finding(ctx, modes, r, fallback) for r in _one_per_line(modes.train_under_no_grad)]
+    findings += [_dropout_finding(ctx, modes, r, fallback) for r in modes.functional_dropout]
+    # Set only where there is something to say: records of runs without them stay as they were.
+    if modes.loss_target_forwards:
+        record.loss_target_forwards = modes.loss_target_forwards
+    if modes.functional_dropout:
+        record.functional_dropout = len(modes.functional_dropout)
     return findings, record
+
+
+def _dropout_finding(ctx: StageContext, modes: ModesPayload, record: FunctionalDropout, fallback: Location) -> Finding:
+    call = f"F.{record.function}"
+    return ctx.finding(
+        category=CATEGORY,
+        title=f"`{call}` ran with dropout on (p={record.p:g}) inside `{record.module}` in eval mode: `training` was left at its default, True",
+        location=located.location(modes, record.site, fallback),
+        problem=(
+            f"The call at {_line(modes, record.site)} passed no `training=` to `{call}`, whose default is True, so it drops and rescales activations "
+            f"even though the module whose forward called it, `{record.module}`, was in eval mode ({record.calls} call(s), the first after {record.first_step} optimizer step(s)). "
+            "`model.eval()` does not reach a functional call: validation and inference run with dropout on, so their outputs are random and scaled."
+        ),
+        fix=f"Pass the module's mode: `{call}(x, p, training=self.training)`, or use the `nn.{_module_of(record.function)}` module, which follows `eval()`.",
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"{record.calls} call(s) of {call} with training at its default inside a module in eval mode",
+            data={
+                "mode": "eval",
+                "function": record.function,
+                "p": record.p,
+                "module": record.module,
+                "calls": record.calls,
+                "after_step": record.first_step,
+                "call_site": site_record(located.site(modes, record.site)),
+            },
+        ),
+        key=f"functional-dropout:{record.function}:{record.module}",
+    )
+
+
+def _module_of(function: str) -> str:
+    return {"dropout": "Dropout", "dropout1d": "Dropout1d", "dropout2d": "Dropout2d", "dropout3d": "Dropout3d", "alpha_dropout": "AlphaDropout"}.get(function, "FeatureAlphaDropout")
+
+
+def _one_per_line(records: list[TrainUnderNoGrad]) -> list[TrainUnderNoGrad]:
+    """One record per line: a line that calls a model whose output feeds another
+    (`head(backbone(x))`) has one record per outermost model, and one cause."""
+    by_line: dict[int | None, TrainUnderNoGrad] = {}
+    for record in records:
+        first = by_line.get(record.site)
+        if first is None:
+            by_line[record.site] = record
+            continue
+        modules = [*first.modules, *(m for m in record.modules if m not in first.modules)]
+        root = ", ".join(r for r in (first.root, record.root) if r) or None
+        by_line[record.site] = first.model_copy(
+            update={"root": root, "modules": modules, "forwards": first.forwards + record.forwards, "first_step": min(first.first_step, record.first_step)}
+        )
+    return list(by_line.values())
 
 
 def _names(record: EvalWhileTraining | TrainUnderNoGrad) -> str:

@@ -1,11 +1,14 @@
 """The correctness stage: training bugs that run fine, pass the tests and no speed check sees.
 
 Runs (each a child process with the stage's remaining budget; past it, `hang`):
-1. the instrumented run: optimizer step hooks fingerprinting the parameters, the modules the
-   run constructs, the loss of every backward call and the DataLoaders that fed the steps
-   (ineffective-step, unused-parameter, no-learning, unshuffled-training); the gradients each
-   backward adds to (stale-gradients) and the mode of Dropout/BatchNorm at each forward
-   (train-eval-mode); the inputs given to the classification losses (loss-input-mismatch) and,
+1. the instrumented run: optimizer step hooks fingerprinting the parameters across each step,
+   with why a step changed nothing, the modules the run constructs, the gradient clipping, the
+   loss of every backward call and the DataLoaders that fed the steps with a fingerprint of
+   each sample (ineffective-step, unused-parameter, gradient-clipping, no-learning,
+   unshuffled-training, data-leakage); the gradients each backward adds to (stale-gradients)
+   and the mode of Dropout/BatchNorm at each forward and of functional dropouts
+   (train-eval-mode); the inputs given to the losses, their kinds and shapes
+   (loss-input-mismatch) and,
    once the entrypoint returned, the first training batch replayed in eval mode to chart which
    samples each output depends on (batch-mixing);
 2. only with `accumulation_kwarg` and `batch_size_kwarg` configured: two runs ended after the
@@ -65,6 +68,7 @@ from traingate.stages.contract.payloads.correctness import (
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
 from traingate.stages.correctness import modes, stale
 from traingate.stages.correctness import loss_inputs, mixing
+from traingate.stages.correctness import clipping, leakage
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
@@ -135,10 +139,12 @@ class _Session(StageSession[CorrectnessRun]):
         if steps is not None:
             self.findings += ineffective.ineffective_findings(self.ctx, steps, main_site)
             self.findings += unused.unused_findings(self.ctx, steps, main_site)
+            self.findings += clipping.clipping_findings(self.ctx, steps, main_site)
         if losses is not None:
             self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
         if loaders is not None:
             self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
+            self.findings += leakage.leakage_findings(self.ctx, loaders, main_site)
         self._gradients_and_modes(first, main_site)
         self._loss_inputs_and_mixing(first, main_site)
         self.observed = _observed(steps, losses, loaders)
@@ -165,8 +171,10 @@ class _Session(StageSession[CorrectnessRun]):
 
     # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
     def _loss_inputs_and_mixing(self, first: EntrypointRun, main_site: Location) -> None:
-        found, self.loss_input_mismatch = loss_inputs.loss_input_check(self.ctx, first.payload(LOSS_INPUTS, LossInputsPayload), main_site)
+        inputs = first.payload(LOSS_INPUTS, LossInputsPayload)
+        found, self.loss_input_mismatch = loss_inputs.loss_input_check(self.ctx, inputs, main_site)
         self.findings += found
+        self.findings += unused.frozen_output_findings(self.ctx, inputs, main_site)
         found, self.batch_mixing = mixing.mixing_check(self.ctx, first.payload(MIXING, MixingPayload), main_site)
         self.findings += found
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import ParameterDescription, StepsPayload
+from traingate.stages.contract.payloads.correctness import FrozenOutput, LossInputsPayload, ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNUSED_PARAMETER
@@ -30,25 +30,44 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
                 ),
             )
         )
-    no_grad = steps.no_gradient
-    if no_grad:
+    # Every step changed nothing: `ineffective-step` says why no parameter had a gradient.
+    explained = steps.ineffective_count >= steps.steps
+    cut = [p for p in steps.no_gradient if p.forward_ran is not False]
+    if cut and not explained:
         findings.append(
             _finding(
-                ctx, steps, no_grad, steps.no_gradient_count, fallback,
+                ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback,
                 reason="no-gradient",
                 title="{count} parameter(s) in an optimizer group never received a gradient, e.g. `{name}`",
                 problem=(
-                    "{names} are in an optimizer group ({optimizers}) but their `.grad` was None at every one of the "
-                    f"{steps.steps} optimizer steps: the loss does not depend on them (a dead branch, `detach()`, or `torch.no_grad()` "
+                    "{names} are in an optimizer group ({optimizers}) and their module ran its forward, but their `.grad` was None at every one of the "
+                    f"{steps.steps} optimizer steps: the gradient is cut between them and the loss (a dead branch, `detach()`, or `torch.no_grad()` "
                     "around part of the forward). Their module was built at {site}."
                 ),
+            )
+        )
+    never_called = [p for p in steps.no_gradient if p.forward_ran is False]
+    if never_called and not explained:
+        findings.append(
+            _finding(
+                ctx, steps, never_called, len(never_called), fallback,
+                reason="never-called",
+                severity=Severity.MEDIUM,
+                title="{count} parameter(s) in an optimizer group belong to a module that never ran, e.g. `{name}`",
+                problem=(
+                    "{names} are in an optimizer group ({optimizers}) but the module holding them never ran a forward in the "
+                    f"{steps.steps} optimizer steps: its output reaches no loss (an unused head left in the optimizer). Their module was built at {{site}}."
+                ),
+                impact="The optimizer carries parameters nothing uses: harmless to training, but weight decay still moves them, and a head meant to train stays at its initialisation.",
+                fix="Leave the unused module out of the optimizer (or delete it); if the loss should use it, call it in the forward.",
             )
         )
     return findings
 
 
 def _finding(
-    ctx: StageContext, steps: StepsPayload, params: Sequence[ParameterDescription], count: int, fallback: Location, *, reason: str, title: str, problem: str
+    ctx: StageContext, steps: StepsPayload, params: Sequence[ParameterDescription], count: int, fallback: Location, *, reason: str, title: str, problem: str,
+    severity: Severity = Severity.HIGH, impact: str | None = None, fix: str | None = None,
 ) -> Finding:
     first = params[0]
     name = _qualified(first)
@@ -58,7 +77,9 @@ def _finding(
     optimizers = ", ".join(f"{o.class_} with {sum(g.params for g in o.groups)} parameter(s)" for o in steps.optimizers) or "none"
     return ctx.finding(
         category=CATEGORY,
-        severity=Severity.HIGH,
+        severity=severity,
+        impact=impact,
+        fix=fix,
         title=title.format(count=count, name=name),
         location=located.location(steps, first.site, fallback),
         problem=problem.format(names=names, optimizers=optimizers, site=site_text),
@@ -84,3 +105,44 @@ def _qualified(param: ParameterDescription) -> str:
     if not param.name:
         return f"<unnamed parameter of shape {tuple(param.shape)}>"
     return param.name
+
+
+def frozen_output_findings(ctx: StageContext, data: LossInputsPayload | None, fallback: Location) -> list[Finding]:
+    """The frozen-output rule: one finding per loss line given a frozen output layer (`probe.frozen_output`)."""
+    if data is None:
+        return []
+    return [_frozen_output(ctx, data, record, fallback) for record in data.frozen_outputs]
+
+
+def _line(data: LossInputsPayload, index: int | None) -> str:
+    found = located.site(data, index)
+    return f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
+
+
+def _frozen_output(ctx: StageContext, data: LossInputsPayload, record: FrozenOutput, fallback: Location) -> Finding:
+    froze = f"; `requires_grad_(False)` at {_line(data, record.frozen_site)} froze it" if record.frozen_site is not None else ""
+    return ctx.finding(
+        category=CATEGORY,
+        rule=f"{CATEGORY.value}/frozen-output",
+        title=f"The output layer `{record.module}` built at {_line(data, record.module_site).split(' (')[0]} is frozen: the loss trains everything but it",
+        location=located.location(data, record.frozen_site if record.frozen_site is not None else record.module_site, fallback),
+        problem=(
+            f"The training loss `{record.function}` at {_line(data, record.site)} is given the output of the `{record.module}` built at {_line(data, record.module_site)}, "
+            f"whose {record.params} parameter(s) all have requires_grad=False{froze}, while other parameters train. The layer was built by the target and no checkpoint was loaded into it: "
+            "it stays at its random initialisation."
+        ),
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"the layer behind the input of {record.function} has no parameter that trains",
+            data={
+                "reason": "frozen-output",
+                "module": record.module,
+                "module_site": site_record(located.site(data, record.module_site)),
+                "frozen_site": site_record(located.site(data, record.frozen_site)),
+                "loss_site": site_record(located.site(data, record.site)),
+                "function": record.function,
+                "params": record.params,
+            },
+        ),
+        key=f"frozen-output:{record.module}",
+    )

@@ -41,6 +41,11 @@ class OptimizerRecord(Payload):
 class SchedulerRecord(Payload):
     class_: str = Field(alias="class")
     site: int | None
+    step_site: int | None = None  # its latest `step()` before this optimizer step; absent if none was seen
+
+
+# Why an ineffective step changed nothing (`probe.causes`).
+StepCause = Literal["frozen", "zero-lr", "cleared", "no-gradient", "no-backward", "unexplained"]
 
 
 class IneffectiveStep(Payload):
@@ -53,6 +58,13 @@ class IneffectiveStep(Payload):
     schedulers: list[SchedulerRecord]  # those built around this optimizer
     grads_present: int
     params: int
+    # Absent in a record written without `probe.causes` (a unit test's bare watch).
+    cause: StepCause | None = None
+    backward_site: int | None = None  # the latest backward before the step (cleared, no-gradient)
+    grads_after_backward: int | None = None  # parameters holding a gradient once it returned; None: not counted
+    clear_site: int | None = None  # the `zero_grad()` after that backward (cleared)
+    clear_call: Literal["Optimizer.zero_grad", "Module.zero_grad"] | None = None
+    frozen: list[str | None] | None = None  # the first frozen parameters' names (frozen)
 
 
 class StepSite(Payload):
@@ -78,6 +90,22 @@ class GroupParameter(ParameterDescription):
     optimizer: int
     group: int
     lr: float | None
+    # In `no_gradient`: whether the module holding it ran a forward in the run.
+    forward_ran: bool | None = None
+
+
+class ClipRecord(Payload):
+    """Optimizer steps whose gradients were not the ones a clip on one line clipped (`probe.clipping`)."""
+
+    function: Literal["clip_grad_norm_", "clip_grad_value_"]
+    site: int | None  # the clip's line
+    # before-backward: it ran before the backward of the coming step (on cleared or old gradients);
+    # backward-after-clip: a later backward added to the gradients it clipped.
+    kind: Literal["before-backward", "backward-after-clip"]
+    backward_site: int | None  # the latest backward before the step, which the clip should follow
+    first_step: int
+    steps: int
+    step_indexes: list[int]
 
 
 class StepsPayload(Payload):
@@ -96,6 +124,8 @@ class StepsPayload(Payload):
     never_changed: list[GroupParameter]
     never_changed_count: int
     modules_seen: int
+    clip_calls: int = 0  # calls of clip_grad_norm_ / clip_grad_value_
+    clips: list[ClipRecord] = Field(default_factory=list)
     non_finite_params: list[str]
     sites: list[Site]
 
@@ -147,11 +177,22 @@ class LoaderOrdering(Payload):
     iterable_dataset: bool
 
 
+class LoaderOverlap(Payload):
+    """Samples an evaluation loader (no optimizer step) handed out that a training loader also did."""
+
+    trained: int  # index into `loaders`
+    evaluated: int
+    overlap: int  # distinct samples both handed out
+    evaluated_samples: int  # distinct samples the evaluation loader handed out
+    trained_samples: int
+
+
 class LoadersPayload(Payload):
-    """`probe.loaders.LoaderWatch`; read by `correctness.shuffling` and the stage's observed
-    loaders."""
+    """`probe.loaders.LoaderWatch`; read by `correctness.shuffling`, `leakage` and the stage's
+    observed loaders."""
 
     loaders: list[LoaderOrdering]
+    overlaps: list[LoaderOverlap] = Field(default_factory=list)
     sites: list[Site]
 
 
@@ -304,6 +345,18 @@ class TrainUnderNoGrad(Payload):
     inference_mode: bool
 
 
+class FunctionalDropout(Payload):
+    """A functional dropout called with `training` at its default (True) from the forward of a
+    module in eval mode."""
+
+    site: int | None  # the line that called it
+    function: Literal["dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"]
+    p: float
+    module: str  # the class of the module in eval mode whose forward called it
+    calls: int
+    first_step: int  # optimizer steps before the first such call
+
+
 class ModesPayload(Payload):
     """`probe.modes.ModeWatch`; read by `correctness.modes`."""
 
@@ -314,6 +367,9 @@ class ModesPayload(Payload):
     train_under_no_grad: list[TrainUnderNoGrad]
     frozen_on_purpose: int
     library_calls: int
+    # No-grad forwards in train mode whose outputs fed the same step's loss (a target or EMA network): training.
+    loss_target_forwards: int = 0
+    functional_dropout: list[FunctionalDropout] = Field(default_factory=list)
     sites: list[Site]
 
 
@@ -340,11 +396,43 @@ class LossInputSite(Payload):
     example: list[NonFiniteFloat]  # the first sampled values; not finite where `kind` is "empty"
 
 
+ShapeLossFunction = Literal["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
+
+
+class LossShapeSite(Payload):
+    """An element-wise loss called from one line with an input and a target whose shapes differ
+    and broadcast beyond the input's (the first such call's shapes)."""
+
+    function: ShapeLossFunction
+    site: int | None
+    calls: int  # calls from that line
+    mismatched: int  # of them, broadcasting the input
+    input_shape: list[int]
+    target_shape: list[int]
+    broadcast_shape: list[int]
+    gradients_recorded: bool
+
+
+class FrozenOutput(Payload):
+    """A training loss given the output of a layer the target built, at its initialisation,
+    with no parameter that trains (`probe.frozen_output`)."""
+
+    function: str  # the loss function
+    site: int | None  # the loss call
+    module: str  # the class of the layer
+    module_site: int | None  # where the target built it
+    frozen_site: int | None  # the `requires_grad_(False)` that froze it, where one was seen
+    params: int
+
+
 class LossInputsPayload(Payload):
     """`probe.loss_inputs.LossInputWatch`; read by `correctness.loss_inputs`."""
 
     calls: int
     losses: list[LossInputSite]
+    shape_calls: int = 0  # calls of the element-wise losses
+    shapes: list[LossShapeSite] = Field(default_factory=list)
+    frozen_outputs: list[FrozenOutput] = Field(default_factory=list)
     sites: list[Site]
 
 

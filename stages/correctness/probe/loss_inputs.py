@@ -17,7 +17,13 @@ is not synchronised at every step:
 - binary_cross_entropy_with_logits given values all in [0, 1] produced by a sigmoid: the
   sigmoid is applied twice and the predicted probability can never leave [0.5, 0.73].
 
-`binary_cross_entropy` is not wrapped: torch itself raises on an input outside [0, 1].
+`binary_cross_entropy` is not judged by kind: torch itself raises on an input outside [0, 1].
+
+The element-wise losses (`mse_loss`, `l1_loss`, `smooth_l1_loss`, `huber_loss`, the BCE
+family; their `nn` modules call them through `F` too) are checked for shapes on every call,
+once it returned: an input and a target whose shapes differ and broadcast to a shape larger
+than the input's (a (B, 1) prediction against (B,) targets gives (B, B)) compare every
+prediction with every target. Observed on the tensors, whatever the warnings filter says.
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
+from traingate.stages.correctness.probe.frozen_output import FrozenOutputWatch
 from traingate.stages.contract.sites import SiteTable
 
 FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
+SHAPE_FUNCTIONS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits")
 CALLS_PER_SITE = 4  # calls sampled per (function, line)
 MAX_SITES = 50
 MAX_ROWS = 8
@@ -53,6 +61,20 @@ class _Sample:
 
 
 @dataclass
+class _ShapeRecord:
+    """The calls of one element-wise loss from one line whose input and target broadcast."""
+
+    function: str
+    site: int | None
+    input_shape: list[int]
+    target_shape: list[int]
+    broadcast_shape: list[int]
+    calls: int = 0  # calls from that line
+    mismatched: int = 0  # of them, with shapes that broadcast beyond the input's
+    gradients_recorded: bool = False
+
+
+@dataclass
 class _SiteRecord:
     function: str
     site: int | None
@@ -64,6 +86,9 @@ class LossInputWatch:
     def __init__(self) -> None:
         self.sites: SiteTable | None = None
         self.records: dict[tuple[str, int | None], _SiteRecord] = {}
+        self.shapes: dict[tuple[str, int | None], _ShapeRecord] = {}
+        self.frozen: FrozenOutputWatch | None = None  # set by install()
+        self.shape_calls = 0
         self.calls = 0
         # id(output), and id(its grad_fn) when it has one -> (weakref to the output, module class, site)
         self._outputs: dict[int, tuple[Any, str, int | None]] = {}
@@ -77,25 +102,39 @@ class LossInputWatch:
 
         self.torch = torch
         self.sites = SiteTable(ctx.root)
-        for name in FUNCTIONS:
+        self.frozen = FrozenOutputWatch(self.sites)
+        self.frozen.install(torch)
+        for name in dict.fromkeys((*FUNCTIONS, *SHAPE_FUNCTIONS)):
             setattr(F, name, self._wrap(name, getattr(F, name)))
         register_module_forward_hook(self._forward)
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(original)
-        def loss(input: Any, *args: Any, **kwargs: Any) -> Any:
-            if not getattr(self._tls, "inside", False):
+        kinds, shapes = name in FUNCTIONS, name in SHAPE_FUNCTIONS
+
+        def loss(*args: Any, **kwargs: Any) -> Any:
+            outer = not getattr(self._tls, "inside", False)
+            if outer and kinds:
                 self._tls.inside = True
                 try:
-                    self.observe(name, input)
+                    self.observe(name, args[0] if args else kwargs.get("input"))
                 finally:
                     self._tls.inside = False
-            return original(input, *args, **kwargs)
+            result = original(*args, **kwargs)
+            if outer:  # once it returned: a call torch refused raised already
+                input, target = args[0] if args else kwargs.get("input"), args[1] if len(args) > 1 else kwargs.get("target")
+                if shapes:
+                    self.observe_shapes(name, input, target)
+                if self.frozen is not None and self.torch.is_grad_enabled() and not self.torch.compiler.is_compiling():
+                    self.frozen.judge(name, self.sites.innermost(1) if self.sites else None, input, target, producer_node(input), producer_node(target))
+            return result
 
-        return loss
+        return functools.wraps(original)(loss)
 
     def _forward(self, module: Any, args: Any, output: Any) -> None:
-        """Remembers the outputs of Softmax, LogSoftmax and Sigmoid modules (the last few)."""
+        """Remembers the outputs of Softmax, LogSoftmax and Sigmoid modules (the last few), and
+        those of the modules holding parameters (`frozen_output`)."""
+        if self.frozen is not None and not self.torch.compiler.is_compiling():
+            self.frozen.remember(module, output)
         squashing = self._kinds.get(type(module))
         if squashing is None:
             squashing = self._kinds[type(module)] = type(module).__name__ in _SQUASHING and type(module).__module__.startswith("torch.nn")
@@ -128,6 +167,32 @@ class LossInputWatch:
             module, module_site = self._module(input, node)
             record.samples.append(_Sample(self._rows(function, input), type(node).__name__ if node is not None else None, module, module_site, torch.is_grad_enabled()))
 
+    def observe_shapes(self, function: str, input: Any, target: Any) -> None:
+        """Counts the calls from each line; keeps the shapes of those that broadcast the input."""
+        torch = self.torch
+        self.shape_calls += 1
+        if not isinstance(input, torch.Tensor) or not isinstance(target, torch.Tensor) or torch.compiler.is_compiling():
+            return
+        assert self.sites is not None
+        key = (function, self.sites.innermost(1))
+        record = self.shapes.get(key)
+        if input.shape == target.shape:
+            if record is not None:
+                record.calls += 1
+            return
+        try:
+            broadcast = list(torch.broadcast_shapes(input.shape, target.shape))
+        except RuntimeError:
+            return
+        if record is None:
+            if len(self.shapes) >= MAX_SITES:
+                return
+            record = self.shapes[key] = _ShapeRecord(function, key[1], list(input.shape), list(target.shape), broadcast)
+        record.calls += 1
+        if broadcast != list(input.shape):  # a target expanded to the input (a constant) is not judged
+            record.mismatched += 1
+            record.gradients_recorded = record.gradients_recorded or (torch.is_grad_enabled() and input.requires_grad)
+
     def _rows(self, function: str, input: Any) -> Any:
         x = input.detach()
         if function == "binary_cross_entropy_with_logits":
@@ -153,7 +218,18 @@ class LossInputWatch:
 
         assert self.sites is not None
         records = [judge_site(self.torch, r) for r in self.records.values()]
-        return LossInputsPayload.sent({"calls": self.calls, "losses": [r for r in records if r is not None], "sites": self.sites.sites})
+        shapes = [
+            {
+                "function": r.function, "site": r.site, "calls": r.calls, "mismatched": r.mismatched, "input_shape": r.input_shape,
+                "target_shape": r.target_shape, "broadcast_shape": r.broadcast_shape, "gradients_recorded": r.gradients_recorded,
+            }
+            for r in self.shapes.values()
+            if r.mismatched
+        ]
+        return LossInputsPayload.sent({
+            "calls": self.calls, "losses": [r for r in records if r is not None], "shape_calls": self.shape_calls, "shapes": shapes,
+            "frozen_outputs": self.frozen.records if self.frozen is not None else [], "sites": self.sites.sites,
+        })
 
 
 def producer_node(tensor: Any) -> Any:

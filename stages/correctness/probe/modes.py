@@ -14,9 +14,16 @@ call that last set its mode: the module it was called on and the target's line.
   backbone's `eval()`, a `train()` override that puts its norm layers back in eval) is not.
 - A forward under `no_grad`/`inference_mode` while the module is in train mode, called from
   the target's own code: validation that updates BatchNorm's running statistics with its
-  batches and runs with dropout on. A library's own call (`swa_utils.update_bn`) is not.
+  batches and runs with dropout on. A library's own call (`swa_utils.update_bn`) is not, nor
+  a forward whose outputs feed the loss of the same step (a target, teacher or EMA network:
+  `probe.loss_feeds` follows them to the next backward), which is training.
 
 Each is located at the target's line that called the outermost module (`model(x)`).
+
+- A functional dropout (`F.dropout`, `dropout1d/2d/3d`, `alpha_dropout`,
+  `feature_alpha_dropout`) called without `training=` (its default is True) from the forward
+  of a module in eval mode: dropout stays on after `model.eval()`. Located at the call. An
+  explicit `training=True` is a choice (Monte Carlo dropout) and is not judged.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ from types import FrameType
 from typing import Any
 
 from traingate.stages.contract.frames import is_target_file
+from traingate.stages.correctness.probe.loss_feeds import LossFeeds
 from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
 MAX_RECORDS = 50  # distinct (line, model) pairs kept per direction
 MAX_MODULES = 20  # modules named per record
 MAX_STEPS = 50  # step indexes listed per record
+DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
+MAX_PENDING = 1_000  # no-grad forwards held per (line, model) until its verdict
 
 
 @dataclass
@@ -82,6 +92,12 @@ class ModeWatch:
         self._names: ObjectMap[ObjectMap[str]] = ObjectMap()  # root -> its modules' qualified names
         self._eval_records: dict[tuple[int | None, int | None], _Record] = {}
         self._no_grad_records: dict[tuple[int | None, str | None], _Record] = {}
+        # No-grad forwards in train mode waiting for the verdict of `LossFeeds`, and the verdicts.
+        self._pending: dict[tuple[int | None, str | None], list[tuple[Any, Any, bool, int]]] = {}
+        self._verdicts: dict[tuple[int | None, str | None], bool] = {}
+        self.loss_target_forwards = 0  # of mode-dependent modules, whose outputs fed the step's loss
+        self.feeds: LossFeeds | None = None  # set by install(); without it, every such forward is judged at once
+        self._functional: dict[tuple[int | None, str], dict[str, Any]] = {}  # (line, function) -> record
         self._tls = threading.local()
 
     # -- installation -----------------------------------------------------------------------------
@@ -110,8 +126,61 @@ class ModeWatch:
             return result
 
         torch.nn.Module.train = train  # type: ignore[method-assign,assignment]  # patched while the run lasts
+        self.feeds = LossFeeds(torch, self._judged)
+        for name in DROPOUTS:
+            setattr(torch.nn.functional, name, self._dropout(name, getattr(torch.nn.functional, name)))
+        torch.Tensor.backward = self._backward(torch.Tensor.backward)  # type: ignore[method-assign]
+        torch.autograd.backward = self._backward(torch.autograd.backward)
         register_module_forward_pre_hook(self._forward)
         register_optimizer_step_post_hook(self._post)
+
+    def _backward(self, original: Any) -> Any:
+        @functools.wraps(original)
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(self._tls, "backward", False):  # Tensor.backward calls torch.autograd.backward
+                return original(tensors, *args, **kwargs)
+            if self.feeds is not None:
+                self.feeds.backward(tensors)
+            self._tls.backward = True
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                self._tls.backward = False
+
+        return backward
+
+    def _dropout(self, name: str, original: Any) -> Any:
+        @functools.wraps(original)
+        def dropout(input: Any, p: float = 0.5, *args: Any, **kwargs: Any) -> Any:
+            if not args and "training" not in kwargs and p > 0:  # training left at its default, True
+                self._note_functional(name, p, sys._getframe(1))
+            return original(input, p, *args, **kwargs)
+
+        return dropout
+
+    def _note_functional(self, name: str, p: float, frame: FrameType | None) -> None:
+        """A functional dropout with training at its default: judged when the module whose
+        forward called it is in eval mode."""
+        nn = self.torch.nn
+        caller = frame
+        while frame is not None:
+            owner = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+            if isinstance(owner, nn.Module):
+                break
+            frame = frame.f_back
+        else:
+            return
+        if owner.training or self.torch.compiler.is_compiling() or caller is None:
+            return
+        assert self.sites is not None
+        site = self.sites.innermost(2)
+        key = (site, name)
+        record = self._functional.get(key)
+        if record is None:
+            if len(self._functional) >= MAX_RECORDS:
+                return
+            record = self._functional[key] = {"site": site, "function": name, "p": float(p), "module": type(owner).__name__, "calls": 0, "first_step": self.steps}
+        record["calls"] += 1
 
     def _dependent(self, module: Any) -> bool:
         """A module whose forward depends on its mode, as it is configured now."""
@@ -160,7 +229,7 @@ class ModeWatch:
         if grad:  # eval mode, gradients recorded: judged at the next optimizer step
             self._candidates[id(module)] = _Forward(weakref.ref(module), weakref.ref(root) if root is not None else None, site)
         elif direct:
-            self._note_no_grad(module, root, site, torch.is_inference_mode_enabled())
+            self._no_grad_forward(module, root, site, torch.is_inference_mode_enabled())
         else:
             self.library_calls += 1
 
@@ -193,20 +262,50 @@ class ModeWatch:
                 names[sub] = name
         return names.get(module) or type(module).__name__
 
-    def _note_no_grad(self, module: Any, root: Any, site: int | None, inference: bool) -> None:
+    def _no_grad_forward(self, module: Any, root: Any, site: int | None, inference: bool) -> None:
+        """A mode-dependent module in train mode under no_grad: judged once its line and model
+        are known to feed the step's loss or not."""
+        key = (site, type(root).__name__ if root is not None else None)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            pending = self._pending.get(key)
+            if self.feeds is None or not self.feeds.watch(root, key):
+                verdict = self._verdicts[key] = False
+            elif pending is None:
+                pending = self._pending[key] = []
+            if pending is not None:
+                if len(pending) < MAX_PENDING:
+                    pending.append((module, root, inference, self.steps))
+                return
+        if verdict:
+            self.loss_target_forwards += 1
+        else:
+            self._note_no_grad(module, root, site, inference, self.steps)
+
+    def _judged(self, key: Any, feeds: bool) -> None:
+        self._verdicts[key] = feeds
+        for module, root, inference, step in self._pending.pop(key, []):
+            if feeds:
+                self.loss_target_forwards += 1
+            else:
+                self._note_no_grad(module, root, key[0], inference, step)
+
+    def _note_no_grad(self, module: Any, root: Any, site: int | None, inference: bool, step: int) -> None:
         root_class = type(root).__name__ if root is not None else None
         key = (site, root_class)
         record = self._no_grad_records.get(key)
         if record is None:
             if len(self._no_grad_records) >= MAX_RECORDS:
                 return
-            record = self._no_grad_records[key] = _Record(site=site, root=root_class, first_step=self.steps, inference_mode=inference)
+            record = self._no_grad_records[key] = _Record(site=site, root=root_class, first_step=step, inference_mode=inference)
         record.count += 1
         if len(record.modules) < MAX_MODULES:
             record.modules.setdefault(self._name(root, module), (type(module).__name__, self._kind(module)))
 
     # -- the step hook ------------------------------------------------------------------------------
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.feeds is not None:
+            self.feeds.stepped()
         index = self.steps
         self.steps += 1
         if self._candidates:
@@ -267,6 +366,8 @@ class ModeWatch:
         from traingate.stages.contract.payloads.correctness import ModesPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
+        if self.feeds is not None:
+            self.feeds.close()
         return ModesPayload.sent({
             "steps": self.steps,
             "dependent_modules": self.dependent,
@@ -275,6 +376,8 @@ class ModeWatch:
             "train_under_no_grad": [_payload(r, eval_mode=False) for r in self._no_grad_records.values()],
             "frozen_on_purpose": self.frozen,
             "library_calls": self.library_calls,
+            "loss_target_forwards": self.loss_target_forwards,
+            "functional_dropout": list(self._functional.values()),
             "sites": self.sites.sites,
         })
 

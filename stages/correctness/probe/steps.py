@@ -6,10 +6,11 @@ fingerprint of each parameter before and after `step()`: its sum, its L2 norm an
 `SAMPLES` evenly spaced elements, exactly, on the parameter's device (no copy of the weights,
 one host read per step), in the parameter's own precision whatever its dtype (float64 stays
 float64). A parameter whose fingerprint is identical after the step did not change: a dense
-update moves the sampled elements, a sparse one (a few embedding rows) the sum and norm. The
-fingerprint after one step is reused as the one before the next, so each step costs one pass
-over the parameters; a target that changes parameters between steps can only hide an
-ineffective step that way, never invent one.
+update moves the sampled elements, a sparse one (a few embedding rows) the sum and norm. Each
+step is compared across itself (a fingerprint right before it and one right after), never
+with the previous step's: a target that changes parameters between steps (an EMA update of
+a target network the optimizer also holds) must not make an ineffective step look effective.
+At an ineffective step, `probe.causes` says why nothing moved.
 
 `torch.nn.Module.__init__` is wrapped to keep each module the run constructs, with the line of
 the target that constructed it, so that a parameter can be named by its qualified name in
@@ -22,6 +23,8 @@ import functools
 from typing import Any
 
 from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
+from traingate.stages.correctness.probe.causes import StepCauses
+from traingate.stages.correctness.probe.clipping import ClipWatch
 from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
@@ -43,18 +46,20 @@ class StepWatch:
         # may then take.
         self.optimizers: list[Any] = []
         self._optimizer_index: dict[int, int] = {}
-        self._before: dict[int, Any] = {}
-        self._last: dict[int, tuple[list[int], Any]] = {}  # optimizer -> (parameter ids, fingerprint after its last step)
+        self._before: dict[int, tuple[list[int], Any]] = {}  # optimizer -> (parameter ids, fingerprint before its step)
+        self.causes: StepCauses | None = None
+        self.clips: ClipWatch | None = None
         self._samples: dict[tuple[int, int], Any] = {}  # (parameter id, numel) -> sampled indexes
         self.grad_seen: set[int] = set()
+        self.forwarded: set[int] = set()  # modules that ran a forward (unused-parameter: a head never called)
         self.changed: set[int] = set()
         self.steps = 0
         self.ineffective: list[dict[str, Any]] = []
         self.ineffective_count = 0
         self.step_sites: dict[int, int] = {}  # site -> steps made there
-        # optimizer -> (class, construction site) of its schedulers; by identity, as an optimizer
+        # optimizer -> (class, construction site, the scheduler) of its schedulers; by identity, as an optimizer
         # may be freed before it steps and its id() pass to another
-        self.schedulers: ObjectMap[list[tuple[str, int | None]]] = ObjectMap()
+        self.schedulers: ObjectMap[list[tuple[str, int | None, Any]]] = ObjectMap()
 
     # -- installation -----------------------------------------------------------------------------
     def install(self, ctx: Any) -> None:
@@ -63,6 +68,10 @@ class StepWatch:
 
         self.torch = torch
         self.sites = SiteTable(ctx.root)
+        self.causes = StepCauses(self.sites)
+        self.causes.install(torch)
+        self.clips = ClipWatch(self.sites, self.causes)
+        self.clips.install(torch)
         watch = self
         original_init = torch.nn.Module.__init__
 
@@ -82,12 +91,19 @@ class StepWatch:
             made = watch.schedulers.get(optimizer)
             if made is None:
                 made = watch.schedulers[optimizer] = []
-            made.append((type(scheduler).__name__, watch.sites.innermost(1)))
+            made.append((type(scheduler).__name__, watch.sites.innermost(1), scheduler))
             scheduler_init(scheduler, optimizer, *args, **kwargs)
 
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_made  # type: ignore[method-assign,assignment]
         register_optimizer_step_pre_hook(self._pre)
         register_optimizer_step_post_hook(self._post)
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        register_module_forward_pre_hook(self._ran)
+
+    def _ran(self, module: Any, args: Any) -> None:
+        # The modules are kept alive in `modules`: their id()s stay theirs.
+        self.forwarded.add(id(module))
 
     # -- the hooks ----------------------------------------------------------------------------------
     def _params(self, optimizer: Any) -> list[Any]:
@@ -135,9 +151,9 @@ class StepWatch:
                 self.grad_seen.add(id(p))
         if self.steps < FOREIGN_GRAD_CHECKS:
             self._note_foreign_grads()
-        ids = [id(p) for p in params]
-        last = self._last.get(key)
-        self._before[key] = last if last is not None and last[0] == ids else (ids, self._fingerprint(params)[0])
+        if self.clips is not None and self.causes is not None:
+            self.clips.judge(self.steps, params, self.causes.previous_backwards(optimizer))
+        self._before[key] = ([id(p) for p in params], self._fingerprint(params)[0])
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         assert self.sites is not None
@@ -148,12 +164,13 @@ class StepWatch:
         site = self.sites.innermost(1)
         if site is not None:
             self.step_sites[site] = self.step_sites.get(site, 0) + 1
-        ids = [id(p) for p in params]
-        if saved is None or saved[0] != ids:
-            self._last.pop(id(optimizer), None)
+        causes = self.causes
+        previous_backwards = causes.previous_backwards(optimizer) if causes is not None else 0
+        if causes is not None:
+            causes.stepped(optimizer)
+        if saved is None or saved[0] != [id(p) for p in params]:
             return  # the groups changed inside step(): nothing comparable
         after, ends = self._fingerprint(params)
-        self._last[id(optimizer)] = (ids, after)
         moved = self._moved(saved[1], after, ends) if params else []
         for p, did in zip(params, moved, strict=True):
             if did:
@@ -162,17 +179,23 @@ class StepWatch:
             return
         self.ineffective_count += 1
         if len(self.ineffective) < MAX_STEP_RECORDS:
-            self.ineffective.append(
-                {
-                    "step": index,
-                    "optimizer": self._optimizer_index[id(optimizer)],
-                    "site": site,
-                    "lrs": [_number(group.get("lr")) for group in optimizer.param_groups],
-                    "schedulers": [{"class": name, "site": site} for name, site in self.schedulers.get(optimizer, [])],
-                    "grads_present": sum(1 for p in params if p.grad is not None),
-                    "params": len(params),
-                }
-            )
+            lrs = [_number(group.get("lr")) for group in optimizer.param_groups]
+            record = {
+                "step": index,
+                "optimizer": self._optimizer_index[id(optimizer)],
+                "site": site,
+                "lrs": lrs,
+                "schedulers": [self._scheduler(name, made, scheduler) for name, made, scheduler in self.schedulers.get(optimizer, [])],
+                "grads_present": sum(1 for p in params if p.grad is not None),
+                "params": len(params),
+            }
+            if causes is not None:
+                record.update(causes.cause(optimizer, params, lrs, previous_backwards))
+            self.ineffective.append(record)
+
+    def _scheduler(self, name: str, made: int | None, scheduler: Any) -> dict[str, Any]:
+        step_site = self.causes.scheduler_steps.get(scheduler) if self.causes is not None else None
+        return {"class": name, "site": made, **({"step_site": step_site} if step_site is not None else {})}
 
     def _note_foreign_grads(self) -> None:
         for module, _site in self.modules:
@@ -197,6 +220,7 @@ class StepWatch:
                 groups.append({"lr": _number(group.get("lr")), "params": len(group["params"])})
             optimizers.append({"class": type(optimizer).__name__, "groups": groups})
         outside, no_grad, never_changed = [], [], []
+        holders = {id(p): id(module) for module, _ in self.modules for p in module.parameters(recurse=False)}
         for o_index, optimizer in enumerate(self.optimizers):
             for g_index, group in enumerate(optimizer.param_groups):
                 for p in group["params"]:
@@ -204,7 +228,7 @@ class StepWatch:
                         continue
                     record = {**self._describe(p, names), "optimizer": o_index, "group": g_index, "lr": _number(group.get("lr"))}
                     if id(p) not in self.grad_seen:
-                        no_grad.append(record)
+                        no_grad.append({**record, "forward_ran": holders.get(id(p)) in self.forwarded})
                     elif id(p) not in self.changed and self.steps:
                         never_changed.append(record)
         if self.optimizers:
@@ -214,7 +238,7 @@ class StepWatch:
         return StepsPayload.sent({
             "steps": self.steps,
             "optimizers": optimizers,
-            "ineffective": self.ineffective,
+            "ineffective": [self._named_frozen(record, names) for record in self.ineffective],
             "ineffective_count": self.ineffective_count,
             "step_sites": [{"site": site, "steps": count} for site, count in self.step_sites.items()],
             "not_in_optimizer": outside[:MAX_NAMED],
@@ -224,9 +248,21 @@ class StepWatch:
             "never_changed": never_changed[:MAX_NAMED],
             "never_changed_count": len(never_changed),
             "modules_seen": len(self.modules),
+            "clip_calls": self.clips.calls if self.clips is not None else 0,
+            "clips": self.clips.collect() if self.clips is not None else [],
             "non_finite_params": self._non_finite(),
             "sites": self.sites.sites,
         })
+
+    def _named_frozen(self, record: dict[str, Any], names: dict[int, tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+        """The record with its frozen parameters' ids replaced by their names (the optimizers,
+        kept alive, keep those ids theirs)."""
+        ids = record.get("frozen_ids")
+        if ids is None:
+            return record
+        named = {key: value for key, value in record.items() if key != "frozen_ids"}
+        named["frozen"] = [known[1]["name"] if (known := names.get(i)) is not None else None for i in ids]
+        return named
 
     def _non_finite(self) -> list[str]:
         """The optimizers' parameters holding NaN or inf when the run ended (named where known)."""
