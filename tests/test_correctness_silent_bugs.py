@@ -148,6 +148,8 @@ def test_a_new_head_frozen_with_the_backbone_blocks_at_the_line_that_froze_it(fr
     data = finding["evidence"]["data"]
     assert data["reason"] == "frozen-output" and data["module"] == "Linear" and data["params"] == 2
     assert _site(data["module_site"]) == _marker("corr_frozen_head", "head") and _site(data["loss_site"]) == _marker("corr_frozen_head", "loss")
+    # The training loss and the validation loss given the same layer are one cause: one finding naming both.
+    assert [_site(s) for s in data["loss_sites"]] == [_marker("corr_frozen_head", "loss"), _marker("corr_frozen_head", "val-loss")]
 
 
 def test_a_frozen_pretrained_backbone_with_a_training_head_passes(frozen_backbone: GateRun) -> None:

@@ -108,10 +108,14 @@ def _qualified(param: ParameterDescription) -> str:
 
 
 def frozen_output_findings(ctx: StageContext, data: LossInputsPayload | None, fallback: Location) -> list[Finding]:
-    """The frozen-output rule: one finding per loss line given a frozen output layer (`probe.frozen_output`)."""
+    """The frozen-output rule: one finding per frozen output layer (`probe.frozen_output`), naming
+    every loss line given its output (a training and a validation loss are one cause)."""
     if data is None:
         return []
-    return [_frozen_output(ctx, data, record, fallback) for record in data.frozen_outputs]
+    by_layer: dict[tuple[str, int | None], list[FrozenOutput]] = {}
+    for record in data.frozen_outputs:
+        by_layer.setdefault((record.module, record.module_site), []).append(record)
+    return [_frozen_output(ctx, data, records, fallback) for records in by_layer.values()]
 
 
 def _line(data: LossInputsPayload, index: int | None) -> str:
@@ -119,7 +123,9 @@ def _line(data: LossInputsPayload, index: int | None) -> str:
     return f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
 
 
-def _frozen_output(ctx: StageContext, data: LossInputsPayload, record: FrozenOutput, fallback: Location) -> Finding:
+def _frozen_output(ctx: StageContext, data: LossInputsPayload, records: list[FrozenOutput], fallback: Location) -> Finding:
+    record = records[0]
+    losses = " and ".join(f"`{r.function}` at {_line(data, r.site)}" for r in records)
     froze = f"; `requires_grad_(False)` at {_line(data, record.frozen_site)} froze it" if record.frozen_site is not None else ""
     return ctx.finding(
         category=CATEGORY,
@@ -127,7 +133,7 @@ def _frozen_output(ctx: StageContext, data: LossInputsPayload, record: FrozenOut
         title=f"The output layer `{record.module}` built at {_line(data, record.module_site).split(' (')[0]} is frozen: the loss trains everything but it",
         location=located.location(data, record.frozen_site if record.frozen_site is not None else record.module_site, fallback),
         problem=(
-            f"The training loss `{record.function}` at {_line(data, record.site)} is given the output of the `{record.module}` built at {_line(data, record.module_site)}, "
+            f"The loss{'' if len(records) == 1 else 'es'} {losses} {'is' if len(records) == 1 else 'are'} given the output of the `{record.module}` built at {_line(data, record.module_site)}, "
             f"whose {record.params} parameter(s) all have requires_grad=False{froze}, while other parameters train. The layer was built by the target and no checkpoint was loaded into it: "
             "it stays at its random initialisation."
         ),
@@ -140,9 +146,10 @@ def _frozen_output(ctx: StageContext, data: LossInputsPayload, record: FrozenOut
                 "module_site": site_record(located.site(data, record.module_site)),
                 "frozen_site": site_record(located.site(data, record.frozen_site)),
                 "loss_site": site_record(located.site(data, record.site)),
+                "loss_sites": [site_record(located.site(data, r.site)) for r in records],
                 "function": record.function,
                 "params": record.params,
             },
         ),
-        key=f"frozen-output:{record.module}",
+        key=f"frozen-output:{record.module}:{record.module_site}",
     )
