@@ -189,6 +189,9 @@ def start_cli(args: list[str], *, cwd: Path = REPO, timeout: float = 600, env: d
     # real job or append to its step summary.
     base = env if env is not None else dict(os.environ)
     clean = {k: v for k, v in base.items() if k not in ("GITHUB_ACTIONS", "GITHUB_STEP_SUMMARY", "TRAINGATE_POLICY")}
+    # The fixture targets' suites need no pytest plugin of this environment; the dev extras'
+    # hypothesis plugin imports hypothesis at every run's summary (0.8 s of each target suite).
+    clean.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     return subprocess.run([*TRAINGATE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=clean, **options)
 
 
