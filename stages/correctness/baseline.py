@@ -96,7 +96,7 @@ class Comparison:
                 statement += f" (changed after step {after} of {len(new)})" if after is not None else ""
                 self._found(f"lr-{key[0]}-{key[1]}", statement, self._scheduler_location(), {"baseline_lrs": old[:500], "lrs": new[:500]})
             else:
-                self._changed(statement, old_ratio, new_ratio)
+                self._changed(statement, old[-1], new[-1])
 
     def _symmetry(self) -> None:
         then = {m.name: m for m in self.then.matrices}
