@@ -5,9 +5,9 @@ Per optimizer step: the learning rate of each group, the gradient norm of each g
 relative change of each group's parameters (||after - before|| / ||before||). At the end: for
 each top-level module, the relative change of its parameters over the run, and for each
 weight matrix up to MAX_MATRIX elements, how many distinct rows it holds (a symmetric
-initialisation leaves every row alike). A copy of the parameters is kept only across one
-`step()` and from the first step to the end, and only while they hold up to MAX_COPIED
-elements in all; past that the changes are not recorded.
+initialisation leaves every row alike). A copy of the parameters is kept across one `step()`
+(in buffers allocated once) and from the first step to the end, only while both together hold
+up to MAX_COPIED elements; past that the changes are not recorded.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import functools
 from typing import Any
 
 MAX_STEPS = 500  # steps recorded; the rest are counted
-MAX_COPIED = 5_000_000
+MAX_COPIED = 20_000_000  # elements: the step buffers and the first step's copy together
 MAX_MATRIX = 1_000_000
 MAX_MATRICES = 200
 
@@ -27,6 +27,7 @@ class FactsWatch:
         self.optimizers: list[Any] = []  # kept alive: their id()s stay theirs
         self._index: dict[int, int] = {}
         self._before: dict[int, list[Any]] = {}
+        self._buffers: dict[int, list[list[Any]]] = {}
         self._start: dict[int, Any] = {}  # id(parameter) -> its copy at the first step
         self._held: list[Any] = []
         self.records: list[dict[str, Any]] = []
@@ -85,18 +86,33 @@ class FactsWatch:
         if id(optimizer) not in self._index:
             self._index[id(optimizer)] = len(self.optimizers)
             self.optimizers.append(optimizer)
+        if self.steps >= MAX_STEPS:
+            return  # not recorded: nothing to prepare
         groups = self._params(optimizer)
-        if self.copying and sum(p.numel() for group in groups for p in group) + len(self._start) > MAX_COPIED:
-            self.copying = False
+        if self.copying and 2 * sum(p.numel() for group in groups for p in group) > MAX_COPIED:
+            self.copying = False  # the buffers of the step and the first step's copy: twice the parameters
         with torch.no_grad():
             if self.copying:
-                self._before[id(optimizer)] = [[p.detach().clone() for p in group] for group in groups]
+                self._before[id(optimizer)] = self._copies(optimizer, groups)
                 for group in groups:
                     for p in group:
                         if id(p) not in self._start:
                             self._start[id(p)] = p.detach().clone()
                             self._held.append(p)
             self._grads = [_norm(torch, [p.grad for p in group if p.grad is not None]) for group in groups]
+
+    def _copies(self, optimizer: Any, groups: list[list[Any]]) -> list[list[Any]]:
+        """The parameters copied into this optimizer's buffers of the last step (allocated
+        once: a fresh copy at every step costs more than the step of a large model)."""
+        buffers = self._buffers.get(id(optimizer))
+        shapes = [[(p.shape, p.dtype, p.device) for p in group] for group in groups]
+        if buffers is None or [[(b.shape, b.dtype, b.device) for b in group] for group in buffers] != shapes:
+            buffers = self._buffers[id(optimizer)] = [[p.detach().clone() for p in group] for group in groups]
+            return buffers
+        for group, copies in zip(groups, buffers, strict=True):
+            if copies:
+                self.torch._foreach_copy_(copies, [p.detach() for p in group])
+        return buffers
 
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         torch = self.torch
@@ -179,14 +195,15 @@ class FactsWatch:
 def _norm(torch: Any, tensors: list[Any]) -> Any:
     if not tensors:
         return None
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.detach().double()) for t in tensors]))
+    # Each norm in the tensor's own precision, combined in float64.
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(t.detach()).double() for t in tensors]))
 
 
 def _relative(torch: Any, old: list[Any], new: list[Any]) -> float | None:
     """||new - old|| / ||old|| over the group; None where old is all zero and nothing moved."""
     if not old:
         return None
-    delta = _norm(torch, [(n.detach() - o).double() for o, n in zip(old, new, strict=True)])
+    delta = _norm(torch, [n.detach() - o for o, n in zip(old, new, strict=True)])
     base = _norm(torch, old)
     moved, size = float(delta), float(base)
     if size == 0.0:
