@@ -212,7 +212,7 @@ class BaselineFactsCheck(Detail):
     ran: bool
     note: str | None
     compared: list[str]  # the facts compared
-    regressions: list[str]  # each a finding
+    regressions: list[str]  # each stated in a finding (a loss that stopped falling in the nearer cause's, where there is one)
     changed_not_worse: list[str]
 
 

@@ -555,7 +555,7 @@ RULES: tuple[Rule, ...] = (
         "Measured, both numbers stated. The loss (mean of the first tenth of the steps against the last tenth's): the baseline's fell by at least 20% and this run's by less than half as much. "
         "The learning rate: a group's last-step lr over its first-step lr is more than 100 times smaller than the baseline's (another base lr or optimizer keeps the ratio). "
         "Symmetry: a weight matrix of the same name had at least half its rows distinct in the baseline and now has a share of distinct rows below 90% of the baseline's (a wider layer keeps its rows distinct). "
-        "A fact that differs but is not worse is listed in the stage's details as changed, not worse; without a baseline nothing is compared.",
+        "A loss that stopped falling is stated in the learning-rate or symmetry finding where there is one (one finding per cause). A fact that differs but is not worse is listed in the stage's details as changed, not worse; without a baseline nothing is compared.",
         Blocks.POLICY,
         "The change runs and passes its tests but trains worse than the version it replaces: the model it produces is worse.",
         "Look at the located line (the scheduler's step(), the initialisation call) or the change around the data and the loss; an intended change is taken as the next baseline once reviewed.",

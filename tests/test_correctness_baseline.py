@@ -100,6 +100,8 @@ def test_a_version_that_trains_worse_blocks_with_both_numbers(runs: dict[str, Ga
     found = [f for f in _regressions(run) if re.search(statement, f["title"], re.IGNORECASE)]
     assert found, [f["title"] for f in _regressions(run)]
     assert found[0]["severity"] == "high" and found[0]["blocking"] is True
+    assert len(_regressions(run)) == 1  # one per cause: the loss's fall is stated in the nearer fact's finding
+    assert "the training loss fell" in found[0]["problem"]
     if line is not None:
         location = found[0]["location"]
         assert location["path"] == "train.py" and location["line"] == line_of(run.out.parent / version / "train.py", line)

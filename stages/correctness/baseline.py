@@ -62,9 +62,16 @@ class Comparison:
         self.findings: list[Finding] = []
 
     def run(self) -> tuple[list[Finding], BaselineFactsCheck]:
-        self._loss()
+        """A loss that stopped falling is its own finding only where no nearer fact explains it
+        (one finding per cause: a collapsed learning rate's finding states the loss too)."""
         self._learning_rates()
         self._symmetry()
+        causes = list(self.findings)
+        self._loss()
+        if causes and len(self.findings) > len(causes):
+            loss = self.findings.pop()
+            also = f" Also, {loss.evidence.summary}."
+            self.findings = [f.model_copy(update={"problem": f.problem + also}) for f in causes]
         return self.findings, self.check
 
     def _changed(self, fact: str, then: float, now: float) -> None:
