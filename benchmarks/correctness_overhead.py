@@ -15,6 +15,8 @@ A target with a `[tool.traingate.distributed]` section gets, for the stage's dis
 one bare distributed run instead: `python -m torch.distributed.run --standalone
 --nproc-per-node N` on a script that calls the entrypoint with the configured kwargs
 (OMP_NUM_THREADS=1, torchrun's own default for more than one rank, set to keep its warning out).
+`--baseline` gives every repetition the report of a first, untimed stage run on the same target
+as `--baseline` (the training facts compared, docs/baseline-comparison.md).
 Printed: the stage's duration (its agent process, as in report.json), the bare runs' total,
 the instrumented run against its bare run, the distributed run (the stage's harness child)
 against the bare torchrun run where there is one, and the ratios (goal <= 1.5x).
@@ -106,9 +108,10 @@ def bare_distributed_run(target: Path, nproc: int, script: Path) -> float:
             attempt += 1
 
 
-def stage_run(target: Path, out: Path) -> tuple[float, list[dict[str, object]]]:
+def stage_run(target: Path, out: Path, baseline: Path | None = None) -> tuple[float, list[dict[str, object]]]:
+    compared = ["--baseline", str(baseline)] if baseline is not None else []
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("traingate")), "run", str(target), "--stages", "correctness", "--device", "cpu", "--out", str(out)],
+        [str(Path(sys.executable).with_name("traingate")), "run", str(target), "--stages", "correctness", "--device", "cpu", "--out", str(out), *compared],
         cwd=REPO, capture_output=True, text=True,
     )
     if done.returncode not in (0, 1):
@@ -123,6 +126,7 @@ def main() -> None:
     parser.add_argument("--target", type=Path, default=REPO / "tests" / "targets" / "corr_clean")
     parser.add_argument("--heavy", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", action="store_true", help="compare every repetition with a first run's report")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         target = args.target.resolve()
@@ -134,8 +138,12 @@ def main() -> None:
         distributed = load_config(target)[0].distributed
         script = Path(tmp) / "bare_distributed.py"
         stage_s, bare_s, ratios, first_ratios, distributed_ratios = [], [], [], [], []
+        baseline = None
+        if args.baseline:
+            stage_run(target, Path(tmp) / "baseline")
+            baseline = Path(tmp) / "baseline" / "report.json"
         for index in range(args.repeat):
-            duration, runs = stage_run(target, Path(tmp) / f"out{index}")
+            duration, runs = stage_run(target, Path(tmp) / f"out{index}", baseline)
             bare_runs = [
                 bare_distributed_run(target, distributed.nproc, script) if distributed is not None and r["label"] == "distributed"
                 else bare_run(target, dict(r.get("kwargs") or {}))  # type: ignore[call-overload]
@@ -158,7 +166,8 @@ def main() -> None:
                     distributed_ratios.append(staged / bare_one)
                     print(f"  distributed run {staged:.2f}s vs bare torchrun {bare_one:.2f}s ({staged / bare_one:.2f}x)", flush=True)
         ratio = statistics.median(ratios)
-        print(f"\ntarget {'heavy MLP' if args.heavy else target.name}, {args.repeat} repetition(s), medians:")
+        compared = ", against a baseline" if args.baseline else ""
+        print(f"\ntarget {'heavy MLP' if args.heavy else target.name}, {args.repeat} repetition(s){compared}, medians:")
         print(f"  correctness stage         {statistics.median(stage_s):7.2f} s")
         print(f"  bare entrypoint runs      {statistics.median(bare_s):7.2f} s")
         print(f"  instrumented run / bare   {statistics.median(first_ratios):7.2f}x")

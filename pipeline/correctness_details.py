@@ -20,7 +20,7 @@ from typing import Literal
 from traingate.pipeline.execution_details import Detail
 from traingate.pipeline.session_details import SessionDetails
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.correctness import InputKind, LossFunction, OptimizerRecord
+from traingate.stages.contract.payloads.correctness import FactsStep, InputKind, LossFunction, MatrixRows, ModuleChange, OptimizerRecord
 
 
 class CheckNote(Detail):
@@ -194,6 +194,28 @@ class DistributedCheck(Detail):
     findings: int | None = None
 
 
+class TrainingFacts(Detail):
+    """How the instrumented run trained, kept for a later version's comparison
+    (docs/baseline-comparison.md)."""
+
+    steps: int
+    losses: list[float | None]  # the loss of each optimizer step (the first 500)
+    records: list[FactsStep]  # per step: each group's lr, gradient norm, relative parameter change
+    copied: bool  # false: the parameters were too large to copy, no changes recorded
+    modules: list[ModuleChange]  # each top-level module's relative change over the run
+    matrices: list[MatrixRows]  # the distinct rows of each weight matrix at the end
+
+
+class BaselineFactsCheck(Detail):
+    """This run's training facts against the baseline's (`training-regression`)."""
+
+    ran: bool
+    note: str | None
+    compared: list[str]  # the facts compared
+    regressions: list[str]  # each stated in a finding (a loss that stopped falling in the nearer cause's, where there is one)
+    changed_not_worse: list[str]
+
+
 class CorrectnessChecks(Detail):
     stale_gradients: StaleCheck | NotApplicable | CheckNote
     train_eval_mode: ModesCheck | NotApplicable | CheckNote
@@ -203,6 +225,8 @@ class CorrectnessChecks(Detail):
     grad_accumulation: AccumulationCheck | CheckNote
     overfit: OverfitCheck | CheckNote
     distributed: DistributedCheck | CheckNote
+    training_facts: TrainingFacts | None = None  # left out when the instrumented run handed back none
+    baseline: BaselineFactsCheck | None = None  # left out without a --baseline
 
 
 class CorrectnessDetails(SessionDetails[CorrectnessRun, CorrectnessChecks]):

@@ -548,6 +548,19 @@ RULES: tuple[Rule, ...] = (
         "Split the data once (one `random_split` call, or one permutation of indexes, with a fixed generator) and build the training and evaluation sets from that one split.",
     ),
     Rule(
+        Category.TRAINING_REGRESSION, "correctness", Severity.HIGH,
+        "a training fact that held in the baseline's run fails in this one (the loss stopped falling, the learning rate collapsed, a weight matrix became symmetric)",
+        "With `--baseline`, compares the training facts the instrumented run records (the loss of each step, each optimizer group's learning rate, gradient norm and "
+        "relative parameter change at each step, each top-level module's change over the run, the distinct rows of each weight matrix at the end) with the baseline report's.",
+        "Measured, both numbers stated. The loss (mean of the first tenth of the steps against the last tenth's): the baseline's fell by at least 20% and this run's by less than half as much. "
+        "The learning rate: a group's last-step lr over its first-step lr is more than 100 times smaller than the baseline's (another base lr or optimizer keeps the ratio). "
+        "Symmetry: a weight matrix of the same name had at least half its rows distinct in the baseline and now has a share of distinct rows below 90% of the baseline's (a wider layer keeps its rows distinct). "
+        "A loss that stopped falling is stated in the learning-rate or symmetry finding where there is one (one finding per cause). A fact that differs but is not worse is listed in the stage's details as changed, not worse; without a baseline nothing is compared.",
+        Blocks.POLICY,
+        "The change runs and passes its tests but trains worse than the version it replaces: the model it produces is worse.",
+        "Look at the located line (the scheduler's step(), the initialisation call) or the change around the data and the loss; an intended change is taken as the next baseline once reviewed.",
+    ),
+    Rule(
         Category.HANG, ANY_STAGE, Severity.CRITICAL,
         "a run did not finish within its budget; the stacks of every thread in the evidence",
         "Runs every child process (and every stage) under a wall-clock budget.",

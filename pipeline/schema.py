@@ -57,6 +57,7 @@ class Category(str, Enum):
     # Clipping that clips nothing; evaluation samples that were trained on (docs/correctness.md).
     GRADIENT_CLIPPING = "gradient-clipping"
     DATA_LEAKAGE = "data-leakage"
+    TRAINING_REGRESSION = "training-regression"
     HANG = "hang"
     STAGE_ERROR = "stage-error"
     CONFIG_ERROR = "config-error"

@@ -114,8 +114,11 @@ def test_a_collective_one_rank_skips_is_a_hang_with_every_ranks_stacks(gate) -> 
         ("raise RuntimeError('rank 1 gives up')", "raised RuntimeError", ["still running 3s after rank 1 failed", "raised"]),
         # Rank 0's all_reduce then fails with gloo's connection reset (a consequence, not the
         # crash), or, on a loaded machine where gloo is slower to notice, the launcher stops it a
-        # grace period after it saw rank 1 gone without a record.
-        ("os._exit(3)", "exited with status 3", [("raised", "still running 3s after rank 1 failed"), "exited with status 3 before reporting"]),
+        # grace period after it saw rank 1 gone without a record, or torchrun itself stops it
+        # first (observed on 2 shared cores with and without the training-facts instrument).
+        ("os._exit(3)", "exited with status 3", [
+            ("raised", "still running 3s after rank 1 failed", "stopped by the launcher after another rank failed"), "exited with status 3 before reporting",
+        ]),
     ],
 )
 def test_a_rank_that_crashes_is_an_entrypoint_crash_at_its_line(gate, tmp_path: Path, statement: str, title: str, endings: list[str | tuple[str, ...]]) -> None:

@@ -29,6 +29,7 @@ CORRECTNESS_GRADIENTS = "traingate.stages.correctness.probe.gradients:StaleGradi
 CORRECTNESS_MODES = "traingate.stages.correctness.probe.modes:ModeWatch"
 CORRECTNESS_LOSS_INPUTS = "traingate.stages.correctness.probe.loss_inputs:LossInputWatch"
 CORRECTNESS_MIXING = "traingate.stages.correctness.probe.mixing:BatchMixingWatch"
+CORRECTNESS_FACTS = "traingate.stages.correctness.probe.facts:FactsWatch"
 
 ALL = frozenset(
     {
@@ -50,6 +51,7 @@ ALL = frozenset(
         CORRECTNESS_MODES,
         CORRECTNESS_LOSS_INPUTS,
         CORRECTNESS_MIXING,
+        CORRECTNESS_FACTS,
     }
 )
 # What an instrument hands back when its collect() raised.

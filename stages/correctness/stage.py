@@ -30,6 +30,7 @@ import dataclasses
 
 from traingate.pipeline.correctness_details import (
     AccumulationCheck,
+    BaselineFactsCheck,
     CheckNote,
     CorrectnessChecks,
     CorrectnessDetails,
@@ -46,6 +47,7 @@ from traingate.pipeline.correctness_details import (
     RankLoaderRow,
     RankRow,
     StaleCheck,
+    TrainingFacts,
 )
 from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
@@ -53,6 +55,7 @@ from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_out
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
 from traingate.stages.contract.payloads.correctness import (
+    FactsPayload,
     FirstUpdatePayload,
     GradientsPayload,
     LoaderOrdering,
@@ -68,7 +71,7 @@ from traingate.stages.contract.payloads.correctness import (
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
 from traingate.stages.correctness import modes, stale
 from traingate.stages.correctness import loss_inputs, mixing
-from traingate.stages.correctness import clipping, leakage
+from traingate.stages.correctness import baseline, clipping, leakage
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
@@ -82,6 +85,7 @@ RANKS = instruments.CORRECTNESS_RANKS
 GRADIENTS = instruments.CORRECTNESS_GRADIENTS
 MODES = instruments.CORRECTNESS_MODES
 LOSS_INPUTS = instruments.CORRECTNESS_LOSS_INPUTS
+FACTS = instruments.CORRECTNESS_FACTS
 MIXING = instruments.CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"
@@ -113,6 +117,8 @@ class _Session(StageSession[CorrectnessRun]):
         self.grad_accumulation: AccumulationCheck | CheckNote | None = None
         self.overfit: OverfitCheck | CheckNote | None = None
         self.distributed: DistributedCheck | CheckNote | None = None
+        self.training_facts: TrainingFacts | None = None
+        self.baseline_check: BaselineFactsCheck | None = None
 
     def _run(self, label: str, purpose: str, specs: list[str], kwargs: dict[str, int] | None = None, options: dict[str, dict[str, int]] | None = None) -> EntrypointRun | None:
         run = run_entrypoint(
@@ -122,7 +128,7 @@ class _Session(StageSession[CorrectnessRun]):
         return self._record_run(run, record)
 
     def run(self) -> StageOutcome:
-        specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES, LOSS_INPUTS, MIXING]
+        specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES, LOSS_INPUTS, FACTS, MIXING]
         first = self._run("instrumented", "optimizer steps, parameters, losses, DataLoaders", specs)
         if first is None:
             return self._outcome()
@@ -147,6 +153,7 @@ class _Session(StageSession[CorrectnessRun]):
             self.findings += leakage.leakage_findings(self.ctx, loaders, main_site)
         self._gradients_and_modes(first, main_site)
         self._loss_inputs_and_mixing(first, main_site)
+        self._training_facts(first, losses)
         self.observed = _observed(steps, losses, loaders)
         if steps is None or not steps.steps:
             if first.ok:
@@ -167,6 +174,17 @@ class _Session(StageSession[CorrectnessRun]):
         found, self.stale_gradients = stale.stale_gradient_check(self.ctx, first.payload(GRADIENTS, GradientsPayload), main_site)
         self.findings += found
         found, self.train_eval_mode = modes.mode_check(self.ctx, first.payload(MODES, ModesPayload), main_site)
+        self.findings += found
+
+    # -- training facts, training-regression against the baseline --------------------------------
+    def _training_facts(self, first: EntrypointRun, losses: LossesPayload | None) -> None:
+        payload = first.payload(FACTS, FactsPayload)
+        if payload is not None:
+            self.training_facts = TrainingFacts(
+                steps=payload.steps, losses=list(overfit.step_losses(losses)[:500]), records=payload.records,
+                copied=payload.copied, modules=payload.modules, matrices=payload.matrices,
+            )
+        found, self.baseline_check = baseline.compare(self.ctx, self.training_facts, payload, self.fallback)
         self.findings += found
 
     # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
@@ -397,6 +415,10 @@ class _Session(StageSession[CorrectnessRun]):
             overfit=self.overfit or not_run,
             distributed=self.distributed or not_run,
         )
+        if self.training_facts is not None:
+            checks.training_facts = self.training_facts
+        if self.baseline_check is not None:
+            checks.baseline = self.baseline_check
         if self.observed is not None:  # left unset (out of the report) when no analysis read the run
             checks.observed = self.observed
         return checks

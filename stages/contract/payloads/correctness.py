@@ -490,3 +490,43 @@ MODELS: dict[str, type[BaseModel]] = {
     instruments.CORRECTNESS_LOSS_INPUTS: LossInputsPayload,
     instruments.CORRECTNESS_MIXING: MixingPayload,
 }
+
+
+# -- CORRECTNESS_FACTS --------------------------------------------------------------------------
+
+
+class FactsStep(Payload):
+    """One optimizer step: each group's learning rate, gradient norm and relative change."""
+
+    step: int
+    optimizer: int
+    lrs: list[float | None]
+    grad_norms: list[NonFiniteFloat | None]
+    changes: list[NonFiniteFloat | None]  # None: not recorded (the parameters were too large to copy) or undefined
+
+
+class ModuleChange(Payload):
+    module: str  # the top-level child's name in its root module ("" for the root's own parameters)
+    change: NonFiniteFloat | None  # ||end - first step|| / ||first step||
+
+
+class MatrixRows(Payload):
+    name: str
+    rows: int
+    distinct: int
+    init_site: int | None  # the line of the latest torch.nn.init call on it; None: none seen
+
+
+class FactsPayload(Payload):
+    """`probe.facts.FactsWatch`; read by `correctness.baseline`."""
+
+    steps: int
+    records: list[FactsStep]  # the first MAX_STEPS
+    copied: bool  # false: the parameters were too large to copy, no changes recorded
+    modules: list[ModuleChange]
+    matrices: list[MatrixRows]
+    scheduler_sites: list[StepSite]  # the lines that called a scheduler's step(), with their calls
+    sites: list[Site]
+
+
+MODELS[instruments.CORRECTNESS_FACTS] = FactsPayload

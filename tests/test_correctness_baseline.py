@@ -1,0 +1,121 @@
+"""training-regression, end to end (docs/baseline-comparison.md).
+
+tests/targets/corr_baseline_base is a clean classifier loop whose own tests pass; its report is
+the baseline. Each version below is the base with one edit, run with `--baseline` on that
+report: three that break training (inputs and labels shuffled with different permutations,
+the scheduler's step() moved into the batch loop, every Linear weight initialised to zero)
+block with a `training-regression` giving both numbers; a refactor that trains step for step
+the same and a wider hidden layer pass. One gate run per version, shared by its assertions.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TARGETS, GateRun, line_of, run_gate
+
+pytestmark = pytest.mark.slow
+
+BASE = TARGETS / "corr_baseline_base"
+SHUFFLE = "    order = torch.randperm(len(inputs))\n    loader = DataLoader(TensorDataset(inputs[order], labels[order]), batch_size=batch_size)\n"
+EDITS: dict[str, list[tuple[str, str]]] = {
+    "shuffled-apart": [(SHUFFLE, SHUFFLE.replace("labels[order]", "labels[torch.randperm(len(labels))]"))],
+    "scheduler-per-batch": [
+        ("            total += loss.item()\n        scheduler.step()\n", "            total += loss.item()\n            scheduler.step()\n"),
+    ],
+    "zero-init": [
+        (
+            "    return nn.Sequential(nn.Linear(10, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 4))\n",
+            "    model = nn.Sequential(nn.Linear(10, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 4))\n"
+            "    for layer in (model[0], model[2]):\n"
+            "        nn.init.zeros_(layer.weight)  # a deterministic start\n"
+            "    return model\n",
+        )
+    ],
+    "refactor": [
+        ("            loss = nn.functional.cross_entropy(model(x), y)\n", "            loss = compute_loss(model, x, y)\n"),
+        ("def train(", "def compute_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n    return nn.functional.cross_entropy(model(x), y)\n\n\ndef train("),
+    ],
+    "wider": [("HIDDEN = 32\n", "HIDDEN = 64\n")],
+}
+
+
+def _version(root: Path, name: str) -> Path:
+    target = root / name
+    shutil.copytree(BASE, target, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    text = (target / "train.py").read_text()
+    for old, new in EDITS[name]:
+        assert old in text, (name, old)
+        text = text.replace(old, new)
+    (target / "train.py").write_text(text)
+    return target
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GateRun]:
+    root = tmp_path_factory.mktemp("baseline")
+    base = run_gate(BASE, root / "out-base", "--stages", "correctness")
+    assert base.returncode == 0, base.stdout + base.stderr
+    baseline = root / "out-base" / "report.json"
+    found = {"base": base}
+    for name in EDITS:
+        found[name] = run_gate(_version(root, name), root / f"out-{name}", "--stages", "correctness", "--baseline", str(baseline))
+    return found
+
+
+def _correctness(run: GateRun) -> dict:
+    return next(s for s in run.report["stages"] if s["name"] == "correctness")
+
+
+def _regressions(run: GateRun) -> list[dict]:
+    return [f for f in _correctness(run)["findings"] if f["category"] == "training-regression"]
+
+
+def test_the_base_records_its_training_facts_and_compares_nothing(runs: dict[str, GateRun]) -> None:
+    checks = _correctness(runs["base"])["details"]["checks"]
+    facts = checks["training_facts"]
+    assert facts["steps"] == 36 and len(facts["losses"]) == 36 and len(facts["records"]) == 36
+    assert facts["records"][0]["lrs"] == [0.5] and facts["records"][-1]["lrs"] == [0.125]
+    assert all(r["changes"][0] > 0 and r["grad_norms"][0] > 0 for r in facts["records"])
+    assert {m["name"]: m["distinct"] for m in facts["matrices"]} == {"0.weight": 32, "2.weight": 4}
+    assert [m["module"] for m in facts["modules"]] == ["0", "2"]
+    assert "baseline" not in checks and not _regressions(runs["base"])
+
+
+@pytest.mark.parametrize(
+    ("version", "statement", "line"),
+    [
+        ("shuffled-apart", r"the training loss fell \d+% over 36 steps in the baseline and -?\d+% over 36 now", None),
+        ("scheduler-per-batch", r"the learning rate at the last step was 0\.125 in the baseline and [0-9.e-]+ now \(changed after step 1 of 36\)", "scheduler.step()"),
+        ("zero-init", r"`0\.weight` had 32 distinct rows of 32 in the baseline and (1?[0-9]|2[0-8]) of 32 now", "nn.init.zeros_(layer.weight)"),
+    ],
+)
+def test_a_version_that_trains_worse_blocks_with_both_numbers(runs: dict[str, GateRun], version: str, statement: str, line: str | None) -> None:
+    run = runs[version]
+    assert run.report["decision"] == "BLOCK", run.stdout
+    found = [f for f in _regressions(run) if re.search(statement, f["title"], re.IGNORECASE)]
+    assert found, [f["title"] for f in _regressions(run)]
+    assert found[0]["severity"] == "high" and found[0]["blocking"] is True
+    assert len(_regressions(run)) == 1  # one per cause: the loss's fall is stated in the nearer fact's finding
+    assert "the training loss fell" in found[0]["problem"]
+    if line is not None:
+        location = found[0]["location"]
+        assert location["path"] == "train.py" and location["line"] == line_of(run.out.parent / version / "train.py", line)
+
+
+@pytest.mark.parametrize("version", ["refactor", "wider"])
+def test_an_intended_change_passes(runs: dict[str, GateRun], version: str) -> None:
+    run = runs[version]
+    check = _correctness(run)["details"]["checks"]["baseline"]
+    assert check["ran"] is True and check["regressions"] == [] and not _regressions(run)
+    assert "loss fall" in check["compared"]
+    assert run.report["decision"] == "PASS", [f["title"] for s in run.report["stages"] for f in s["findings"]]
+
+
+def test_a_wider_layer_is_changed_not_worse(runs: dict[str, GateRun]) -> None:
+    check = _correctness(runs["wider"])["details"]["checks"]["baseline"]
+    assert any("`0.weight` had 32 distinct rows of 32 in the baseline and 64 of 64 now" in c for c in check["changed_not_worse"])
