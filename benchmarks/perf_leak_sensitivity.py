@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from traingate.pipeline.config import TargetConfig  # noqa: E402
 from traingate.stages.base import StageContext, run_entrypoint  # noqa: E402
-from traingate.stages.contract.payloads.performance import MemoryRecord  # noqa: E402
+from traingate.stages.performance.probe.payloads import MemoryRecord  # noqa: E402
 from traingate.stages.performance.memory import analyse  # noqa: E402
 
 FULL = "traingate.stages.performance.probe.instrument:full"

@@ -33,8 +33,7 @@ from traingate.pipeline.outputs import FORMATS, FormatError, Written, display_pa
 from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.processes import become_subreaper, kill_descendants
 from traingate.pipeline.registry import build_registry, stage_names
-from traingate.pipeline.rules import RULES, rule_by_id
-from traingate.pipeline.rules import explain as explain_rule
+from traingate.pipeline.registry import rule_table
 from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageReport
 from traingate.pipeline.torch_probe import torch_facts
 from traingate.reports import render_summary
@@ -190,16 +189,16 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def explain_command(category: str | None) -> int:
     """`traingate explain [RULE]`: one rule in full, or every rule's one-liner (sub-rules indented)."""
     if category is None:
-        width = max(len(rule.id) for rule in RULES)
-        for listed in RULES:
+        width = max(len(rule.id) for rule in rule_table())
+        for listed in rule_table():
             shown = f"  {listed.sub}" if listed.sub else listed.id
             print(f"{shown:<{width}}  {listed.stage:<11}  {listed.blocks.value:<6}  {listed.description}")
         return ExitCode.PASS
-    rule = rule_by_id(category)
+    rule = rule_table().by_id(category)
     if rule is None:
         print(f"traingate: error: unknown category or rule {category!r} (`traingate explain` lists them)", file=sys.stderr)
         return ExitCode.USAGE
-    print(explain_rule(rule))
+    print(rule_table().explain(rule))
     return ExitCode.PASS
 
 

@@ -10,9 +10,10 @@ import ast
 import re
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails, InitErrorDetails
 from traingate.pipeline.schema import Category, Severity
 from traingate.pipeline.tomlcompat import tomllib
 
@@ -194,7 +195,9 @@ class WaiverConfig(BaseModel):
     @field_validator("category", mode="before")
     @classmethod
     def _known_category(cls, value: Any) -> Any:
-        if isinstance(value, str) and value not in {c.value for c in Category}:
+        from traingate.pipeline.registry import rule_table  # the registry loads the stages, which import this module
+
+        if isinstance(value, str) and value not in {c.value for c in rule_table().categories()}:
             raise ValueError(f"unknown category {value!r} (`traingate explain` lists them)")
         return value
 
@@ -217,42 +220,6 @@ class WaiverConfig(BaseModel):
         return self
 
 
-class PerformanceConfig(BaseModel):
-    """`[tool.traingate.performance]`: how long the profiled runs are."""
-
-    model_config = _STRICT
-    warmup_steps: int = Field(default=3, ge=0)
-    min_steps: int = Field(default=8, ge=1, description="fewer profiled steps than this: not measured")
-    timing_runs: int = Field(default=1, ge=1, description="uninstrumented runs per AMP setting")
-
-
-class ConcurrencyConfig(BaseModel):
-    """`[tool.traingate.concurrency]`."""
-
-    model_config = _STRICT
-    determinism_runs: int = Field(default=2, ge=2)
-    dataloader_start_methods: list[str] = Field(default_factory=lambda: ["fork", "spawn"])
-
-
-class CorrectnessConfig(BaseModel):
-    """`[tool.traingate.correctness]`: the opt-in checks that call the entrypoint with other kwargs."""
-
-    model_config = _STRICT
-    # The entrypoint's keywords for gradient-accumulation steps and the micro-batch size; with
-    # both, one update with `accumulation` micro-batches is compared with one large batch.
-    accumulation_kwarg: str | None = None
-    batch_size_kwarg: str | None = None
-    accumulation: int = Field(default=4, ge=2)
-    # The one-batch overfit check: that many optimizer steps on the first batch repeated.
-    overfit_steps: int | None = Field(default=None, ge=2)
-
-    @model_validator(mode="after")
-    def _both_or_neither(self) -> CorrectnessConfig:
-        if (self.accumulation_kwarg is None) != (self.batch_size_kwarg is None):
-            raise ValueError("the gradient-accumulation check needs both `accumulation_kwarg` and `batch_size_kwarg`")
-        return self
-
-
 # More ranks than this on one machine is not a check any more but a job.
 MAX_NPROC = 8
 
@@ -268,17 +235,22 @@ class DistributedConfig(BaseModel):
     timeout_s: float = Field(default=120, gt=0, le=MAX_TIMEOUT_S)
 
 
+SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
 class TargetConfig(BaseModel):
-    model_config = _STRICT
+    """The target's configuration: the gate's own keys below, and one section for each
+    registered stage that has one (`Stage.config_model`, under the stage's name), validated by
+    that stage's model. Any other key is an error, as in every table of the configuration."""
+
+    # Extra keys are allowed only as the registered stages' sections (`_stage_sections`).
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     task: str | None = None
     # pytest arguments; `false` declares that the repo has no test suite (pytest is not run).
     tests: list[str] | Literal[False] = Field(default_factory=lambda: ["tests"])
     timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
     entrypoint: EntrypointConfig | None = None
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    performance: PerformanceConfig = Field(default_factory=PerformanceConfig)
-    concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
-    correctness: CorrectnessConfig = Field(default_factory=CorrectnessConfig)
     distributed: DistributedConfig | None = None
     waive: list[WaiverConfig] = Field(default_factory=list)
     # Filled by load_config, never from TOML: the configuration file and the inline
@@ -316,10 +288,51 @@ class TargetConfig(BaseModel):
     def has_test_suite(self) -> bool:
         return self.tests is not False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _stage_sections(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        from traingate.pipeline.registry import config_sections  # the registry loads the stages, which import this module
+
+        sections = config_sections()
+        checked = dict(data)
+        errors: list[InitErrorDetails] = []
+        for key, value in data.items():
+            if key in cls.model_fields:
+                continue
+            model = sections.get(key)
+            if model is None:
+                errors.append({"type": "extra_forbidden", "loc": (key,), "input": value})
+            elif not isinstance(value, model):
+                try:
+                    checked[key] = model.model_validate(value)
+                except ValidationError as exc:
+                    errors += [_under(key, error) for error in exc.errors()]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return {**{key: model() for key, model in sections.items()}, **checked}
+
+    def section(self, name: str, model: type[SectionT]) -> SectionT:
+        """The stage `name`'s section, as its model (defaults where the target's file has none)."""
+        value = (self.__pydantic_extra__ or {}).get(name)
+        if value is None:
+            return model()
+        if not isinstance(value, model):
+            raise TypeError(f"the {name!r} section is a {type(value).__name__}, not a {model.__name__}")
+        return value
+
     @field_validator("task")
     @classmethod
     def _task_is_one_path_segment(cls, value: str | None) -> str | None:
         return None if value is None else check_safe_name(value)
+
+
+def _under(key: str, error: ErrorDetails) -> InitErrorDetails:
+    details: InitErrorDetails = {"type": error["type"], "loc": (key, *error["loc"]), "input": error["input"]}
+    if "ctx" in error:
+        details["ctx"] = error["ctx"]
+    return details
 
 
 class ConfigError(Exception):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from traingate.pipeline.isolation import ChildResult, Frame
-from traingate.pipeline.rules import Rule, rule_by_id, rule_for
+from traingate.pipeline.registry import rule_table
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.contract.frames import is_target_file, relative
 
@@ -43,7 +43,7 @@ def finding(
     """A complete finding built from its rule: `rule` (a sub-rule's id) or the category's own.
     Severity, impact and fix default to the rule's; a finding states its own severity only where
     its evidence makes it graver or milder than the rule's default."""
-    found = _rule(category, rule)
+    found = rule_table().rule(category, rule)
     return Finding.create(
         stage=stage,
         category=category,
@@ -64,15 +64,6 @@ def finding(
 def locations_data(places: Iterable[Location]) -> list[dict[str, Any]]:
     """Places as evidence data holds them (`traingate.pipeline.schema.LOCATIONS_KEY`, read by `Finding.every_location`)."""
     return [place.model_dump(mode="json") for place in places]
-
-
-def _rule(category: Category, rule_id: str | None) -> Rule:
-    if rule_id is None:
-        return rule_for(category)
-    found = rule_by_id(rule_id)
-    if found is None or found.category is not category:
-        raise ValueError(f"no rule {rule_id!r} of category {category.value}")
-    return found
 
 
 def stage_error(

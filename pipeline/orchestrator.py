@@ -19,14 +19,14 @@ from typing import Any, Literal, Protocol, cast
 
 from pydantic import ValidationError
 from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
+from traingate.pipeline.findings import hang_finding, stage_error
 from traingate.pipeline.findings import finding as make_finding
 from traingate.pipeline.gitinfo import rev_parse
 from traingate.pipeline import disguise, warm
 from traingate.pipeline.isolation import ChildResult, WarmPool, child_environment, dump_allowance, python_argv, run_child
 from traingate.pipeline.policy import decide, stage_score, stage_status
-from traingate.pipeline.registry import Stage
-from traingate.pipeline.rules import ANY_STAGE_CATEGORIES, rule_by_id
+from traingate.pipeline.registry import Stage, parts, rule_table
+from traingate.pipeline.rules import ANY_STAGE_CATEGORIES
 from traingate.pipeline.schema import (
     BaselineComparison,
     Category,
@@ -120,7 +120,7 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
             for index, name in enumerate(request.stages, start=1):
                 for obs in request.observers:
                     obs.stage_started(name, index, len(request.stages))
-                skip = _skip_reason(name, reports)
+                skip = _skip_reason(parts(registry[name]).purpose, reports)
                 if skip is not None:
                     report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
                 else:
@@ -188,23 +188,25 @@ def assemble(
     )
 
 
-def _skip_reason(name: str, done: list[StageReport]) -> str | None:
+def _skip_reason(purpose: str | None, done: list[StageReport]) -> str | None:
     """Profiling a training function that crashes or hangs in its smoke call measures nothing,
-    and running it again would only spend the budget a second time."""
-    if name == "execution":
+    and running it again would only spend the budget a second time. `purpose`: what the stage
+    does with the function (`Stage.purpose`); None: it runs whatever happened before."""
+    if purpose is None:
         return None
-    purpose = "profile" if name == "performance" else "observe"
     for report in done:
-        for f in report.findings:
+        blocking = {f.id: f for f in report.findings if f.blocking}
+        for stopped in report.training_stopped:
+            f = blocking.get(stopped.finding)
+            if f is None:
+                continue  # waived, or no longer blocking under the policy
             where = f" at {f.location.path}:{f.location.line}" if f.location else ""
-            if f.category is Category.ENTRYPOINT_CRASH and f.blocking:
+            if stopped.reason == "crash":
                 return f"the entrypoint crashed in the {report.name} stage{where}; nothing to {purpose}"
-            if f.category is Category.ENVIRONMENT and f.blocking:
+            if stopped.reason == "environment":
                 # Installing them is the next step whatever else ran; the finding lists them all.
-                missing = ", ".join(f.evidence.data.get("missing", []))
-                return f"packages the target imports are not installed here ({missing}; see the {report.name} stage); nothing to {purpose}"
-            if f.category is Category.HANG and f.stage == "execution" and f.evidence.data.get("run") == SMOKE_CALL_RUN:
-                return f"the entrypoint's smoke call did not finish in the execution stage{where}; nothing to {purpose}"
+                return f"packages the target imports are not installed here ({', '.join(stopped.missing)}; see the {report.name} stage); nothing to {purpose}"
+            return f"the entrypoint's smoke call did not finish in the {report.name} stage{where}; nothing to {purpose}"
     return None
 
 
@@ -267,6 +269,7 @@ def run_stage(
         findings=findings,
         details=outcome.details,
         tests=outcome.tests,
+        training_stopped=outcome.training_stopped,
     )
 
 
@@ -332,7 +335,7 @@ def _inconsistency(ctx: GateView, stage: Stage, outcome: StageOutcome) -> str | 
             return f"finding {f.id} claims stage {f.stage!r}"
         if f.category not in allowed:
             return f"category {f.category.value} does not belong to this stage"
-        rule = rule_by_id(f.rule)
+        rule = rule_table().by_id(f.rule)
         if rule is None or rule.category is not f.category:
             return f"finding {f.id} names rule {f.rule!r}, not a rule of {f.category.value}"
         # Both ways: a stage can neither block against the rule and the policy nor wave through what they block on.

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from traingate.pipeline.gitinfo import rev_parse
 from traingate.pipeline.lifecycle import write_atomic
-from traingate.pipeline.rules import RULES
+from traingate.pipeline.registry import build_registry, parts, rule_table
 from traingate.pipeline.schema import PipelineReport
 from traingate.reports import render_report_md, render_stage_md
-from traingate.reports.facts import RunFacts
+from traingate.reports.facts import RunFacts, StagePage
 from traingate.reports.github import render_annotations
 from traingate.reports.junit import render_junit
 from traingate.reports.minimal import render_minimal_md
@@ -60,7 +60,12 @@ def run_facts(target: Path) -> RunFacts:
     top = repository_root(target)
     prefix = target.relative_to(top).as_posix() if top is not None and target.is_relative_to(top) else ""
     config = next((name for name in CONFIG_FILES if (target / name).is_file()), None)
-    return RunFacts(target_prefix="" if prefix == "." else prefix, config_file=config, rules=RULES)
+    return RunFacts(target_prefix="" if prefix == "." else prefix, config_file=config, rules=rule_table().rules, pages=stage_pages())
+
+
+def stage_pages() -> dict[str, StagePage]:
+    """Each registered stage's page: its details model and template."""
+    return {name: StagePage(found.details_model, found.template) for name, stage in build_registry().items() for found in [parts(stage)]}
 
 
 @dataclass
@@ -101,7 +106,7 @@ def _file_renderers(report: PipelineReport, formats: list[str], facts: RunFacts)
     files: dict[str, Callable[[], str]] = {}
     if "md" in formats:
         for stage in report.stages:
-            files[f"{stage.name}.md"] = partial(render_stage_md, report, stage)
+            files[f"{stage.name}.md"] = partial(render_stage_md, report, stage, facts.pages.get(stage.name))
         files["report.md"] = partial(render_report_md, report)
     if "sarif" in formats:
         files["report.sarif"] = partial(render_sarif, report, facts)

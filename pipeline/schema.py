@@ -7,63 +7,153 @@ blocking flag so that no stage can hand back a finding that breaks the evidence 
 from __future__ import annotations
 
 import hashlib
+import re
 from enum import Enum
-from typing import Any
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
+from pydantic_core import core_schema
 from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.text import strip_ansi
 
 SCHEMA_VERSION = "1.2"
 
 
-class Category(str, Enum):
-    """The only values `Finding.category` may take (docs/contract.md, section 4)."""
+class Category(str):
+    """A finding's category: one of the built-in ones (docs/contract.md, section 4) or one a
+    registered stage declares in its rules (`traingate.pipeline.rules.Rule`).
 
-    TEST_FAILURE = "test-failure"
-    COLLECTION_ERROR = "collection-error"
-    NO_TESTS = "no-tests"
-    SKIPPED_TESTS = "skipped-tests"
-    TEST_SELECTION = "test-selection"
-    TEST_DISABLED = "test-disabled"
-    TEST_WEAKENED = "test-weakened"
-    TEST_ENVIRONMENT = "test-environment"
-    ENTRYPOINT_CRASH = "entrypoint-crash"
-    ENTRYPOINT_UNTESTED = "entrypoint-untested"
-    DEPRECATED_API = "deprecated-api"
-    MEMORY_LEAK = "memory-leak"
-    HOST_SYNC = "host-sync"
-    AMP_SPEEDUP = "amp-speedup"
-    AMP_MEMORY = "amp-memory"
-    AMP_ACCURACY = "amp-accuracy"
-    AMP_INACTIVE = "amp-inactive"
-    INPUT_STALL = "input-stall"
-    PERF_REGRESSION = "perf-regression"
-    GRADSCALER_PROTOCOL = "gradscaler-protocol"
-    NONBLOCKING_RACE = "nonblocking-race"
-    NONDETERMINISM = "nondeterminism"
-    DATALOADER_HAZARD = "dataloader-hazard"
-    STREAM_RACE = "stream-race"
-    INEFFECTIVE_STEP = "ineffective-step"
-    UNUSED_PARAMETER = "unused-parameter"
-    GRAD_ACCUMULATION = "grad-accumulation"
-    UNSHUFFLED_TRAINING = "unshuffled-training"
-    NO_LEARNING = "no-learning"
-    DDP_DIVERGENCE = "ddp-divergence"
-    STALE_GRADIENTS = "stale-gradients"
-    TRAIN_EVAL_MODE = "train-eval-mode"
-    LOSS_INPUT_MISMATCH = "loss-input-mismatch"
-    BATCH_MIXING = "batch-mixing"
+    Instances are interned, so `finding.category is Category.HANG` holds for a category read
+    back from JSON as for one built in code; `value` is the name, as an enum member's would be.
+    Which categories exist is the rule table's to say: the gate checks every finding against it.
+    """
+
+    _interned: ClassVar[dict[str, Category]] = {}
+    _builtin: ClassVar[list[Category]] = []
+
+    TEST_FAILURE: ClassVar[Category]
+    COLLECTION_ERROR: ClassVar[Category]
+    NO_TESTS: ClassVar[Category]
+    SKIPPED_TESTS: ClassVar[Category]
+    TEST_SELECTION: ClassVar[Category]
+    TEST_DISABLED: ClassVar[Category]
+    TEST_WEAKENED: ClassVar[Category]
+    TEST_ENVIRONMENT: ClassVar[Category]
+    ENTRYPOINT_CRASH: ClassVar[Category]
+    ENTRYPOINT_UNTESTED: ClassVar[Category]
+    DEPRECATED_API: ClassVar[Category]
+    MEMORY_LEAK: ClassVar[Category]
+    HOST_SYNC: ClassVar[Category]
+    AMP_SPEEDUP: ClassVar[Category]
+    AMP_MEMORY: ClassVar[Category]
+    AMP_ACCURACY: ClassVar[Category]
+    AMP_INACTIVE: ClassVar[Category]
+    INPUT_STALL: ClassVar[Category]
+    PERF_REGRESSION: ClassVar[Category]
+    GRADSCALER_PROTOCOL: ClassVar[Category]
+    NONBLOCKING_RACE: ClassVar[Category]
+    NONDETERMINISM: ClassVar[Category]
+    DATALOADER_HAZARD: ClassVar[Category]
+    STREAM_RACE: ClassVar[Category]
+    INEFFECTIVE_STEP: ClassVar[Category]
+    UNUSED_PARAMETER: ClassVar[Category]
+    GRAD_ACCUMULATION: ClassVar[Category]
+    UNSHUFFLED_TRAINING: ClassVar[Category]
+    NO_LEARNING: ClassVar[Category]
+    DDP_DIVERGENCE: ClassVar[Category]
+    STALE_GRADIENTS: ClassVar[Category]
+    TRAIN_EVAL_MODE: ClassVar[Category]
+    LOSS_INPUT_MISMATCH: ClassVar[Category]
+    BATCH_MIXING: ClassVar[Category]
     # Clipping that clips nothing; evaluation samples that were trained on (docs/correctness.md).
-    GRADIENT_CLIPPING = "gradient-clipping"
-    DATA_LEAKAGE = "data-leakage"
-    TRAINING_REGRESSION = "training-regression"
-    HANG = "hang"
-    STAGE_ERROR = "stage-error"
-    CONFIG_ERROR = "config-error"
-    LEFTOVER_PROCESS = "leftover-process"
-    TARGET_MODIFIED = "target-modified"
-    ENVIRONMENT = "environment"
+    GRADIENT_CLIPPING: ClassVar[Category]
+    DATA_LEAKAGE: ClassVar[Category]
+    TRAINING_REGRESSION: ClassVar[Category]
+    HANG: ClassVar[Category]
+    STAGE_ERROR: ClassVar[Category]
+    CONFIG_ERROR: ClassVar[Category]
+    LEFTOVER_PROCESS: ClassVar[Category]
+    TARGET_MODIFIED: ClassVar[Category]
+    ENVIRONMENT: ClassVar[Category]
+
+    def __new__(cls, value: str) -> Category:
+        if isinstance(value, Category):
+            return value
+        known = cls._interned.get(value)
+        if known is not None:
+            return known
+        if not isinstance(value, str) or not _CATEGORY_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not a category name (lowercase words joined by '-')")
+        made = cls._interned[value] = super().__new__(cls, value)
+        return made
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"Category({self.value!r})"
+
+    def __reduce__(self) -> tuple[type[Category], tuple[str]]:
+        return (Category, (self.value,))
+
+    @classmethod
+    def builtin(cls) -> list[Category]:
+        """The categories of the contract, in its order (a registered stage may add its own)."""
+        return list(cls._builtin)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(
+            cls, core_schema.str_schema(pattern=_CATEGORY_NAME.pattern), serialization=core_schema.plain_serializer_function_ser_schema(str.__str__, when_used="always")
+        )
+
+
+_CATEGORY_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+Category.TEST_FAILURE = Category("test-failure")
+Category.COLLECTION_ERROR = Category("collection-error")
+Category.NO_TESTS = Category("no-tests")
+Category.SKIPPED_TESTS = Category("skipped-tests")
+Category.TEST_SELECTION = Category("test-selection")
+Category.TEST_DISABLED = Category("test-disabled")
+Category.TEST_WEAKENED = Category("test-weakened")
+Category.TEST_ENVIRONMENT = Category("test-environment")
+Category.ENTRYPOINT_CRASH = Category("entrypoint-crash")
+Category.ENTRYPOINT_UNTESTED = Category("entrypoint-untested")
+Category.DEPRECATED_API = Category("deprecated-api")
+Category.MEMORY_LEAK = Category("memory-leak")
+Category.HOST_SYNC = Category("host-sync")
+Category.AMP_SPEEDUP = Category("amp-speedup")
+Category.AMP_MEMORY = Category("amp-memory")
+Category.AMP_ACCURACY = Category("amp-accuracy")
+Category.AMP_INACTIVE = Category("amp-inactive")
+Category.INPUT_STALL = Category("input-stall")
+Category.PERF_REGRESSION = Category("perf-regression")
+Category.GRADSCALER_PROTOCOL = Category("gradscaler-protocol")
+Category.NONBLOCKING_RACE = Category("nonblocking-race")
+Category.NONDETERMINISM = Category("nondeterminism")
+Category.DATALOADER_HAZARD = Category("dataloader-hazard")
+Category.STREAM_RACE = Category("stream-race")
+Category.INEFFECTIVE_STEP = Category("ineffective-step")
+Category.UNUSED_PARAMETER = Category("unused-parameter")
+Category.GRAD_ACCUMULATION = Category("grad-accumulation")
+Category.UNSHUFFLED_TRAINING = Category("unshuffled-training")
+Category.NO_LEARNING = Category("no-learning")
+Category.DDP_DIVERGENCE = Category("ddp-divergence")
+Category.STALE_GRADIENTS = Category("stale-gradients")
+Category.TRAIN_EVAL_MODE = Category("train-eval-mode")
+Category.LOSS_INPUT_MISMATCH = Category("loss-input-mismatch")
+Category.BATCH_MIXING = Category("batch-mixing")
+Category.GRADIENT_CLIPPING = Category("gradient-clipping")
+Category.DATA_LEAKAGE = Category("data-leakage")
+Category.TRAINING_REGRESSION = Category("training-regression")
+Category.HANG = Category("hang")
+Category.STAGE_ERROR = Category("stage-error")
+Category.CONFIG_ERROR = Category("config-error")
+Category.LEFTOVER_PROCESS = Category("leftover-process")
+Category.TARGET_MODIFIED = Category("target-modified")
+Category.ENVIRONMENT = Category("environment")
+Category._builtin.extend(Category._interned.values())
 
 
 class Severity(str, Enum):
@@ -298,6 +388,17 @@ class TestRecord(BaseModel):
     rewritten: str | None = Field(default=None, description="when a hook made the logged outcome differ from what the test did: which, and how")
 
 
+class TrainingStopped(BaseModel):
+    """A fact a stage hands to the gate for the stages after it: one of its findings shows that
+    the training function cannot run here (it crashed, packages it imports are missing, or its
+    smoke call hung), so a later stage that runs it is skipped while that finding blocks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    finding: str  # the id of the finding that shows it
+    reason: Literal["crash", "environment", "hang"]
+    missing: list[str] = Field(default_factory=list)  # environment: the modules not installed
+
+
 class StageOutcome(BaseModel):
     """What a stage agent hands back to the parent; the parent derives status and score."""
 
@@ -313,6 +414,7 @@ class StageOutcome(BaseModel):
     # What the stage's runs of target code opened for reading under its root; None: unknown
     # (the agent handed back none). The gate reads it, the report does not carry it.
     files_read: FilesRead | None = None
+    training_stopped: list[TrainingStopped] = Field(default_factory=list)
 
 
 class StageReport(BaseModel):
@@ -330,6 +432,8 @@ class StageReport(BaseModel):
     environment: Environment | None = Field(
         default=None, description="where this stage ran, when it differs per stage (a merged split run)"
     )
+    # For the stages after it (`StageOutcome.training_stopped`); report.json does not carry it.
+    training_stopped: list[TrainingStopped] = Field(default_factory=list, exclude=True)
 
 
 class TargetInfo(BaseModel):

@@ -26,6 +26,7 @@ from typing import Any
 
 from traingate.pipeline.config import NEVER_WAIVABLE, ConfigError, TargetConfig, WaiverConfig
 from traingate.pipeline.schema import Acceptance, Category, Finding, WaiverEntry, WaiverMark
+from traingate.pipeline.registry import rule_table
 
 # `# traingate: ignore[host-sync, memory-leak] the reason`
 _INLINE = re.compile(r"#\s*traingate:\s*ignore\[(?P<categories>[^\]]*)\]\s*(?P<reason>.*)$")
@@ -99,7 +100,7 @@ def _comments(text: str) -> list[tuple[int, str]]:
 
 def _inline_waiver(rel: str, line: int, match: re.Match[str]) -> InlineWaiver:
     where = f"line {line}"
-    known = {c.value: c for c in Category}
+    known = {c.value: c for c in rule_table().categories()}
     categories: list[Category] = []
     for name in (n.strip() for n in match["categories"].split(",")):
         if name not in known:

@@ -6,12 +6,26 @@ sits in its repository, which file configures it, the rule table) and hands them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from posixpath import join as posix_join
 from posixpath import normpath
 
+from pydantic import BaseModel
+
 from traingate.pipeline.rules import Rule
 from traingate.pipeline.schema import Finding, Severity
+
+
+@dataclass(frozen=True)
+class StagePage:
+    """How a stage's page is rendered: the model its template reads `details` as (None: the
+    plain dict) and its template file (None: the generic `stage.md.j2`). The gate hands them in
+    from the registered stages (`Stage.details_model`, `Stage.template`)."""
+
+    details_model: type[BaseModel] | None = None
+    template: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -21,7 +35,8 @@ class RunFacts:
     target_prefix: str = ""
     # The configuration file, relative to the target's root (None: the target has none).
     config_file: str | None = None
-    rules: tuple[Rule, ...] = ()  # the rule table (`traingate.pipeline.rules.RULES`)
+    rules: tuple[Rule, ...] = ()  # the rule table (`traingate.pipeline.rules.table`)
+    pages: Mapping[str, StagePage] = field(default_factory=dict)  # each stage's page, by its name
 
     def repo_path(self, path: str) -> str:
         """A finding's path (relative to the target) made relative to the repository's root."""

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from jinja2 import BaseLoader, Environment, FileSystemBytecodeCache, PackageLoader, StrictUndefined, TemplateNotFound
+from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemBytecodeCache, PackageLoader, StrictUndefined, TemplateNotFound
 from jinja2.bccache import Bucket
-from pydantic import BaseModel
 
-from traingate.pipeline.concurrency_details import ConcurrencyDetails
-from traingate.pipeline.correctness_details import CorrectnessDetails
-from traingate.pipeline.execution_details import ExecutionDetails
-from traingate.pipeline.performance_details import PerformanceDetails
 from traingate.pipeline.schema import Finding, PipelineReport, StageReport
+from traingate.reports.facts import StagePage
 from traingate.reports.clip import REPORT_MD_LIMIT, fit
 
 SEVERITY_MARK = {"critical": "🛑", "high": "🔴", "medium": "🟠", "low": "🟡", "info": "ℹ️"}
@@ -44,6 +41,20 @@ class CompiledTemplates(FileSystemBytecodeCache):
             super().dump_bytecode(bucket)
 
 
+class TemplateFiles(BaseLoader):
+    """A template named by its absolute path (a stage's own, in its folder), read from disk."""
+
+    def get_source(self, environment: Environment, template: str) -> tuple[str, str, Callable[[], bool]]:
+        path = Path(template)
+        if not path.is_absolute() or not path.is_file():
+            raise TemplateNotFound(template)
+        mtime = path.stat().st_mtime
+        return path.read_text(encoding="utf-8"), str(path), lambda: path.is_file() and path.stat().st_mtime == mtime
+
+    def list_templates(self) -> list[str]:
+        return []  # only by path: `traingate.reports.precompile` finds the stages' own
+
+
 @lru_cache(maxsize=1)
 def _env() -> Environment:
     return template_environment()
@@ -52,7 +63,7 @@ def _env() -> Environment:
 def template_environment(loader: BaseLoader | None = None, compiled: CompiledTemplates | None = None) -> Environment:
     """The report templates' environment (the package's templates, their compiled forms)."""
     env = Environment(
-        loader=loader or PackageLoader("traingate.reports", "templates"),
+        loader=loader or ChoiceLoader([PackageLoader("traingate.reports", "templates"), TemplateFiles()]),
         bytecode_cache=compiled or CompiledTemplates(COMPILED_TEMPLATES),
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -125,22 +136,11 @@ def _render_report_md(report: PipelineReport) -> str:
     return _env().get_template("report.md.j2").render(report=report, findings=report.findings())
 
 
-# The stages whose details have a model: their template reads `details` as that model.
-STAGE_DETAILS: dict[str, type[BaseModel]] = {
-    "execution": ExecutionDetails,
-    "performance": PerformanceDetails,
-    "concurrency": ConcurrencyDetails,
-    "correctness": CorrectnessDetails,
-}
-
-
-def render_stage_md(report: PipelineReport, stage: StageReport) -> str:
-    try:
-        template = _env().get_template(f"{stage.name}.md.j2")
-    except TemplateNotFound:
-        template = _env().get_template("stage.md.j2")
-    model = STAGE_DETAILS.get(stage.name)
-    details = model.model_validate(stage.details) if model is not None else stage.details
+def render_stage_md(report: PipelineReport, stage: StageReport, page: StagePage | None = None) -> str:
+    """One stage's page: its own template and details model when the gate gives them (`page`)."""
+    page = page or StagePage()
+    template = _env().get_template(str(page.template) if page.template is not None else "stage.md.j2")
+    details = page.details_model.model_validate(stage.details) if page.details_model is not None else stage.details
     return template.render(report=report, stage=stage, details=details, findings=sorted(stage.findings, key=Finding.sort_key))
 
 

@@ -70,7 +70,7 @@ def main() -> None:
             warm=warm,
         )
         outcome = stage.run(ctx)
-        reply = AgentReply[StageOutcome](outcome=outcome.model_copy(update={"files_read": combined(ctx.files_read)}))
+        reply = AgentReply[StageOutcome](outcome=outcome.model_copy(update={"files_read": combined(ctx.files_read), "training_stopped": ctx.training_stopped}))
     except BaseException as exc:  # noqa: BLE001 - the parent turns this into stage-error
         reply = AgentReply[StageOutcome](error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
     finally:

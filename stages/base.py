@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol, TypedDict, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from traingate.pipeline import findings
 # The hang of one run, as the gate builds it: a stage calls it with its StageContext.
 from traingate.pipeline.findings import hang_finding as hang_finding
-from traingate.pipeline.config import TargetConfig
+from traingate.pipeline.config import SectionT, TargetConfig
+from traingate.pipeline.registry import build_registry, parts
 from traingate.pipeline import disguise
 from traingate.pipeline.isolation import ChildResult, WarmPool, python_argv, run_child
 from traingate.pipeline.schema import (
@@ -34,12 +35,13 @@ from traingate.pipeline.schema import (
     PipelineReport,
     Severity,
     StageOutcome,
+    TrainingStopped,
 )
 from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.target_env import target_env
-from traingate.stages.contract.messages import HARNESS_RESULT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
+from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
 from traingate.stages.contract.payloads.base import Site
 
 
@@ -67,6 +69,26 @@ class StageContext:
     # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.warm`); None: every
     # run starts a fresh interpreter. The stage agent sets it and closes it at the stage's end.
     warm: WarmPool | None = field(default=None, repr=False)
+    # The models of the stage's instruments' payloads (spec -> model), against which every
+    # harness result is checked when it is read; by default the registered stage's.
+    payload_models: Mapping[str, type[BaseModel]] | None = field(default=None, repr=False)
+    # Findings of this stage that show the training function cannot run here (later stages
+    # that run it are skipped): the agent hands them back with the outcome.
+    training_stopped: list[TrainingStopped] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.payload_models is None:
+            stage = build_registry().get(self.stage)
+            self.payload_models = parts(stage).payload_models if stage is not None else {}
+
+    def stops_training(self, finding: Finding, reason: Literal["crash", "environment", "hang"], missing: Sequence[str] = ()) -> Finding:
+        """`finding`, noted as one that leaves later stages no training function to run."""
+        self.training_stopped.append(TrainingStopped(finding=finding.id, reason=reason, missing=list(missing)))
+        return finding
+
+    def section(self, model: type[SectionT]) -> SectionT:
+        """This stage's section of the target's configuration, as its model."""
+        return self.config.section(self.stage, model)
 
     @property
     def block_on(self) -> set[Severity]:
@@ -271,7 +293,7 @@ def run_entrypoint(
         warm=ctx.warm,
     )
     ctx.entrypoint_runs.append((label, child))
-    record, problem = read_harness_result(child, nonce, sent)
+    record, problem = read_harness_result(child, nonce, sent, ctx.payload_models)
     ctx.files_read.append(record.reads if record is not None else None)
     return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
 
@@ -304,18 +326,20 @@ def _request_fields(
     return fields
 
 
-def read_harness_result(child: ChildResult, nonce: str, sent: dict[str, str] | None = None) -> tuple[HarnessResult | None, str | None]:
+def read_harness_result(
+    child: ChildResult, nonce: str, sent: dict[str, str] | None = None, models: Mapping[str, type[BaseModel]] | None = None
+) -> tuple[HarnessResult | None, str | None]:
     """The harness's record, validated, or why there is none that can be trusted (None,
     None: the child handed back nothing, it died first). `sent`: the instrument specs as the
     child named them -> as the stage does (`pipeline.disguise`), so every payload is checked
-    against its model under its real name."""
+    against its model (`models`, the stage's) under its real name."""
     if child.channel_problem:
         return None, child.channel_problem
     try:
         body = read_single(child.channel, nonce, HARNESS_RESULT)
         if isinstance(body, dict) and sent:
             _rename_instruments(body, sent)
-        return (HarnessResult.model_validate(body), None) if body is not None else (None, None)
+        return (HarnessResult.model_validate(body, context={MODELS_CONTEXT: models or {}}), None) if body is not None else (None, None)
     except ChannelError as exc:
         return None, str(exc)
     except ValidationError as exc:

@@ -39,7 +39,22 @@ def entrypoint_crash_finding(
     fallback_note: str = "",
     site: Location | None = None,
 ) -> Finding:
-    """`entrypoint-crash` for `run`, described as `what` ("The entrypoint smoke call f (use_amp=True)").
+    """`entrypoint-crash` for `run`, described as `what` ("The entrypoint smoke call f (use_amp=True)"),
+    noted as leaving later stages nothing to run (see `_crash_finding`)."""
+    found = _crash_finding(ctx, run, what, fallback=fallback, fallback_note=fallback_note, site=site)
+    return found if found.category is Category.ENVIRONMENT else ctx.stops_training(found, "crash")
+
+
+def _crash_finding(
+    ctx: StageContext,
+    run: EntrypointRun,
+    what: str,
+    *,
+    fallback: Location | None,
+    fallback_note: str,
+    site: Location | None,
+) -> Finding:
+    """`entrypoint-crash` for `run`.
 
     Located at the innermost frame of the target's code: from the exception's traceback, or
     from the stack the guard dumped when the process killed itself; else at `site` (a place

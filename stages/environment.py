@@ -90,7 +90,7 @@ def environment_finding(ctx: StageContext, exc: RaisedRecord, observed: str, wha
     found = missing_packages(ctx.root, observed)
     listed = ", ".join(f"{m} ({found.site(m)})" for m in found.needed)
     message = f"{exc.type}: {exc.message}"
-    return ctx.finding(
+    finding = ctx.finding(
         category=Category.ENVIRONMENT,
         title=f"{len(found.needed)} package(s) the target imports are not installed here: {', '.join(found.needed)}",
         location=location or _first_site(found, observed),
@@ -120,6 +120,7 @@ def environment_finding(ctx: StageContext, exc: RaisedRecord, observed: str, wha
         ),
         key="environment " + " ".join(found.needed),
     )
+    return ctx.stops_training(finding, "environment", found.needed)
 
 
 def _first_site(found: MissingPackages, observed: str) -> Location | None:

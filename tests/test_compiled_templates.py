@@ -38,7 +38,8 @@ def test_a_compiled_template_is_loaded_and_an_edited_one_compiled_afresh(tmp_pat
 def test_the_precompile_step_compiles_every_report_template(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(precompile, "COMPILED_TEMPLATES", tmp_path)
     precompile.main()
-    templates = template_environment().list_templates(extensions=["j2"])
+    templates = [*template_environment().list_templates(extensions=["j2"]), *map(str, precompile.stage_templates())]
+    assert len(precompile.stage_templates()) == 3  # execution, performance, concurrency: correctness has the generic page
     assert len(list(tmp_path.iterdir())) == len(templates) >= 6
     reader = template_environment(compiled=CompiledTemplates(tmp_path))
     reader.compile = _never_compile  # type: ignore[method-assign]

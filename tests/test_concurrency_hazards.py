@@ -19,7 +19,7 @@ from traingate.stages.base import EntrypointRun
 from traingate.stages.concurrency.determinism import RunData, compare, comparable_leaves, without_volatile_text
 from traingate.stages.concurrency.loaders import _start_method_groups
 from traingate.stages.concurrency.probe.loaders import _innermost_unpicklable
-from traingate.stages.contract.payloads.concurrency import ParamFingerprints, StartMethodCheck
+from traingate.stages.concurrency.probe.payloads import ParamFingerprints, StartMethodCheck
 from traingate.stages.performance.amp import amp_flag_names, cuda_only_gate
 
 

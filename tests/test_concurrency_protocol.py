@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from traingate.stages.concurrency.protocol import check, count_guarded_skips, segment
-from traingate.stages.contract.payloads.concurrency import (
+from traingate.stages.concurrency.probe.payloads import (
     AutogradGradEvent,
     BackwardEvent,
     ClipEvent,

@@ -18,9 +18,9 @@ from traingate.stages.concurrency.determinism import RunData, comparable_leaves,
 from traingate.stages.concurrency.loaders import loader_findings
 from traingate.stages.base import entrypoint_location
 from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
-from traingate.stages.concurrency.stage import ConcurrencyStage
+from traingate.stages.concurrency.spec import ConcurrencyStage
 from traingate.pipeline.registry import build_registry
-from traingate.stages.contract.payloads.concurrency import LoaderPayload, NonBlockingPayload, RngPayload, StreamPayload
+from traingate.stages.concurrency.probe.payloads import LoaderPayload, NonBlockingPayload, RngPayload, StreamPayload
 
 
 @pytest.fixture

@@ -195,7 +195,7 @@ def test_a_lambda_lr_warmup_from_zero_names_the_scheduler(tmp_path: Path) -> Non
 
 
 def test_a_first_step_gradient_that_is_not_finite_is_incomparable_not_a_crash() -> None:
-    from traingate.stages.contract.payloads.correctness import FirstUpdatePayload
+    from traingate.stages.correctness.probe.payloads import FirstUpdatePayload
     from traingate.stages.correctness.accumulation import compare_first_updates
 
     def first(grad: list[float | None], norm: float | None) -> FirstUpdatePayload:

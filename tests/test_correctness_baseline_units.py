@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.test_perf_units import make_ctx
-from traingate.pipeline.correctness_details import TrainingFacts
+from traingate.stages.correctness.details import TrainingFacts
 from traingate.pipeline.schema import Location
-from traingate.stages.contract.payloads.correctness import FactsPayload
+from traingate.stages.correctness.probe.payloads import FactsPayload
 from traingate.stages.correctness import baseline
 
 FALLBACK = Location(path="train.py", line=1)

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from traingate.stages.contract.payloads.correctness import StepsPayload  # noqa: E402
+from traingate.stages.correctness.probe.payloads import StepsPayload  # noqa: E402
 from traingate.stages.correctness.probe.causes import StepCauses  # noqa: E402
 from traingate.stages.correctness.probe.loss_feeds import LossFeeds  # noqa: E402
 from traingate.stages.contract.sites import SiteTable  # noqa: E402
@@ -291,7 +291,7 @@ def test_evaluation_samples_also_trained_on_are_counted_and_a_train_accuracy_pas
 
 
 def test_one_line_calling_two_models_under_no_grad_in_train_mode_is_one_cause() -> None:
-    from traingate.stages.contract.payloads.correctness import TrainUnderNoGrad
+    from traingate.stages.correctness.probe.payloads import TrainUnderNoGrad
     from traingate.stages.correctness.modes import _one_per_line
 
     def record(site: int, root: str, module: str) -> TrainUnderNoGrad:

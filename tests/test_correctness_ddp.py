@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TARGETS, line_of
-from traingate.stages.contract.payloads.correctness import RanksPayload
+from traingate.stages.correctness.probe.payloads import RanksPayload
 
 pytestmark = pytest.mark.slow
 

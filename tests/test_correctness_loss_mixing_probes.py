@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from traingate.pipeline.config import TargetConfig  # noqa: E402
-from traingate.pipeline.correctness_details import MixingCheck, NotApplicable  # noqa: E402
+from traingate.stages.correctness.details import MixingCheck, NotApplicable  # noqa: E402
 from traingate.pipeline.schema import Location, Severity  # noqa: E402
 from traingate.stages.base import StageContext  # noqa: E402
-from traingate.stages.contract.payloads.correctness import LossInputsPayload, MixingPayload  # noqa: E402
+from traingate.stages.correctness.probe.payloads import LossInputsPayload, MixingPayload  # noqa: E402
 from traingate.stages.correctness.loss_inputs import loss_input_check  # noqa: E402
 from traingate.stages.correctness.mixing import mixing_check  # noqa: E402
 from traingate.stages.correctness.probe.loss_inputs import CALLS_PER_SITE, LossInputWatch, classify  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from traingate.stages.contract.payloads.correctness import GradientsPayload, ModesPayload  # noqa: E402
+from traingate.stages.correctness.probe.payloads import GradientsPayload, ModesPayload  # noqa: E402
 from traingate.stages.correctness.probe.gradients import StaleGradientWatch  # noqa: E402
 from traingate.stages.correctness.probe.modes import ModeWatch  # noqa: E402
 from traingate.stages.contract.sites import SiteTable  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from traingate.pipeline.rules import explain, rule_for
+from traingate.pipeline.registry import rule_for, rule_table
 from traingate.pipeline.schema import Category, Severity, TestRecord
 from traingate.stages.execution.replay import GitTree, NotReplayed, build_view, open_tree, plan_replay, remove_view
 from traingate.stages.execution.replay_checks import function_source
@@ -98,5 +98,5 @@ def test_the_source_of_a_test_function_or_method_with_its_decorators() -> None:
 def test_explain_names_the_replay_and_its_sub_rules() -> None:
     rule = rule_for(Category.TEST_WEAKENED)
     assert rule.severity is Severity.HIGH and rule.stage == "execution"
-    text = explain(rule)
+    text = rule_table().explain(rule)
     assert "baseline form" in text and "Sub-rules: test-weakened/interface-changed, test-weakened/not-replayed" in text

@@ -13,7 +13,7 @@ import pytest
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.isolation import ChildResult
 from traingate.stages.base import StageContext
-from traingate.stages.execution.stage import ExecutionStage
+from traingate.stages.execution.spec import ExecutionStage
 from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.coverage import body_lines, entrypoint_source
 from traingate.stages.execution.suite import SuiteRun, counts, decode_events, find_pytest_config, group_skips, parse_events, skip_reason

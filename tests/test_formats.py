@@ -20,7 +20,8 @@ from ruamel.yaml import YAML  # check-jsonschema's own YAML reader
 
 from tests.conftest import REPO, TARGETS, TRAINGATE, line_of
 from traingate.pipeline.outputs import DEFAULT_FORMATS, FormatError, display_path, parse_formats, run_facts, write_reports
-from traingate.pipeline.rules import RULES
+from traingate.pipeline.outputs import stage_pages
+from traingate.pipeline.registry import rule_table
 from traingate.pipeline.schema import (
     Category,
     Decision,
@@ -42,6 +43,8 @@ from traingate.reports.github import escape_data, escape_property, render_annota
 from traingate.reports.junit import render_junit
 from traingate.reports.sarif import render_sarif
 from traingate.reports.step_summary import render_step_summary
+
+RULES = rule_table().rules
 
 SARIF_SCHEMA = json.loads((Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text())
 BLOCK_ON = {Severity.CRITICAL, Severity.HIGH}
@@ -293,7 +296,7 @@ def test_step_summary_is_appended_and_default_formats_write_what_they_always_did
     assert written.annotations == ""
     assert (out / "report.json").read_text() == rep.model_dump_json(indent=2) + "\n"
     assert (out / "report.md").read_text() == render_report_md(rep)
-    assert (out / "execution.md").read_text() == render_stage_md(rep, rep.stages[0])
+    assert (out / "execution.md").read_text() == render_stage_md(rep, rep.stages[0], stage_pages()["execution"])
 
 
 def test_format_option() -> None:
@@ -333,7 +336,7 @@ def test_report_md_fits_a_pull_request_comment_by_cutting_evidence_only() -> Non
     assert text.count("KeyError: 'train_data'") == 5  # a traceback keeps its end
     assert '"reason": "CUDA not available"' in text  # small evidence is left whole
     # The stage report keeps everything.
-    assert huge_traceback in render_stage_md(rep, rep.stages[0])
+    assert huge_traceback in render_stage_md(rep, rep.stages[0], stage_pages()["execution"])
 
 
 def test_a_small_report_md_is_unchanged_by_the_cap() -> None:

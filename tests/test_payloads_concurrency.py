@@ -16,31 +16,36 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS, CONCURRENCY_LOSSES, CONCURRENCY_NONBLOCKING, CONCURRENCY_RNG, CONCURRENCY_STREAMS, CONCURRENCY_TRACE
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.isolation import ChildResult
 from traingate.stages.base import EntrypointRun, StageContext, read_harness_result, run_entrypoint
 from traingate.stages.concurrency import stage as concurrency_stage
 from traingate.stages.concurrency.probe.params import DETAILED_STEPS
-from traingate.stages.concurrency.stage import ConcurrencyStage
-from traingate.stages.contract import instruments
+from traingate.stages.concurrency.spec import ConcurrencyStage
 from traingate.stages.contract.channel import ChannelSpec, ChannelWriter, new_nonce
 from traingate.stages.contract.messages import HARNESS_RESULT, HarnessResult
-from traingate.stages.contract.payloads import MODELS
-from traingate.stages.contract.payloads.concurrency import MODELS as CONCURRENCY_MODELS
+from traingate.stages.concurrency.probe.payloads import MODELS as CONCURRENCY_MODELS
+from traingate.stages.contract.messages import MODELS_CONTEXT
+from traingate.stages.concurrency.probe.payloads import MODELS as STAGE_MODELS
+
+# A result read as the parent reads it: against the stage's payload models.
+READ_BY_STAGE = {MODELS_CONTEXT: STAGE_MODELS}
+MODELS = STAGE_MODELS
 
 CONCURRENCY = [
-    instruments.CONCURRENCY_TRACE,
-    instruments.CONCURRENCY_LOSSES,
-    instruments.CONCURRENCY_RNG,
-    instruments.CONCURRENCY_LOADERS,
-    instruments.CONCURRENCY_NONBLOCKING,
-    instruments.CONCURRENCY_STREAMS,
+    CONCURRENCY_TRACE,
+    CONCURRENCY_LOSSES,
+    CONCURRENCY_RNG,
+    CONCURRENCY_LOADERS,
+    CONCURRENCY_NONBLOCKING,
+    CONCURRENCY_STREAMS,
 ]
 
 
 def test_every_concurrency_instrument_has_its_model() -> None:
-    assert set(CONCURRENCY_MODELS) == set(CONCURRENCY) == {spec for spec in instruments.ALL if ".concurrency." in spec}
-    assert all(MODELS[spec] is CONCURRENCY_MODELS[spec] for spec in CONCURRENCY)
+    assert set(CONCURRENCY_MODELS) == set(CONCURRENCY)
+    assert all(spec.startswith("traingate.stages.concurrency.probe.") for spec in CONCURRENCY)
 
 
 # -- payloads captured from a real run ------------------------------------------------------------
@@ -54,6 +59,7 @@ import random
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+
 
 
 class Rows(Dataset):
@@ -121,20 +127,20 @@ def test_payloads_of_a_real_cpu_run_validate_on_every_recorded_path(tmp_path: Pa
         assert "error" not in run.instrument(spec), run.instrument(spec)
         CONCURRENCY_MODELS[spec].model_validate(run.instrument(spec))
 
-    trace = run.instrument(instruments.CONCURRENCY_TRACE)
+    trace = run.instrument(CONCURRENCY_TRACE)
     ops = {event["op"] for event in trace["events"]}
     assert ops == {"scale", "backward", "unscale_", "clip", "scaler.step", "optimizer.step", "update", "zero_grad", "autograd.grad"}
     assert {"module": "Linear"}.items() <= next(e for e in trace["events"] if e["op"] == "zero_grad" and e.get("module")).items()
-    for payload in (trace, run.instrument(instruments.CONCURRENCY_LOSSES)):
+    for payload in (trace, run.instrument(CONCURRENCY_LOSSES)):
         assert payload["steps"] == steps and len(payload["losses"]) == steps
         fingerprints = payload["params"]["steps"]
         assert len(fingerprints) == steps
         assert "params" in fingerprints[DETAILED_STEPS - 1] and "params" not in fingerprints[DETAILED_STEPS]
 
-    seeding = run.instrument(instruments.CONCURRENCY_RNG)["records"]
+    seeding = run.instrument(CONCURRENCY_RNG)["records"]
     assert {(r["api"], r["entropy"]) for r in seeding} == {("random.seed", True), ("torch.Generator.manual_seed", False)}
 
-    loaders = run.instrument(instruments.CONCURRENCY_LOADERS)
+    loaders = run.instrument(CONCURRENCY_LOADERS)
     assert [e["type"] for e in loaders["construction_errors"]] == ["ValueError"]
     # Only the training's own worker error: the spawn check's failure of the same row is its result.
     [error] = loaders["errors"]
@@ -144,8 +150,8 @@ def test_payloads_of_a_real_cpu_run_validate_on_every_recorded_path(tmp_path: Pa
     assert sorted(c["pickle"]["ok"] for c in checks) == [False, True]
     assert all(c["batch"]["ok"] is False for c in checks)  # the lambda, and the row that raises
 
-    assert run.instrument(instruments.CONCURRENCY_NONBLOCKING) == {"available": False, "copies": 0, "races": []}
-    assert run.instrument(instruments.CONCURRENCY_STREAMS) == {"available": False, "reports": [], "total": 0}
+    assert run.instrument(CONCURRENCY_NONBLOCKING) == {"available": False, "copies": 0, "races": []}
+    assert run.instrument(CONCURRENCY_STREAMS) == {"available": False, "reports": [], "total": 0}
 
 
 # -- the CUDA-only watches, on both of their paths ----------------------------------------------
@@ -162,7 +168,7 @@ def test_cuda_watches_on_a_cpu_hand_back_empty_payloads_that_validate(tmp_path: 
 
     if torch.cuda.is_available():
         pytest.skip("the CPU path: install returns before anything when CUDA is missing")
-    for spec, watch in ((instruments.CONCURRENCY_NONBLOCKING, NonBlockingWatch()), (instruments.CONCURRENCY_STREAMS, StreamSanitizer())):
+    for spec, watch in ((CONCURRENCY_NONBLOCKING, NonBlockingWatch()), (CONCURRENCY_STREAMS, StreamSanitizer())):
         watch.install(_HarnessContext(tmp_path))
         CONCURRENCY_MODELS[spec].model_validate(watch.collect())
         assert watch.collect()["available"] is False
@@ -185,7 +191,7 @@ def test_cuda_path_records_validate(tmp_path: Path) -> None:
     watch.check_read(host, ".tolist()")
     payload = watch.collect()
     assert payload["copies"] == 1 and len(payload["races"]) == 1
-    CONCURRENCY_MODELS[instruments.CONCURRENCY_NONBLOCKING].model_validate(payload)
+    CONCURRENCY_MODELS[CONCURRENCY_NONBLOCKING].model_validate(payload)
 
     sanitizer = StreamSanitizer()
     sanitizer.available, sanitizer.sites = True, SiteTable(here.parent)
@@ -199,16 +205,16 @@ def test_cuda_path_records_validate(tmp_path: Path) -> None:
     payload = sanitizer.collect()
     assert [r["streams"] for r in payload["reports"]] == [[94_000_000_001, 0], [None, None]]
     assert payload["reports"][0]["site"]["line"] == 42 and payload["reports"][1]["site"] is None
-    CONCURRENCY_MODELS[instruments.CONCURRENCY_STREAMS].model_validate(payload)
+    CONCURRENCY_MODELS[CONCURRENCY_STREAMS].model_validate(payload)
 
 
 def test_a_cpu_watch_that_claims_an_observation_is_rejected() -> None:
     with pytest.raises(ValidationError, match="not installed"):
-        CONCURRENCY_MODELS[instruments.CONCURRENCY_NONBLOCKING].model_validate({"available": False, "copies": 1, "races": []})
+        CONCURRENCY_MODELS[CONCURRENCY_NONBLOCKING].model_validate({"available": False, "copies": 1, "races": []})
     with pytest.raises(ValidationError, match="not installed"):
-        CONCURRENCY_MODELS[instruments.CONCURRENCY_STREAMS].model_validate({"available": False, "reports": [], "total": 2})
+        CONCURRENCY_MODELS[CONCURRENCY_STREAMS].model_validate({"available": False, "reports": [], "total": 2})
     with pytest.raises(ValidationError, match="at least"):
-        CONCURRENCY_MODELS[instruments.CONCURRENCY_STREAMS].model_validate({"available": True, "reports": [STREAM_REPORT], "total": 0})
+        CONCURRENCY_MODELS[CONCURRENCY_STREAMS].model_validate({"available": True, "reports": [STREAM_REPORT], "total": 0})
 
 
 def test_loss_recorder_with_nan_and_unreadable_losses_past_the_detailed_steps_validates() -> None:
@@ -242,7 +248,7 @@ def test_loss_recorder_with_nan_and_unreadable_losses_past_the_detailed_steps_va
     payload = trace.collect()
     assert math.isnan(payload["losses"][0][0]) and payload["losses"][1][1] == "unreadable: RuntimeError"
     assert len(payload["params"]["steps"][-1]["groups"]) == 2
-    CONCURRENCY_MODELS[instruments.CONCURRENCY_LOSSES].model_validate(payload)
+    CONCURRENCY_MODELS[CONCURRENCY_LOSSES].model_validate(payload)
 
 
 def test_a_param_group_added_mid_run_is_fingerprinted_at_every_step() -> None:
@@ -266,7 +272,7 @@ def test_a_param_group_added_mid_run_is_fingerprinted_at_every_step() -> None:
     # The probe sums each parameter in float64: a float32 sum differs past the sixth digit for some draws.
     body_sum = sum(float(p.detach().sum(dtype=torch.float64)) for p in body.parameters())
     assert unfrozen["groups"][1][0] == pytest.approx(body_sum) and len(unfrozen["params"]) == 4
-    CONCURRENCY_MODELS[instruments.CONCURRENCY_LOSSES].model_validate({"losses": [], "steps": len(steps), "truncated": False, "params": payload})
+    CONCURRENCY_MODELS[CONCURRENCY_LOSSES].model_validate({"losses": [], "steps": len(steps), "truncated": False, "params": payload})
 
 
 # -- wrong shapes: a malformed result -------------------------------------------------------------
@@ -323,44 +329,44 @@ STREAM_REPORT = {"message": "CSAN detected a possible data race", "site": SITE, 
 STREAMS = {"available": True, "reports": [STREAM_REPORT], "total": 1}
 
 VALID = {
-    instruments.CONCURRENCY_TRACE: TRACE,
-    instruments.CONCURRENCY_LOSSES: LOSSES,
-    instruments.CONCURRENCY_RNG: RNG,
-    instruments.CONCURRENCY_LOADERS: LOADERS,
-    instruments.CONCURRENCY_NONBLOCKING: NONBLOCKING,
-    instruments.CONCURRENCY_STREAMS: STREAMS,
+    CONCURRENCY_TRACE: TRACE,
+    CONCURRENCY_LOSSES: LOSSES,
+    CONCURRENCY_RNG: RNG,
+    CONCURRENCY_LOADERS: LOADERS,
+    CONCURRENCY_NONBLOCKING: NONBLOCKING,
+    CONCURRENCY_STREAMS: STREAMS,
 }
 
 # Per instrument: a field an analysis reads given the wrong type, a required key left out,
 # and a key no probe writes. A path is a list of keys and indices; its last item is the key.
 KeyPath = list[str | int]
 BROKEN: dict[str, dict[str, tuple[KeyPath, Any]]] = {
-    instruments.CONCURRENCY_TRACE: {
+    CONCURRENCY_TRACE: {
         "wrong type": (["events", 2, "opt"], "the first one"),  # protocol.check does int(e["opt"])
         "missing": (["sites"], None),
         "unknown": (["events", 0, "loss_scale"], 65536.0),
     },
-    instruments.CONCURRENCY_LOSSES: {
+    CONCURRENCY_LOSSES: {
         "wrong type": (["losses", 1, 0], "0.5"),  # compared with its type: a string is no loss
         "missing": (["params", "steps", 0, "groups"], None),
         "unknown": (["params", "steps", 1, "names"], ["fc.weight"]),
     },
-    instruments.CONCURRENCY_RNG: {
+    CONCURRENCY_RNG: {
         "wrong type": (["records", 0, "site"], "train.py:12"),  # rng_causes reads site["path"]
         "missing": (["records", 0, "api"], None),
         "unknown": (["records", 0, "value"], 3),
     },
-    instruments.CONCURRENCY_LOADERS: {
+    CONCURRENCY_LOADERS: {
         "wrong type": (["loaders", 0, "constructions"], "once"),  # compared with 2
         "missing": (["start_method_checks", 0, "batch"], None),
         "unknown": (["loaders", 0, "settings", "workers"], 2),
     },
-    instruments.CONCURRENCY_NONBLOCKING: {
+    CONCURRENCY_NONBLOCKING: {
         "wrong type": (["races", 0, "read_site"], None),  # the finding reads read["path"]
         "missing": (["copies"], None),
         "unknown": (["pending"], 1),
     },
-    instruments.CONCURRENCY_STREAMS: {
+    CONCURRENCY_STREAMS: {
         "wrong type": (["reports", 0, "streams"], "7 vs 0"),
         "missing": (["total"], None),
         "unknown": (["reports", 0, "kernel"], "mul"),
@@ -387,7 +393,7 @@ def harness_result(payloads: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_the_valid_payloads_validate_together() -> None:
-    record = HarnessResult.model_validate(harness_result(copy.deepcopy(VALID)))
+    record = HarnessResult.model_validate(harness_result(copy.deepcopy(VALID)), context=READ_BY_STAGE)
     assert record.instruments == VALID  # validation only: the analyses read the dicts as sent
 
 
@@ -395,7 +401,7 @@ def test_the_valid_payloads_validate_together() -> None:
 @pytest.mark.parametrize("spec", CONCURRENCY)
 def test_a_payload_of_the_wrong_shape_makes_the_result_malformed(spec: str, how: str) -> None:
     with pytest.raises(ValidationError) as raised:
-        HarnessResult.model_validate(harness_result({spec: broken(spec, how)}))
+        HarnessResult.model_validate(harness_result({spec: broken(spec, how)}), context=READ_BY_STAGE)
     # Each error points at the broken field (a union adds the member it tried to the path).
     path = BROKEN[spec][how][0]
     for error in raised.value.errors():
@@ -407,12 +413,12 @@ def test_an_unknown_protocol_call_is_rejected() -> None:
     payload = copy.deepcopy(TRACE)
     payload["events"].append({"op": "scaler.scale", "site": 0, "scaler": 0, "enabled": True})
     with pytest.raises(ValidationError, match="scaler.scale"):
-        HarnessResult.model_validate(harness_result({instruments.CONCURRENCY_TRACE: payload}))
+        HarnessResult.model_validate(harness_result({CONCURRENCY_TRACE: payload}), context=READ_BY_STAGE)
 
 
 def test_an_instrument_that_raised_is_handed_on_for_the_stage_to_report() -> None:
-    record = HarnessResult.model_validate(harness_result({instruments.CONCURRENCY_LOADERS: {"error": "Traceback ..."}}))
-    assert record.instruments[instruments.CONCURRENCY_LOADERS] == {"error": "Traceback ..."}
+    record = HarnessResult.model_validate(harness_result({CONCURRENCY_LOADERS: {"error": "Traceback ..."}}), context=READ_BY_STAGE)
+    assert record.instruments[CONCURRENCY_LOADERS] == {"error": "Traceback ..."}
 
 
 # -- failing closed -------------------------------------------------------------------------------
@@ -439,15 +445,15 @@ def test_the_stage_reports_a_malformed_payload_as_a_blocking_stage_error(tmp_pat
         def train(steps):
             return steps
     """))
-    payloads = {**copy.deepcopy(VALID), instruments.CONCURRENCY_LOADERS: broken(instruments.CONCURRENCY_LOADERS, "missing")}
-    del payloads[instruments.CONCURRENCY_LOSSES], payloads[instruments.CONCURRENCY_NONBLOCKING], payloads[instruments.CONCURRENCY_STREAMS]
+    payloads = {**copy.deepcopy(VALID), CONCURRENCY_LOADERS: broken(CONCURRENCY_LOADERS, "missing")}
+    del payloads[CONCURRENCY_LOSSES], payloads[CONCURRENCY_NONBLOCKING], payloads[CONCURRENCY_STREAMS]
     runs: list[str] = []
 
     def instrumented_run(ctx: StageContext, *, label: str, **_: Any) -> EntrypointRun:
         runs.append(label)
         wire, nonce = _sent_over_the_channel(harness_result(payloads))
         child = ChildResult(argv=["harness"], returncode=0, timed_out=False, duration_s=0.5, stdout="", stderr="", channel=wire)
-        record, problem = read_harness_result(child, nonce)
+        record, problem = read_harness_result(child, nonce, models=ctx.payload_models)
         return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
 
     monkeypatch.setattr(concurrency_stage, "run_entrypoint", instrumented_run)

@@ -1,4 +1,4 @@
-"""The correctness instruments' payload models (`traingate.stages.contract.payloads.correctness`).
+"""The correctness instruments' payload models (`traingate.stages.correctness.probe.payloads`).
 
 What the probes really hand back is captured by running the harness (`entrypoint.run`) in a
 fresh interpreter on a small training function (the probes patch torch for the rest of the
@@ -23,25 +23,31 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from traingate.stages.correctness.probe.payloads import CORRECTNESS_FIRST_UPDATE, CORRECTNESS_GRADIENTS, CORRECTNESS_LOADERS, CORRECTNESS_LOSSES, CORRECTNESS_MODES, CORRECTNESS_ONE_BATCH, CORRECTNESS_RANKS, CORRECTNESS_STEPS
 from traingate.pipeline.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.isolation import ChildResult
 from traingate.stages.base import EntrypointRun, StageContext, read_harness_result
 from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelSpec
 from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult, RankResult
-from traingate.stages.contract.payloads import MODELS
-from traingate.stages.contract.payloads.correctness import FirstUpdatePayload, OneBatchPayload
+from traingate.stages.correctness.probe.payloads import FirstUpdatePayload, OneBatchPayload
 from traingate.stages.correctness import stage as correctness_stage
 from traingate.stages.harness.entrypoint import as_sent, collect_payload
+from traingate.stages.contract.messages import MODELS_CONTEXT
+from traingate.stages.correctness.probe.payloads import MODELS as STAGE_MODELS
 
-STEPS = instruments.CORRECTNESS_STEPS
-LOSSES = instruments.CORRECTNESS_LOSSES
-LOADERS = instruments.CORRECTNESS_LOADERS
-FIRST_UPDATE = instruments.CORRECTNESS_FIRST_UPDATE
-ONE_BATCH = instruments.CORRECTNESS_ONE_BATCH
-RANKS = instruments.CORRECTNESS_RANKS
-GRADIENTS = instruments.CORRECTNESS_GRADIENTS
-MODES = instruments.CORRECTNESS_MODES
+# A result read as the parent reads it: against the stage's payload models.
+READ_BY_STAGE = {MODELS_CONTEXT: STAGE_MODELS}
+MODELS = STAGE_MODELS
+
+STEPS = CORRECTNESS_STEPS
+LOSSES = CORRECTNESS_LOSSES
+LOADERS = CORRECTNESS_LOADERS
+FIRST_UPDATE = CORRECTNESS_FIRST_UPDATE
+ONE_BATCH = CORRECTNESS_ONE_BATCH
+RANKS = CORRECTNESS_RANKS
+GRADIENTS = CORRECTNESS_GRADIENTS
+MODES = CORRECTNESS_MODES
 CORRECTNESS = [STEPS, LOSSES, LOADERS, FIRST_UPDATE, ONE_BATCH, RANKS, GRADIENTS, MODES]
 
 TARGET = '''
@@ -92,6 +98,7 @@ import json, os, sys
 import torch, torch._dynamo
 from traingate.stages.contract.messages import EntrypointRequest
 from traingate.stages.harness.entrypoint import as_sent, run
+
 for request, path in json.loads(sys.argv[1]):
     pid = os.fork()
     if pid == 0:
@@ -143,7 +150,7 @@ def payloads(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("label", list(RUNS))
 def test_every_run_of_the_probes_hands_back_a_valid_result(captured: dict[str, dict[str, Any]], label: str) -> None:
-    result = HarnessResult.model_validate(captured[label])
+    result = HarnessResult.model_validate(captured[label], context=READ_BY_STAGE)
     assert sorted(result.instruments) == sorted(RUNS[label]["instruments"])
 
 
@@ -318,7 +325,7 @@ def test_every_correctness_instrument_has_a_model() -> None:
 
 @pytest.mark.parametrize("spec", CORRECTNESS)
 def test_a_well_formed_payload_validates(spec: str) -> None:
-    HarnessResult.model_validate(harness_result(spec, VALID[spec]))
+    HarnessResult.model_validate(harness_result(spec, VALID[spec]), context=READ_BY_STAGE)
 
 
 def records(payload: dict[str, Any]) -> list[str]:
@@ -338,13 +345,13 @@ def test_a_malformed_payload_makes_the_result_malformed(spec: str, fault: str) -
     else:
         payload = {**valid, "extra": 1}
     with pytest.raises(ValidationError):
-        HarnessResult.model_validate(harness_result(spec, payload))
+        HarnessResult.model_validate(harness_result(spec, payload), context=READ_BY_STAGE)
 
 
 @pytest.mark.parametrize(("spec", "key"), [(spec, key) for spec in CORRECTNESS for key in records(VALID[spec])])
 def test_a_record_with_an_unknown_key_makes_the_result_malformed(spec: str, key: str) -> None:
     with pytest.raises(ValidationError):
-        HarnessResult.model_validate(harness_result(spec, changed(VALID[spec], (key, 0, "extra"), 1)))
+        HarnessResult.model_validate(harness_result(spec, changed(VALID[spec], (key, 0, "extra"), 1)), context=READ_BY_STAGE)
 
 
 @pytest.mark.parametrize(
@@ -358,12 +365,12 @@ def test_a_record_with_an_unknown_key_makes_the_result_malformed(spec: str, key:
 )
 def test_values_outside_what_the_probe_writes_are_rejected(spec: str, path: tuple[Any, ...], value: Any) -> None:
     with pytest.raises(ValidationError):
-        HarnessResult.model_validate(harness_result(spec, changed(VALID[spec], path, value)))
+        HarnessResult.model_validate(harness_result(spec, changed(VALID[spec], path, value)), context=READ_BY_STAGE)
 
 
 def test_a_failed_collect_is_passed_through_for_the_stage_to_report() -> None:
     error = {instruments.ERROR_KEY: "Traceback (most recent call last): ..."}
-    assert HarnessResult.model_validate(harness_result(STEPS, error)).instruments[STEPS] == error
+    assert HarnessResult.model_validate(harness_result(STEPS, error), context=READ_BY_STAGE).instruments[STEPS] == error
 
 
 # -- built where they are made: each probe's collect() builds its model, the harness its result -----
@@ -391,7 +398,7 @@ def test_a_probe_whose_data_does_not_fit_its_model_is_reported_as_a_failed_colle
     payload = collect_payload(Drifted())
     error = instruments.collect_error(payload)
     assert error is not None and "ValidationError" in error and "batches_repeated" in error
-    assert HarnessResult.model_validate(harness_result(ONE_BATCH, payload)).instruments[ONE_BATCH] == payload
+    assert HarnessResult.model_validate(harness_result(ONE_BATCH, payload), context=READ_BY_STAGE).instruments[ONE_BATCH] == payload
 
 
 def test_the_harness_sends_its_result_as_its_model_dumps_it() -> None:
@@ -399,15 +406,22 @@ def test_the_harness_sends_its_result_as_its_model_dumps_it() -> None:
     assert as_sent(fields) == fields  # returned_truncated and warnings_omitted: not set, not sent
     # A payload changed after its model built it goes as it is: the parent rejects the result.
     tampered = harness_result(ONE_BATCH, {**VALID[ONE_BATCH], "steps": "many"})
-    assert as_sent(tampered) is tampered
+    sent = as_sent(tampered)
+    assert sent["instruments"] == tampered["instruments"]
+    with pytest.raises(ValidationError, match="steps"):
+        HarnessResult.model_validate(sent, context=READ_BY_STAGE)
 
 
 def test_the_payload_models_cost_a_child_nothing_at_start_up() -> None:
     # The harness imports every instrument before the target runs; the probes import their
     # models inside collect(), so a child pays for them once the target's code has run.
-    probes = sorted({spec.partition(":")[0] for spec in instruments.ALL})
+    from traingate.stages.concurrency.probe.payloads import MODELS as CONCURRENCY_MODELS
+    from traingate.stages.performance.probe.payloads import MODELS as PERFORMANCE_MODELS
+
+    every = [*PERFORMANCE_MODELS, *CONCURRENCY_MODELS, *STAGE_MODELS]
+    probes = sorted({spec.partition(":")[0] for spec in every})
     code = "import sys, traingate.stages.harness.entrypoint\n" + "".join(f"import {m}\n" for m in probes)
-    code += "print(sorted(m for m in sys.modules if m.startswith('traingate.stages.contract.payloads')))"
+    code += "print(sorted(m for m in sys.modules if m.startswith('traingate.stages.contract.payloads') or m.endswith('.probe.payloads')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
@@ -427,7 +441,8 @@ def test_the_stage_fails_closed_on_a_malformed_payload(tmp_path: Path, monkeypat
     body = harness_result(STEPS, changed(VALID[STEPS], MISSING[STEPS], remove=True))
     envelope = json.dumps({"nonce": nonce, "seq": 0, "kind": HARNESS_RESULT, "body": body}) + "\n"
     child = ChildResult(argv=["harness"], returncode=0, timed_out=False, duration_s=1.0, stdout="", stderr="", channel=envelope.encode())
-    record, problem = read_harness_result(child, nonce)
+    assert read_harness_result(child, nonce)[0] is not None  # read without the stage's models: nothing to check it against
+    record, problem = read_harness_result(child, nonce, models=STAGE_MODELS)
     assert record is None and problem is not None and problem.startswith("a malformed result")
     assert "never_changed_count" in problem
 
@@ -437,7 +452,7 @@ def test_the_stage_fails_closed_on_a_malformed_payload(tmp_path: Path, monkeypat
     monkeypatch.setattr(correctness_stage, "run_entrypoint", instrumented_run)
     config = TargetConfig(entrypoint=EntrypointConfig(call="train:train"))
     ctx = StageContext(stage="correctness", root=tmp_path, config=config, device="cpu", deadline=time.time() + 60, scratch=tmp_path / "scratch")
-    outcome = correctness_stage.CorrectnessStage().run(ctx)
+    outcome = correctness_stage.CorrectnessWork().run(ctx)
     [finding] = outcome.findings
     assert finding.category.value == "stage-error" and finding.blocking is True
     assert finding.evidence.data["reason"] == "no-result"

@@ -16,17 +16,23 @@ import torch
 from pydantic import ValidationError
 from torch.utils.data import DataLoader, TensorDataset
 
+from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL, PERFORMANCE_LIGHT
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.isolation import WarmPool
 from traingate.stages.base import StageContext, run_entrypoint
-from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import HarnessResult
-from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, LoaderRecord
+from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, LoaderRecord
 from traingate.stages.performance.probe.clock import _loader_info, _loader_record
 from traingate.stages.performance.probe.frame_index import FrameIndex
-from traingate.stages.performance.stage import PerformanceStage
+from traingate.stages.performance.spec import PerformanceStage
+from traingate.stages.contract.messages import MODELS_CONTEXT
+from traingate.stages.performance.probe.payloads import MODELS as STAGE_MODELS
 
-FULL, LIGHT = instruments.PERFORMANCE_FULL, instruments.PERFORMANCE_LIGHT
+# A result read as the parent reads it: against the stage's payload models.
+READ_BY_STAGE = {MODELS_CONTEXT: STAGE_MODELS}
+MODELS = STAGE_MODELS
+
+FULL, LIGHT = PERFORMANCE_FULL, PERFORMANCE_LIGHT
 WARMUP, MIN_STEPS, STEPS = 3, 8, 20  # steps 11 and 19 are leak checks (8 and 16 after warm-up)
 
 # A loop that exercises every record of the full payload: a DataLoader over a dataset of the
@@ -37,6 +43,7 @@ LOOP = '''
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
+
 
 
 class Points(Dataset):
@@ -245,7 +252,7 @@ BUILDERS = {FULL: _full, LIGHT: _light}
 @pytest.mark.parametrize("spec", [FULL, LIGHT])
 def test_the_hand_built_payloads_are_valid(spec: str) -> None:
     # The baseline the malformed cases below each change in one place.
-    HarnessResult.model_validate(_result(spec, BUILDERS[spec]()))
+    HarnessResult.model_validate(_result(spec, BUILDERS[spec]()), context=READ_BY_STAGE)
 
 
 # Each case changes one thing the parent-side analyses read.
@@ -291,7 +298,7 @@ def _rejected(spec: str, payload: dict[str, Any], path: tuple[Any, ...]) -> None
     """The harness result holding `payload` is malformed, with the error at the changed key
     inside the payload (at its parent for the checks across fields: one step time per step)."""
     with pytest.raises(ValidationError) as caught:
-        HarnessResult.model_validate(_result(spec, payload))
+        HarnessResult.model_validate(_result(spec, payload), context=READ_BY_STAGE)
     places = [tuple(error["loc"]) for error in caught.value.errors()]
     assert all(place[:2] == ("instruments", spec) for place in places), places
     assert any(place[2 : len(path) + 2] == path or place[2:] == path[:-1] for place in places), places
@@ -314,9 +321,9 @@ def test_an_unknown_key_is_rejected(spec: str, path: tuple[Any, ...]) -> None:
 
 def test_a_failed_collect_passes_as_its_error_and_nothing_else_does() -> None:
     # The harness's record of a collect() that raised: the stage reports its traceback.
-    HarnessResult.model_validate(_result(FULL, {"error": "Traceback (most recent call last): ..."}))
+    HarnessResult.model_validate(_result(FULL, {"error": "Traceback (most recent call last): ..."}), context=READ_BY_STAGE)
     with pytest.raises(ValidationError):
-        HarnessResult.model_validate(_result(FULL, {"error": "Traceback ...", "clock": _clock()}))
+        HarnessResult.model_validate(_result(FULL, {"error": "Traceback ...", "clock": _clock()}), context=READ_BY_STAGE)
 
 
 def test_a_payload_of_the_wrong_shape_is_a_blocking_stage_error(tmp_path: Path) -> None:

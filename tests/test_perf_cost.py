@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL
 from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.isolation import WarmPool
 from traingate.stages.base import StageContext, run_entrypoint
-from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.performance import FullPayload
+from traingate.stages.performance.probe.payloads import FullPayload
 from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES
 from traingate.stages.performance.probe.instrument import HEAVY_OPS_PER_STEP, STEADY_WINDOW_STEPS, WINDOW_STEPS
 from traingate.stages.performance.stage import analyse
@@ -73,11 +73,11 @@ def _profile(tmp_path: Path, warm: WarmPool | None, links: int, leak: bool, **lo
     (target / "loop.py").write_text(LOOP)
     ctx = _context(target, tmp_path / f"scratch-{links}-{leak}", kwargs={"steps": STEPS, "links": links, "leak": leak, **loop}, warm=warm)
     run = run_entrypoint(
-        ctx, label="profile", instruments=[instruments.PERFORMANCE_FULL],
+        ctx, label="profile", instruments=[PERFORMANCE_FULL],
         options={"warmup_steps": WARMUP, "min_steps": MIN_STEPS}, env=ctx.child_env(OMP_NUM_THREADS="1"),
     )
     assert run.ok, run.failure()
-    return ctx, run.instrument(instruments.PERFORMANCE_FULL)
+    return ctx, run.instrument(PERFORMANCE_FULL)
 
 
 def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(tmp_path: Path, warm_pool: WarmPool | None) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from tests.conftest import TARGETS, line_of
 from tests.test_performance import metric, only, perf_gate
-from traingate.stages.contract.payloads.performance import HolderRecord
+from traingate.stages.performance.probe.payloads import HolderRecord
 from traingate.stages.performance.probe.frame_index import FrameIndex
 from traingate.stages.performance.probe.holders import chain_keys, find_holder, live_tensors_with
 from traingate.stages.performance.stores import storing_lines

@@ -12,8 +12,9 @@ from traingate.pipeline.config import TargetConfig
 from traingate.pipeline.schema import Metric, PipelineReport, Severity
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.base import StageContext
-from traingate.stages.contract.payloads.performance import AmpCounts, FullPayload, MemoryRecord, StepClockRecord, SyncRecords
-from traingate.stages.performance.stage import PerformanceStage, analyse
+from traingate.stages.performance.probe.payloads import AmpCounts, FullPayload, MemoryRecord, StepClockRecord, SyncRecords
+from traingate.stages.performance.spec import PerformanceStage
+from traingate.stages.performance.stage import analyse
 
 
 def make_ctx(tmp_path: Path, baseline: dict[str, Any] | None = None, **config: Any) -> StageContext:

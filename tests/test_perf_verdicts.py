@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of
-from traingate.pipeline.performance_details import RegressionRow
+from traingate.stages.performance.details import RegressionRow
 from traingate.pipeline.schema import Metric
-from traingate.stages.contract.payloads.performance import AmpCounts, StepClockRecord
+from traingate.stages.performance.probe.payloads import AmpCounts, StepClockRecord
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression
 from traingate.stages.performance.spread import ratio_from_iqr, ratio_of_medians
 from traingate.stages.performance.stage import analyse

@@ -1,4 +1,4 @@
-"""The performance stage's details as a model (`traingate.pipeline.performance_details`).
+"""The performance stage's details as a model (`traingate.stages.performance.details`).
 
 `tests/schemas/performance_details.json` holds the performance stage's `details` from
 `traingate run tests/targets/<name> --stages performance` on a CPU, by fixture
@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tests.report_builders import report, stage
-from traingate.pipeline.performance_details import PerformanceDetails
+from traingate.stages.performance.details import PerformanceDetails
+from traingate.pipeline.outputs import stage_pages
 from traingate.reports.render import render_stage_md
 
 SAMPLES: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "schemas" / "performance_details.json").read_text())
@@ -31,7 +32,7 @@ def _text(data: dict[str, Any]) -> str:
 
 def _render(details: dict[str, Any]) -> str:
     performance = stage("performance").model_copy(update={"details": details})
-    return render_stage_md(report([performance]), performance)
+    return render_stage_md(report([performance]), performance, stage_pages()["performance"])
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

@@ -25,10 +25,11 @@ from tests.report_builders import measured, report, stage, write
 from traingate.pipeline import outputs
 from traingate.pipeline.findings import finding
 from traingate.pipeline.outputs import write_reports
-from traingate.pipeline.rules import RULES
+from traingate.pipeline.outputs import stage_pages
+from traingate.pipeline.registry import rule_table
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, PipelineReport, Severity, StageReport
 from traingate.reports.facts import RunFacts
-from traingate.reports.render import STAGE_DETAILS, render_report_md, render_stage_md, render_summary, table_cell
+from traingate.reports.render import render_report_md, render_stage_md, render_summary, table_cell
 from traingate.reports.github import render_annotations
 from traingate.reports.junit import render_junit
 from traingate.reports.minimal import render_minimal_md
@@ -36,7 +37,9 @@ from traingate.reports.sarif import render_sarif
 from traingate.reports.step_summary import render_step_summary
 
 SCHEMAS = Path(__file__).parent / "schemas"
-FACTS = RunFacts(target_prefix="", config_file=None, rules=RULES)
+PAGES = stage_pages()
+STAGE_DETAILS = {name: page.details_model for name, page in PAGES.items() if page.details_model is not None}
+FACTS = RunFacts(target_prefix="", config_file=None, rules=rule_table().rules, pages=PAGES)
 
 
 def nasty_finding(stage_name: str, text: str) -> Any:
@@ -56,7 +59,7 @@ def stage_with(name: str, details: dict[str, Any], text: str = "ran") -> StageRe
 def render_all(one: StageReport) -> list[str]:
     """Every renderer over a report holding `one`; each must return (the markdown ones' texts)."""
     whole = report([one])
-    texts = [render_stage_md(whole, one), render_report_md(whole), render_step_summary(whole, FACTS)]
+    texts = [render_stage_md(whole, one, PAGES.get(one.name)), render_report_md(whole), render_step_summary(whole, FACTS)]
     texts.append(render_minimal_md(json.loads(whole.model_dump_json()), [("report.md", "TypeError: x\n\x1b[1my\x1b[0m")]))
     assert render_sarif(whole, FACTS) and render_junit(whole, FACTS) and render_annotations(whole, FACTS)
     summary = render_summary(whole)
@@ -118,7 +121,7 @@ def test_a_loader_without_a_wait_share_renders() -> None:
     # The forum-84911 reproduction: a DataLoader fed the steps, but no step had a wait share.
     details = json.loads((SCHEMAS / "performance_details.json").read_text())["perf_clean_amp"]
     details["stall"].update(median_share=None, steps=0)
-    markdown = render_stage_md(report([one := stage_with("performance", details)]), one)
+    markdown = render_stage_md(report([one := stage_with("performance", details)]), one, PAGES["performance"])
     assert "median wait share not measured" in markdown
 
 

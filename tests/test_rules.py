@@ -18,16 +18,20 @@ from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_erro
 from traingate.pipeline.isolation import ChildResult
 from traingate.pipeline.orchestrator import ANY_STAGE_CATEGORIES, RunRequest, _skip_reason, compare_baseline
 from traingate.pipeline.registry import build_registry
-from traingate.pipeline.rules import ANY_STAGE, RULES, rule_for, sub_rules
-from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus
+from traingate.pipeline.registry import rule_for, rule_table
+from traingate.pipeline.rules import ANY_STAGE
+from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus, TrainingStopped
 from traingate.stages.base import StageContext
 from tests.conftest import REPO, TARGETS, cli_in_process, line_of, run_gate
+
+RULES = rule_table().rules
+sub_rules = rule_table().sub_rules
 
 BLOCK_ON = {Severity.CRITICAL, Severity.HIGH}
 
 
 def test_every_category_has_exactly_one_rule_and_every_rule_a_stable_id() -> None:
-    assert sorted(r.category.value for r in RULES if not r.sub) == sorted(c.value for c in Category)
+    assert sorted(r.category.value for r in RULES if not r.sub) == sorted(c.value for c in Category.builtin())
     assert len({r.id for r in RULES}) == len(RULES)
     for rule in RULES:
         assert rule.description and rule.check and rule.measure and rule.blocks_text and rule.impact and rule.fix
@@ -203,13 +207,17 @@ def test_stage_error_and_hang_ids_follow_their_codes_not_their_wording(tmp_path:
 
 
 def test_later_stages_skip_on_the_smoke_call_hang_by_its_data_not_its_title(tmp_path: Path) -> None:
-    def report_with(hang: Finding) -> list[StageReport]:
-        return [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang])]
+    def report_with(hang: Finding, stopped: bool) -> list[StageReport]:
+        noted = [TrainingStopped(finding=hang.id, reason="hang")] if stopped else []
+        return [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang], training_stopped=noted)]
 
+    # The stage that saw the smoke call hang says so (`StageContext.stops_training`); a title, or
+    # a hang of the test suite, says nothing to the stages after it.
     smoke = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "A call with no telling title", run=SMOKE_CALL_RUN)
     suite = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "The smoke call test suite", run="pytest")
-    assert "did not finish" in (_skip_reason("performance", report_with(smoke)) or "")
-    assert _skip_reason("performance", report_with(suite)) is None
+    assert "did not finish" in (_skip_reason("profile", report_with(smoke, stopped=True)) or "")
+    assert _skip_reason("profile", report_with(suite, stopped=False)) is None
+    assert _skip_reason(None, report_with(smoke, stopped=True)) is None  # a stage that does not run the function
 
 
 def _ids(report: dict[str, Any]) -> dict[str, list[str]]:

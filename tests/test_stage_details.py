@@ -17,9 +17,13 @@ import pytest
 from pydantic import ValidationError
 
 from tests.report_builders import report, stage
-from traingate.pipeline.concurrency_details import ConcurrencyDetails, DeterminismDetails, LoaderDetails, ProtocolDetails
-from traingate.pipeline.correctness_details import CorrectnessDetails, DistributedCheck
-from traingate.reports.render import STAGE_DETAILS, render_stage_md
+from traingate.stages.concurrency.details import ConcurrencyDetails, DeterminismDetails, LoaderDetails, ProtocolDetails
+from traingate.stages.correctness.details import CorrectnessDetails, DistributedCheck
+from traingate.pipeline.outputs import stage_pages
+from traingate.reports.render import render_stage_md
+
+PAGES = stage_pages()
+STAGE_DETAILS = {name: page.details_model for name, page in PAGES.items() if page.details_model is not None}
 
 SAMPLES: dict[str, list[dict[str, Any]]] = json.loads((Path(__file__).parent / "schemas" / "stage_details.json").read_text())
 CONCURRENCY = SAMPLES["concurrency"]
@@ -50,13 +54,13 @@ def test_correctness_details_read_back_and_dump_the_same(sample: dict[str, Any])
 @pytest.mark.parametrize("sample", CONCURRENCY, ids=[s["run"] for s in CONCURRENCY])
 def test_the_concurrency_report_renders_as_it_did_from_plain_details(sample: dict[str, Any]) -> None:
     one = stage("concurrency").model_copy(update={"details": sample["details"]})
-    assert _section(render_stage_md(report([one]), one)) == sample["markdown"]
+    assert _section(render_stage_md(report([one]), one, PAGES.get(one.name))) == sample["markdown"]
 
 
 @pytest.mark.parametrize("sample", CORRECTNESS, ids=[s["run"] for s in CORRECTNESS])
 def test_the_correctness_report_renders_with_its_details(sample: dict[str, Any]) -> None:
     one = stage("correctness").model_copy(update={"details": sample["details"]})
-    assert "## Metrics" in render_stage_md(report([one]), one)
+    assert "## Metrics" in render_stage_md(report([one]), one, PAGES.get(one.name))
 
 
 def test_each_check_reads_back_as_the_record_it_was() -> None:
@@ -79,7 +83,7 @@ def test_a_skipped_stage_has_no_details_to_render() -> None:
     for name in ("concurrency", "correctness"):
         assert STAGE_DETAILS[name].model_validate({}).model_dump(exclude_unset=True) == {}
         skipped = stage(name, skipped="no entrypoint configured")
-        assert "**Not run:** no entrypoint configured" in render_stage_md(report([skipped]), skipped)
+        assert "**Not run:** no entrypoint configured" in render_stage_md(report([skipped]), skipped, PAGES.get(skipped.name))
 
 
 def test_a_record_of_another_shape_is_refused() -> None:

@@ -18,7 +18,7 @@ from traingate.stages.base import StageContext, location_of
 from traingate.stages.concurrency.loaders import as_sent
 from traingate.stages.concurrency.static import SourceHit
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.concurrency import NonBlockingPayload, StreamPayload, StreamReport
+from traingate.stages.concurrency.probe.payloads import NonBlockingPayload, StreamPayload, StreamReport
 
 NONBLOCKING = Category.NONBLOCKING_RACE
 STREAMS = Category.STREAM_RACE

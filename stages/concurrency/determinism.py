@@ -23,10 +23,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from traingate.pipeline.concurrency_details import CurveRow
+from traingate.stages.concurrency.details import CurveRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, SiteRecord, StageContext, site_record
-from traingate.stages.contract.payloads.concurrency import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
+from traingate.stages.concurrency.probe.payloads import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
 from traingate.stages.contract.text import clip_line, strip_ansi
 
 CATEGORY = Category.NONDETERMINISM

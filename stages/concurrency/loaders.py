@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from traingate.pipeline.concurrency_details import LoaderDetails, LoaderRow, StartMethodRow
+from traingate.stages.concurrency.details import LoaderDetails, LoaderRow, StartMethodRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Payload
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.concurrency import (
+from traingate.stages.concurrency.probe.payloads import (
     BatchFailed,
     ConstructionError,
     Culprit,

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from traingate.pipeline.concurrency_details import ProtocolDetails
-from traingate.pipeline.rules import Rule, sub_rules
+from traingate.stages.concurrency.details import ProtocolDetails
+from traingate.pipeline.rules import Rule
+from traingate.stages.concurrency.rules import RULES as STAGE_RULES
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.concurrency import (
+from traingate.stages.concurrency.probe.payloads import (
     AutogradGradEvent,
     BackwardEvent,
     ClipEvent,
@@ -44,7 +45,7 @@ READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
 
 # Each violation kind is one sub-rule of the rule table (`gradscaler-protocol/<kind>`): its
 # description is the finding's title, its check what happened, then its impact and fix.
-RULES: dict[str, Rule] = {rule.sub: rule for rule in sub_rules(Category.GRADSCALER_PROTOCOL)}
+RULES: dict[str, Rule] = {rule.sub: rule for rule in STAGE_RULES if rule.category is Category.GRADSCALER_PROTOCOL and rule.sub}
 
 STEP_OPS = ("scaler.step", "optimizer.step")
 # The calls that name a GradScaler, and so whether it was enabled.

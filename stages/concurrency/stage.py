@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from traingate.pipeline.concurrency_details import (
+from traingate.stages.concurrency.config import ConcurrencyConfig
+from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS, CONCURRENCY_LOSSES, CONCURRENCY_NONBLOCKING, CONCURRENCY_RNG, CONCURRENCY_STREAMS, CONCURRENCY_TRACE
+from traingate.stages.concurrency.details import (
     CheckNote,
     ConcurrencyChecks,
     ConcurrencyDetails,
@@ -27,9 +29,7 @@ from traingate.pipeline.concurrency_details import (
     ProtocolDetails,
     SourceMatch,
 )
-from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Metric, StageOutcome
-from traingate.stages.contract import instruments
 from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
@@ -50,7 +50,7 @@ from traingate.stages.concurrency.loaders import loader_details, loader_findings
 from traingate.stages.concurrency.protocol import ProtocolCheck, protocol_details, protocol_findings
 from traingate.stages.concurrency.static import SourceHit, nonblocking_reads, set_iterations
 from traingate.stages.contract.payloads.base import Payload
-from traingate.stages.contract.payloads.concurrency import (
+from traingate.stages.concurrency.probe.payloads import (
     MODELS,
     LoaderPayload,
     LossTracePayload,
@@ -60,23 +60,19 @@ from traingate.stages.contract.payloads.concurrency import (
     StreamPayload,
 )
 
-TRACE = instruments.CONCURRENCY_TRACE
-LOSSES = instruments.CONCURRENCY_LOSSES
-RNG = instruments.CONCURRENCY_RNG
-LOADERS = instruments.CONCURRENCY_LOADERS
-NONBLOCKING = instruments.CONCURRENCY_NONBLOCKING
-STREAMS = instruments.CONCURRENCY_STREAMS
+TRACE = CONCURRENCY_TRACE
+LOSSES = CONCURRENCY_LOSSES
+RNG = CONCURRENCY_RNG
+LOADERS = CONCURRENCY_LOADERS
+NONBLOCKING = CONCURRENCY_NONBLOCKING
+STREAMS = CONCURRENCY_STREAMS
 FIRST_HASH_SEED = "0"
 _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
 P = TypeVar("P", bound=Payload)
 
 
-class ConcurrencyStage:
-    name = "concurrency"
-    order = 30
-    # Each check module declares the category it emits.
-    # The categories the rule table gives this stage.
-    categories: frozenset[Category] = categories_of('concurrency')
+class ConcurrencyWork:
+    """The stage's work, run in its agent (`traingate.stages.concurrency.spec.ConcurrencyStage` is what the gate registers)."""
 
     def run(self, ctx: StageContext) -> StageOutcome:
         if ctx.config.entrypoint is None:
@@ -108,7 +104,7 @@ class _Session(StageSession[ConcurrencyRun]):
         """One child run; None (with a `hang` finding) when it overran its budget."""
         options = {
             "concurrency": {
-                "start_methods": list(self.ctx.config.concurrency.dataloader_start_methods),
+                "start_methods": list(self.ctx.section(ConcurrencyConfig).dataloader_start_methods),
                 "probe_timeout_s": max(5.0, min(60.0, self.ctx.child_budget() / 4)),
             }
         }
@@ -172,7 +168,7 @@ class _Session(StageSession[ConcurrencyRun]):
     def _loaders(self, first: EntrypointRun) -> None:
         watch = self.loaders = _observed(first, LOADERS, LoaderPayload)
         self.findings += loader_findings(self.ctx, watch, self.fallback)
-        self.dataloader = loader_details(watch, list(self.ctx.config.concurrency.dataloader_start_methods))
+        self.dataloader = loader_details(watch, list(self.ctx.section(ConcurrencyConfig).dataloader_start_methods))
 
     def _nonblocking(self, first: EntrypointRun) -> None:
         hits = nonblocking_reads(self.ctx.root)
@@ -208,7 +204,7 @@ class _Session(StageSession[ConcurrencyRun]):
         # Set field by field as the check gets there: the fields never set stay out of the report.
         details = self.determinism = DeterminismDetails(ran=False, compared=[])
         divergence, other = None, None
-        for index in range(1, self.ctx.config.concurrency.determinism_runs):
+        for index in range(1, self.ctx.section(ConcurrencyConfig).determinism_runs):
             if not self._budget_allows(first):
                 self._out_of_budget(first, "the determinism rerun", check="determinism-rerun")
                 return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from traingate.stages.contract.channel import ChannelSpec
 from traingate.stages.contract.reads import FilesRead
@@ -141,13 +141,21 @@ class WarningRecord(Strict):
     count: int = Field(default=1, ge=1)  # how often it was raised from this place in the run
 
 
-def _check_payloads(value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    if not value:
+# The key of pydantic's validation context under which a reader of a result gives the payload
+# models of its stage's instruments (spec -> model).
+MODELS_CONTEXT = "payload_models"
+
+
+def _check_payloads(value: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+    """Each payload against its model, where the reader gives the models (the parent does, as
+    `check_instruments`' validation context; the harness that builds the result does not)."""
+    models = info.context.get(MODELS_CONTEXT) if isinstance(info.context, dict) else None
+    if not value or not models:
         return value  # nothing to check: a run without instruments never imports the models
     # Imported here: the payload models import this module's neighbours, not the reverse.
     from traingate.stages.contract.payloads import check_instruments
 
-    return check_instruments(value)
+    return check_instruments(value, models)
 
 
 class CollectiveCall(Strict):
@@ -184,8 +192,8 @@ class RankResult(Strict):
 
     @field_validator("instruments")
     @classmethod
-    def _typed_payloads(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        return _check_payloads(value)
+    def _typed_payloads(cls, value: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        return _check_payloads(value, info)
 
     @field_validator("collectives")
     @classmethod
@@ -234,8 +242,8 @@ class HarnessResult(Strict):
 
     @field_validator("instruments")
     @classmethod
-    def _typed_payloads(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        return _check_payloads(value)
+    def _typed_payloads(cls, value: dict[str, dict[str, Any]], info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        return _check_payloads(value, info)
 
     @model_validator(mode="after")
     def _consistent(self) -> HarnessResult:

@@ -12,7 +12,7 @@ from typing import TypedDict
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import FirstUpdatePayload, LossesPayload
+from traingate.stages.correctness.probe.payloads import FirstUpdatePayload, LossesPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.GRAD_ACCUMULATION

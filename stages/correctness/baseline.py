@@ -17,10 +17,10 @@ A fact that differs by more than CHANGED but is no regression is listed as "chan
 
 from __future__ import annotations
 
-from traingate.pipeline.correctness_details import BaselineFactsCheck, TrainingFacts
+from traingate.stages.correctness.details import BaselineFactsCheck, TrainingFacts
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity
 from traingate.stages.base import StageContext
-from traingate.stages.contract.payloads.correctness import FactsPayload
+from traingate.stages.correctness.probe.payloads import FactsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.TRAINING_REGRESSION

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import ClipRecord, StepsPayload
+from traingate.stages.correctness.probe.payloads import ClipRecord, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.GRADIENT_CLIPPING

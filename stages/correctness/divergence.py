@@ -28,7 +28,7 @@ from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding,
 from traingate.stages.base import StageContext, innermost_target_frame, location_of
 from traingate.stages.contract.messages import CollectiveCall, DistributedRecord, RankResult
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.correctness import RankLoader, RanksPayload, RankTensor
+from traingate.stages.correctness.probe.payloads import RankLoader, RanksPayload, RankTensor
 from traingate.stages.correctness import located
 
 CATEGORY = Category.DDP_DIVERGENCE

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import IneffectiveStep, SchedulerRecord, StepsPayload
+from traingate.stages.correctness.probe.payloads import IneffectiveStep, SchedulerRecord, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.INEFFECTIVE_STEP

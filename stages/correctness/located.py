@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from traingate.pipeline.schema import Location
 from traingate.stages.base import location_of
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.correctness import StepsPayload
+from traingate.stages.correctness.probe.payloads import StepsPayload
 
 
 class Sited(Protocol):

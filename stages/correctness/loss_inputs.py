@@ -4,10 +4,10 @@ inputs sampled at each loss call (`probe.loss_inputs`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from traingate.pipeline.correctness_details import LossInputsCheck, LossInputsNotApplicable, LossLine
+from traingate.stages.correctness.details import LossInputsCheck, LossInputsNotApplicable, LossLine
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import LossInputSite, LossInputsPayload, LossShapeSite
+from traingate.stages.correctness.probe.payloads import LossInputSite, LossInputsPayload, LossShapeSite
 from traingate.stages.correctness import located
 
 CATEGORY = Category.LOSS_INPUT_MISMATCH

@@ -3,10 +3,10 @@ with gradients on a batch the run used and located at the first op mixing them (
 
 from __future__ import annotations
 
-from traingate.pipeline.correctness_details import MixingCheck, NotApplicable
+from traingate.stages.correctness.details import MixingCheck, NotApplicable
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import MixingPayload, SampleDependency, TracedOp
+from traingate.stages.correctness.probe.payloads import MixingPayload, SampleDependency, TracedOp
 from traingate.stages.correctness import located
 
 CATEGORY = Category.BATCH_MIXING

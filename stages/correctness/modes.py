@@ -3,10 +3,10 @@ passes under no_grad/inference_mode with them in train mode (`probe.modes`)."""
 
 from __future__ import annotations
 
-from traingate.pipeline.correctness_details import ModesCheck, NotApplicable
+from traingate.stages.correctness.details import ModesCheck, NotApplicable
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import EvalWhileTraining, FunctionalDropout, ModeModule, ModesPayload, TrainUnderNoGrad
+from traingate.stages.correctness.probe.payloads import EvalWhileTraining, FunctionalDropout, ModeModule, ModesPayload, TrainUnderNoGrad
 from traingate.stages.correctness import located
 
 CATEGORY = Category.TRAIN_EVAL_MODE

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import LossesPayload, StepsPayload
+from traingate.stages.correctness.probe.payloads import LossesPayload, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.NO_LEARNING

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import LossesPayload
+from traingate.stages.correctness.probe.payloads import LossesPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.NO_LEARNING

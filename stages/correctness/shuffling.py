@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
-from traingate.stages.contract.payloads.correctness import LoaderOrdering, LoadersPayload
+from traingate.stages.correctness.probe.payloads import LoaderOrdering, LoadersPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNSHUFFLED_TRAINING

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from traingate.pipeline.correctness_details import (
+from traingate.stages.correctness.config import CorrectnessConfig
+from traingate.stages.correctness.rules import CATEGORIES
+from traingate.stages.correctness.probe.payloads import CORRECTNESS_FACTS, CORRECTNESS_FIRST_UPDATE, CORRECTNESS_GRADIENTS, CORRECTNESS_LOADERS, CORRECTNESS_LOSSES, CORRECTNESS_LOSS_INPUTS, CORRECTNESS_MIXING, CORRECTNESS_MODES, CORRECTNESS_ONE_BATCH, CORRECTNESS_RANKS, CORRECTNESS_STEPS
+from traingate.stages.correctness.details import (
     AccumulationCheck,
     BaselineFactsCheck,
     CheckNote,
@@ -49,12 +52,11 @@ from traingate.pipeline.correctness_details import (
     StaleCheck,
     TrainingFacts,
 )
-from traingate.pipeline.rules import categories_of
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
-from traingate.stages.contract.payloads.correctness import (
+from traingate.stages.correctness.probe.payloads import (
     FactsPayload,
     FirstUpdatePayload,
     GradientsPayload,
@@ -76,26 +78,23 @@ from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_fo
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 
-STEPS = instruments.CORRECTNESS_STEPS
-LOSSES = instruments.CORRECTNESS_LOSSES
-LOADERS = instruments.CORRECTNESS_LOADERS
-FIRST_UPDATE = instruments.CORRECTNESS_FIRST_UPDATE
-ONE_BATCH = instruments.CORRECTNESS_ONE_BATCH
-RANKS = instruments.CORRECTNESS_RANKS
-GRADIENTS = instruments.CORRECTNESS_GRADIENTS
-MODES = instruments.CORRECTNESS_MODES
-LOSS_INPUTS = instruments.CORRECTNESS_LOSS_INPUTS
-FACTS = instruments.CORRECTNESS_FACTS
-MIXING = instruments.CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
+STEPS = CORRECTNESS_STEPS
+LOSSES = CORRECTNESS_LOSSES
+LOADERS = CORRECTNESS_LOADERS
+FIRST_UPDATE = CORRECTNESS_FIRST_UPDATE
+ONE_BATCH = CORRECTNESS_ONE_BATCH
+RANKS = CORRECTNESS_RANKS
+GRADIENTS = CORRECTNESS_GRADIENTS
+MODES = CORRECTNESS_MODES
+LOSS_INPUTS = CORRECTNESS_LOSS_INPUTS
+FACTS = CORRECTNESS_FACTS
+MIXING = CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"
 
 
-class CorrectnessStage:
-    name = "correctness"
-    order = 40
-    # The categories the rule table gives this stage.
-    categories: frozenset[Category] = categories_of('correctness')
+class CorrectnessWork:
+    """The stage's work, run in its agent (`traingate.stages.correctness.spec.CorrectnessStage` is what the gate registers)."""
 
     def run(self, ctx: StageContext) -> StageOutcome:
         if ctx.config.entrypoint is None:
@@ -273,7 +272,7 @@ class _Session(StageSession[CorrectnessRun]):
 
     # -- overfit one batch --------------------------------------------------------------------------
     def _overfit(self, first: EntrypointRun) -> None:
-        limit = self.ctx.config.correctness.overfit_steps
+        limit = self.ctx.section(CorrectnessConfig).overfit_steps
         if limit is None:
             self.overfit = CheckNote(ran=False, note="not configured: set overfit_steps in [tool.traingate.correctness]")
             return
@@ -310,7 +309,7 @@ class _Session(StageSession[CorrectnessRun]):
 
     # -- grad-accumulation --------------------------------------------------------------------------
     def _accumulation(self, first: EntrypointRun) -> None:
-        config = self.ctx.config.correctness
+        config = self.ctx.section(CorrectnessConfig)
         if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
             self.grad_accumulation = CheckNote(ran=False, note="not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]")
             return
@@ -426,7 +425,7 @@ class _Session(StageSession[CorrectnessRun]):
     def _outcome(self) -> StageOutcome:
         observed = self.observed
         steps = observed.steps if observed is not None else 0
-        counts = {c: sum(1 for f in self.findings if f.category is c) for c in CorrectnessStage.categories}
+        counts = {c: sum(1 for f in self.findings if f.category is c) for c in CATEGORIES}
         metrics = [
             Metric(id="steps.observed", name="optimizer steps observed", value=steps, note="in the instrumented run"),
             Metric(id="backward.observed", name="backward calls observed", value=observed.backward_calls if observed is not None else 0),

@@ -3,10 +3,10 @@ previous step, because nothing cleared `.grad` in between (`probe.gradients`).""
 
 from __future__ import annotations
 
-from traingate.pipeline.correctness_details import NotApplicable, StaleCheck
+from traingate.stages.correctness.details import NotApplicable, StaleCheck
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import GradientsPayload, StaleStep
+from traingate.stages.correctness.probe.payloads import GradientsPayload, StaleStep
 from traingate.stages.correctness import located
 
 CATEGORY = Category.STALE_GRADIENTS

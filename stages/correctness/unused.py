@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.contract.payloads.correctness import FrozenOutput, LossInputsPayload, ParameterDescription, StepsPayload
+from traingate.stages.correctness.probe.payloads import FrozenOutput, LossInputsPayload, ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNUSED_PARAMETER

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
-from traingate.pipeline.execution_details import BaselineTests
+from traingate.stages.execution.details import BaselineTests
 from traingate.pipeline.findings import locations_data
 from traingate.pipeline.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity, TestRecord
 from traingate.stages.base import StageContext

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traingate.pipeline.config import EntrypointConfig
-from traingate.pipeline.execution_details import EntrypointCoverage, NoEntrypoint
+from traingate.stages.execution.details import EntrypointCoverage, NoEntrypoint
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 

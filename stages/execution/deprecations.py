@@ -11,7 +11,7 @@ from __future__ import annotations
 import linecache
 from dataclasses import dataclass, field
 from pathlib import Path
-from traingate.pipeline.execution_details import WarningRow
+from traingate.stages.execution.details import WarningRow
 from traingate.pipeline.findings import locations_data
 from traingate.pipeline.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext

@@ -16,7 +16,7 @@ import difflib
 import subprocess
 from dataclasses import dataclass
 
-from traingate.pipeline.execution_details import ReplayDetails, ReplayRow
+from traingate.stages.execution.details import ReplayDetails, ReplayRow
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.contract.text import clip_line, first_line

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from traingate.pipeline.execution_details import SmokeRun
+from traingate.stages.execution.details import SmokeRun
 from traingate.pipeline.findings import SMOKE_CALL_RUN
 from traingate.pipeline.schema import Category, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
@@ -57,7 +57,7 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResu
         result.runs.append((label, amp, run))
         what = f"The entrypoint smoke call {ep.label}" + (f" ({ep.amp_setting(amp)})" if amp is not None else "")
         if run.child.timed_out:
-            result.findings.append(hang_finding(ctx, run.child, what, run=SMOKE_CALL_RUN, key=label))
+            result.findings.append(ctx.stops_training(hang_finding(ctx, run.child, what, run=SMOKE_CALL_RUN, key=label), "hang"))
         elif not run.ok:
             _add_crash(result, crash_finding(ctx, run, what, source), label)
     return result

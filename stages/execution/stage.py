@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from traingate.pipeline.execution_details import (
+from traingate.stages.execution.details import (
     Accounting,
     BaselineNotCompared,
     BaselineTests,
@@ -28,8 +28,7 @@ from traingate.pipeline.execution_details import (
     TestRow,
     XdistDisabled,
 )
-from traingate.pipeline.rules import categories_of
-from traingate.pipeline.schema import Category, Finding, Metric, StageOutcome, TestRecord
+from traingate.pipeline.schema import Finding, Metric, StageOutcome, TestRecord
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
 from traingate.stages.contract.messages import WarningRecord
 from traingate.stages.contract.text import first_line
@@ -57,11 +56,8 @@ from traingate.stages.execution.environment_groups import one_per_need
 MAX_TEST_ROWS = 500
 
 
-class ExecutionStage:
-    name = "execution"
-    order = 10
-    # The categories the rule table gives this stage.
-    categories: frozenset[Category] = categories_of('execution')
+class ExecutionWork:
+    """The stage's work, run in its agent (`traingate.stages.execution.spec.ExecutionStage` is what the gate registers)."""
 
     def run(self, ctx: StageContext) -> StageOutcome:
         ep = ctx.config.entrypoint

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from traingate.pipeline.execution_details import SkipGroup, SuiteCounts
+from traingate.stages.execution.details import SkipGroup, SuiteCounts
 from traingate.pipeline.isolation import ChildResult, python_argv, run_child
 from traingate.pipeline.tomlcompat import tomllib
 from traingate.stages.base import StageContext

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traingate.pipeline.config import PolicyConfig
-from traingate.pipeline.performance_details import AmpComparison, AmpSide, AmpSides
+from traingate.stages.performance.details import AmpComparison, AmpSide, AmpSides
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import AmpCounts, SiteKey, StepClockRecord
+from traingate.stages.performance.probe.payloads import AmpCounts, SiteKey, StepClockRecord
 from traingate.stages.performance.spread import RatioSpread, ratio_of_medians
 from traingate.stages.performance.timing import step_stats, step_times
 

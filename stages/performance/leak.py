@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
-from traingate.pipeline.performance_details import LeakRecord
+from traingate.stages.performance.details import LeakRecord
 from traingate.stages.performance.sign_test import sign_test
 
 MIN_SLOPE_BYTES = 64.0

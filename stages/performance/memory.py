@@ -41,7 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from traingate.pipeline.performance_details import (
+from traingate.stages.performance.details import (
     Attribution as AttributionRecord,
     Chart,
     HeldGraphRecord,
@@ -57,7 +57,7 @@ from traingate.pipeline.performance_details import (
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.performance import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite
+from traingate.stages.performance.probe.payloads import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
 

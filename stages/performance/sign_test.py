@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from traingate.pipeline.performance_details import SignTestRecord
+from traingate.stages.performance.details import SignTestRecord
 
 DECISIVE_P = 0.05
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from statistics import median
-from traingate.pipeline.performance_details import SpreadRecord
+from traingate.stages.performance.details import SpreadRecord
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95

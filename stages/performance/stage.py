@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from pathlib import Path
 
-from traingate.pipeline.performance_details import (
+from traingate.stages.performance.config import PerformanceConfig
+from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL, PERFORMANCE_LIGHT
+from traingate.stages.performance.details import (
     AmpDetails,
     Breakdown,
     DeviceKind,
@@ -32,25 +34,20 @@ from traingate.pipeline.performance_details import (
     StepRecord,
     SyncSummary,
 )
-from traingate.pipeline.rules import categories_of
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
+from traingate.pipeline.schema import Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
-from traingate.stages.contract import instruments
-from traingate.stages.contract.payloads.performance import FullPayload, LightPayload, SiteKey, StepClockRecord
+from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, SiteKey, StepClockRecord
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
 
-FULL = instruments.PERFORMANCE_FULL
-LIGHT = instruments.PERFORMANCE_LIGHT
+FULL = PERFORMANCE_FULL
+LIGHT = PERFORMANCE_LIGHT
 
 
-class PerformanceStage:
-    name = "performance"
-    order = 20
-    # The categories the rule table gives this stage.
-    categories: frozenset[Category] = categories_of('performance')
+class PerformanceWork:
+    """The stage's work, run in its agent (`traingate.stages.performance.spec.PerformanceStage` is what the gate registers)."""
 
     def run(self, ctx: StageContext) -> StageOutcome:
         return with_leftover_findings(ctx, self._profile(ctx))
@@ -63,7 +60,7 @@ class PerformanceStage:
                 skipped_reason="no entrypoint is configured ([tool.traingate.entrypoint] call = \"module:function\"), so there is no training loop to profile",
             )
         flag = entrypoint.amp_switch  # the keyword, or `amp_args` for a script
-        settings = ctx.config.performance
+        settings = ctx.section(PerformanceConfig)
         warmup = settings.warmup_steps
         timing_plan: list[tuple[str, bool | None]] = [("fp32", False), ("amp", True)] if flag else [("default", None)]
         timing_plan = [(label, amp) for label, amp in timing_plan for _ in range(settings.timing_runs)]
@@ -107,7 +104,7 @@ class _Measured:
 
 def analyse(ctx: StageContext, profile: FullPayload, timings: dict[str, StepClockRecord], runs: list[RunRecord], flag: str | None) -> StageOutcome:
     """Findings, metrics and report details from what the runs measured."""
-    settings = ctx.config.performance
+    settings = ctx.section(PerformanceConfig)
     clock = profile.clock
     steps = clock.steps
     device: DeviceKind = "cuda" if clock.training_device.startswith("cuda") else "cpu"

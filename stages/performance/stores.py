@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.performance import HolderRecord
+from traingate.stages.performance.probe.payloads import HolderRecord
 
 _ADDERS = {"append", "extend", "insert", "add", "update", "setdefault", "appendleft", "extendleft", "__setitem__"}
 

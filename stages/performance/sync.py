@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Literal
 
-from traingate.pipeline.performance_details import SyncRow, SyncSummary
+from traingate.stages.performance.details import SyncRow, SyncSummary
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import SiteKey, SyncRecords, SyncSiteRecord
+from traingate.stages.performance.probe.payloads import SiteKey, SyncRecords, SyncSiteRecord
 from traingate.stages.performance.sign_test import sign_test
 
 CATEGORY = Category.HOST_SYNC

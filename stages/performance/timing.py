@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median, quantiles
 
-from traingate.pipeline.performance_details import Breakdown, LoaderSummary, Phase, PhaseShare, SampledLine, StallDetails, StepRecord
+from traingate.stages.performance.details import Breakdown, LoaderSummary, Phase, PhaseShare, SampledLine, StallDetails, StepRecord
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
-from traingate.stages.contract.payloads.performance import FullPayload, LoaderRecord, PhaseTimes, StepClockRecord
+from traingate.stages.performance.probe.payloads import FullPayload, LoaderRecord, PhaseTimes, StepClockRecord
 from traingate.stages.performance.sign_test import sign_test
 
 PHASES: tuple[Phase, ...] = ("data", "forward", "backward", "optimizer", "rest")

@@ -110,7 +110,7 @@ class NonBlockingWatch:
         self.races.append({**copy, "read_site": read_site, "read_by": how})
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.concurrency import NonBlockingPayload  # at collect(): no start-up cost
+        from traingate.stages.concurrency.probe.payloads import NonBlockingPayload  # at collect(): no start-up cost
 
         return NonBlockingPayload.sent({"available": self.available, "copies": self.copies, "races": self.races})
 
@@ -216,6 +216,6 @@ class StreamSanitizer:
         )
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.concurrency import StreamPayload  # at collect(): no start-up cost
+        from traingate.stages.concurrency.probe.payloads import StreamPayload  # at collect(): no start-up cost
 
         return StreamPayload.sent({"available": self.available, "reports": self.reports, "total": self.total})

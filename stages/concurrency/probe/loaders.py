@@ -314,7 +314,7 @@ class LoaderWatch:
         return {"ok": False, "error": message[:3000], "kind": error_kind(message), "worker_site": self._worker_site(message), "seconds": seconds}
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.concurrency import LoaderPayload  # at collect(): no start-up cost
+        from traingate.stages.concurrency.probe.payloads import LoaderPayload  # at collect(): no start-up cost
 
         checks = self._probe_start_methods()
         return LoaderPayload.sent({

@@ -99,7 +99,7 @@ class RngSites:
         nprandom.RandomState = RandomState
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.concurrency import RngPayload  # at collect(): no start-up cost
+        from traingate.stages.concurrency.probe.payloads import RngPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         files = {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}

@@ -100,7 +100,7 @@ class LossTrace:
         self._pending = []
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.concurrency import LossTracePayload  # at collect(): no start-up cost
+        from traingate.stages.concurrency.probe.payloads import LossTracePayload  # at collect(): no start-up cost
 
         return LossTracePayload.sent(self._record())
 
@@ -303,7 +303,7 @@ class ProtocolTrace(LossTrace):
         return owners
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.concurrency import ProtocolTracePayload  # at collect(): no start-up cost
+        from traingate.stages.concurrency.probe.payloads import ProtocolTracePayload  # at collect(): no start-up cost
 
         return ProtocolTracePayload.sent(self._record())
 

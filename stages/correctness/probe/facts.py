@@ -134,7 +134,7 @@ class FactsWatch:
         })
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import FactsPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import FactsPayload  # at collect(): no start-up cost
 
         return FactsPayload.sent({
             "steps": self.steps,

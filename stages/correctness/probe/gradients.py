@@ -180,7 +180,7 @@ class StaleGradientWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import GradientsPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import GradientsPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         stale: list[dict[str, Any]] = []

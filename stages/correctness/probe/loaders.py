@@ -130,7 +130,7 @@ class LoaderWatch:
             self.current["steps"] += 1
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import LoadersPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import LoadersPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         for loader in self._kept:

@@ -214,7 +214,7 @@ class LossInputWatch:
         return (kept[1], kept[2]) if kept is not None and output is not None and output.grad_fn is node else (None, None)
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import LossInputsPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import LossInputsPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         records = [judge_site(self.torch, r) for r in self.records.values()]

@@ -83,7 +83,7 @@ class LossWatch:
             self._tls.inside = False
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import LossesPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import LossesPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         values: list[float | None] = []

@@ -108,7 +108,7 @@ class BatchMixingWatch:
                 handle.remove()
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import MixingPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import MixingPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         capture = self._model_capture()

@@ -363,7 +363,7 @@ class ModeWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import ModesPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import ModesPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         if self.feeds is not None:

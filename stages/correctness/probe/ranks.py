@@ -195,7 +195,7 @@ class RankWatch:
         return found
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import RanksPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import RanksPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         return RanksPayload.sent({

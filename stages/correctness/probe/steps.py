@@ -205,7 +205,7 @@ class StepWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import StepsPayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import StepsPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         self._note_foreign_grads()

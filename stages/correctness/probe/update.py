@@ -69,7 +69,7 @@ class FirstUpdate:
         raise FirstStepReached("the first optimizer step was recorded")
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.correctness import FirstUpdatePayload  # at collect(): no start-up cost
+        from traingate.stages.correctness.probe.payloads import FirstUpdatePayload  # at collect(): no start-up cost
 
         return FirstUpdatePayload.sent({"stepped": self.done, "params": self.params, "stop": STOP})
 

@@ -72,7 +72,7 @@ class LightProbe:
         self.clock.install()
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.contract.payloads.performance import LightPayload  # at collect(): no start-up cost
+        from traingate.stages.performance.probe.payloads import LightPayload  # at collect(): no start-up cost
 
         assert self.clock is not None
         return LightPayload.sent({"clock": self.clock.collect()})
@@ -242,7 +242,7 @@ class FullProbe:
         if self._tracer is not None:
             self._tracer.disarm()
         # Imported here, once the instruments stopped: no start-up cost, nothing sampled or tracked.
-        from traingate.stages.contract.payloads.performance import FullPayload
+        from traingate.stages.performance.probe.payloads import FullPayload
 
         clock = self.clock.collect()
         steps = clock["steps"]

@@ -1,6 +1,7 @@
-"""`python -m traingate.reports.categories_doc [PATH]`: docs/categories.md, written from the rule table.
+"""`python -m traingate.pipeline.categories_doc [PATH]`: docs/categories.md, written from the rule table.
 
-The rule table (`traingate.pipeline.rules.RULES`) is the one list of finding categories; this page
+The rule table (`traingate.pipeline.registry.rule_table`: the gate's rules and every registered
+stage's) is the one list of finding categories; this page
 is generated from it so that it cannot drift (tests/test_docs.py checks the committed file is
 current). Without PATH the page is printed.
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from traingate.pipeline.rules import ANY_STAGE, RULES, Rule, sub_rules
+from traingate.pipeline.registry import rule_table
+from traingate.pipeline.rules import ANY_STAGE, Rule
 
 HEADER = """# Finding categories
 
-<!-- Generated from the rule table (pipeline/rules.py) by
-`python -m traingate.reports.categories_doc docs/categories.md`; edit the rules, not this page. -->
+<!-- Generated from the rule table (pipeline/rules.py and each stage's stages/<name>/rules.py) by
+`python -m traingate.pipeline.categories_doc docs/categories.md`; edit the rules, not this page. -->
 
 Every finding has one category, owned by the stage that reports it (`any`: any stage, or the
 gate itself). `traingate explain CATEGORY` prints a category's entry below, and `traingate explain`
@@ -47,13 +49,13 @@ def rule_entry(rule: Rule, heading: str) -> list[str]:
         f"- **How to fix**: {rule.fix}",
         "",
     ]
-    for sub in sub_rules(rule.category) if not rule.sub else ():
+    for sub in rule_table().sub_rules(rule.category) if not rule.sub else ():
         lines += rule_entry(sub, heading + "#")
     return lines
 
 
 def render() -> str:
-    own_rules = [rule for rule in RULES if not rule.sub]
+    own_rules = [rule for rule in rule_table() if not rule.sub]
     stages = list(dict.fromkeys(rule.stage for rule in own_rules))
     lines = [HEADER]
     for stage in stages:

@@ -1,11 +1,9 @@
-"""The performance stage's `details`: what its report (`reports/templates/performance.md.j2`) shows.
+"""The performance stage's `details`: what its report (`report.md.j2` beside this module) shows.
 
 The stage and its analyses build them (`traingate.stages.performance`) and hand them back as
 `model_dump(mode="json", exclude_unset=True)` inside the StageOutcome, so report.json keeps
-plain JSON; the renderer validates them again and the template reads the models. They live
-in the gate's package because the reports may not import a stage (pyproject's import-linter
-contracts); the payload records they carry as the probe wrote them (a held tensor's holder,
-the autocast counts) are the instruments' own models from the shared contract.
+plain JSON; the renderer validates them again and the template reads the models. the payload records they carry as the probe wrote them (a held tensor's holder,
+the autocast counts) are the instruments' own models (the stage's `probe/payloads.py`).
 
 Dumped with `exclude_unset`: a key the stage leaves out (the sign test of a stall that had no
 loader, a regression row's step count where a median was compared) stays out of report.json,
@@ -18,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from traingate.pipeline.execution_details import Detail
+from traingate.pipeline.details import Detail
 from traingate.pipeline.schema import Location
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.performance import (
+from traingate.stages.performance.probe.payloads import (
     AmpCounts,
     CheckHolder,
     GraphHolder,

@@ -12,8 +12,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StrictFloat, StringConstraints, model_validator
 
-from traingate.stages.contract import instruments
 from traingate.stages.contract.payloads.base import Payload, Site
+
+# The stage's instruments: `module:factory` specs the entrypoint harness resolves in the target's process.
+CONCURRENCY_TRACE = "traingate.stages.concurrency.probe.trace:ProtocolTrace"
+CONCURRENCY_LOSSES = "traingate.stages.concurrency.probe.trace:LossTrace"
+CONCURRENCY_RNG = "traingate.stages.concurrency.probe.rng:RngSites"
+CONCURRENCY_LOADERS = "traingate.stages.concurrency.probe.loaders:LoaderWatch"
+CONCURRENCY_NONBLOCKING = "traingate.stages.concurrency.probe.cuda:NonBlockingWatch"
+CONCURRENCY_STREAMS = "traingate.stages.concurrency.probe.cuda:StreamSanitizer"
 
 
 # -- the loss per optimizer step and the parameters after it (probe/trace.py, probe/params.py) --
@@ -350,10 +357,10 @@ class StreamPayload(Payload):
 
 
 MODELS: dict[str, type[BaseModel]] = {
-    instruments.CONCURRENCY_TRACE: ProtocolTracePayload,
-    instruments.CONCURRENCY_LOSSES: LossTracePayload,
-    instruments.CONCURRENCY_RNG: RngPayload,
-    instruments.CONCURRENCY_LOADERS: LoaderPayload,
-    instruments.CONCURRENCY_NONBLOCKING: NonBlockingPayload,
-    instruments.CONCURRENCY_STREAMS: StreamPayload,
+    CONCURRENCY_TRACE: ProtocolTracePayload,
+    CONCURRENCY_LOSSES: LossTracePayload,
+    CONCURRENCY_RNG: RngPayload,
+    CONCURRENCY_LOADERS: LoaderPayload,
+    CONCURRENCY_NONBLOCKING: NonBlockingPayload,
+    CONCURRENCY_STREAMS: StreamPayload,
 }

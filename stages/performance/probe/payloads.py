@@ -16,8 +16,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, StringConstraints, model_validator
 
-from traingate.stages.contract import instruments
 from traingate.stages.contract.payloads.base import Payload, Site
+
+# The stage's instruments: `module:factory` specs the entrypoint harness resolves in the target's process.
+PERFORMANCE_FULL = "traingate.stages.performance.probe.instrument:full"
+PERFORMANCE_LIGHT = "traingate.stages.performance.probe.instrument:light"
 
 # A code location as `FrameIndex.site` makes it: (path, line, function); a list in JSON. The
 # compact key of the hot paths' records; where a record carries the source line it is a `Site`.
@@ -269,6 +272,6 @@ class FullPayload(Payload):
 
 
 MODELS: dict[str, type[BaseModel]] = {
-    instruments.PERFORMANCE_FULL: FullPayload,
-    instruments.PERFORMANCE_LIGHT: LightPayload,
+    PERFORMANCE_FULL: FullPayload,
+    PERFORMANCE_LIGHT: LightPayload,
 }

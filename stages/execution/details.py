@@ -1,23 +1,15 @@
-"""The execution stage's `details`: what its report (`reports/templates/execution.md.j2`) shows.
+"""The execution stage's `details`: what its report page (`report.md.j2` beside this module) shows.
 
-The stage builds them (`traingate.stages.execution.stage`) and hands them back as
-`model_dump(mode="json")` inside its StageOutcome, so report.json keeps plain JSON; the
-renderer validates them again and the template reads the models. They live in the gate's
-package because the reports may not import a stage (pyproject's import-linter contracts).
-Every part is optional: a report built without the stage's details renders without them.
+The stage builds them (`traingate.stages.execution.stage`); see `traingate.pipeline.details`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 
+from traingate.pipeline.details import Detail
 from traingate.pipeline.schema import TestRecord
-
-
-class Detail(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # -- the test suite ------------------------------------------------------------------------

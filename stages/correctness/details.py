@@ -2,14 +2,12 @@
 
 The stage builds them (`traingate.stages.correctness.stage`) and hands them back as
 `as_json()` inside its StageOutcome, so report.json keeps plain JSON; the renderer validates
-them again (the generic `reports/templates/stage.md.j2` shows none of them). They live in the
-gate's package because the reports may not import a stage (pyproject's import-linter
-contracts). A field with a default is one a record holds only once its check got that far:
+them again (the generic `reports/templates/stage.md.j2` shows none of them). A field with a default is one a record holds only once its check got that far:
 left unset, it is left out of report.json. A report built without the stage's details (the
 stage was skipped) renders without them.
 
 Records the probes sent and the details show as sent (a site, an optimizer) are their payload
-models from the shared contract. A float that may be NaN or infinite is `float | None`:
+models (the stage's `probe/payloads.py`). A float that may be NaN or infinite is `float | None`:
 report.json writes it as null.
 """
 
@@ -17,10 +15,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from traingate.pipeline.execution_details import Detail
-from traingate.pipeline.session_details import SessionDetails
+from traingate.pipeline.details import Detail
+from traingate.pipeline.details import SessionDetails
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.correctness import FactsStep, InputKind, LossFunction, MatrixRows, ModuleChange, OptimizerRecord
+from traingate.stages.correctness.probe.payloads import FactsStep, InputKind, LossFunction, MatrixRows, ModuleChange, OptimizerRecord
 
 
 class CheckNote(Detail):

@@ -14,8 +14,20 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from traingate.stages.contract import instruments
 from traingate.stages.contract.payloads.base import Payload, Site
+
+# The stage's instruments: `module:factory` specs the entrypoint harness resolves in the target's process.
+CORRECTNESS_STEPS = "traingate.stages.correctness.probe.steps:StepWatch"
+CORRECTNESS_LOSSES = "traingate.stages.correctness.probe.losses:LossWatch"
+CORRECTNESS_LOADERS = "traingate.stages.correctness.probe.loaders:LoaderWatch"
+CORRECTNESS_FIRST_UPDATE = "traingate.stages.correctness.probe.update:FirstUpdate"
+CORRECTNESS_ONE_BATCH = "traingate.stages.correctness.probe.overfit:OneBatch"
+CORRECTNESS_RANKS = "traingate.stages.correctness.probe.ranks:RankWatch"
+CORRECTNESS_GRADIENTS = "traingate.stages.correctness.probe.gradients:StaleGradientWatch"
+CORRECTNESS_MODES = "traingate.stages.correctness.probe.modes:ModeWatch"
+CORRECTNESS_LOSS_INPUTS = "traingate.stages.correctness.probe.loss_inputs:LossInputWatch"
+CORRECTNESS_MIXING = "traingate.stages.correctness.probe.mixing:BatchMixingWatch"
+CORRECTNESS_FACTS = "traingate.stages.correctness.probe.facts:FactsWatch"
 
 # How `_value`/`_values` in the probes write a loss or a tensor element that is not finite.
 NonFiniteRepr = Literal["nan", "inf", "-inf"]
@@ -479,16 +491,16 @@ class MixingPayload(Payload):
     sites: list[Site]
 
 MODELS: dict[str, type[BaseModel]] = {
-    instruments.CORRECTNESS_STEPS: StepsPayload,
-    instruments.CORRECTNESS_LOSSES: LossesPayload,
-    instruments.CORRECTNESS_LOADERS: LoadersPayload,
-    instruments.CORRECTNESS_FIRST_UPDATE: FirstUpdatePayload,
-    instruments.CORRECTNESS_ONE_BATCH: OneBatchPayload,
-    instruments.CORRECTNESS_RANKS: RanksPayload,
-    instruments.CORRECTNESS_GRADIENTS: GradientsPayload,
-    instruments.CORRECTNESS_MODES: ModesPayload,
-    instruments.CORRECTNESS_LOSS_INPUTS: LossInputsPayload,
-    instruments.CORRECTNESS_MIXING: MixingPayload,
+    CORRECTNESS_STEPS: StepsPayload,
+    CORRECTNESS_LOSSES: LossesPayload,
+    CORRECTNESS_LOADERS: LoadersPayload,
+    CORRECTNESS_FIRST_UPDATE: FirstUpdatePayload,
+    CORRECTNESS_ONE_BATCH: OneBatchPayload,
+    CORRECTNESS_RANKS: RanksPayload,
+    CORRECTNESS_GRADIENTS: GradientsPayload,
+    CORRECTNESS_MODES: ModesPayload,
+    CORRECTNESS_LOSS_INPUTS: LossInputsPayload,
+    CORRECTNESS_MIXING: MixingPayload,
 }
 
 
@@ -529,4 +541,4 @@ class FactsPayload(Payload):
     sites: list[Site]
 
 
-MODELS[instruments.CORRECTNESS_FACTS] = FactsPayload
+MODELS[CORRECTNESS_FACTS] = FactsPayload

@@ -1,24 +1,23 @@
-"""The concurrency stage's `details`: what its report (`reports/templates/concurrency.md.j2`) shows.
+"""The concurrency stage's `details`: what its report (`report.md.j2` beside this module) shows.
 
 The stage builds them (`traingate.stages.concurrency.stage`) and hands them back as
 `as_json()` inside its StageOutcome, so report.json keeps plain JSON; the renderer validates
-them again and the template reads the models. They live in the gate's package because the
-reports may not import a stage (pyproject's import-linter contracts). A field with a default is
+them again and the template reads the models. A field with a default is
 one a record holds only once its check got that far: left unset, it is left out of report.json.
 A report built without the stage's details (the stage was skipped) renders without them.
 
 Records the probes sent and the details show as sent (a DataLoader's settings, a site, a
-GradScaler) are their payload models from the shared contract.
+GradScaler) are their payload models (the stage's `probe/payloads.py`).
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from traingate.pipeline.execution_details import Detail
-from traingate.pipeline.session_details import SessionDetails
+from traingate.pipeline.details import Detail
+from traingate.pipeline.details import SessionDetails
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.contract.payloads.concurrency import LoaderSettings, ScalerRecord
+from traingate.stages.concurrency.probe.payloads import LoaderSettings, ScalerRecord
 
 
 class CheckNote(Detail):

@@ -1,0 +1,41 @@
+"""The correctness stage: training bugs that run fine and pass the tests, and (with a baseline) training that got worse than the baseline's.
+
+What the gate knows of the stage (`traingate.pipeline.registry.Stage`): its name and place, its
+rules, its configuration section, the model of its details and the template of its page, the
+models of its instruments' payloads. Its work (`stage.py` and the analyses) is imported only by
+the stage's own agent, when it runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from traingate.stages.correctness.config import CorrectnessConfig
+from traingate.stages.correctness.details import CorrectnessDetails
+from traingate.stages.correctness.probe.payloads import MODELS
+from traingate.stages.correctness.rules import CATEGORIES, RULES
+
+if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
+    from traingate.pipeline.schema import StageOutcome
+    from traingate.stages.base import StageContext
+
+
+class CorrectnessStage:
+    name = "correctness"
+    order = 40
+    rules = RULES
+    categories = CATEGORIES
+    config_model: type[BaseModel] | None = CorrectnessConfig
+    details_model: type[BaseModel] | None = CorrectnessDetails
+    template: Path | None = None  # the generic page
+    payload_models: dict[str, type[BaseModel]] = MODELS
+    # What it does with the training function: a run that cannot call it skips the stage.
+    purpose: str | None = "observe"
+
+    def run(self, ctx: StageContext) -> StageOutcome:
+        from traingate.stages.correctness.stage import CorrectnessWork  # its agent's work only
+
+        return CorrectnessWork().run(ctx)

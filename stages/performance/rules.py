@@ -1,0 +1,93 @@
+"""The performance stage's rules: memory growth per step, host-device synchronisations, mixed precision, input stalls, regressions against the baseline.
+
+Ids, severities and texts are the report's contract (docs/categories.md is generated from them).
+"""
+
+from __future__ import annotations
+
+from traingate.pipeline.rules import Blocks, Rule
+from traingate.pipeline.schema import Category, Severity
+
+STAGE = "performance"
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        Category.MEMORY_LEAK, STAGE, Severity.HIGH,
+        "memory held between training steps grows with the number of steps",
+        "Runs the entrypoint instrumented and samples, between optimizer steps, the live tensor memory, the process's host memory "
+        "and the steps whose autograd nodes each named tensor's graph holds.",
+        "A robust slope (Theil-Sen) and trend test (Mann-Kendall) over the steps after warm-up, on tensor bytes and on host memory, "
+        "and graphs holding more steps at each check; with the holder and the line that stores into it.",
+        Blocks.POLICY,
+        "A long run keeps every step's tensors until it runs out of memory; what fits for a few hundred steps fails hours in.",
+        "Keep Python numbers or detached values instead of tensors: `losses.append(loss.item())` once per logging interval, "
+        "or `loss.detach()` accumulated on the device; bound caches (collections.deque(maxlen=...)) and clear per-epoch lists.",
+    ),
+    Rule(
+        Category.HOST_SYNC, STAGE, Severity.MEDIUM,
+        "the training step synchronises host and device (explicit or implicit), per call site",
+        "Runs the entrypoint instrumented and counts host-device synchronisations inside optimizer steps.",
+        "Every sync (`.item()`, `.cpu()`, `synchronize`, data-dependent branches) counted per call site in the target's code, per step.",
+        Blocks.POLICY,
+        "Each sync stalls the host until the device has drained its queue, so the host cannot queue the next kernels "
+        "ahead of time; the GPU idles between steps by the launch latency of the next step's work.",
+        "Keep values on the device inside the step (accumulate `loss.detach()` into a tensor, stack per-step values) "
+        "and read them back once per epoch or every N steps; replace data-dependent Python branches on tensors with tensor ops.",
+    ),
+    Rule(
+        Category.AMP_SPEEDUP, STAGE, Severity.HIGH,
+        "mixed precision is slower than the policy's minimum speedup",
+        "Times the training step with the AMP flag on and off, uninstrumented.",
+        "Median step time of each setting after warm-up; gates on CUDA only, reported as not applicable elsewhere.",
+        Blocks.POLICY,
+        "The mixed-precision change does not deliver the speedup the task requires.",
+        "Check where the step's time goes (the breakdown below): syncs, data waits and small kernels do not get faster in reduced precision.",
+    ),
+    Rule(
+        Category.AMP_MEMORY, STAGE, Severity.HIGH,
+        "mixed precision saves less peak memory than the policy's minimum",
+        "Measures peak device memory of the training run with the AMP flag on and off.",
+        "torch.cuda.max_memory_allocated per setting; gates on CUDA only, reported as not applicable elsewhere.",
+        Blocks.POLICY,
+        "The mixed-precision change does not deliver the memory saving the task requires.",
+        "Check what dominates peak memory (parameters and optimizer state stay in fp32 under autocast; activations shrink).",
+    ),
+    Rule(
+        Category.AMP_ACCURACY, STAGE, Severity.HIGH,
+        "mixed precision drifts from full precision beyond the tolerance",
+        "Runs the entrypoint with the AMP flag on and off, same seed.",
+        "Relative difference of the final loss between the two runs, against `amp_accuracy_tolerance`.",
+        Blocks.POLICY,
+        "Results trained with mixed precision differ from full precision beyond what the task accepts.",
+        "Keep precision-sensitive computations (losses over large values, reductions, softmax/normalisation) in float32 under autocast, or rescale the values they work on.",
+    ),
+    Rule(
+        Category.AMP_INACTIVE, STAGE, Severity.HIGH,
+        "mixed precision was switched on but no reduced-precision compute happened",
+        "Runs the entrypoint with the AMP flag on and counts the dtypes of the compute it dispatches.",
+        "Operations dispatched in float16/bfloat16 during the AMP-on run.",
+        Blocks.POLICY,
+        "The run pays for mixed precision (scaler, casts) and gets none of its speed or memory savings; reported AMP results describe full precision.",
+        "Run the forward pass and the loss inside `with torch.autocast(device_type, dtype=...)`, entered with the AMP flag as `enabled`.",
+    ),
+    Rule(
+        Category.INPUT_STALL, STAGE, Severity.MEDIUM,
+        "the training step waits on data loading for a large share of its time",
+        "Runs the entrypoint instrumented and times DataLoader iteration inside each step.",
+        "Median share of the step spent waiting for the batch (host clock), with the lines sampled while waiting.",
+        Blocks.POLICY,
+        "The device idles while the host prepares batches: training runs at the data pipeline's speed, not the model's.",
+        "Make the per-sample work cheaper (precompute, cache decoded samples, avoid I/O or sleeps in __getitem__), "
+        "or overlap it with compute: num_workers > 0, persistent_workers=True, prefetch_factor, pin_memory on CUDA.",
+    ),
+    Rule(
+        Category.PERF_REGRESSION, STAGE, Severity.HIGH,
+        "step time or peak memory is worse than the baseline beyond measurement noise",
+        "Compares this run's step time and peak memory with the `--baseline` report's, metric by metric id.",
+        "The relative change against a noise margin taken from both runs' spread.",
+        Blocks.POLICY,
+        "This change makes training slower or hungrier than the version it replaces.",
+        "Compare the time breakdown and memory chart of both reports to find the phase or line that changed.",
+    ),
+)
+CATEGORIES: frozenset[Category] = frozenset(rule.category for rule in RULES)
