@@ -35,14 +35,21 @@ from traingate.stages.contract.stacks import RUN_TAG_ENV as REAL_TAG_ENV, STACKS
 REAL = "traingate"
 # The child-side packages: what runs inside the target's processes (import-linter keeps them
 # free of the parent side).
-CHILD_PACKAGES = (
+# The child side every stage shares; each stage's own is its `probe` package, found by its
+# folder (`stages/<name>/probe/`), so that no stage is named here.
+SHARED_CHILD_PACKAGES = (
     "traingate.stages.harness",
     "traingate.stages.contract",
     "traingate.stages.contract.payloads",
-    "traingate.stages.performance.probe",
-    "traingate.stages.concurrency.probe",
-    "traingate.stages.correctness.probe",
 )
+
+
+def child_packages() -> tuple[str, ...]:
+    """Every package of the gate whose modules run inside the target's processes."""
+    spec = importlib.util.find_spec("traingate.stages")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    probes = sorted(f"traingate.stages.{init.parent.parent.name}.probe" for folder in folders for init in Path(folder).glob("*/probe/__init__.py"))
+    return (*SHARED_CHILD_PACKAGES, *probes)
 _IMPORT = re.compile(r"^([ \t]*)(from[ \t]+traingate[\w.]*[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)|import[ \t]+traingate[^\n]*)", re.MULTILINE)
 _DOTTED = re.compile(r"\btraingate(?:\.[A-Za-z_]\w*)*")
 _MARKER = re.compile("traingate", re.IGNORECASE)
@@ -162,7 +169,7 @@ def build() -> Disguise:
     folder = Path(tempfile.mkdtemp())
     package = _word()
     sources: dict[str, Path] = {}
-    for name in CHILD_PACKAGES:
+    for name in child_packages():
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             raise DisguiseError(f"{name} is not installed as a package")
