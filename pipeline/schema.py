@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import core_schema
 from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.text import strip_ansi
@@ -105,7 +106,10 @@ class Category(str):
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_after_validator_function(
-            cls, core_schema.str_schema(pattern=_CATEGORY_NAME.pattern), serialization=core_schema.plain_serializer_function_ser_schema(str.__str__, when_used="always")
+            cls,
+            core_schema.str_schema(pattern=_CATEGORY_NAME.pattern),
+            serialization=core_schema.plain_serializer_function_ser_schema(str.__str__, when_used="always"),
+            metadata={"pydantic_js_updates": {"description": "a built-in category (`examples`) or one a registered stage declares", "examples": [c.value for c in cls._builtin]}},
         )
 
 
@@ -433,7 +437,7 @@ class StageReport(BaseModel):
         default=None, description="where this stage ran, when it differs per stage (a merged split run)"
     )
     # For the stages after it (`StageOutcome.training_stopped`); report.json does not carry it.
-    training_stopped: list[TrainingStopped] = Field(default_factory=list, exclude=True)
+    training_stopped: SkipJsonSchema[list[TrainingStopped]] = Field(default_factory=list, exclude=True)
 
 
 class TargetInfo(BaseModel):

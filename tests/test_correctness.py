@@ -121,12 +121,14 @@ def test_the_stage_is_skipped_after_the_entrypoint_hung_in_the_execution_stage(t
     from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding
     from traingate.pipeline.isolation import ChildResult
     from traingate.pipeline.orchestrator import _skip_reason
-    from traingate.pipeline.schema import Severity, StageReport, StageStatus
+    from traingate.pipeline.registry import build_registry, parts
+    from traingate.pipeline.schema import Severity, StageReport, StageStatus, TrainingStopped
 
     child = ChildResult(argv=["python"], returncode=-9, timed_out=True, duration_s=5.0, stdout="", stderr="hung")
     hang = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on={Severity.CRITICAL, Severity.HIGH}), child, "The entrypoint smoke call", run=SMOKE_CALL_RUN)
-    done = [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang])]
-    assert "nothing to observe" in (_skip_reason("correctness", done) or "")
+    stopped = [TrainingStopped(finding=hang.id, reason="hang")]
+    done = [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang], training_stopped=stopped)]
+    assert "nothing to observe" in (_skip_reason(parts(build_registry()["correctness"]).purpose, done) or "")
 
 
 def test_an_overflow_the_scaler_skips_is_not_a_loss_that_cannot_go_down(tmp_path: Path) -> None:
