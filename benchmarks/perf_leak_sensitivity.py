@@ -35,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from traingate.pipeline.config import TargetConfig  # noqa: E402
+from traingate.pipeline.model.config import TargetConfig  # noqa: E402
 from traingate.stages.base import StageContext, run_entrypoint  # noqa: E402
 from traingate.stages.performance.probe.payloads import MemoryRecord  # noqa: E402
 from traingate.stages.performance.memory import analyse  # noqa: E402

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from traingate.pipeline.schema import Evidence, Finding, PipelineReport
+from traingate.pipeline.model.schema import Evidence, Finding, PipelineReport
 
 # GitHub refuses comments over 65,536 characters; the margin leaves room for a bot's header.
 REPORT_MD_LIMIT = 65_000

@@ -14,8 +14,8 @@ from posixpath import normpath
 
 from pydantic import BaseModel
 
-from traingate.pipeline.rules import Rule
-from traingate.pipeline.schema import Finding, Severity
+from traingate.pipeline.model.rules import Rule
+from traingate.pipeline.model.schema import Finding, Severity
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class RunFacts:
     target_prefix: str = ""
     # The configuration file, relative to the target's root (None: the target has none).
     config_file: str | None = None
-    rules: tuple[Rule, ...] = ()  # the rule table (`traingate.pipeline.rules.table`)
+    rules: tuple[Rule, ...] = ()  # the rule table (`traingate.pipeline.model.rules.table`)
     pages: Mapping[str, StagePage] = field(default_factory=dict)  # each stage's page, by its name
 
     def repo_path(self, path: str) -> str:

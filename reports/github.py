@@ -8,7 +8,7 @@ one of the ten notice places when anything is left out).
 
 from __future__ import annotations
 
-from traingate.pipeline.schema import Finding, PipelineReport
+from traingate.pipeline.model.schema import Finding, PipelineReport
 from traingate.reports.facts import RunFacts, is_serious, worst_first
 
 SHOWN_PER_TYPE = 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traingate.pipeline.history import History, VersionRow
+from traingate.pipeline.model.history import History, VersionRow
 from traingate.reports.render import table_cell
 
 DECISION_MARK = {"PASS": "✅ PASS", "BLOCK": "⛔ BLOCK"}

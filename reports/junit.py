@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from traingate.pipeline.schema import Category, Finding, PipelineReport, StageReport, StageStatus
+from traingate.pipeline.model.schema import Category, Finding, PipelineReport, StageReport, StageStatus
 from traingate.reports.facts import RunFacts, location_text
 
 # Characters XML 1.0 cannot hold at all; evidence from a crashed process may contain them.

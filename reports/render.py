@@ -12,7 +12,7 @@ from typing import Any
 from jinja2 import BaseLoader, ChoiceLoader, Environment, FileSystemBytecodeCache, PackageLoader, StrictUndefined, TemplateNotFound
 from jinja2.bccache import Bucket
 
-from traingate.pipeline.schema import Finding, PipelineReport, StageReport
+from traingate.pipeline.model.schema import Finding, PipelineReport, StageReport
 from traingate.reports.facts import StagePage
 from traingate.reports.clip import REPORT_MD_LIMIT, fit
 

@@ -13,8 +13,8 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from traingate.pipeline.rules import Rule
-from traingate.pipeline.schema import Finding, Location, PipelineReport, Severity
+from traingate.pipeline.model.rules import Rule
+from traingate.pipeline.model.schema import Finding, Location, PipelineReport, Severity
 from traingate.reports.facts import RunFacts, worst_first
 
 SARIF_VERSION = "2.1.0"

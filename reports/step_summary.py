@@ -6,7 +6,7 @@ nowhere) and lists at most `MAX_BLOCKING` blocking findings; the rest are in rep
 
 from __future__ import annotations
 
-from traingate.pipeline.schema import PipelineReport
+from traingate.pipeline.model.schema import PipelineReport
 from traingate.reports.facts import RunFacts, location_text
 from traingate.reports.render import table_cell
 

@@ -13,14 +13,14 @@ import traceback
 from pathlib import Path
 from pkgutil import resolve_name
 
-from traingate.pipeline import disguise
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.disguise import Disguise
-from traingate.pipeline.isolation import WarmPool
-from traingate.pipeline.warm import enabled as warm_start_enabled
-from traingate.pipeline.processes import become_subreaper
-from traingate.pipeline.registry import build_registry, load_stage
-from traingate.pipeline.schema import PipelineReport, StageOutcome
+from traingate.pipeline.supervision import disguise
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.supervision.disguise import Disguise
+from traingate.pipeline.supervision.isolation import WarmPool
+from traingate.pipeline.supervision.warm import enabled as warm_start_enabled
+from traingate.pipeline.supervision.processes import become_subreaper
+from traingate.pipeline.model.registry import build_registry, load_stage
+from traingate.pipeline.model.schema import PipelineReport, StageOutcome
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import receive_request
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest

@@ -19,14 +19,14 @@ from typing import Any, Literal, Protocol, TypedDict, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from traingate.pipeline import findings
+from traingate.pipeline.model import findings
 # The hang of one run, as the gate builds it: a stage calls it with its StageContext.
-from traingate.pipeline.findings import hang_finding as hang_finding
-from traingate.pipeline.config import SectionT, TargetConfig
-from traingate.pipeline.registry import build_registry, parts
-from traingate.pipeline import disguise
-from traingate.pipeline.isolation import ChildResult, WarmPool, python_argv, run_child
-from traingate.pipeline.schema import (
+from traingate.pipeline.model.findings import hang_finding as hang_finding
+from traingate.pipeline.model.config import SectionT, TargetConfig
+from traingate.pipeline.model.registry import build_registry, parts
+from traingate.pipeline.supervision import disguise
+from traingate.pipeline.supervision.isolation import ChildResult, WarmPool, python_argv, run_child
+from traingate.pipeline.model.schema import (
     Category,
     Evidence,
     EvidenceKind,
@@ -66,7 +66,7 @@ class StageContext:
     # What each child run of target code (pytest, entrypoint) opened for reading; None for a
     # run that handed back no record. The agent hands the union back with the stage's outcome.
     files_read: list[FilesRead | None] = field(default_factory=list, repr=False)
-    # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.warm`); None: every
+    # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.supervision.warm`); None: every
     # run starts a fresh interpreter. The stage agent sets it and closes it at the stage's end.
     warm: WarmPool | None = field(default=None, repr=False)
     # The models of the stage's instruments' payloads (spec -> model), against which every
@@ -133,7 +133,7 @@ class StageContext:
         )
 
     def stage_error(self, what: str, *, reason: str, **details: Any) -> Finding:
-        """`stage-error` of this stage (see `traingate.pipeline.findings.stage_error`)."""
+        """`stage-error` of this stage (see `traingate.pipeline.model.findings.stage_error`)."""
         return findings.stage_error(self.stage, what, reason=reason, block_on=self.config.policy.block_on, **details)
 
     def child_env(self, **extra: str) -> dict[str, str]:

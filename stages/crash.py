@@ -10,8 +10,8 @@ finding instead (`traingate.stages.environment`).
 from __future__ import annotations
 
 import linecache
-from traingate.pipeline.isolation import crash_frames
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.stages.contract.stacks import crash_frames
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, innermost_target_frame, location_of
 from traingate.stages.environment import ENTRYPOINT_RUN, environment_finding, missing_module
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from traingate.pipeline.tomlcompat import tomllib
+from traingate.pipeline.model.tomlcompat import tomllib
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 # Modules whose distribution is named otherwise (the common ones in training code).

@@ -17,7 +17,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext
 from traingate.stages.contract.messages import ExceptionRecord
 from traingate.stages.contract.pytest_events import CollectErrorEvent, DescribedException, MissingPackage

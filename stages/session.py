@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Generic, Protocol, TypeVar
 
-from traingate.pipeline.schema import Evidence, EvidenceKind, Finding
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding
 from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, location_of
 
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from traingate.pipeline.cli import main
-from traingate.pipeline.isolation import WarmPool, run_child
-from traingate.pipeline import warm
-from traingate.pipeline.orchestrator import run_pipeline
-from traingate.pipeline.processes import ProcessInfo, become_subreaper, kill_descendants
+from traingate.pipeline.gate.cli import main
+from traingate.pipeline.supervision.isolation import WarmPool, run_child
+from traingate.pipeline.supervision import warm
+from traingate.pipeline.gate.orchestrator import run_pipeline
+from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, kill_descendants
 from traingate.stages.base import run_entrypoint
 
 from tests.markdown_tables import report_folder_problems

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
 from traingate.stages.base import StageContext
 
 

@@ -1,13 +1,13 @@
 """Stage reports as the parts of a split run would write them, built through the real finding
-builders and the policy (status and score come from `traingate.pipeline.policy`)."""
+builders and the policy (status and score come from `traingate.pipeline.gate.policy`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from traingate.pipeline.findings import finding
-from traingate.pipeline.policy import decide, stage_score, stage_status
-from traingate.pipeline.schema import (
+from traingate.pipeline.model.findings import finding
+from traingate.pipeline.gate.policy import decide, stage_score, stage_status
+from traingate.pipeline.model.schema import (
     Category,
     Environment,
     Evidence,

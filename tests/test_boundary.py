@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.isolation import ChildResult, crash_frames, run_child
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.supervision.isolation import ChildResult, run_child
+from traingate.stages.contract.stacks import crash_frames
 from traingate.stages.base import StageContext
 from traingate.stages.contract import stacks
 from traingate.stages.contract.channel import ChannelError, new_nonce, read_records, read_single

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TARGETS, line_of, run_gate
-from traingate.pipeline.isolation import ChildResult
+from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import EntrypointRun
 from traingate.stages.concurrency.determinism import RunData, compare, comparable_leaves, without_volatile_text
 from traingate.stages.concurrency.loaders import _start_method_groups

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.isolation import ChildResult
-from traingate.pipeline.schema import Category
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.supervision.isolation import ChildResult
+from traingate.pipeline.model.schema import Category
 from traingate.stages.base import EntrypointRun, StageContext
 from traingate.stages.concurrency.cuda import nonblocking_observed, stream_findings
 from traingate.stages.concurrency.determinism import RunData, comparable_leaves, compare, deterministic_op, rng_causes, same_value, side_by_side
@@ -19,7 +19,7 @@ from traingate.stages.concurrency.loaders import loader_findings
 from traingate.stages.base import entrypoint_location
 from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
 from traingate.stages.concurrency.spec import ConcurrencyStage
-from traingate.pipeline.registry import build_registry
+from traingate.pipeline.model.registry import build_registry
 from traingate.stages.concurrency.probe.payloads import LoaderPayload, NonBlockingPayload, RngPayload, StreamPayload
 
 

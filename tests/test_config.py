@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.config import ConfigError, check_safe_name, load_config, safe_name_from
+from traingate.pipeline.model.config import check_safe_name, safe_name_from
+from traingate.pipeline.gate.config_file import ConfigError, load_config
 
 
 def _target(tmp_path: Path, pyproject: str = "", traingate: str | None = None) -> Path:

@@ -118,11 +118,11 @@ def test_without_an_entrypoint_the_stage_is_skipped_with_a_reason(tmp_path: Path
 def test_the_stage_is_skipped_after_the_entrypoint_hung_in_the_execution_stage(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding
-    from traingate.pipeline.isolation import ChildResult
-    from traingate.pipeline.orchestrator import _skip_reason
-    from traingate.pipeline.registry import build_registry, parts
-    from traingate.pipeline.schema import Severity, StageReport, StageStatus, TrainingStopped
+    from traingate.pipeline.model.findings import SMOKE_CALL_RUN, hang_finding
+    from traingate.pipeline.supervision.isolation import ChildResult
+    from traingate.pipeline.gate.orchestrator import _skip_reason
+    from traingate.pipeline.model.registry import build_registry, parts
+    from traingate.pipeline.model.schema import Severity, StageReport, StageStatus, TrainingStopped
 
     child = ChildResult(argv=["python"], returncode=-9, timed_out=True, duration_s=5.0, stdout="", stderr="hung")
     hang = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on={Severity.CRITICAL, Severity.HIGH}), child, "The entrypoint smoke call", run=SMOKE_CALL_RUN)
@@ -167,8 +167,9 @@ def test_a_model_that_fits_one_batch_passes_and_the_run_stops_at_overfit_steps(t
 
 
 def test_correctness_configuration_and_policy(tmp_path: Path) -> None:
-    from traingate.pipeline.config import ConfigError, PolicyConfig, load_config
-    from traingate.pipeline.policy_source import resolve_policy
+    from traingate.pipeline.model.config import PolicyConfig
+    from traingate.pipeline.gate.config_file import ConfigError, load_config
+    from traingate.pipeline.gate.policy_source import resolve_policy
 
     (tmp_path / "pyproject.toml").write_text('[tool.traingate.correctness]\naccumulation_kwarg = "accum"\n')
     with pytest.raises(ConfigError) as info:

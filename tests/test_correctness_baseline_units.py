@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.test_perf_units import make_ctx
 from traingate.stages.correctness.details import TrainingFacts
-from traingate.pipeline.schema import Location
+from traingate.pipeline.model.schema import Location
 from traingate.stages.correctness.probe.payloads import FactsPayload
 from traingate.stages.correctness import baseline
 

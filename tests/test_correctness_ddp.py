@@ -170,8 +170,8 @@ def _rank_watch(running_mean: str, *, broadcast_buffers: bool | None) -> RanksPa
 
 @pytest.mark.parametrize(("broadcast_buffers", "reported"), [(False, True), (None, True), (True, False)])
 def test_batchnorm_statistics_that_nothing_synchronises_are_reported(tmp_path: Path, broadcast_buffers: bool | None, reported: bool) -> None:
-    from traingate.pipeline.config import TargetConfig
-    from traingate.pipeline.schema import Location
+    from traingate.pipeline.model.config import TargetConfig
+    from traingate.pipeline.model.schema import Location
     from traingate.stages.base import StageContext
     from traingate.stages.correctness.divergence import divergence_findings
 

@@ -12,9 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from traingate.pipeline.config import TargetConfig  # noqa: E402
+from traingate.pipeline.model.config import TargetConfig  # noqa: E402
 from traingate.stages.correctness.details import MixingCheck, NotApplicable  # noqa: E402
-from traingate.pipeline.schema import Location, Severity  # noqa: E402
+from traingate.pipeline.model.schema import Location, Severity  # noqa: E402
 from traingate.stages.base import StageContext  # noqa: E402
 from traingate.stages.correctness.probe.payloads import LossInputsPayload, MixingPayload  # noqa: E402
 from traingate.stages.correctness.loss_inputs import loss_input_check  # noqa: E402

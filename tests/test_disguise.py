@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline import disguise
-from traingate.pipeline.disguise import Disguise
+from traingate.pipeline.supervision import disguise
+from traingate.pipeline.supervision.disguise import Disguise
 from traingate.stages.contract.target_env import target_env
 
 MARKER = "traingate"

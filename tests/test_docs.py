@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.policy_source import PolicyFileError, load_ci_policy
-from traingate.pipeline import categories_doc
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.gate.policy_source import PolicyFileError, load_ci_policy
+from traingate.pipeline.gate import categories_doc
 from tests.conftest import REPO, cli_in_process
 
 if sys.version_info >= (3, 11):
@@ -100,7 +100,7 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
 
 def test_the_category_page_is_generated_from_the_rule_table() -> None:
     assert (REPO / "docs" / "categories.md").read_text() == categories_doc.render(), (
-        "docs/categories.md is stale: python -m traingate.pipeline.categories_doc docs/categories.md"
+        "docs/categories.md is stale: python -m traingate.pipeline.gate.categories_doc docs/categories.md"
     )
 
 

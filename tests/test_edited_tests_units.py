@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from traingate.pipeline.registry import rule_for, rule_table
-from traingate.pipeline.schema import Category, Severity, TestRecord
+from traingate.pipeline.model.registry import rule_for, rule_table
+from traingate.pipeline.model.schema import Category, Severity, TestRecord
 from traingate.stages.execution.replay import GitTree, NotReplayed, build_view, open_tree, plan_replay, remove_view
 from traingate.stages.execution.replay_checks import function_source
 

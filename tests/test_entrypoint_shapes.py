@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, line_of
-from traingate.pipeline.config import ConfigError, load_config
+from traingate.pipeline.gate.config_file import ConfigError, load_config
 from traingate.stages.base import StageContext
 from traingate.stages.execution.coverage import entrypoint_source
 from traingate.stages.execution.smoke import SmokeResult, smoke_calls

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of, run_gate
-from traingate.pipeline.config import PolicyConfig, TargetConfig
-from traingate.pipeline.schema import Category
+from traingate.pipeline.model.config import PolicyConfig, TargetConfig
+from traingate.pipeline.model.schema import Category
 from traingate.stages.base import StageContext
 from traingate.stages.contract.messages import ExceptionRecord
 from traingate.stages.declared import declared_requirements, distributions_of

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.isolation import ChildResult
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import StageContext
 from traingate.stages.execution.spec import ExecutionStage
 from traingate.stages.execution.checks import suite_findings

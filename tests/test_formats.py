@@ -19,10 +19,10 @@ from junitparser import Failure, JUnitXml, Skipped
 from ruamel.yaml import YAML  # check-jsonschema's own YAML reader
 
 from tests.conftest import REPO, TARGETS, TRAINGATE, line_of
-from traingate.pipeline.outputs import DEFAULT_FORMATS, FormatError, display_path, parse_formats, run_facts, write_reports
-from traingate.pipeline.outputs import stage_pages
-from traingate.pipeline.registry import rule_table
-from traingate.pipeline.schema import (
+from traingate.pipeline.gate.outputs import DEFAULT_FORMATS, FormatError, display_path, parse_formats, run_facts, write_reports
+from traingate.pipeline.gate.outputs import stage_pages
+from traingate.pipeline.model.registry import rule_table
+from traingate.pipeline.model.schema import (
     Category,
     Decision,
     Environment,

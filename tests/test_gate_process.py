@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, TARGETS, TRAINGATE
-from traingate.pipeline import torch_probe
-from traingate.pipeline.cli import UsageError, resolve_device
+from traingate.pipeline.gate import torch_probe
+from traingate.pipeline.gate.cli import UsageError, resolve_device
 
 NUMPY_WARNING = "Failed to initialize NumPy"
 
@@ -110,5 +110,5 @@ def test_device_cpu_does_not_ask_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse() -> None:
         raise AssertionError("torch was asked for --device cpu")
 
-    monkeypatch.setattr("traingate.pipeline.cli.torch_facts", refuse)
+    monkeypatch.setattr("traingate.pipeline.gate.cli.torch_facts", refuse)
     assert resolve_device("cpu") == "cpu"

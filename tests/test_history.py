@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tests.conftest import cli_in_process
 from tests.report_builders import measured, report, stage, write
-from traingate.pipeline.history import load_history
-from traingate.pipeline.schema import Category, Metric, Severity
+from traingate.pipeline.model.history import load_history
+from traingate.pipeline.model.schema import Category, Metric, Severity
 
 
 def history(*args: str) -> subprocess.CompletedProcess[str]:

@@ -110,7 +110,7 @@ def test_every_stage_package_is_independent_of_the_others() -> None:
 def test_a_module_outside_every_contract_is_reported() -> None:
     """The check itself: a module no expression reaches is listed, wildcards reach only their depth."""
     contract_list = [{"type": "forbidden", "source_modules": ["traingate.pipeline", "traingate.stages.*.probe"]}]
-    modules = {"traingate.pipeline.cli", "traingate.stages.correctness.probe.steps", "traingate.stages.correctness.stale", "traingate.reports.render"}
+    modules = {"traingate.pipeline.gate.cli", "traingate.stages.correctness.probe.steps", "traingate.stages.correctness.stale", "traingate.reports.render"}
     assert uncovered(modules, contract_list) == ["traingate.reports.render", "traingate.stages.correctness.stale"]
     assert covers("traingate.**", "traingate.stages.contract.text")
     assert not covers("traingate.stages.*.probe", "traingate.stages.probe")

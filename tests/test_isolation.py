@@ -8,7 +8,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from traingate.pipeline.isolation import crash_frames, main_thread_frames, run_child
+from traingate.pipeline.supervision.isolation import run_child
+from traingate.stages.contract.stacks import crash_frames, main_thread_frames
 from tests.conftest import REPO, line_of
 
 

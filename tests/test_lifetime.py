@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, TARGETS, TRAINGATE, run_gate
-from traingate.pipeline.isolation import run_child
-from traingate.pipeline.processes import descendants, is_subreaper, process_table
+from traingate.pipeline.supervision.isolation import run_child
+from traingate.pipeline.supervision.processes import descendants, is_subreaper, process_table
 
 FORGE_MARKER = "traingate-forge-daemon"
 SLEEPER_MARKER = "traingate-sleeper-daemon"

@@ -10,9 +10,9 @@ import pytest
 
 from tests.conftest import TARGETS, cli_in_process, run_gate
 from tests.report_builders import measured, report, stage, write
-from traingate.pipeline.merge import MergeError, merge_reports
-from traingate.pipeline.policy import decide
-from traingate.pipeline.schema import Acceptance, BaselineComparison, Category, PipelineReport, Severity, WaiverEntry
+from traingate.pipeline.gate.merge import MergeError, merge_reports
+from traingate.pipeline.gate.policy import decide
+from traingate.pipeline.model.schema import Acceptance, BaselineComparison, Category, PipelineReport, Severity, WaiverEntry
 
 KNOWN = ["execution", "performance", "concurrency", "correctness"]
 

@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 
 from tests.conftest import TARGETS, GateRun, run_gate
-from traingate.pipeline.findings import locations_data
-from traingate.pipeline.policy import PASS_SCORE_FLOOR
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
+from traingate.pipeline.model.findings import locations_data
+from traingate.pipeline.gate.policy import PASS_SCORE_FLOOR
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting_checks import module_skips
 from traingate.stages.execution.environment_groups import one_per_need

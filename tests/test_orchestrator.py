@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.orchestrator import RunRequest, run_pipeline
-from traingate.pipeline.schema import Decision, StageStatus
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.gate.orchestrator import RunRequest, run_pipeline
+from traingate.pipeline.model.schema import Decision, StageStatus
 from tests.conftest import REPO
 from tests.fake_stages import build
 

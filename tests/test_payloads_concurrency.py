@@ -17,8 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS, CONCURRENCY_LOSSES, CONCURRENCY_NONBLOCKING, CONCURRENCY_RNG, CONCURRENCY_STREAMS, CONCURRENCY_TRACE
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.isolation import ChildResult
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import EntrypointRun, StageContext, read_harness_result, run_entrypoint
 from traingate.stages.concurrency import stage as concurrency_stage
 from traingate.stages.concurrency.probe.params import DETAILED_STEPS

@@ -24,8 +24,8 @@ import pytest
 from pydantic import ValidationError
 
 from traingate.stages.correctness.probe.payloads import CORRECTNESS_FIRST_UPDATE, CORRECTNESS_GRADIENTS, CORRECTNESS_LOADERS, CORRECTNESS_LOSSES, CORRECTNESS_MODES, CORRECTNESS_ONE_BATCH, CORRECTNESS_RANKS, CORRECTNESS_STEPS
-from traingate.pipeline.config import EntrypointConfig, TargetConfig
-from traingate.pipeline.isolation import ChildResult
+from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
+from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import EntrypointRun, StageContext, read_harness_result
 from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelSpec

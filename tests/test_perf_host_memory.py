@@ -13,7 +13,7 @@ import torch
 from tests.conftest import TARGETS, GateRun, line_of
 from tests.test_perf_units import make_ctx, memory_record
 from tests.test_performance import perf_gate
-from traingate.pipeline.schema import Severity
+from traingate.pipeline.model.schema import Severity
 from traingate.stages.performance import memory as perf_memory
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES
 from traingate.stages.performance.probe.graph_span import sequence_number, steps_held
@@ -62,7 +62,7 @@ def memory_payload(host: list[int], graphs: list[dict[str, Any]] | None = None) 
 
 
 def test_host_growth_nothing_explains_is_a_leak_at_the_training_loop(tmp_path: Path) -> None:
-    from traingate.pipeline.schema import Location
+    from traingate.pipeline.model.schema import Location
 
     loop = Location(path="train.py", line=12, function="train")
     growing = [50_000_000 + 2_000_000 * i for i in range(20)]

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import TARGETS, line_of
 from tests.test_performance import metric, only, perf_gate
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.performance.consistency import missed_without_finding, undecided_misses
 from traingate.stages.performance.leak import decide
 from traingate.stages.performance.sign_test import sign_test

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.schema import Metric, PipelineReport, Severity
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.schema import Metric, PipelineReport, Severity
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.base import StageContext
 from traingate.stages.performance.probe.payloads import AmpCounts, FullPayload, MemoryRecord, StepClockRecord, SyncRecords

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of
 from traingate.stages.performance.details import RegressionRow
-from traingate.pipeline.schema import Metric
+from traingate.pipeline.model.schema import Metric
 from traingate.stages.performance.probe.payloads import AmpCounts, StepClockRecord
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression
 from traingate.stages.performance.spread import ratio_from_iqr, ratio_of_medians

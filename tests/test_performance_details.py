@@ -19,7 +19,7 @@ import pytest
 
 from tests.report_builders import report, stage
 from traingate.stages.performance.details import PerformanceDetails
-from traingate.pipeline.outputs import stage_pages
+from traingate.pipeline.gate.outputs import stage_pages
 from traingate.reports.render import render_stage_md
 
 SAMPLES: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "schemas" / "performance_details.json").read_text())

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, TARGETS, TRAINGATE, GateRun, run_gate
-from traingate.pipeline.config import PolicyConfig
-from traingate.pipeline.policy_source import (
+from traingate.pipeline.model.config import PolicyConfig
+from traingate.pipeline.gate.policy_source import (
     POLICY_ENV,
     CiPolicy,
     PolicyFileError,

@@ -22,12 +22,12 @@ from tests.conftest import cli_in_process
 from tests.details_strategies import NASTY_TEXT, bare, model_data
 from tests.markdown_tables import report_folder_problems, table_problems
 from tests.report_builders import measured, report, stage, write
-from traingate.pipeline import outputs
-from traingate.pipeline.findings import finding
-from traingate.pipeline.outputs import write_reports
-from traingate.pipeline.outputs import stage_pages
-from traingate.pipeline.registry import rule_table
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, PipelineReport, Severity, StageReport
+from traingate.pipeline.gate import outputs
+from traingate.pipeline.model.findings import finding
+from traingate.pipeline.gate.outputs import write_reports
+from traingate.pipeline.gate.outputs import stage_pages
+from traingate.pipeline.model.registry import rule_table
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Metric, PipelineReport, Severity, StageReport
 from traingate.reports.facts import RunFacts
 from traingate.reports.render import render_report_md, render_stage_md, render_summary, table_cell
 from traingate.reports.github import render_annotations
@@ -163,7 +163,7 @@ def _broken(*_: Any) -> str:
 
 def test_a_broken_renderer_leaves_the_json_a_minimal_report_and_the_decision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(outputs, "render_report_md", _broken)
-    monkeypatch.setattr("traingate.pipeline.cli.render_summary", _broken)
+    monkeypatch.setattr("traingate.pipeline.gate.cli.render_summary", _broken)
     out = tmp_path / "merged"
     done = cli_in_process("merge", *_parts_to_merge(tmp_path), "--out", str(out), "--format", "md,json,sarif,junit")
     assert done.returncode == 1  # the decision's: BLOCK
@@ -201,7 +201,7 @@ def test_an_internal_error_is_exit_status_3_one_line_and_a_log(tmp_path: Path, m
     def crash(*_: Any, **__: Any) -> Any:
         raise RuntimeError("the gate's own bug")
 
-    monkeypatch.setattr("traingate.pipeline.cli.write_reports", crash)
+    monkeypatch.setattr("traingate.pipeline.gate.cli.write_reports", crash)
     out = tmp_path / "merged"
     done = cli_in_process("merge", *_parts_to_merge(tmp_path), "--out", str(out))
     assert done.returncode == 3

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, GateRun, run_gate
-from traingate.pipeline.config import EntrypointConfig, TargetConfig
-from traingate.pipeline.once_per_run import OncePerRun
-from traingate.pipeline.schema import Category, Severity
-from traingate.pipeline.snapshot import Changes, modification_finding
-from traingate.pipeline.written_files import RESULT_FILES_RULE, GateInputs, ResultWrites, is_gate_input, named_paths
+from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
+from traingate.pipeline.gate.once_per_run import OncePerRun
+from traingate.pipeline.model.schema import Category, Severity
+from traingate.pipeline.gate.snapshot import Changes, modification_finding
+from traingate.pipeline.gate.written_files import RESULT_FILES_RULE, GateInputs, ResultWrites, is_gate_input, named_paths
 from traingate.stages.contract.reads import FilesRead
 
 STAGES = ("execution", "performance", "concurrency", "correctness")
@@ -97,8 +97,8 @@ def test_result_writes_are_one_low_finding_per_run_and_never_block() -> None:
 
 
 def test_environment_findings_of_the_same_modules_are_kept_once() -> None:
-    from traingate.pipeline.findings import finding
-    from traingate.pipeline.schema import Evidence, EvidenceKind
+    from traingate.pipeline.model.findings import finding
+    from traingate.pipeline.model.schema import Evidence, EvidenceKind
 
     def env(stage: str, missing: list[str]):  # type: ignore[no-untyped-def]
         evidence = Evidence(kind=EvidenceKind.OBSERVED, data={"missing": missing})

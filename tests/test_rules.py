@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.findings import SMOKE_CALL_RUN, hang_finding, stage_error
-from traingate.pipeline.isolation import ChildResult
-from traingate.pipeline.orchestrator import ANY_STAGE_CATEGORIES, RunRequest, _skip_reason, compare_baseline
-from traingate.pipeline.registry import build_registry
-from traingate.pipeline.registry import rule_for, rule_table
-from traingate.pipeline.rules import ANY_STAGE
-from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus, TrainingStopped
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.findings import SMOKE_CALL_RUN, hang_finding, stage_error
+from traingate.pipeline.supervision.isolation import ChildResult
+from traingate.pipeline.gate.orchestrator import ANY_STAGE_CATEGORIES, RunRequest, _skip_reason, compare_baseline
+from traingate.pipeline.model.registry import build_registry
+from traingate.pipeline.model.registry import rule_for, rule_table
+from traingate.pipeline.model.rules import ANY_STAGE
+from traingate.pipeline.model.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus, TrainingStopped
 from traingate.stages.base import StageContext
 from tests.conftest import REPO, TARGETS, cli_in_process, line_of, run_gate
 
@@ -154,7 +154,7 @@ def test_a_finding_without_impact_or_fix_gets_the_rules(tmp_path: Path) -> None:
 
 
 def test_the_orchestrator_builds_its_findings_without_the_stages() -> None:
-    tree = ast.parse((REPO / "pipeline" / "orchestrator.py").read_text())
+    tree = ast.parse((REPO / "pipeline" / "gate" / "orchestrator.py").read_text())
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     # The shared wire contract (traingate.stages.contract) is the one exception; the stages'

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from traingate.pipeline.policy import BLOCK_SCORE_CAP, PASS_SCORE_FLOOR, decide, stage_score, stage_status
-from traingate.pipeline.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
-from traingate.pipeline.registry import RegistryError, Stage, build_registry, load_stage
+from traingate.pipeline.gate.policy import BLOCK_SCORE_CAP, PASS_SCORE_FLOOR, decide, stage_score, stage_status
+from traingate.pipeline.model.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Severity, StageReport, StageStatus
+from traingate.pipeline.model.registry import RegistryError, Stage, build_registry, load_stage
 
 SPEC_CATEGORIES = {
     "execution": {"test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-weakened", "test-environment", "entrypoint-crash", "entrypoint-untested", "deprecated-api"},

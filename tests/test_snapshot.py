@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, TARGETS, TRAINGATE
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
-from traingate.pipeline.snapshot import Changes, Snapshot, SnapshotError, modification_finding, with_user_paths
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
+from traingate.pipeline.gate.snapshot import Changes, Snapshot, SnapshotError, modification_finding, with_user_paths
 
 
 def tree_digest(root: Path) -> dict[str, str]:

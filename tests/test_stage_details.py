@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from tests.report_builders import report, stage
 from traingate.stages.concurrency.details import ConcurrencyDetails, DeterminismDetails, LoaderDetails, ProtocolDetails
 from traingate.stages.correctness.details import CorrectnessDetails, DistributedCheck
-from traingate.pipeline.outputs import stage_pages
+from traingate.pipeline.gate.outputs import stage_pages
 from traingate.reports.render import render_stage_md
 
 PAGES = stage_pages()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.schema import PipelineReport, TestRecord
+from traingate.pipeline.model.schema import PipelineReport, TestRecord
 from traingate.stages.contract.pytest_events import PYTEST_EVENTS, ReportEvent, SelectionEvent
 from traingate.stages.execution.accounting import Selection, repo_test_files
 from traingate.stages.execution.accounting_checks import _gone, baseline_records

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.concurrency.determinism import Divergence
 from traingate.stages.contract.text import clip_text, first_line, strip_ansi
 from traingate.stages.harness.pytest_plugin import environment_cause
@@ -94,7 +94,7 @@ def test_missing_packages_are_the_environments_unless_the_module_is_the_targets(
 def test_a_child_run_sees_nothing_of_an_enclosing_pytest_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # Target code that trains less under PYTEST_CURRENT_TEST must not do so because the gate
     # itself runs inside a test job; every child run (smoke, profile, suite) gets this environment.
-    from traingate.pipeline.config import TargetConfig
+    from traingate.pipeline.model.config import TargetConfig
     from traingate.stages.base import StageContext
     from traingate.stages.contract.target_env import FOREIGN_PYTEST_ENV
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, line_of, run_gate
-from traingate.pipeline.config import ConfigError, PolicyConfig, TargetConfig, load_config
-from traingate.pipeline.findings import finding, stage_error
-from traingate.pipeline.policy_source import load_ci_policy, resolve_policy
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.pipeline.waivers import Adjudicator, scan_inline_waivers
+from traingate.pipeline.model.config import PolicyConfig, TargetConfig
+from traingate.pipeline.gate.config_file import ConfigError, load_config
+from traingate.pipeline.model.findings import finding, stage_error
+from traingate.pipeline.gate.policy_source import load_ci_policy, resolve_policy
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.gate.waivers import Adjudicator, scan_inline_waivers
 
 WAIVE = TARGETS / "waive_findings"
 HIGH = {Severity.CRITICAL, Severity.HIGH}

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.isolation import ChildResult, WarmPool, child_environment, python_argv, run_child
-from traingate.pipeline.processes import descendants
+from traingate.pipeline.supervision.isolation import ChildResult, WarmPool, child_environment, python_argv, run_child
+from traingate.pipeline.supervision.processes import descendants
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
 
@@ -60,7 +60,7 @@ PROBE = textwrap.dedent('''
 AGENT = textwrap.dedent('''
     import gc, json, os, sys
     from pathlib import Path
-    from traingate.pipeline.isolation import WarmPool, python_argv, run_child
+    from traingate.pipeline.supervision.isolation import WarmPool, python_argv, run_child
     from traingate.stages.contract import inherited
 
     handed = inherited.take()
@@ -187,7 +187,7 @@ def test_another_folder_shares_the_interpreter(tmp_path: Path, probe_env: dict[s
 def test_a_pythonpath_relative_to_the_folder_ties_an_interpreter_to_it() -> None:
     # Python makes such entries absolute against the folder it starts in: a run in another
     # folder would have found other modules than the interpreter did.
-    from traingate.pipeline.warm import folder_dependent
+    from traingate.pipeline.supervision.warm import folder_dependent
 
     assert folder_dependent("modules") and folder_dependent(f"/abs{os.pathsep}rel") and folder_dependent(f"/abs{os.pathsep}")
     assert not folder_dependent(None) and not folder_dependent(f"/abs{os.pathsep}/other")
@@ -219,7 +219,7 @@ def test_another_environment_or_a_dead_interpreter_starts_a_fresh_one(tmp_path: 
 
 
 def test_the_warm_start_is_on_by_default_and_turned_off_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from traingate.pipeline.warm import enabled
+    from traingate.pipeline.supervision.warm import enabled
 
     monkeypatch.delenv("TRAINGATE_WARM_START", raising=False)
     assert enabled() == (sys.version_info >= (3, 11))

@@ -2,6 +2,6 @@
 
 import sys
 
-from traingate.pipeline.cli import main
+from traingate.pipeline.gate.cli import main
 
 sys.exit(main())

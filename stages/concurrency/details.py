@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from traingate.pipeline.details import Detail
-from traingate.pipeline.details import SessionDetails
+from traingate.pipeline.model.details import Detail
+from traingate.pipeline.model.details import SessionDetails
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.concurrency.probe.payloads import LoaderSettings, ScalerRecord
 

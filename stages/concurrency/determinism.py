@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from traingate.stages.concurrency.details import CurveRow
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, SiteRecord, StageContext, site_record
 from traingate.stages.concurrency.probe.payloads import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
 from traingate.stages.contract.text import clip_line, strip_ansi

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import TypeGuard
 
 from traingate.stages.concurrency.details import ProtocolDetails
-from traingate.pipeline.rules import Rule
+from traingate.pipeline.model.rules import Rule
 from traingate.stages.concurrency.rules import RULES as STAGE_RULES
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.concurrency.probe.payloads import (

@@ -1,6 +1,6 @@
 """The concurrency stage: GradScaler protocol misuse, `non_blocking` copy races, nondeterminism between same-seed runs, DataLoader worker hazards, CUDA stream races.
 
-What the gate knows of the stage (`traingate.pipeline.registry.Stage`): its name and place, its
+What the gate knows of the stage (`traingate.pipeline.model.registry.Stage`): its name and place, its
 rules, its configuration section, the model of its details and the template of its page, the
 models of its instruments' payloads. Its work (`stage.py` and the analyses) is imported only by
 the stage's own agent, when it runs.
@@ -19,7 +19,7 @@ from traingate.stages.concurrency.probe.payloads import MODELS
 from traingate.stages.concurrency.rules import CATEGORIES, RULES
 
 if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
-    from traingate.pipeline.schema import StageOutcome
+    from traingate.pipeline.model.schema import StageOutcome
     from traingate.stages.base import StageContext
 
 

@@ -29,7 +29,7 @@ from traingate.stages.concurrency.details import (
     ProtocolDetails,
     SourceMatch,
 )
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Metric, StageOutcome
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash

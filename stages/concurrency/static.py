@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Iterator
 
-from traingate.pipeline.schema import Location
+from traingate.pipeline.model.schema import Location
 
 _SKIP_DIRS = {".git", ".venv", "venv", "env", "site-packages", "dist-packages", "node_modules", "__pycache__", "tests", "test", ".tox", ".nox", "build", "dist"}
 MAX_FILES = 2000

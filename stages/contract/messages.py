@@ -47,9 +47,9 @@ class AgentRequest(Strict, Generic[ConfigT, BaselineT]):
     baseline: BaselineT | None  # the --baseline report
     registry: str  # `module:function` building the stage registry
     channel: ChannelSpec
-    # The gate started an agents' host for this run (`traingate.pipeline.warm.AgentHost`).
+    # The gate started an agents' host for this run (`traingate.pipeline.supervision.warm.AgentHost`).
     agents_host: bool = False
-    # The child-side modules under this run's names (`traingate.pipeline.disguise.Disguise`);
+    # The child-side modules under this run's names (`traingate.pipeline.supervision.disguise.Disguise`);
     # None: the children run the real modules.
     disguise: dict[str, Any] | None = None
     # The user's tree the stage's root was copied from (it holds the git history the

@@ -1,16 +1,17 @@
 """The stack-dump file every child writes (`traingate.stages.contract.guard`) and the parent
-reads (`traingate.pipeline.isolation`): faulthandler's format, with traingate's own header
-lines. Both sides take the header lines from here, so the format lives in one place.
+reads (`traingate.pipeline.supervision.isolation`): faulthandler's format, with traingate's own header
+lines, and its parser. Both sides take the format from here, so it lives in one place.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # The environment variable naming the file a child appends its stack dumps to.
 STACKS_ENV = "TRAINGATE_STACKS_FILE"
 # The environment variable naming the run_child call a process descends from
-# (`traingate.pipeline.isolation`); a fork of a warm interpreter writes its own into its
+# (`traingate.pipeline.supervision.isolation`); a fork of a warm interpreter writes its own into its
 # environment block (`traingate.stages.harness.warm`).
 RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
 
@@ -32,3 +33,53 @@ def main_header(pid: int, thread_ident: int) -> str:
 def self_signal_header(what: str, pid: int) -> str:
     """`what`: the signal's name (SIGKILL) or the call (`os._exit(0)`)."""
     return f"{_PREFIX} self-signal {what} pid {pid}\n"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One frame of a dumped stack."""
+
+    path: str
+    line: int
+    function: str
+
+
+_THREAD_RE = re.compile(r"^(?:(?:Current thread|Thread) (0x[0-9a-f]+)|Stack) \(most recent call first\)", re.M)
+_FRAME_RE = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+def parse_dump(text: str) -> list[tuple[str, list[Frame]]]:
+    """faulthandler's dump: [(thread id, frames innermost first)] in file order."""
+    threads: list[tuple[str, list[Frame]]] = []
+    for line in text.splitlines():
+        head = _THREAD_RE.match(line)
+        if head:
+            threads.append((head.group(1) or "", []))
+            continue
+        frame = _FRAME_RE.match(line)
+        if frame and threads:
+            threads[-1][1].append(Frame(frame.group(1), int(frame.group(2)), frame.group(3).strip()))
+    return threads
+
+
+def main_thread_frames(stacks: str) -> list[Frame]:
+    header = MAIN_HEADER.search(stacks)
+    threads = parse_dump(stacks[header.end():] if header else stacks)
+    if not threads:
+        return []
+    if header:
+        wanted = int(header.group(2), 16)
+        for ident, frames in threads:
+            if ident and int(ident, 16) == wanted:
+                return frames
+    return threads[0][1]
+
+
+def crash_frames(stacks: str) -> list[Frame]:
+    """Frames (innermost first) of the stack dumped when the process killed itself or died
+    of a fatal signal; empty when it left no trace (an outside SIGKILL)."""
+    marks = [m.end() for m in CRASH_MARK.finditer(stacks)]
+    if not marks:
+        return []
+    threads = parse_dump(stacks[marks[-1]:])
+    return threads[0][1] if threads else []

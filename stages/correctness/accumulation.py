@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TypedDict
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import FirstUpdatePayload, LossesPayload
 from traingate.stages.correctness import located

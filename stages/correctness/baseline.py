@@ -18,7 +18,7 @@ A fact that differs by more than CHANGED but is no regression is listed as "chan
 from __future__ import annotations
 
 from traingate.stages.correctness.details import BaselineFactsCheck, TrainingFacts
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.correctness.probe.payloads import FactsPayload
 from traingate.stages.correctness import located

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import LoaderOverlap, LoadersPayload
 from traingate.stages.correctness import located

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from traingate.pipeline.schema import Location
+from traingate.pipeline.model.schema import Location
 from traingate.stages.base import location_of
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.correctness.probe.payloads import StepsPayload

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from traingate.stages.correctness.details import LossInputsCheck, LossInputsNotApplicable, LossLine
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import LossInputSite, LossInputsPayload, LossShapeSite
 from traingate.stages.correctness import located

@@ -4,7 +4,7 @@ passes under no_grad/inference_mode with them in train mode (`probe.modes`)."""
 from __future__ import annotations
 
 from traingate.stages.correctness.details import ModesCheck, NotApplicable
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import EvalWhileTraining, FunctionalDropout, ModeModule, ModesPayload, TrainUnderNoGrad
 from traingate.stages.correctness import located

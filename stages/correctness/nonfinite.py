@@ -7,7 +7,7 @@ reported when the run ends with a non-finite loss or with non-finite parameters.
 
 from __future__ import annotations
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import LossesPayload, StepsPayload
 from traingate.stages.correctness import located

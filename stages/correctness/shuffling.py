@@ -3,7 +3,7 @@ DistributedSampler repeats one order every epoch. Observed; medium, so not block
 
 from __future__ import annotations
 
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.correctness.probe.payloads import LoaderOrdering, LoadersPayload
 from traingate.stages.correctness import located

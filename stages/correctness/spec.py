@@ -1,6 +1,6 @@
 """The correctness stage: training bugs that run fine and pass the tests, and (with a baseline) training that got worse than the baseline's.
 
-What the gate knows of the stage (`traingate.pipeline.registry.Stage`): its name and place, its
+What the gate knows of the stage (`traingate.pipeline.model.registry.Stage`): its name and place, its
 rules, its configuration section, the model of its details and the template of its page, the
 models of its instruments' payloads. Its work (`stage.py` and the analyses) is imported only by
 the stage's own agent, when it runs.
@@ -19,7 +19,7 @@ from traingate.stages.correctness.probe.payloads import MODELS
 from traingate.stages.correctness.rules import CATEGORIES, RULES
 
 if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
-    from traingate.pipeline.schema import StageOutcome
+    from traingate.pipeline.model.schema import StageOutcome
     from traingate.stages.base import StageContext
 
 

@@ -52,7 +52,7 @@ from traingate.stages.correctness.details import (
     StaleCheck,
     TrainingFacts,
 )
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult

@@ -4,7 +4,7 @@ previous step, because nothing cleared `.grad` in between (`probe.gradients`).""
 from __future__ import annotations
 
 from traingate.stages.correctness.details import NotApplicable, StaleCheck
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import GradientsPayload, StaleStep
 from traingate.stages.correctness import located

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from traingate.pipeline.schema import Location, TakenOut, TestRecord
+from traingate.pipeline.model.schema import Location, TakenOut, TestRecord
 from traingate.stages.contract.messages import TargetFrame
 from traingate.stages.contract.pytest_events import (
     DeselectedEvent,

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 from traingate.stages.execution.details import BaselineTests
-from traingate.pipeline.findings import locations_data
-from traingate.pipeline.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity, TestRecord
+from traingate.pipeline.model.findings import locations_data
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting import Selection, hook_location, hook_site, repo_test_files
 from traingate.stages.execution.suite import PhaseRewrite, SuiteResult, SuiteRun

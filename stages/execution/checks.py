@@ -8,8 +8,8 @@ record of a test having run, the stage fails closed with `no-tests`.
 from __future__ import annotations
 
 from pathlib import Path
-from traingate.pipeline.isolation import crash_frames
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.stages.contract.stacks import crash_frames
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame
 from traingate.stages.contract.pytest_events import CollectErrorEvent, EnvironmentCause, InternalErrorEvent, MissingPackage
 from traingate.stages.contract.text import clip_line, clip_text, first_line

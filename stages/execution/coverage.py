@@ -21,9 +21,9 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traingate.pipeline.config import EntrypointConfig
+from traingate.pipeline.model.config import EntrypointConfig
 from traingate.stages.execution.details import EntrypointCoverage, NoEntrypoint
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef

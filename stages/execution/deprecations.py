@@ -12,8 +12,8 @@ import linecache
 from dataclasses import dataclass, field
 from pathlib import Path
 from traingate.stages.execution.details import WarningRow
-from traingate.pipeline.findings import locations_data
-from traingate.pipeline.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.findings import locations_data
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.contract.messages import WarningRecord
 from traingate.stages.contract.pytest_events import WarningEvent

@@ -1,6 +1,6 @@
 """The execution stage's `details`: what its report page (`report.md.j2` beside this module) shows.
 
-The stage builds them (`traingate.stages.execution.stage`); see `traingate.pipeline.details`.
+The stage builds them (`traingate.stages.execution.stage`); see `traingate.pipeline.model.details`.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 
-from traingate.pipeline.details import Detail
-from traingate.pipeline.schema import TestRecord
+from traingate.pipeline.model.details import Detail
+from traingate.pipeline.model.schema import TestRecord
 
 
 # -- the test suite ------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from traingate.pipeline.findings import locations_data
-from traingate.pipeline.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding
+from traingate.pipeline.model.findings import locations_data
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding
 from traingate.stages.base import StageContext
 
 MAX_NAMED = 20

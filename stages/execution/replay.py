@@ -20,8 +20,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from traingate.pipeline.schema import TestRecord
-from traingate.pipeline.tomlcompat import tomllib
+from traingate.pipeline.model.schema import TestRecord
+from traingate.pipeline.model.tomlcompat import tomllib
 from traingate.stages.execution.accounting import TEST_FILE
 
 # Folders that hold only tests: their helper modules are part of the test, not of the code.

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 
 from traingate.stages.execution.details import SmokeRun
-from traingate.pipeline.findings import SMOKE_CALL_RUN
-from traingate.pipeline.schema import Category, Finding, Location
+from traingate.pipeline.model.findings import SMOKE_CALL_RUN
+from traingate.pipeline.model.schema import Category, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
 from traingate.stages.contract.messages import ExceptionRecord
 from traingate.stages.crash import entrypoint_crash_finding, head

@@ -1,6 +1,6 @@
 """The execution stage: the test suite under coverage (with a baseline: the baseline's form of each test the change edited), and a smoke call of the entrypoint.
 
-What the gate knows of the stage (`traingate.pipeline.registry.Stage`): its name and place, its
+What the gate knows of the stage (`traingate.pipeline.model.registry.Stage`): its name and place, its
 rules, its configuration section, the model of its details and the template of its page, the
 models of its instruments' payloads. Its work (`stage.py` and the analyses) is imported only by
 the stage's own agent, when it runs.
@@ -17,7 +17,7 @@ from traingate.stages.execution.details import ExecutionDetails
 from traingate.stages.execution.rules import CATEGORIES, RULES
 
 if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
-    from traingate.pipeline.schema import StageOutcome
+    from traingate.pipeline.model.schema import StageOutcome
     from traingate.stages.base import StageContext
 
 

@@ -28,7 +28,7 @@ from traingate.stages.execution.details import (
     TestRow,
     XdistDisabled,
 )
-from traingate.pipeline.schema import Finding, Metric, StageOutcome, TestRecord
+from traingate.pipeline.model.schema import Finding, Metric, StageOutcome, TestRecord
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
 from traingate.stages.contract.messages import WarningRecord
 from traingate.stages.contract.text import first_line

@@ -23,8 +23,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from traingate.stages.execution.details import SkipGroup, SuiteCounts
-from traingate.pipeline.isolation import ChildResult, python_argv, run_child
-from traingate.pipeline.tomlcompat import tomllib
+from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.model.tomlcompat import tomllib
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_records
 from traingate.stages.contract.messages import PYTEST_EVENT, CoverageSpec, PytestRequest

@@ -21,7 +21,7 @@ could not become the run), then `status N` when it ends (the exit code as `subpr
 it: negative for a signal). Runs may overlap. A request with `hand_down` (a stage agent's, from
 the gate's agents' host) has the fork fork once more before it becomes the run: an interpreter
 with these imports for the agent's runs (`_hand_down`). The main socket closing ends the
-interpreter. The parent side is `traingate.pipeline.warm`.
+interpreter. The parent side is `traingate.pipeline.supervision.warm`.
 """
 
 from __future__ import annotations

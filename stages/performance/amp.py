@@ -21,9 +21,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from traingate.pipeline.config import PolicyConfig
+from traingate.pipeline.model.config import PolicyConfig
 from traingate.stages.performance.details import AmpComparison, AmpSide, AmpSides
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.probe.payloads import AmpCounts, SiteKey, StepClockRecord
 from traingate.stages.performance.spread import RatioSpread, ratio_of_medians

@@ -7,7 +7,7 @@ verdict, so the metric is shown as undecided instead, with the reason."""
 
 from __future__ import annotations
 
-from traingate.pipeline.schema import Category, Finding, Metric
+from traingate.pipeline.model.schema import Category, Finding, Metric
 
 # Metric id prefix -> the categories whose finding explains a miss.
 CATEGORIES_BY_PREFIX: dict[str, frozenset[Category]] = {

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from traingate.pipeline.details import Detail
-from traingate.pipeline.schema import Location
+from traingate.pipeline.model.details import Detail
+from traingate.pipeline.model.schema import Location
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.performance.probe.payloads import (
     AmpCounts,

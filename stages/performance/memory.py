@@ -54,7 +54,7 @@ from traingate.stages.performance.details import (
     StoredAt,
     TableRow,
 )
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.performance.probe.payloads import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite

@@ -12,7 +12,7 @@ it covers 1.
 from __future__ import annotations
 
 from traingate.stages.performance.details import RegressionDetails, RegressionRow, SpreadRecord
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.performance.sign_test import sign_test
 from traingate.stages.performance.spread import ratio_from_iqr

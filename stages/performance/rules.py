@@ -5,8 +5,8 @@ Ids, severities and texts are the report's contract (docs/categories.md is gener
 
 from __future__ import annotations
 
-from traingate.pipeline.rules import Blocks, Rule
-from traingate.pipeline.schema import Category, Severity
+from traingate.pipeline.model.rules import Blocks, Rule
+from traingate.pipeline.model.schema import Category, Severity
 
 STAGE = "performance"
 

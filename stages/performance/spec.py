@@ -1,6 +1,6 @@
 """The performance stage: memory growth per optimizer step, host-device synchronisations, mixed precision on against off, data-loading stalls, and regressions against the baseline.
 
-What the gate knows of the stage (`traingate.pipeline.registry.Stage`): its name and place, its
+What the gate knows of the stage (`traingate.pipeline.model.registry.Stage`): its name and place, its
 rules, its configuration section, the model of its details and the template of its page, the
 models of its instruments' payloads. Its work (`stage.py` and the analyses) is imported only by
 the stage's own agent, when it runs.
@@ -19,7 +19,7 @@ from traingate.stages.performance.probe.payloads import MODELS
 from traingate.stages.performance.rules import CATEGORIES, RULES
 
 if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
-    from traingate.pipeline.schema import StageOutcome
+    from traingate.pipeline.model.schema import StageOutcome
     from traingate.stages.base import StageContext
 
 

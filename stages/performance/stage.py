@@ -34,7 +34,7 @@ from traingate.stages.performance.details import (
     StepRecord,
     SyncSummary,
 )
-from traingate.pipeline.schema import Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, SiteKey, StepClockRecord

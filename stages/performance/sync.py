@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from traingate.stages.performance.details import SyncRow, SyncSummary
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.probe.payloads import SiteKey, SyncRecords, SyncSiteRecord
 from traingate.stages.performance.sign_test import sign_test

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from statistics import median, quantiles
 
 from traingate.stages.performance.details import Breakdown, LoaderSummary, Phase, PhaseShare, SampledLine, StallDetails, StepRecord
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.probe.payloads import FullPayload, LoaderRecord, PhaseTimes, StepClockRecord
 from traingate.stages.performance.sign_test import sign_test

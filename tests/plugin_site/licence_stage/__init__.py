@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from traingate.pipeline.rules import Blocks, Rule
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Location, Metric, Severity, StageOutcome
+from traingate.pipeline.model.rules import Blocks, Rule
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Metric, Severity, StageOutcome
 from traingate.stages.base import run_entrypoint
 
 MISSING_LICENCE = Category("missing-licence")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from traingate.pipeline.schema import Category, Finding
-from traingate.pipeline.written_files import ResultWrites
+from traingate.pipeline.model.schema import Category, Finding
+from traingate.pipeline.gate.written_files import ResultWrites
 
 
 @dataclass

@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from pydantic import ValidationError
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.findings import hang_finding, stage_error
-from traingate.pipeline.findings import finding as make_finding
-from traingate.pipeline.gitinfo import rev_parse
-from traingate.pipeline import disguise, warm
-from traingate.pipeline.isolation import ChildResult, WarmPool, child_environment, dump_allowance, python_argv, run_child
-from traingate.pipeline.policy import decide, stage_score, stage_status
-from traingate.pipeline.registry import Stage, parts, rule_table
-from traingate.pipeline.rules import ANY_STAGE_CATEGORIES
-from traingate.pipeline.schema import (
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.findings import hang_finding, stage_error
+from traingate.pipeline.model.findings import finding as make_finding
+from traingate.pipeline.gate.gitinfo import rev_parse
+from traingate.pipeline.supervision import disguise, warm
+from traingate.pipeline.supervision.isolation import ChildResult, WarmPool, child_environment, dump_allowance, python_argv, run_child
+from traingate.pipeline.gate.policy import decide, stage_score, stage_status
+from traingate.pipeline.model.registry import Stage, parts, rule_table
+from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES
+from traingate.pipeline.model.schema import (
     BaselineComparison,
     Category,
     Environment,
@@ -43,11 +43,11 @@ from traingate.pipeline.schema import (
     StageStatus,
     TargetInfo,
 )
-from traingate.pipeline.once_per_run import OncePerRun
-from traingate.pipeline.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
-from traingate.pipeline.written_files import GateInputs
-from traingate.pipeline.torch_probe import torch_facts
-from traingate.pipeline.waivers import Adjudicator
+from traingate.pipeline.gate.once_per_run import OncePerRun
+from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
+from traingate.pipeline.gate.written_files import GateInputs
+from traingate.pipeline.gate.torch_probe import torch_facts
+from traingate.pipeline.gate.waivers import Adjudicator
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.stages.contract.target_env import target_env
@@ -80,7 +80,7 @@ class RunRequest:
     baseline_path: str | None = None
     observers: list[Observer] = field(default_factory=list)
     # `module:function` building the stage registry inside each agent process.
-    registry_factory: str = "traingate.pipeline.registry:build_registry"
+    registry_factory: str = "traingate.pipeline.model.registry:build_registry"
     policy: PolicyProvenance | None = None  # where each policy value came from, for the report
 
     @cached_property
@@ -282,7 +282,7 @@ def stage_margin(budget_s: float) -> float:
 def written_findings(name: str, snapshot: Snapshot, root: Path, inputs: GateInputs, once: OncePerRun) -> list[Finding]:
     """`target-modified` for the files the gate or a later run reads that the stage's run
     changed (always blocking), and the low result-files finding for the other tracked files it
-    only wrote, unless an earlier stage reported them (`traingate.pipeline.written_files`)."""
+    only wrote, unless an earlier stage reported them (`traingate.pipeline.gate.written_files`)."""
     changes = snapshot.changes(root)
     if not changes:
         return []
@@ -353,7 +353,7 @@ def _error(ctx: GateView, what: str, reason: str, child: ChildResult, detail: st
 
 
 def environment(device: str) -> Environment:
-    facts = torch_facts()  # this process never imports torch (pipeline/torch_probe.py)
+    facts = torch_facts()  # this process never imports torch (pipeline/gate/torch_probe.py)
     device_name = (facts.cuda_device_name if device == "cuda" else None) or _cpu_name() or platform.processor() or platform.machine()
     return Environment(
         python=platform.python_version(),

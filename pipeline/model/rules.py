@@ -5,12 +5,12 @@ The gate's own rules (what any stage may report: hangs, stage errors, ...) are h
 declares its own in `stages/<name>/rules.py` (`Stage.rules`), and the table is assembled from the
 registered stages at start-up, so a team's stage brings categories of its own.
 
-A finding is built from its rule (`traingate.pipeline.findings.finding`): the rule gives its id
+A finding is built from its rule (`traingate.pipeline.model.findings.finding`): the rule gives its id
 (SARIF's `ruleId`), its default severity, when it blocks (`Blocks`: by the policy, never,
 always), the stage that owns it, and the generic impact and fix used when a finding has
 nothing more specific to say. The orchestrator's consistency check, SARIF, JUnit, `traingate
 explain` and the stages' category lists read the same rules; docs/categories.md is
-generated from them (`python -m traingate.pipeline.categories_doc`).
+generated from them (`python -m traingate.pipeline.gate.categories_doc`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from traingate.pipeline.schema import Blocks, Category, EvidenceKind, Severity, blocks_under
+from traingate.pipeline.model.schema import Blocks, Category, EvidenceKind, Severity, blocks_under
 
 ANY_STAGE = "any"
 DOCS = "docs/categories.md"

@@ -19,8 +19,8 @@ from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
 
-from traingate.pipeline.rules import ANY_STAGE_CATEGORIES, GATE_RULES, Rule, RuleTable
-from traingate.pipeline.schema import Category, StageOutcome
+from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES, GATE_RULES, Rule, RuleTable
+from traingate.pipeline.model.schema import Category, StageOutcome
 
 ENTRY_POINT_GROUP = "traingate.stages"
 # Keys of the configuration that are the gate's own: no stage may take one as its name.

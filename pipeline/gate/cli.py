@@ -14,10 +14,11 @@ from enum import IntEnum
 from pathlib import Path
 
 from pydantic import ValidationError
-from traingate.pipeline.config import ConfigError, TargetConfig, check_safe_name, load_config, safe_name_from
-from traingate.pipeline.gitinfo import rev_parse
-from traingate.pipeline.history import HistoryError, load_history
-from traingate.pipeline.lifecycle import (
+from traingate.pipeline.model.config import TargetConfig, check_safe_name, safe_name_from
+from traingate.pipeline.gate.config_file import ConfigError, load_config
+from traingate.pipeline.gate.gitinfo import rev_parse
+from traingate.pipeline.model.history import HistoryError, load_history
+from traingate.pipeline.supervision.lifecycle import (
     LOCK_NAME,
     Interrupted,
     OutputBusy,
@@ -27,15 +28,15 @@ from traingate.pipeline.lifecycle import (
     stop_after_interrupt,
     write_atomic,
 )
-from traingate.pipeline.merge import MergeError, load_report, merge_reports
-from traingate.pipeline.orchestrator import RunRequest, config_error_report, run_pipeline
-from traingate.pipeline.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
-from traingate.pipeline.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
-from traingate.pipeline.processes import become_subreaper, kill_descendants
-from traingate.pipeline.registry import build_registry, stage_names
-from traingate.pipeline.registry import rule_table
-from traingate.pipeline.schema import PipelineReport, PolicyProvenance, StageReport
-from traingate.pipeline.torch_probe import torch_facts
+from traingate.pipeline.gate.merge import MergeError, load_report, merge_reports
+from traingate.pipeline.gate.orchestrator import RunRequest, config_error_report, run_pipeline
+from traingate.pipeline.gate.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
+from traingate.pipeline.gate.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
+from traingate.pipeline.supervision.processes import become_subreaper, kill_descendants
+from traingate.pipeline.model.registry import build_registry, stage_names
+from traingate.pipeline.model.registry import rule_table
+from traingate.pipeline.model.schema import PipelineReport, PolicyProvenance, StageReport
+from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.reports import render_summary
 from traingate.reports.history import render_history_md
 from traingate.reports.render import one_line
@@ -419,7 +420,7 @@ def prepare_out(out: Path, root: Path) -> Path:
 def resolve_device(choice: str) -> str:
     if choice == "cpu":
         return choice
-    facts = torch_facts()  # this process never imports torch (pipeline/torch_probe.py)
+    facts = torch_facts()  # this process never imports torch (pipeline/gate/torch_probe.py)
     if choice == "cuda" and not facts.cuda:
         raise UsageError("--device cuda: no CUDA device is available here" + (f" ({facts.problem})" if facts.problem else ""))
     return "cuda" if facts.cuda else "cpu"

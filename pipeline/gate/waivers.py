@@ -24,9 +24,10 @@ from datetime import date
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from traingate.pipeline.config import NEVER_WAIVABLE, ConfigError, TargetConfig, WaiverConfig
-from traingate.pipeline.schema import Acceptance, Category, Finding, WaiverEntry, WaiverMark
-from traingate.pipeline.registry import rule_table
+from traingate.pipeline.model.config import NEVER_WAIVABLE, TargetConfig, WaiverConfig
+from traingate.pipeline.gate.config_file import ConfigError
+from traingate.pipeline.model.schema import Acceptance, Category, Finding, WaiverEntry, WaiverMark
+from traingate.pipeline.model.registry import rule_table
 
 # `# traingate: ignore[host-sync, memory-leak] the reason`
 _INLINE = re.compile(r"#\s*traingate:\s*ignore\[(?P<categories>[^\]]*)\]\s*(?P<reason>.*)$")

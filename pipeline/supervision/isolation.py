@@ -5,7 +5,7 @@ On overrun every process of the group is asked to dump the stacks of all its thr
 read from /proc, and the whole group is killed, DataLoader workers included. After a normal
 exit the group is killed too, so no orphaned worker outlives its run. Processes that left the
 group (a double-forked `setsid` daemon) come back to this process, a child subreaper
-(`traingate.pipeline.processes`), and are killed and reaped too; they are returned as the
+(`traingate.pipeline.supervision.processes`), and are killed and reaped too; they are returned as the
 child's `leftovers` for the stage to report.
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -24,24 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from traingate.pipeline.processes import ProcessInfo, environment_value, kill_descendants, kill_group, process_table
-from traingate.pipeline.warm import AgentHost, ForkedChild, WarmInterpreter, read_tag
+from traingate.pipeline.supervision.processes import ProcessInfo, environment_value, kill_descendants, kill_group, process_table
+from traingate.pipeline.supervision.warm import AgentHost, ForkedChild, WarmInterpreter, read_tag
 from traingate.stages.contract.inherited import InheritedWarm
-from traingate.pipeline import disguise
+from traingate.pipeline.supervision import disguise
 from traingate.stages.contract.procstat import send_signal
-from traingate.stages.contract.stacks import CRASH_MARK, MAIN_HEADER
+from traingate.stages.contract.stacks import Frame, main_thread_frames
 
 # RUN_TAG_ENV names the run_child call a process descends from, read back from
 # /proc/<pid>/environ to tell whose orphan a process is when several children run at once (a
 # hint: a process may drop it). A fork of a warm interpreter shows its run's tag there too.
 _DUMP_SIGNAL = signal.SIGUSR1
-
-
-@dataclass(frozen=True)
-class Frame:
-    path: str
-    line: int
-    function: str
 
 
 @dataclass(frozen=True)
@@ -233,7 +225,7 @@ _warm: dict[int, WarmInterpreter] = {}
 
 
 class WarmPool:
-    """The warm interpreters (`traingate.pipeline.warm`) of one stage: one per environment and
+    """The warm interpreters (`traingate.pipeline.supervision.warm`) of one stage: one per environment and
     folder its runs ask for, started at the first such run, all stopped by `close`."""
 
     def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None) -> None:
@@ -402,44 +394,3 @@ def _group_processes(pgid: int) -> list[dict[str, str]]:
             wchan = ""
         found.append({"pid": str(pid), "ppid": str(info.ppid), "state": info.state, "wchan": wchan, "cmdline": info.cmdline[:300]})
     return found
-
-
-_THREAD_RE = re.compile(r"^(?:(?:Current thread|Thread) (0x[0-9a-f]+)|Stack) \(most recent call first\)", re.M)
-_FRAME_RE = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
-
-
-def parse_dump(text: str) -> list[tuple[str, list[Frame]]]:
-    """faulthandler's dump: [(thread id, frames innermost first)] in file order."""
-    threads: list[tuple[str, list[Frame]]] = []
-    for line in text.splitlines():
-        head = _THREAD_RE.match(line)
-        if head:
-            threads.append((head.group(1) or "", []))
-            continue
-        frame = _FRAME_RE.match(line)
-        if frame and threads:
-            threads[-1][1].append(Frame(frame.group(1), int(frame.group(2)), frame.group(3).strip()))
-    return threads
-
-
-def main_thread_frames(stacks: str) -> list[Frame]:
-    header = MAIN_HEADER.search(stacks)
-    threads = parse_dump(stacks[header.end():] if header else stacks)
-    if not threads:
-        return []
-    if header:
-        wanted = int(header.group(2), 16)
-        for ident, frames in threads:
-            if ident and int(ident, 16) == wanted:
-                return frames
-    return threads[0][1]
-
-
-def crash_frames(stacks: str) -> list[Frame]:
-    """Frames (innermost first) of the stack dumped when the process killed itself or died
-    of a fatal signal; empty when it left no trace (an outside SIGKILL)."""
-    marks = [m.end() for m in CRASH_MARK.finditer(stacks)]
-    if not marks:
-        return []
-    threads = parse_dump(stacks[marks[-1]:])
-    return threads[0][1] if threads else []

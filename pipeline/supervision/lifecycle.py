@@ -22,11 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from traingate.pipeline.processes import kill_descendants
+from traingate.pipeline.supervision.processes import kill_descendants
 
 LOCK_NAME = ".traingate.lock"
 WORK_DIR = "work"
-# Every report file a run may write (pipeline/outputs.py), removed before a run and after an interruption.
+# Every report file a run may write (pipeline/gate/outputs.py), removed before a run and after an interruption.
 REPORT_FILES = ("report.json", "report.md", "report.sarif", "report.junit.xml")
 
 

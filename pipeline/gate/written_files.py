@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from traingate.pipeline.config import TargetConfig
-from traingate.pipeline.findings import finding
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.findings import finding
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding
 from traingate.stages.contract.reads import FilesRead
 
 # Executed by Python or loaded by it: sources, stubs, path hooks, extension modules, bytecode.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
-from traingate.pipeline.schema import PipelineReport
+from traingate.pipeline.model.schema import PipelineReport
 
 # The metrics the table shows, by id; step time prefers the full-precision run.
 STEP_TIME_IDS = ("step_time.median.fp32", "step_time.median.amp")

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from traingate.pipeline.gitinfo import rev_parse
-from traingate.pipeline.lifecycle import write_atomic
-from traingate.pipeline.registry import build_registry, parts, rule_table
-from traingate.pipeline.schema import PipelineReport
+from traingate.pipeline.gate.gitinfo import rev_parse
+from traingate.pipeline.supervision.lifecycle import write_atomic
+from traingate.pipeline.model.registry import build_registry, parts, rule_table
+from traingate.pipeline.model.schema import PipelineReport
 from traingate.reports import render_report_md, render_stage_md
 from traingate.reports.facts import RunFacts, StagePage
 from traingate.reports.github import render_annotations

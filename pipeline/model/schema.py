@@ -22,7 +22,7 @@ SCHEMA_VERSION = "1.2"
 
 class Category(str):
     """A finding's category: one of the built-in ones (docs/contract.md, section 4) or one a
-    registered stage declares in its rules (`traingate.pipeline.rules.Rule`).
+    registered stage declares in its rules (`traingate.pipeline.model.rules.Rule`).
 
     Instances are interned, so `finding.category is Category.HANG` holds for a category read
     back from JSON as for one built in code; `value` is the name, as an enum member's would be.
@@ -180,7 +180,7 @@ class EvidenceKind(str, Enum):
 
 
 class Blocks(str, Enum):
-    """When a rule's findings block (`traingate.pipeline.rules`)."""
+    """When a rule's findings block (`traingate.pipeline.model.rules`)."""
 
     POLICY = "policy"  # when the finding's severity is in `policy.block_on`
     NEVER = "never"  # shown, never blocking (a deprecation)
@@ -311,7 +311,7 @@ class Finding(BaseModel):
         `key` distinguishes defects of one category at one place (a test id, the text of the
         offending line); it must not contain line numbers, so the id survives unrelated edits.
         `rule` and `blocks` come from the rule table: build findings through
-        `traingate.pipeline.findings.finding`, which looks them up.
+        `traingate.pipeline.model.findings.finding`, which looks them up.
         """
         if evidence.kind is EvidenceKind.STATIC and severity.rank < Severity.MEDIUM.rank:
             severity = Severity.MEDIUM

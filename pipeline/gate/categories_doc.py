@@ -1,6 +1,6 @@
-"""`python -m traingate.pipeline.categories_doc [PATH]`: docs/categories.md, written from the rule table.
+"""`python -m traingate.pipeline.gate.categories_doc [PATH]`: docs/categories.md, written from the rule table.
 
-The rule table (`traingate.pipeline.registry.rule_table`: the gate's rules and every registered
+The rule table (`traingate.pipeline.model.registry.rule_table`: the gate's rules and every registered
 stage's) is the one list of finding categories; this page
 is generated from it so that it cannot drift (tests/test_docs.py checks the committed file is
 current). Without PATH the page is printed.
@@ -11,13 +11,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from traingate.pipeline.registry import rule_table
-from traingate.pipeline.rules import ANY_STAGE, Rule
+from traingate.pipeline.model.registry import rule_table
+from traingate.pipeline.model.rules import ANY_STAGE, Rule
 
 HEADER = """# Finding categories
 
-<!-- Generated from the rule table (pipeline/rules.py and each stage's stages/<name>/rules.py) by
-`python -m traingate.pipeline.categories_doc docs/categories.md`; edit the rules, not this page. -->
+<!-- Generated from the rule table (pipeline/model/rules.py and each stage's stages/<name>/rules.py) by
+`python -m traingate.pipeline.gate.categories_doc docs/categories.md`; edit the rules, not this page. -->
 
 Every finding has one category, owned by the stage that reports it (`any`: any stage, or the
 gate itself). `traingate explain CATEGORY` prints a category's entry below, and `traingate explain`

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from traingate.pipeline.config import PolicyConfig, TargetConfig
-from traingate.pipeline.schema import IgnoredPolicySetting, PolicyProvenance, PolicySetting, Severity
-from traingate.pipeline.tomlcompat import tomllib
+from traingate.pipeline.model.config import PolicyConfig, TargetConfig
+from traingate.pipeline.model.schema import IgnoredPolicySetting, PolicyProvenance, PolicySetting, Severity
+from traingate.pipeline.model.tomlcompat import tomllib
 
 POLICY_ENV = "TRAINGATE_POLICY"
 

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from traingate.pipeline.processes import kill, kill_group
+from traingate.pipeline.supervision.processes import kill, kill_group
 from traingate.stages.contract.inherited import InheritedWarm
-from traingate.pipeline import disguise
+from traingate.pipeline.supervision import disguise
 
 WARM_MODULE = "traingate.stages.harness.warm"
 # How long the first launch waits for the interpreter's imports (a fresh child would spend

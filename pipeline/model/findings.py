@@ -1,6 +1,6 @@
 """Builders of findings shared by the gate and the stages.
 
-`finding` builds a finding from its rule (`traingate.pipeline.rules`): the rule's id, its
+`finding` builds a finding from its rule (`traingate.pipeline.model.rules`): the rule's id, its
 default severity, when it blocks, and its generic impact and fix; `stage_error` and `hang`
 (`hang_finding` for one child run) build the two findings the gate itself produces, the same
 way wherever they arise. A stage builds its findings with `StageContext.finding`, which calls
@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from traingate.pipeline.isolation import ChildResult, Frame
-from traingate.pipeline.registry import rule_table
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.supervision.isolation import ChildResult
+from traingate.stages.contract.stacks import Frame
+from traingate.pipeline.model.registry import rule_table
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.contract.frames import is_target_file, relative
 
 # `evidence.data["run"]` of a hang in the entrypoint's smoke call: later stages skip on it.
@@ -62,7 +63,7 @@ def finding(
 
 
 def locations_data(places: Iterable[Location]) -> list[dict[str, Any]]:
-    """Places as evidence data holds them (`traingate.pipeline.schema.LOCATIONS_KEY`, read by `Finding.every_location`)."""
+    """Places as evidence data holds them (`traingate.pipeline.model.schema.LOCATIONS_KEY`, read by `Finding.every_location`)."""
     return [place.model_dump(mode="json") for place in places]
 
 

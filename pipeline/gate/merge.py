@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from traingate.pipeline.findings import stage_error
-from traingate.pipeline.policy import decide, stage_score, stage_status
-from traingate.pipeline.schema import (
+from traingate.pipeline.model.findings import stage_error
+from traingate.pipeline.gate.policy import decide, stage_score, stage_status
+from traingate.pipeline.model.schema import (
     SCHEMA_VERSION,
     Acceptance,
     BaselineComparison,

@@ -6,7 +6,7 @@ passing one.
 - a stage that blocks starts at 100 and loses, per finding, critical 40, high 25, medium 10,
   low 3, info 0, and scores at most 69 (never below 0);
 - a stage that passes starts at 100 and loses, per distinct problem it reports (every finding
-  names one cause, with all its places: `traingate.pipeline.findings`), critical 20, high 10,
+  names one cause, with all its places: `traingate.pipeline.model.findings`), critical 20, high 10,
   medium 5, low 1, info 0, and scores at least 70: its notes lower it, they do not fail it;
 - a stage whose status is `error` scores 0; a skipped stage has no score;
 - the pipeline score is the lowest score among the stages that ran (0 if none ran), at most
@@ -17,7 +17,7 @@ Decision: BLOCK when any finding is blocking or any stage errored; otherwise PAS
 
 from __future__ import annotations
 
-from traingate.pipeline.schema import Category, Decision, Finding, Severity, StageReport, StageStatus
+from traingate.pipeline.model.schema import Category, Decision, Finding, Severity, StageReport, StageStatus
 
 # What a finding costs a stage that blocks.
 PENALTY = {

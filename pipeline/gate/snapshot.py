@@ -4,7 +4,7 @@ At the start of a run the target's tree is copied once into a private folder (th
 copy) and its source files are hashed: in a git repo the tracked files and the untracked
 ones git does not ignore, else every file copied. Each stage then gets a fresh copy of the
 pristine one as its root; after the stage the gate hashes that copy again, and any source
-file changed or deleted there is reported (`traingate.pipeline.written_files` tells the files
+file changed or deleted there is reported (`traingate.pipeline.gate.written_files` tells the files
 the gate or a later run reads, which block, from results the training only wrote, which do not). The user's own tree is only read, never run from,
 so the target's edits never reach it.
 """
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from traingate.pipeline.findings import finding
-from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, StageOutcome
+from traingate.pipeline.model.findings import finding
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, StageOutcome
 
 # Never copied: version control, caches, environments, the gate's own default output.
 SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", "traingate-reports"})
