@@ -1,4 +1,4 @@
-"""Hypothesis strategies for the stages' details models (pipeline/*_details.py), as the report
+"""Hypothesis strategies for the stages' details models (stages/<name>/details.py), as the report
 templates read them: any part with a default or a None may be left out or None, lists may be
 empty, and every string may carry what a target's text can (ANSI escapes, line breaks, pipes)."""
 

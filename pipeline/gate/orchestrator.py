@@ -257,12 +257,17 @@ def run_stage(
         findings = once.first_seen(findings)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
         findings = adjudicator.apply(findings)
+    return stage_report(name, outcome, findings, child.duration_s)
+
+
+def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], duration_s: float) -> StageReport:
+    """The stage's report: its outcome with the findings the gate settled, status and score."""
     status = stage_status(findings, outcome.skipped_reason)
     return StageReport(
         name=name,
         status=status,
         score=stage_score(status, findings),
-        duration_s=round(child.duration_s, 3),
+        duration_s=round(duration_s, 3),
         summary=outcome.summary,
         skipped_reason=outcome.skipped_reason,
         metrics=outcome.metrics,
