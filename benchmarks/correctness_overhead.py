@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from traingate.pipeline.model.config import load_config  # noqa: E402
+from traingate.pipeline.gate.config_file import load_config  # noqa: E402
 
 GOAL = 1.5
 # torch's gloo teardown can abort a rank at interpreter exit after the training finished (the

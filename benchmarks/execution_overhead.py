@@ -29,7 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from traingate.pipeline.model.config import TargetConfig, load_config  # noqa: E402
+from traingate.pipeline.gate.config_file import load_config  # noqa: E402
+from traingate.pipeline.model.config import TargetConfig  # noqa: E402
 from traingate.stages.execution.coverage import entrypoint_source  # noqa: E402
 from traingate.stages.base import StageContext  # noqa: E402
 from traingate.stages.execution.suite import run_suite  # noqa: E402

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.perf_overhead import FULL, LIGHT, harness_run, median_step, stage_wall  # noqa: E402
-from traingate.pipeline.model.config import load_config  # noqa: E402
+from traingate.pipeline.gate.config_file import load_config  # noqa: E402
 
 # Three autograd nodes per link (mul, add, tanh).
 TRAIN = '''

@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from traingate.pipeline.model.config import load_config  # noqa: E402
+from traingate.pipeline.gate.config_file import load_config  # noqa: E402
 from traingate.stages.base import StageContext, run_entrypoint  # noqa: E402
 
 LIGHT = "traingate.stages.performance.probe.instrument:light"
