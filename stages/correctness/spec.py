@@ -1,9 +1,6 @@
 """The correctness stage: training bugs that run fine and pass the tests, and (with a baseline) training that got worse than the baseline's.
 
-What the gate knows of the stage (`traingate.pipeline.model.registry.Stage`): its name and place, its
-rules, its configuration section, the model of its details and the template of its page, the
-models of its instruments' payloads. Its work (`stage.py` and the analyses) is imported only by
-the stage's own agent, when it runs.
+What the gate knows of it (`traingate.pipeline.model.registry.Stage`); its work is `stage.py`.
 """
 
 from __future__ import annotations

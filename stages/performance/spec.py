@@ -1,9 +1,6 @@
 """The performance stage: memory growth per optimizer step, host-device synchronisations, mixed precision on against off, data-loading stalls, and regressions against the baseline.
 
-What the gate knows of the stage (`traingate.pipeline.model.registry.Stage`): its name and place, its
-rules, its configuration section, the model of its details and the template of its page, the
-models of its instruments' payloads. Its work (`stage.py` and the analyses) is imported only by
-the stage's own agent, when it runs.
+What the gate knows of it (`traingate.pipeline.model.registry.Stage`); its work is `stage.py`.
 """
 
 from __future__ import annotations
