@@ -16,7 +16,7 @@ from pkgutil import resolve_name
 from traingate.pipeline.supervision import disguise
 from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.supervision.disguise import Disguise
-from traingate.pipeline.supervision.isolation import WarmPool
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.supervision.warm import enabled as warm_start_enabled
 from traingate.pipeline.supervision.processes import become_subreaper
 from traingate.pipeline.model.registry import build_registry, load_stage

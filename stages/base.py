@@ -25,7 +25,8 @@ from traingate.pipeline.model.findings import hang_finding as hang_finding
 from traingate.pipeline.model.config import SectionT, TargetConfig
 from traingate.pipeline.model.registry import build_registry, parts
 from traingate.pipeline.supervision import disguise
-from traingate.pipeline.supervision.isolation import ChildResult, WarmPool, python_argv, run_child
+from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.model.schema import (
     Category,
     Evidence,

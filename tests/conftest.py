@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from traingate.pipeline.gate.cli import main
-from traingate.pipeline.supervision.isolation import WarmPool, run_child
+from traingate.pipeline.supervision.isolation import run_child
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.supervision import warm
 from traingate.pipeline.gate.orchestrator import run_pipeline
 from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, kill_descendants

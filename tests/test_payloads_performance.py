@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL, PERFORMANCE_LIGHT
 from traingate.pipeline.model.config import TargetConfig
-from traingate.pipeline.supervision.isolation import WarmPool
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.base import StageContext, run_entrypoint
 from traingate.stages.contract.messages import HarnessResult
 from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, LoaderRecord

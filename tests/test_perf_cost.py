@@ -12,7 +12,7 @@ from typing import Any
 
 from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL
 from traingate.pipeline.model.config import TargetConfig
-from traingate.pipeline.supervision.isolation import WarmPool
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.base import StageContext, run_entrypoint
 from traingate.stages.performance.probe.payloads import FullPayload
 from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES

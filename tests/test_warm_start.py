@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.supervision.isolation import ChildResult, WarmPool, child_environment, python_argv, run_child
+from traingate.pipeline.supervision.isolation import ChildResult, child_environment, python_argv, run_child
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.supervision.processes import descendants
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
@@ -60,7 +61,8 @@ PROBE = textwrap.dedent('''
 AGENT = textwrap.dedent('''
     import gc, json, os, sys
     from pathlib import Path
-    from traingate.pipeline.supervision.isolation import WarmPool, python_argv, run_child
+    from traingate.pipeline.supervision.isolation import python_argv, run_child
+    from traingate.pipeline.supervision.warm_pool import WarmPool
     from traingate.stages.contract import inherited
 
     handed = inherited.take()

@@ -23,7 +23,8 @@ from traingate.pipeline.model.findings import hang_finding, stage_error
 from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.gate.gitinfo import rev_parse
 from traingate.pipeline.supervision import disguise, warm
-from traingate.pipeline.supervision.isolation import ChildResult, WarmPool, child_environment, dump_allowance, python_argv, run_child
+from traingate.pipeline.supervision.isolation import ChildResult, child_environment, dump_allowance, python_argv, run_child
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.gate.policy import decide, stage_score, stage_status
 from traingate.pipeline.model.registry import Stage, parts, rule_table
 from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES

@@ -11,7 +11,6 @@ child's `leftovers` for the stage to report.
 
 from __future__ import annotations
 
-import itertools
 import os
 import secrets
 import signal
@@ -21,12 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from traingate.pipeline.supervision.processes import ProcessInfo, environment_value, kill_descendants, kill_group, process_table
-from traingate.pipeline.supervision.warm import AgentHost, ForkedChild, WarmInterpreter, read_tag
-from traingate.stages.contract.inherited import InheritedWarm
-from traingate.pipeline.supervision import disguise
+from traingate.pipeline.supervision.warm import ForkedChild, WarmInterpreter, read_tag
+from traingate.pipeline.supervision import disguise, spawned
+
+if TYPE_CHECKING:  # the pool starts its interpreters with this module's help
+    from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.contract.procstat import send_signal
 from traingate.stages.contract.stacks import Frame, main_thread_frames
 
@@ -102,7 +103,7 @@ def run_child(
     stacks_path.unlink(missing_ok=True)
     out_path, err_path = scratch / f"{name}.stdout", scratch / f"{name}.stderr"
     child_env = {**child_environment(env), disguise.stacks_env(module or ""): str(stacks_path)}
-    tag = child_env[disguise.tag_env(module or "")] = f"{os.getpid()}:{name}:{next(_run_numbers)}"
+    tag = child_env[disguise.tag_env(module or "")] = f"{os.getpid()}:{name}:{next(spawned.RUN_NUMBERS)}"
     pipe = _ChannelPipe() if channel else None
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
@@ -110,13 +111,13 @@ def run_child(
     # A warm interpreter's imports: waited for outside the lock, within the budget, as a fresh one's.
     fork_from = warm.ready_for(child_env, cwd, budget_s) if warm is not None and module is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        with _spawn_lock:  # no leftover scan may see this child before it is registered
+        with spawned.LOCK:  # no leftover scan may see this child before it is registered
             try:
                 proc = _start(argv, module, cwd, child_env, out, err, stdin_data is not None, pipe, fork_from, tag)
             finally:
                 if pipe:
                     pipe.started()  # the parent's copy of the write end goes either way
-            _running[proc.pid] = tag
+            spawned.RUNNING[proc.pid] = tag
         if stdin_data is not None:
             _feed_stdin(proc, stdin_data)
         timed_out, processes = _wait_within_budget(proc, budget_s, spent_s=time.monotonic() - started)
@@ -209,72 +210,14 @@ def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: f
         if proc.returncode is None:  # interrupted while waiting
             kill_group(proc.pid)
             proc.wait()
-        with _spawn_lock:
-            _running.pop(proc.pid, None)
+        with spawned.LOCK:
+            spawned.RUNNING.pop(proc.pid, None)
     kill_group(proc.pid)
     return timed_out, processes
 
 
 # Children run_child is waiting on right now in this process (pid -> run tag): several run at
 # once in one stage agent, and one run's cleanup must not touch another's processes.
-_spawn_lock = threading.Lock()
-_running: dict[int, str] = {}
-_run_numbers = itertools.count(1)
-# Warm interpreters this process started (pid -> interpreter): never another run's leftover.
-_warm: dict[int, WarmInterpreter] = {}
-
-
-class WarmPool:
-    """The warm interpreters (`traingate.pipeline.supervision.warm`) of one stage: one per environment and
-    folder its runs ask for, started at the first such run, all stopped by `close`."""
-
-    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None) -> None:
-        self.scratch = scratch
-        self._started: list[WarmInterpreter] = []
-        self._lock = threading.Lock()  # the execution stage asks from two threads at once
-        if handed_down is not None:
-            with _spawn_lock:
-                self._add(WarmInterpreter.adopt(handed_down))
-
-    def host_agents(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path) -> None:
-        """Start the gate run's `AgentHost` now, so its imports overlap the work before the
-        first stage (stage agents launched with this pool are forks of it)."""
-        with self._lock, _spawn_lock:
-            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag()))
-
-    def _add(self, warm: WarmInterpreter) -> None:
-        _warm[warm.pid] = warm
-        self._started.append(warm)
-
-    def ready_for(self, env: dict[str, str], cwd: Path, timeout_s: float) -> WarmInterpreter | None:
-        """The interpreter for this environment and folder (started now if there is none yet),
-        once its imports are done; None when they failed, warned or did not finish within
-        `timeout_s` (the run starts a fresh interpreter; so does one that finds it busy)."""
-        with self._lock:
-            warm = next((w for w in self._started if w.accepts(env, cwd)), None)
-            if warm is None:
-                with _spawn_lock:
-                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag())
-                    self._add(warm)
-        return warm if warm.wait_ready(timeout_s) else None
-
-    def interpreters(self) -> list[WarmInterpreter]:
-        with self._lock:
-            return list(self._started)
-
-    def close(self) -> None:
-        with self._lock:
-            started, self._started = self._started, []
-        for warm in started:
-            warm.close()
-            with _spawn_lock:
-                _warm.pop(warm.pid, None)
-
-
-def _warm_tag() -> str:
-    return f"{os.getpid()}:warm:{next(_run_numbers)}"
-
-
 def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
     """Kill and reap every process the ended child left behind; return those that had left
     its process group or session (a setsid daemon), which the stage reports.
@@ -284,8 +227,8 @@ def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
     name another running child's run.
     """
     tags: dict[int, str | None] = {}
-    with _spawn_lock:
-        running_pids, running_tags = set(_running) | set(_warm), set(_running.values())
+    with spawned.LOCK:
+        running_pids, running_tags = set(spawned.RUNNING) | set(spawned.WARM), set(spawned.RUNNING.values())
 
         def belongs_to_another_run(info: ProcessInfo) -> bool:
             if info.pid in running_pids:

@@ -1,0 +1,64 @@
+"""The warm interpreters of one stage (`traingate.pipeline.supervision.warm`): one per
+environment and folder its runs ask for, started at the first such run and registered with
+what this process owns (`spawned`), all stopped at the stage's end."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from traingate.pipeline.supervision import spawned
+from traingate.pipeline.supervision.warm import AgentHost, WarmInterpreter
+from traingate.stages.contract.inherited import InheritedWarm
+
+
+class WarmPool:
+    """The warm interpreters (`traingate.pipeline.supervision.warm`) of one stage: one per environment and
+    folder its runs ask for, started at the first such run, all stopped by `close`."""
+
+    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None) -> None:
+        self.scratch = scratch
+        self._started: list[WarmInterpreter] = []
+        self._lock = threading.Lock()  # the execution stage asks from two threads at once
+        if handed_down is not None:
+            with spawned.LOCK:
+                self._add(WarmInterpreter.adopt(handed_down))
+
+    def host_agents(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path) -> None:
+        """Start the gate run's `AgentHost` now, so its imports overlap the work before the
+        first stage (stage agents launched with this pool are forks of it)."""
+        with self._lock, spawned.LOCK:
+            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag()))
+
+    def _add(self, warm: WarmInterpreter) -> None:
+        spawned.WARM[warm.pid] = warm
+        self._started.append(warm)
+
+    def ready_for(self, env: dict[str, str], cwd: Path, timeout_s: float) -> WarmInterpreter | None:
+        """The interpreter for this environment and folder (started now if there is none yet),
+        once its imports are done; None when they failed, warned or did not finish within
+        `timeout_s` (the run starts a fresh interpreter; so does one that finds it busy)."""
+        with self._lock:
+            warm = next((w for w in self._started if w.accepts(env, cwd)), None)
+            if warm is None:
+                with spawned.LOCK:
+                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag())
+                    self._add(warm)
+        return warm if warm.wait_ready(timeout_s) else None
+
+    def interpreters(self) -> list[WarmInterpreter]:
+        with self._lock:
+            return list(self._started)
+
+    def close(self) -> None:
+        with self._lock:
+            started, self._started = self._started, []
+        for warm in started:
+            warm.close()
+            with spawned.LOCK:
+                spawned.WARM.pop(warm.pid, None)
+
+
+def _warm_tag() -> str:
+    return f"{os.getpid()}:warm:{next(spawned.RUN_NUMBERS)}"
