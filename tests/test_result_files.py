@@ -100,14 +100,21 @@ def test_environment_findings_of_the_same_modules_are_kept_once() -> None:
     from traingate.pipeline.model.findings import finding
     from traingate.pipeline.model.schema import Evidence, EvidenceKind
 
-    def env(stage: str, missing: list[str]):  # type: ignore[no-untyped-def]
-        evidence = Evidence(kind=EvidenceKind.OBSERVED, data={"missing": missing})
-        return finding(stage=stage, category=Category.ENVIRONMENT, title="t", location=None, problem="p", evidence=evidence, block_on=set())
+    from traingate.pipeline.model.schema import TrainingStopped
+
+    def env(stage: str, missing: list[str], key: str = ""):  # type: ignore[no-untyped-def]
+        # The modules are read from the stage's typed note, not from the evidence it shows.
+        evidence = Evidence(kind=EvidenceKind.OBSERVED, data={"missing": ["not", "read"]})
+        found = finding(stage=stage, category=Category.ENVIRONMENT, title="t", location=None, problem="p", evidence=evidence, block_on=set(), key=key)
+        return found, TrainingStopped(finding=found.id, reason="environment", missing=missing)
 
     once = OncePerRun()
-    assert len(once.first_seen([env("execution", ["a", "b"]), env("execution", ["a", "b"])])) == 1
-    assert once.first_seen([env("performance", ["b"])]) == []
-    assert len(once.first_seen([env("correctness", ["b", "c"])])) == 1
+    (a, note_a), (b, note_b) = env("execution", ["a", "b"]), env("execution", ["a", "b"], key="again")
+    assert len(once.first_seen([a, b], [note_a, note_b])) == 1
+    c, note_c = env("performance", ["b"])
+    assert once.first_seen([c], [note_c]) == []
+    d, note_d = env("correctness", ["b", "c"])
+    assert len(once.first_seen([d], [note_d])) == 1
 
 
 def _digest(root: Path) -> dict[str, str]:

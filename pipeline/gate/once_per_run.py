@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from traingate.pipeline.model.schema import Category, Finding
+from traingate.pipeline.model.schema import Category, Finding, TrainingStopped
 from traingate.pipeline.gate.written_files import ResultWrites
 
 
@@ -18,13 +18,15 @@ class OncePerRun:
     result_writes: ResultWrites = field(default_factory=ResultWrites)
     missing_reported: set[str] = field(default_factory=set)
 
-    def first_seen(self, findings: list[Finding]) -> list[Finding]:
+    def first_seen(self, findings: list[Finding], stopped: list[TrainingStopped]) -> list[Finding]:
         """`findings` less each `environment` finding whose missing modules were all reported
-        already, by an earlier stage or earlier in this list."""
+        already, by an earlier stage or earlier in this list. The modules each one names are
+        the stage's typed note of it (`StageOutcome.training_stopped`)."""
+        missing_by_id = {s.finding: set(s.missing) for s in stopped if s.reason == "environment"}
         kept = []
         for f in findings:
             if f.category is Category.ENVIRONMENT:
-                missing = set(f.evidence.data.get("missing", []))
+                missing = missing_by_id.get(f.id, set())
                 if missing and missing <= self.missing_reported:
                     continue
                 self.missing_reported |= missing

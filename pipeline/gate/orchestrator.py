@@ -255,7 +255,7 @@ def run_stage(
         snapshot.discard(root)
     findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
     if once is not None:
-        findings = once.first_seen(findings)
+        findings = once.first_seen(findings, outcome.training_stopped)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
         findings = adjudicator.apply(findings)
     return stage_report(name, outcome, findings, child.duration_s)

@@ -20,7 +20,7 @@ from traingate.pipeline.model.registry import rule_table
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.contract.frames import is_target_file, relative
 
-# `evidence.data["run"]` of a hang in the entrypoint's smoke call: later stages skip on it.
+# `evidence.data["run"]` of a hang in the entrypoint's smoke call (its fingerprint key too).
 SMOKE_CALL_RUN = "smoke-call"
 _TRACEBACK_TAIL = 8000
 _STACKS_TAIL = 20000
