@@ -39,7 +39,7 @@ def test_the_precompile_step_compiles_every_report_template(tmp_path: Path, monk
     monkeypatch.setattr(precompile, "COMPILED_TEMPLATES", tmp_path)
     precompile.main()
     templates = [*template_environment().list_templates(extensions=["j2"]), *map(str, precompile.stage_templates())]
-    assert len(precompile.stage_templates()) == 3  # execution, performance, concurrency: correctness has the generic page
+    assert len(precompile.stage_templates()) == 4  # one page for each built-in stage
     assert len(list(tmp_path.iterdir())) == len(templates) >= 6
     reader = template_environment(compiled=CompiledTemplates(tmp_path))
     reader.compile = _never_compile  # type: ignore[method-assign]

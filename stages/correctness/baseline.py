@@ -58,7 +58,7 @@ class Comparison:
 
     def __init__(self, ctx: StageContext, now: TrainingFacts, then: TrainingFacts, payload: FactsPayload, fallback: Location) -> None:
         self.ctx, self.now, self.then, self.payload, self.fallback = ctx, now, then, payload, fallback
-        self.check = BaselineFactsCheck(ran=True, note=None, compared=[], regressions=[], changed_not_worse=[])
+        self.check = BaselineFactsCheck(ran=True, note=None, compared=[], regressions=[], changed_not_worse=[], baseline_losses=then.losses)
         self.findings: list[Finding] = []
 
     def run(self) -> tuple[list[Finding], BaselineFactsCheck]:

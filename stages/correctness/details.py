@@ -203,6 +203,10 @@ class TrainingFacts(Detail):
     modules: list[ModuleChange]  # each top-level module's relative change over the run
     matrices: list[MatrixRows]  # the distinct rows of each weight matrix at the end
 
+    def loss_chart(self, baseline: list[float | None] | None = None) -> LossChart | None:
+        """What the stage's page draws (`loss_chart`)."""
+        return loss_chart(self.losses, baseline)
+
 
 class BaselineFactsCheck(Detail):
     """This run's training facts against the baseline's (`training-regression`)."""
@@ -212,6 +216,36 @@ class BaselineFactsCheck(Detail):
     compared: list[str]  # the facts compared
     regressions: list[str]  # each stated in a finding (a loss that stopped falling in the nearer cause's, where there is one)
     changed_not_worse: list[str]
+    baseline_losses: list[float | None] = []  # the baseline's loss per step, drawn beside this run's
+
+
+class LossChart(Detail):
+    """The loss per optimizer step of this run (and of the baseline), at the same steps."""
+
+    steps: list[int]
+    now: list[float]
+    baseline: list[float] | None
+
+
+def loss_chart(now: list[float | None], baseline: list[float | None] | None, most: int = 60) -> LossChart | None:
+    """At most `most` steps, evenly spaced over the steps both runs made (all of this run's
+    without a baseline); a step whose loss is not a number takes the one before it. None when
+    fewer than two steps have a loss."""
+    length = min(len(now), len(baseline)) if baseline else len(now)
+    if sum(1 for v in now[:length] if v is not None) < 2:
+        return None
+    picked = sorted({round(i * (length - 1) / (most - 1)) for i in range(most)}) if length > most else list(range(length))
+
+    def held(values: list[float | None]) -> list[float]:
+        last = next(v for v in values if v is not None)
+        out = []
+        for v in values:
+            last = v if v is not None else last
+            out.append(last)
+        return [round(out[i], 6) for i in picked]
+
+    shown = baseline if baseline and any(v is not None for v in baseline[:length]) else None
+    return LossChart(steps=[i + 1 for i in picked], now=held(now[:length]), baseline=held(shown[:length]) if shown else None)
 
 
 class CorrectnessChecks(Detail):

@@ -27,7 +27,7 @@ class CorrectnessStage:
     categories = CATEGORIES
     config_model: type[BaseModel] | None = CorrectnessConfig
     details_model: type[BaseModel] | None = CorrectnessDetails
-    template: Path | None = None  # the generic page
+    template: Path | None = Path(__file__).with_name("report.md.j2")
     payload_models: dict[str, type[BaseModel]] = MODELS
     # What it does with the training function: a run that cannot call it skips the stage.
     purpose: str | None = "observe"
