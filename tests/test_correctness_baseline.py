@@ -5,7 +5,11 @@ the baseline. Each version below is the base with one edit, run with `--baseline
 report: three that break training (inputs and labels shuffled with different permutations,
 the scheduler's step() moved into the batch loop, every Linear weight initialised to zero)
 block with a `training-regression` giving both numbers; a refactor that trains step for step
-the same and a wider hidden layer pass. One gate run per version, shared by its assertions.
+the same and a wider hidden layer pass. Held out (not tuned on): a learning rate 1000 times
+lower, a huge weight decay, labels off by one sample, a loader over a quarter of the data
+block; Adam instead of SGD and batches twice as large pass; an optimizer over the wrong
+module and probabilities given to cross_entropy block with their named rule's finding alone.
+One gate run per version, shared by its assertions.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ EDITS: dict[str, list[tuple[str, str]]] = {
         ("def train(", "def compute_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:\n    return nn.functional.cross_entropy(model(x), y)\n\n\ndef train("),
     ],
     "wider": [("HIDDEN = 32\n", "HIDDEN = 64\n")],
+    # Held out: other ways to break training, other intended changes.
+    "lr-1000x-lower": [("LR = 0.5\n", "LR = 0.0005\n")],
+    "huge-weight-decay": [("lr=LR)", "lr=LR, weight_decay=1.0)")],
+    "labels-off-by-one": [(SHUFFLE, SHUFFLE.replace("labels[order]", "labels.roll(1)[order]"))],
+    "part-of-the-data": [(SHUFFLE, SHUFFLE.replace("inputs[order], labels[order]", "inputs[order][:96], labels[order][:96]"))],
+    "wrong-module": [("torch.optim.SGD(model.parameters()", "torch.optim.SGD(model[2].parameters()")],
+    "probabilities": [("cross_entropy(model(x), y)", "cross_entropy(model(x).softmax(dim=1), y)")],
+    "adam": [("torch.optim.SGD(model.parameters(), lr=LR)", "torch.optim.Adam(model.parameters(), lr=0.01)")],
+    "batch-64": [("batch_size: int = 32", "batch_size: int = 64")],
 }
 
 
@@ -83,6 +96,9 @@ def test_the_base_records_its_training_facts_and_compares_nothing(runs: dict[str
     assert all(r["changes"][0] > 0 and r["grad_norms"][0] > 0 for r in facts["records"])
     assert {m["name"]: m["distinct"] for m in facts["matrices"]} == {"0.weight": 32, "2.weight": 4}
     assert [m["module"] for m in facts["modules"]] == ["0", "2"]
+    assert facts["samples_per_epoch"] == 384
+    assert facts["loss_inputs"] == [{"function": "cross_entropy", "kind": "logits", "shape": [32, 4], "dtype": "float32"}]
+    assert "evaluation" not in facts  # nothing ran under no_grad
     assert "baseline" not in checks and not _regressions(runs["base"])
 
 
@@ -107,7 +123,48 @@ def test_a_version_that_trains_worse_blocks_with_both_numbers(runs: dict[str, Ga
         assert location["path"] == "train.py" and location["line"] == line_of(run.out.parent / version / "train.py", line)
 
 
-@pytest.mark.parametrize("version", ["refactor", "wider"])
+@pytest.mark.parametrize(
+    ("version", "statement", "line"),
+    [
+        ("lr-1000x-lower", r"module `0` changed by 0\.\d+ over the run in the baseline and by [0-9.e-]+ now; module `2` changed by", None),
+        ("huge-weight-decay", r"the training loss fell 58% over 36 steps in the baseline and -?\d% over 36 now", None),
+        ("labels-off-by-one", r"the training loss fell 58% over 36 steps in the baseline and -?\d% over 36 now", None),
+        ("part-of-the-data", r"the training data loaders handed out 384 samples per epoch in the baseline and 96 now", "loader = DataLoader("),
+    ],
+)
+def test_held_out_ways_to_break_training_block_with_both_numbers(runs: dict[str, GateRun], version: str, statement: str, line: str | None) -> None:
+    run = runs[version]
+    assert run.report["decision"] == "BLOCK", run.stdout
+    [found] = _regressions(run)  # one per cause
+    assert re.search(statement, found["title"], re.IGNORECASE), found["title"]
+    assert found["severity"] == "high" and found["blocking"] is True
+    location = found["location"]
+    assert location["path"] == "train.py"
+    if line is not None:
+        assert location["line"] == line_of(run.out.parent / version / "train.py", line)
+    else:
+        assert location["function"] == "train"  # the entrypoint: nothing nearer tells why
+
+
+@pytest.mark.parametrize(
+    ("version", "category", "statement"),
+    [
+        ("wrong-module", "unused-parameter", r"module `0` changed by 0\.\d+ over the run in the baseline and is held by no optimizer now \(stated in the unused-parameter finding\)"),
+        (
+            "probabilities", "loss-input-mismatch",
+            re.escape("cross_entropy was given logits of shape [32, 4] (float32) in the baseline and probabilities of shape [32, 4] (float32) now (stated in the loss-input-mismatch finding)"),
+        ),
+    ],
+)
+def test_a_regression_a_named_rule_finds_is_that_rules_finding_alone(runs: dict[str, GateRun], version: str, category: str, statement: str) -> None:
+    run = runs[version]
+    assert run.report["decision"] == "BLOCK"
+    assert [f["category"] for f in _correctness(run)["findings"] if f["blocking"]] == [category]
+    regressions = _correctness(run)["details"]["checks"]["baseline"]["regressions"]
+    assert any(re.fullmatch(statement, r) for r in regressions), regressions
+
+
+@pytest.mark.parametrize("version", ["refactor", "wider", "adam", "batch-64"])
 def test_an_intended_change_passes(runs: dict[str, GateRun], version: str) -> None:
     run = runs[version]
     check = _correctness(run)["details"]["checks"]["baseline"]
@@ -119,3 +176,4 @@ def test_an_intended_change_passes(runs: dict[str, GateRun], version: str) -> No
 def test_a_wider_layer_is_changed_not_worse(runs: dict[str, GateRun]) -> None:
     check = _correctness(runs["wider"])["details"]["checks"]["baseline"]
     assert any("`0.weight` had 32 distinct rows of 32 in the baseline and 64 of 64 now" in c for c in check["changed_not_worse"])
+

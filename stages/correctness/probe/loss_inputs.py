@@ -80,6 +80,8 @@ class _SiteRecord:
     site: int | None
     calls: int = 0
     samples: list[_Sample] = field(default_factory=list)
+    shape: list[int] = field(default_factory=list)  # the first call's input shape and dtype
+    dtype: str = ""
 
 
 class LossInputWatch:
@@ -160,7 +162,7 @@ class LossInputWatch:
         if record is None:
             if len(self.records) >= MAX_SITES:
                 return
-            record = self.records[key] = _SiteRecord(function, key[1])
+            record = self.records[key] = _SiteRecord(function, key[1], shape=list(input.shape), dtype=str(input.dtype).removeprefix("torch."))
         record.calls += 1
         if len(record.samples) < CALLS_PER_SITE:
             node = producer_node(input)
@@ -265,6 +267,8 @@ def judge_site(torch: Any, record: _SiteRecord) -> dict[str, Any] | None:
         "module_site": first.module_site,
         "gradients_recorded": any(s.grad for s in record.samples),
         "example": [round(float(v), 4) for v in first.rows.reshape(-1)[:8].tolist()],
+        "shape": record.shape,
+        "dtype": record.dtype,
     }
 
 
