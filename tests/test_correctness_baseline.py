@@ -152,7 +152,7 @@ def test_held_out_ways_to_break_training_block_with_both_numbers(runs: dict[str,
         ("wrong-module", "unused-parameter", r"module `0` changed by 0\.\d+ over the run in the baseline and is held by no optimizer now \(stated in the unused-parameter finding\)"),
         (
             "probabilities", "loss-input-mismatch",
-            re.escape("cross_entropy was given logits of shape [32, 4] (float32) in the baseline and probabilities of shape [32, 4] (float32) now (stated in the loss-input-mismatch finding)"),
+            re.escape("`cross_entropy` was given logits of shape [32, 4] (float32) in the baseline and probabilities of shape [32, 4] (float32) now (stated in the loss-input-mismatch finding)"),
         ),
     ],
 )

@@ -84,7 +84,7 @@ def loss_inputs(judge: Judge, inputs: LossInputsPayload | None, explained: set[C
         if old is None:
             continue
         judge.check.compared.append(f"the input of {fact.function}")
-        statement = f"{fact.function} was given {old.kind} of shape {old.shape} ({old.dtype}) in the baseline and {fact.kind} of shape {fact.shape} ({fact.dtype}) now"
+        statement = f"`{fact.function}` was given {old.kind} of shape {old.shape} ({old.dtype}) in the baseline and {fact.kind} of shape {fact.shape} ({fact.dtype}) now"
         wrong = WRONG_KINDS[fact.function]
         if old.kind not in wrong and fact.kind in wrong:
             if Category.LOSS_INPUT_MISMATCH in explained:
