@@ -125,7 +125,7 @@ def modules(judge: Judge, explained: set[Category]) -> bool:
             else:
                 judge.changed(statement, old.change, new)
     if frozen:
-        data = {"modules": [{"module": m, "baseline_change": then, "change": change} for _, m, then, change in frozen]}
+        data: dict[str, object] = {"modules": [{"module": m, "baseline_change": then, "change": change} for _, m, then, change in frozen]}
         judge.found("modules", "; ".join(s for s, *_ in frozen) + " (relative to its parameters)", judge.fallback, data)
     return elsewhere
 
