@@ -23,7 +23,8 @@ from traingate.pipeline.correctness_details import BaselineFactsCheck, TrainingF
 from traingate.pipeline.schema import Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.contract.payloads.correctness import FactsPayload, LoadersPayload, LossInputsPayload
-from traingate.stages.correctness import baseline_observed, located
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.correctness import baseline_observed, changed_lines, located
 
 CATEGORY = Category.TRAINING_REGRESSION
 LOSS_MIN_FALL = 0.2
@@ -63,6 +64,8 @@ class Comparison:
         self.loaders: LoadersPayload | None = None
         self.inputs: LossInputsPayload | None = None
         self.explained: set[Category] = set()
+        self.sites: list[Site] = []  # the target lines the run's instruments recorded (it executed them)
+        self._nearest: Location | None = None
         self.check = BaselineFactsCheck(ran=True, note=None, compared=[], regressions=[], changed_not_worse=[])
         self.findings: list[Finding] = []
 
@@ -96,7 +99,7 @@ class Comparison:
         self.check.compared.append("loss fall")
         statement = f"the training loss fell {then:.0%} over {len(self.then.losses)} steps in the baseline and {now:.0%} over {len(self.now.losses)} now"
         if then >= LOSS_MIN_FALL and now < LOSS_KEPT * then:
-            self.found("loss", statement, self.fallback, {"baseline_fall": then, "fall": now})
+            self.found("loss", statement, self.nearest(), {"baseline_fall": then, "fall": now})
         else:
             self.changed(statement, then, now)
 
@@ -129,6 +132,15 @@ class Comparison:
                 self.found(f"rows-{matrix.name}", statement, where, {"baseline": old.model_dump(), "now": matrix.model_dump()})
             elif (old.distinct, old.rows) != (matrix.distinct, matrix.rows):
                 self.check.changed_not_worse.append(statement)
+
+    def nearest(self) -> Location:
+        """Where a fact no nearer line explains is located: a line the change since the
+        baseline's commit touched (`changed_lines`), else the entrypoint. Read once, when needed."""
+        if self._nearest is None:
+            commit = self.ctx.baseline.target.commit if self.ctx.baseline is not None else None
+            changed = changed_lines.changed_lines(self.ctx.origin, commit)
+            self._nearest = (changed_lines.nearest_changed(changed, self.sites, self.fallback) if changed else None) or self.fallback
+        return self._nearest
 
     def _scheduler_location(self) -> Location:
         sites = self.payload.scheduler_sites
@@ -172,11 +184,12 @@ def _diverged(old: list[float], new: list[float]) -> int | None:
 
 def compare(
     ctx: StageContext, now: TrainingFacts | None, payload: FactsPayload | None, fallback: Location, explained: set[Category] | None = None,
-    loaders: LoadersPayload | None = None, inputs: LossInputsPayload | None = None,
+    loaders: LoadersPayload | None = None, inputs: LossInputsPayload | None = None, sites: list[Site] | None = None,
 ) -> tuple[list[Finding], BaselineFactsCheck | None]:
     """None without a baseline: nothing changes. `explained`: the categories this run found
     already (a fact one of them states is not found again); `loaders`, `inputs`: where the
-    samples' and the losses' facts were observed, for their lines."""
+    samples' and the losses' facts were observed, for their lines; `sites`: the other lines
+    the run's instruments recorded (a changed one among them locates the loss's finding)."""
     if ctx.baseline is None:
         return [], None
     then = baseline_facts(ctx.baseline)
@@ -186,6 +199,7 @@ def compare(
         return [], _not_compared("this run recorded no training facts")
     comparison = Comparison(ctx, now, then, payload, fallback)
     comparison.loaders, comparison.inputs, comparison.explained = loaders, inputs, explained or set()
+    comparison.sites = [*payload.sites, *(sites or [])]
     return comparison.run()
 
 

@@ -49,6 +49,8 @@ class Judge(Protocol):
 
     def changed(self, fact: str, then: float, now: float) -> None: ...
 
+    def nearest(self) -> Location: ...
+
 
 def add_observed(facts: TrainingFacts, payload: FactsPayload, loaders: LoadersPayload | None, inputs: LossInputsPayload | None) -> None:
     """The facts read from the loaders' and the losses' instruments, where they observed them."""
@@ -126,7 +128,7 @@ def modules(judge: Judge, explained: set[Category]) -> bool:
                 judge.changed(statement, old.change, new)
     if frozen:
         data: dict[str, object] = {"modules": [{"module": m, "baseline_change": then, "change": change} for _, m, then, change in frozen]}
-        judge.found("modules", "; ".join(s for s, *_ in frozen) + " (relative to its parameters)", judge.fallback, data)
+        judge.found("modules", "; ".join(s for s, *_ in frozen) + " (relative to its parameters)", judge.nearest(), data)
     return elsewhere
 
 

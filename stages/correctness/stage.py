@@ -187,7 +187,8 @@ class _Session(StageSession[CorrectnessRun]):
             baseline.add_observed(self.training_facts, payload, loaders, inputs)
         # A loss given the wrong kind of input has its own finding (loss-input-mismatch): one per cause.
         explained = {f.category for f in self.findings}
-        found, self.baseline_check = baseline.compare(self.ctx, self.training_facts, payload, self.fallback, explained, loaders, inputs)
+        executed = [site for p in (first.payload(STEPS, StepsPayload), losses, loaders, inputs) if p is not None for site in p.sites]
+        found, self.baseline_check = baseline.compare(self.ctx, self.training_facts, payload, self.fallback, explained, loaders, inputs, executed)
         self.findings += found
 
     # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
