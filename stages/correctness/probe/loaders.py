@@ -99,7 +99,7 @@ class LoaderWatch:
         samples = self._samples.setdefault(id(record), set())
         tensor = _first_tensor(torch, batch)
         if tensor is not None and tensor.dim() > 0:
-            record["samples"] += int(tensor.shape[0])
+            record["samples"] = record.get("samples", 0) + int(tensor.shape[0])
         if tensor is None or tensor.dim() == 0 or len(samples) >= MAX_SAMPLES:
             return
         rows = tensor.detach().reshape(tensor.shape[0], -1)
