@@ -2,11 +2,12 @@
 the same output for the same input (docs/baseline-comparison.md).
 
 The first MAX_CHECKS outermost module calls made under no_grad (an evaluation, or a frozen
-network's forward) are run a second time, at once, on the same arguments: with the global
-module hooks of the other instruments set aside (they see the run's calls only), the random
-state restored and the module's buffers restored afterwards (a norm layer in train mode would
-update its running statistics twice), so the rest of the run is the run without the check. A
-module whose buffers or outputs are larger than MAX_ELEMENTS is not checked.
+network's forward) are run a second time, at once, on the same arguments. The other
+instruments see the run's calls only: their global module hooks are set aside and their
+function wrappers let a repetition through (`repeating`). The random state is restored, and the
+module's buffers (a norm layer in train mode would update its running statistics twice), so the
+rest of the run is the run without the check. A module whose buffers or outputs are larger than
+MAX_ELEMENTS is not checked.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from typing import Any
 
 MAX_CHECKS = 3
 MAX_ELEMENTS = 4_000_000
+_repeating = False  # a check's second call is running: the other instruments' wrappers let it through
+
+
+def repeating() -> bool:
+    """Whether the call now running is a check's repetition, which no other instrument counts."""
+    return _repeating
 
 
 class EvaluationWatch:
@@ -71,13 +78,14 @@ class EvaluationWatch:
         kept = [dict(table) for table in tables]
         for table in tables:
             table.clear()
-        self._again = True
+        global _repeating
+        self._again = _repeating = True
         try:
             again = _tensors(torch, module(*args, **kwargs))
         except Exception:  # noqa: BLE001 - a call that cannot be repeated is not checked
             return None
         finally:
-            self._again = False
+            self._again = _repeating = False
             for table, entries in zip(tables, kept, strict=True):
                 table.update(entries)
             torch.set_rng_state(cpu_state)
