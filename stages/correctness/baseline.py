@@ -4,7 +4,8 @@ this one (docs/baseline-comparison.md).
 Three facts are judged, each only where the baseline had it:
 - the loss fell: the mean of the first tenth of the steps (at least 3) against the last
   tenth's. A regression when the baseline's fell by at least LOSS_MIN_FALL and this run's by
-  less than LOSS_KEPT of the baseline's fall;
+  less than LOSS_KEPT of the baseline's fall (a working change that learns slower, with half
+  the steps or a lower learning rate, keeps more than that);
 - the learning rate's schedule: each optimizer group's last-step lr over its first-step lr. A
   regression when this run's ratio is below the baseline's / LR_COLLAPSE (a schedule that
   decays 100 times faster); another base lr keeps the ratio;
@@ -12,6 +13,7 @@ Three facts are judged, each only where the baseline had it:
   baseline and whose share of distinct rows is now below ROWS_KEPT of the baseline's (a
   randomly initialised matrix keeps every row distinct, a dead ReLU unit's included; a
   constant initialisation leaves rows alike, the bias alone telling some apart).
+Samples per epoch, the kind of each loss's input and the evaluation outputs: `baseline_observed`.
 A fact that differs by more than CHANGED but is no regression is listed as "changed, not worse".
 """
 
@@ -20,12 +22,13 @@ from __future__ import annotations
 from traingate.stages.correctness.details import BaselineFactsCheck, TrainingFacts
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity
 from traingate.stages.base import StageContext
-from traingate.stages.correctness.probe.payloads import FactsPayload
-from traingate.stages.correctness import located
+from traingate.stages.correctness.probe.payloads import FactsPayload, LoadersPayload, LossInputsPayload
+from traingate.stages.contract.payloads.base import Site
+from traingate.stages.correctness import baseline_observed, changed_lines, located
 
 CATEGORY = Category.TRAINING_REGRESSION
 LOSS_MIN_FALL = 0.2
-LOSS_KEPT = 0.5
+LOSS_KEPT = 0.25
 LR_COLLAPSE = 100.0
 CHANGED = 0.01
 MIN_STEPS = 6
@@ -58,6 +61,11 @@ class Comparison:
 
     def __init__(self, ctx: StageContext, now: TrainingFacts, then: TrainingFacts, payload: FactsPayload, fallback: Location) -> None:
         self.ctx, self.now, self.then, self.payload, self.fallback = ctx, now, then, payload, fallback
+        self.loaders: LoadersPayload | None = None
+        self.inputs: LossInputsPayload | None = None
+        self.explained: set[Category] = set()
+        self.sites: list[Site] = []  # the target lines the run's instruments recorded (it executed them)
+        self._nearest: Location | None = None
         self.check = BaselineFactsCheck(ran=True, note=None, compared=[], regressions=[], changed_not_worse=[], baseline_losses=then.losses)
         self.findings: list[Finding] = []
 
@@ -66,15 +74,21 @@ class Comparison:
         (one finding per cause: a collapsed learning rate's finding states the loss too)."""
         self._learning_rates()
         self._symmetry()
+        baseline_observed.samples(self, self.loaders)
+        baseline_observed.evaluation(self)
+        elsewhere = baseline_observed.loss_inputs(self, self.inputs, self.explained)
+        elsewhere = baseline_observed.modules(self, self.explained) or elsewhere
         causes = list(self.findings)
         self._loss()
-        if causes and len(self.findings) > len(causes):
+        if (causes or elsewhere) and len(self.findings) > len(causes):
             loss = self.findings.pop()
             also = f" Also, {loss.evidence.summary}."
             self.findings = [f.model_copy(update={"problem": f.problem + also}) for f in causes]
+            if not causes:  # the cause is a named rule's finding of this run
+                self.check.regressions[-1] += " (its cause stated in this run's other findings)"
         return self.findings, self.check
 
-    def _changed(self, fact: str, then: float, now: float) -> None:
+    def changed(self, fact: str, then: float, now: float) -> None:
         if abs(now - then) > CHANGED * max(abs(then), abs(now), 1e-12):
             self.check.changed_not_worse.append(fact)
 
@@ -85,9 +99,9 @@ class Comparison:
         self.check.compared.append("loss fall")
         statement = f"the training loss fell {then:.0%} over {len(self.then.losses)} steps in the baseline and {now:.0%} over {len(self.now.losses)} now"
         if then >= LOSS_MIN_FALL and now < LOSS_KEPT * then:
-            self._found("loss", statement, self.fallback, {"baseline_fall": then, "fall": now})
+            self.found("loss", statement, self.nearest(), {"baseline_fall": then, "fall": now})
         else:
-            self._changed(statement, then, now)
+            self.changed(statement, then, now)
 
     def _learning_rates(self) -> None:
         then, now = _lr_curves(self.then), _lr_curves(self.now)
@@ -101,9 +115,9 @@ class Comparison:
             if new_ratio * LR_COLLAPSE < old_ratio:
                 after = _diverged(old, new)
                 statement += f" (changed after step {after} of {len(new)})" if after is not None else ""
-                self._found(f"lr-{key[0]}-{key[1]}", statement, self._scheduler_location(), {"baseline_lrs": old[:500], "lrs": new[:500]})
+                self.found(f"lr-{key[0]}-{key[1]}", statement, self._scheduler_location(), {"baseline_lrs": old[:500], "lrs": new[:500]})
             else:
-                self._changed(statement, old[-1], new[-1])
+                self.changed(statement, old[-1], new[-1])
 
     def _symmetry(self) -> None:
         then = {m.name: m for m in self.then.matrices}
@@ -115,16 +129,25 @@ class Comparison:
             statement = f"`{matrix.name}` had {old.distinct} distinct rows of {old.rows} in the baseline and {matrix.distinct} of {matrix.rows} now"
             if 2 * old.distinct >= old.rows and matrix.distinct / matrix.rows < ROWS_KEPT * old.distinct / old.rows:
                 where = located.location(self.payload, matrix.init_site, self.fallback)
-                self._found(f"rows-{matrix.name}", statement, where, {"baseline": old.model_dump(), "now": matrix.model_dump()})
+                self.found(f"rows-{matrix.name}", statement, where, {"baseline": old.model_dump(), "now": matrix.model_dump()})
             elif (old.distinct, old.rows) != (matrix.distinct, matrix.rows):
                 self.check.changed_not_worse.append(statement)
+
+    def nearest(self) -> Location:
+        """Where a fact no nearer line explains is located: a line the change since the
+        baseline's commit touched (`changed_lines`), else the entrypoint. Read once, when needed."""
+        if self._nearest is None:
+            commit = self.ctx.baseline.target.commit if self.ctx.baseline is not None else None
+            changed = changed_lines.changed_lines(self.ctx.origin, commit)
+            self._nearest = (changed_lines.nearest_changed(changed, self.sites, self.fallback) if changed else None) or self.fallback
+        return self._nearest
 
     def _scheduler_location(self) -> Location:
         sites = self.payload.scheduler_sites
         busiest = max(sites, key=lambda s: s.steps).site if sites else None
         return located.location(self.payload, busiest, self.fallback)
 
-    def _found(self, key: str, statement: str, where: Location, data: dict[str, object]) -> None:
+    def found(self, key: str, statement: str, where: Location, data: dict[str, object]) -> None:
         self.check.regressions.append(statement)
         self.findings.append(
             self.ctx.finding(
@@ -159,8 +182,14 @@ def _diverged(old: list[float], new: list[float]) -> int | None:
     return None
 
 
-def compare(ctx: StageContext, now: TrainingFacts | None, payload: FactsPayload | None, fallback: Location) -> tuple[list[Finding], BaselineFactsCheck | None]:
-    """None without a baseline: nothing changes."""
+def compare(
+    ctx: StageContext, now: TrainingFacts | None, payload: FactsPayload | None, fallback: Location, explained: set[Category] | None = None,
+    loaders: LoadersPayload | None = None, inputs: LossInputsPayload | None = None, sites: list[Site] | None = None,
+) -> tuple[list[Finding], BaselineFactsCheck | None]:
+    """None without a baseline: nothing changes. `explained`: the categories this run found
+    already (a fact one of them states is not found again); `loaders`, `inputs`: where the
+    samples' and the losses' facts were observed, for their lines; `sites`: the other lines
+    the run's instruments recorded (a changed one among them locates the loss's finding)."""
     if ctx.baseline is None:
         return [], None
     then = baseline_facts(ctx.baseline)
@@ -168,7 +197,14 @@ def compare(ctx: StageContext, now: TrainingFacts | None, payload: FactsPayload 
         return [], _not_compared("the baseline report records no training facts (an older gate, or its correctness stage did not run)")
     if now is None or payload is None:
         return [], _not_compared("this run recorded no training facts")
-    return Comparison(ctx, now, then, payload, fallback).run()
+    comparison = Comparison(ctx, now, then, payload, fallback)
+    comparison.loaders, comparison.inputs, comparison.explained = loaders, inputs, explained or set()
+    comparison.sites = [*payload.sites, *(sites or [])]
+    return comparison.run()
+
+
+def add_observed(facts: TrainingFacts, payload: FactsPayload, loaders: LoadersPayload | None, inputs: LossInputsPayload | None) -> None:
+    baseline_observed.add_observed(facts, payload, loaders, inputs)
 
 
 def _not_compared(why: str) -> BaselineFactsCheck:

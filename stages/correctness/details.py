@@ -18,7 +18,7 @@ from typing import Literal
 from traingate.pipeline.model.details import Detail
 from traingate.pipeline.model.details import SessionDetails
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.correctness.probe.payloads import FactsStep, InputKind, LossFunction, MatrixRows, ModuleChange, OptimizerRecord
+from traingate.stages.correctness.probe.payloads import EvaluationCheck, FactsStep, InputKind, LossFunction, MatrixRows, ModuleChange, OptimizerRecord
 
 
 class CheckNote(Detail):
@@ -192,6 +192,15 @@ class DistributedCheck(Detail):
     findings: int | None = None
 
 
+class LossInputFact(Detail):
+    """What one classification loss called from one line was given (its first call's input)."""
+
+    function: LossFunction
+    kind: InputKind | Literal["mixed"]
+    shape: list[int]
+    dtype: str
+
+
 class TrainingFacts(Detail):
     """How the instrumented run trained, kept for a later version's comparison
     (docs/baseline-comparison.md)."""
@@ -202,6 +211,10 @@ class TrainingFacts(Detail):
     copied: bool  # false: the parameters were too large to copy, no changes recorded
     modules: list[ModuleChange]  # each top-level module's relative change over the run
     matrices: list[MatrixRows]  # the distinct rows of each weight matrix at the end
+    # Left out where not observed (and in an older gate's baseline):
+    samples_per_epoch: int | None = None  # samples the loaders that drove steps handed out per epoch
+    loss_inputs: list[LossInputFact] | None = None  # what each classification loss was given
+    evaluation: EvaluationCheck | None = None  # forwards under no_grad run twice: the same output?
 
     def loss_chart(self, baseline: list[float | None] | None = None) -> LossChart | None:
         """What the stage's page draws (`loss_chart`)."""

@@ -174,13 +174,21 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         Category.TRAINING_REGRESSION, STAGE, Severity.HIGH,
-        "a training fact that held in the baseline's run fails in this one (the loss stopped falling, the learning rate collapsed, a weight matrix became symmetric)",
+        "a training fact that held in the baseline's run fails in this one (the loss stopped falling, the learning rate collapsed, a weight matrix became symmetric, "
+        "a module stopped changing, fewer samples per epoch, a loss given the wrong kind of input, evaluation outputs that differ for the same input)",
         "With `--baseline`, compares the training facts the instrumented run records (the loss of each step, each optimizer group's learning rate, gradient norm and "
-        "relative parameter change at each step, each top-level module's change over the run, the distinct rows of each weight matrix at the end) with the baseline report's.",
-        "Measured, both numbers stated. The loss (mean of the first tenth of the steps against the last tenth's): the baseline's fell by at least 20% and this run's by less than half as much. "
+        "relative parameter change at each step, each top-level module's change over the run, the distinct rows of each weight matrix at the end, the samples the "
+        "training loaders handed out per epoch, the kind, shape and dtype of each classification loss's input, and whether a model run twice under no_grad on "
+        "the same input gave the same output) with the baseline report's.",
+        "Measured, both numbers stated. The loss (mean of the first tenth of the steps against the last tenth's): the baseline's fell by at least 20% and this run's by less than a quarter as much "
+        "(a working change that learns slower, with half the steps or a 2.5 times lower learning rate, keeps more). "
+        "A module held by an optimizer in both runs changed by less than 1% of its baseline change over the run. "
+        "Samples per epoch: fewer than half the baseline's (another batch size keeps them). "
+        "A loss's input: the kind the loss expects in the baseline, one it does not now (cross_entropy given probabilities, nll_loss given logits). "
+        "Evaluation: every check gave the same output twice in the baseline and one does not now. "
         "The learning rate: a group's last-step lr over its first-step lr is more than 100 times smaller than the baseline's (another base lr or optimizer keeps the ratio). "
         "Symmetry: a weight matrix of the same name had at least half its rows distinct in the baseline and now has a share of distinct rows below 90% of the baseline's (a wider layer keeps its rows distinct). "
-        "A loss that stopped falling is stated in the learning-rate or symmetry finding where there is one (one finding per cause). A fact that differs but is not worse is listed in the stage's details as changed, not worse; without a baseline nothing is compared.",
+        "A loss that stopped falling is stated in the nearer fact's finding where there is one, and a regression a named rule of this run found (loss-input-mismatch, unused-parameter) is that rule's finding alone (one finding per cause). A fact that differs but is not worse is listed in the stage's details as changed, not worse; without a baseline nothing is compared.",
         Blocks.POLICY,
         "The change runs and passes its tests but trains worse than the version it replaces: the model it produces is worse.",
         "Look at the located line (the scheduler's step(), the initialisation call) or the change around the data and the loss; an intended change is taken as the next baseline once reviewed.",

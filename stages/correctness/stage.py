@@ -152,7 +152,7 @@ class _Session(StageSession[CorrectnessRun]):
             self.findings += leakage.leakage_findings(self.ctx, loaders, main_site)
         self._gradients_and_modes(first, main_site)
         self._loss_inputs_and_mixing(first, main_site)
-        self._training_facts(first, losses)
+        self._training_facts(first, losses, loaders)
         self.observed = _observed(steps, losses, loaders)
         if steps is None or not steps.steps:
             if first.ok:
@@ -176,14 +176,18 @@ class _Session(StageSession[CorrectnessRun]):
         self.findings += found
 
     # -- training facts, training-regression against the baseline --------------------------------
-    def _training_facts(self, first: EntrypointRun, losses: LossesPayload | None) -> None:
-        payload = first.payload(FACTS, FactsPayload)
+    def _training_facts(self, first: EntrypointRun, losses: LossesPayload | None, loaders: LoadersPayload | None) -> None:
+        payload, inputs = first.payload(FACTS, FactsPayload), first.payload(LOSS_INPUTS, LossInputsPayload)
         if payload is not None:
             self.training_facts = TrainingFacts(
                 steps=payload.steps, losses=list(overfit.step_losses(losses)[:500]), records=payload.records,
                 copied=payload.copied, modules=payload.modules, matrices=payload.matrices,
             )
-        found, self.baseline_check = baseline.compare(self.ctx, self.training_facts, payload, self.fallback)
+            baseline.add_observed(self.training_facts, payload, loaders, inputs)
+        # A loss given the wrong kind of input has its own finding (loss-input-mismatch): one per cause.
+        explained = {f.category for f in self.findings}
+        executed = [site for p in (first.payload(STEPS, StepsPayload), losses, loaders, inputs) if p is not None for site in p.sites]
+        found, self.baseline_check = baseline.compare(self.ctx, self.training_facts, payload, self.fallback, explained, loaders, inputs, executed)
         self.findings += found
 
     # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------

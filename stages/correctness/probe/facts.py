@@ -7,13 +7,16 @@ each top-level module, the relative change of its parameters over the run, and f
 weight matrix up to MAX_MATRIX elements, how many distinct rows it holds (a symmetric
 initialisation leaves every row alike). A copy of the parameters is kept across one `step()`
 (in buffers allocated once) and from the first step to the end, only while both together hold
-up to MAX_COPIED elements; past that the changes are not recorded.
+up to MAX_COPIED elements; past that the changes are not recorded. Whether a model evaluated
+under no_grad gives the same output twice for the same input: `probe.evaluation`.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import Any
+
+from traingate.stages.correctness.probe.evaluation import EvaluationWatch
 
 MAX_STEPS = 500  # steps recorded; the rest are counted
 MAX_COPIED = 20_000_000  # elements: the step buffers and the first step's copy together
@@ -44,6 +47,8 @@ class FactsWatch:
 
         self.torch = torch
         self.sites = SiteTable(ctx.root)
+        self.evaluation = EvaluationWatch(self.sites)
+        self.evaluation.install(torch)
         self._wrap_scheduler_step(torch)
         self._wrap_init(torch)
         register_optimizer_step_pre_hook(self._pre)
@@ -143,6 +148,7 @@ class FactsWatch:
             "modules": self._modules(),
             "matrices": self._matrices(),
             "scheduler_sites": [{"site": site, "steps": count} for site, count in self.scheduler_sites.items()],
+            "evaluation": self.evaluation.collect(),
             "sites": self.sites.sites,
         })
 

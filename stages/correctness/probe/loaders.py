@@ -57,7 +57,7 @@ class LoaderWatch:
             original_init(loader, *args, **kwargs)
             if len(watch.loaders) < MAX_LOADERS:
                 assert watch.sites is not None
-                record = {"site": watch.sites.innermost(1), "epochs": 0, "batches": 0, "steps": 0}
+                record = {"site": watch.sites.innermost(1), "epochs": 0, "batches": 0, "steps": 0, "samples": 0}
                 watch.loaders.append(record)
                 watch._records[loader] = record
                 watch._kept.append(loader)
@@ -98,6 +98,8 @@ class LoaderWatch:
 
         samples = self._samples.setdefault(id(record), set())
         tensor = _first_tensor(torch, batch)
+        if tensor is not None and tensor.dim() > 0:
+            record["samples"] = record.get("samples", 0) + int(tensor.shape[0])
         if tensor is None or tensor.dim() == 0 or len(samples) >= MAX_SAMPLES:
             return
         rows = tensor.detach().reshape(tensor.shape[0], -1)

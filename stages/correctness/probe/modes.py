@@ -37,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 from traingate.stages.contract.frames import is_target_file
+from traingate.stages.correctness.probe import evaluation
 from traingate.stages.correctness.probe.loss_feeds import LossFeeds
 from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
@@ -152,7 +153,7 @@ class ModeWatch:
     def _dropout(self, name: str, original: Any) -> Any:
         @functools.wraps(original)
         def dropout(input: Any, p: float = 0.5, *args: Any, **kwargs: Any) -> Any:
-            if not args and "training" not in kwargs and p > 0:  # training left at its default, True
+            if not args and "training" not in kwargs and p > 0 and not evaluation.repeating():  # training left at its default, True
                 self._note_functional(name, p, sys._getframe(1))
             return original(input, p, *args, **kwargs)
 

@@ -187,6 +187,7 @@ class LoaderOrdering(Payload):
     set_epoch_calls: int
     length: int | None  # None: a loader without a length (an iterable dataset)
     iterable_dataset: bool
+    samples: int = 0  # samples handed out: the first dimension of each batch's first tensor, summed
 
 
 class LoaderOverlap(Payload):
@@ -406,6 +407,8 @@ class LossInputSite(Payload):
     module_site: int | None  # the line that called that module
     gradients_recorded: bool
     example: list[NonFiniteFloat]  # the first sampled values; not finite where `kind` is "empty"
+    shape: list[int] = Field(default_factory=list)  # the first call's input shape
+    dtype: str = ""  # the first call's input dtype, e.g. "float32"
 
 
 ShapeLossFunction = Literal["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
@@ -529,6 +532,16 @@ class MatrixRows(Payload):
     init_site: int | None  # the line of the latest torch.nn.init call on it; None: none seen
 
 
+class EvaluationCheck(Payload):
+    """Forward calls of a model under no_grad, each run a second time on the same input with the
+    same random state: whether both gave the same output."""
+
+    checked: int
+    deterministic: int  # of them, the same output twice
+    eval_mode: int  # of them, with the model in eval mode
+    site: int | None  # the line that called the model in the first check that differed, else in the first check
+
+
 class FactsPayload(Payload):
     """`probe.facts.FactsWatch`; read by `correctness.baseline`."""
 
@@ -538,6 +551,7 @@ class FactsPayload(Payload):
     modules: list[ModuleChange]
     matrices: list[MatrixRows]
     scheduler_sites: list[StepSite]  # the lines that called a scheduler's step(), with their calls
+    evaluation: EvaluationCheck | None = None  # None: no forward under no_grad was seen
     sites: list[Site]
 
 
