@@ -186,3 +186,14 @@ def test_a_wider_layer_is_changed_not_worse(runs: dict[str, GateRun]) -> None:
     check = _correctness(runs["wider"])["details"]["checks"]["baseline"]
     assert any("`0.weight` had 32 distinct rows of 32 in the baseline and 64 of 64 now" in c for c in check["changed_not_worse"])
 
+
+
+def test_the_page_draws_both_loss_curves_and_states_the_regression(runs: dict[str, GateRun]) -> None:
+    page = (runs["shuffled-apart"].out / "correctness.md").read_text()
+    chart = page.split("```mermaid", 1)[1].split("```", 1)[0]
+    now, then = (list(map(float, values.split(", "))) for values in re.findall(r"^\s+line \[(.*)\]$", chart, re.M))
+    # The baseline's curve falls well below where it started; this version's stays near its start.
+    assert then[-1] < then[0] * 0.6 and now[-1] > now[0] * 0.8
+    assert "## Against the baseline" in page and "- ⛔ " in page
+    base_page = (runs["base"].out / "correctness.md").read_text()
+    assert len(re.findall(r"^\s+line \[", base_page, re.M)) == 1 and "## Against the baseline" not in base_page
