@@ -65,7 +65,7 @@ def test_a_learning_rate_collapse_blocks_and_says_when_it_began(tmp_path: Path) 
 
 def test_a_loss_that_stops_falling_blocks_with_both_falls(tmp_path: Path) -> None:
     [finding], _ = compared(tmp_path, facts(falling(2.0, 1.8), schedule(0.1, 0.5)))
-    assert "fell 65% over 20 steps in the baseline and 9% over 20 now" in finding.title
+    assert "fell 65% over 20 steps in the baseline and fell 9% over 20 now" in finding.title
 
 
 def test_a_baseline_whose_loss_did_not_fall_judges_no_loss(tmp_path: Path) -> None:
@@ -145,3 +145,7 @@ def test_modules_that_stopped_changing_are_one_finding_and_a_slower_learning_rat
     assert found == [] and len([c for c in check.changed_not_worse if c.startswith("module")]) == 2
     found, check = compared(tmp_path, with_facts(BASE, modules=modules(0.5)), then)  # `1` held by no optimizer, no named rule found it
     assert found == [] and any("`1` changed by 2 over the run in the baseline and is held by no optimizer now" in c for c in check.changed_not_worse)
+
+
+def test_a_loss_that_rose_is_said_to_have_risen() -> None:
+    assert baseline._moved(0.58) == "fell 58%" and baseline._moved(-0.07) == "rose 7%" and baseline._moved(0.0) == "fell 0%"

@@ -97,7 +97,7 @@ class Comparison:
         if then is None or now is None:
             return
         self.check.compared.append("loss fall")
-        statement = f"the training loss fell {then:.0%} over {len(self.then.losses)} steps in the baseline and {now:.0%} over {len(self.now.losses)} now"
+        statement = f"the training loss {_moved(then)} over {len(self.then.losses)} steps in the baseline and {_moved(now)} over {len(self.now.losses)} now"
         if then >= LOSS_MIN_FALL and now < LOSS_KEPT * then:
             self.found("loss", statement, self.nearest(), {"baseline_fall": then, "fall": now})
         else:
@@ -162,6 +162,11 @@ class Comparison:
                 key=f"baseline-{key}",
             )
         )
+
+
+def _moved(fall: float) -> str:
+    """A loss's fall as a reader says it: "fell 58%", "rose 7%" (a negative fall)."""
+    return f"fell {fall:.0%}" if fall >= 0 else f"rose {-fall:.0%}"
 
 
 def _lr_curves(facts: TrainingFacts) -> dict[tuple[int, int], list[float]]:
