@@ -186,6 +186,12 @@ def start_cli(args: list[str], *, cwd: Path = REPO, timeout: float = 600, env: d
     """`traingate ARGS` in a subprocess, as a CI job runs it, from a test marked slow."""
     if _current and _current[0].get_closest_marker("slow") is None:
         pytest.fail(f"{_current[0].nodeid} starts the traingate CLI but was not marked slow: call it through start_cli, run_gate or the gate fixture")
+    return subprocess.run([*TRAINGATE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=cli_env(env), **options)
+
+
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a `traingate` process a test starts: `env` (or this process's), less
+    what would reach the real CI job or policy, and no pytest plugin autoloaded in the target."""
     # When this suite itself runs in GitHub Actions, the runs it makes must not annotate the
     # real job or append to its step summary.
     base = env if env is not None else dict(os.environ)
@@ -193,7 +199,7 @@ def start_cli(args: list[str], *, cwd: Path = REPO, timeout: float = 600, env: d
     # The fixture targets' suites need no pytest plugin of this environment; the dev extras'
     # hypothesis plugin imports hypothesis at every run's summary (0.8 s of each target suite).
     clean.setdefault("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    return subprocess.run([*TRAINGATE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=clean, **options)
+    return clean
 
 
 def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:

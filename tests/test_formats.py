@@ -18,7 +18,7 @@ from junitparser import Error as JUnitError
 from junitparser import Failure, JUnitXml, Skipped
 from ruamel.yaml import YAML  # check-jsonschema's own YAML reader
 
-from tests.conftest import REPO, TARGETS, TRAINGATE, line_of
+from tests.conftest import REPO, TARGETS, TRAINGATE, cli_env, line_of
 from traingate.pipeline.gate.outputs import DEFAULT_FORMATS, FormatError, display_path, parse_formats, run_facts, write_reports
 from traingate.pipeline.gate.outputs import stage_pages
 from traingate.pipeline.model.registry import rule_table
@@ -441,7 +441,7 @@ def test_end_to_end_every_format_validates(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     out = tmp_path / "out"
     summary = tmp_path / "step_summary.md"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    env = cli_env({k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")})
     env.update(GITHUB_STEP_SUMMARY=str(summary), NO_COLOR="1")
     done = subprocess.run(
         [*TRAINGATE, "run", str(target), "--out", str(out), "--stages", "execution", "--format", "md,json,sarif,github,junit"],
@@ -481,7 +481,7 @@ def test_end_to_end_every_format_validates(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_quiet_and_verbose(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    env = cli_env({k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")})
     args = [*TRAINGATE, "run", str(TARGETS / "exec_defects"), "--stages", "execution"]
     quiet = subprocess.run([*args, "--out", str(tmp_path / "q"), "--quiet"], capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert quiet.returncode == 1 and quiet.stdout == "", quiet.stdout + quiet.stderr
@@ -506,7 +506,7 @@ def _action_step(step_id_or_name: str) -> str:
 def test_the_actions_shell_steps_run_and_report_their_outputs(tmp_path: Path) -> None:
     """The action's own scripts, run as GitHub runs a composite step (bash -e -o pipefail)."""
     github_output = tmp_path / "github_output"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    env = cli_env({k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")})
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", GITHUB_OUTPUT=str(github_output),
         TARGET=str(TARGETS / "exec_defects"), STAGES="execution", DEVICE="cpu", POLICY="", BASELINE="", OUT=str(tmp_path / "out"),

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TARGETS, TRAINGATE, GateRun, run_gate
+from tests.conftest import REPO, TARGETS, TRAINGATE, GateRun, cli_env, run_gate
 from traingate.pipeline.model.config import PolicyConfig
 from traingate.pipeline.gate.policy_source import (
     POLICY_ENV,
@@ -146,7 +145,7 @@ def test_the_policy_environment_variable_is_read(tmp_path: Path) -> None:
     ci.write_text('block_on = ["critical", "high", "medium"]\n')
     done = subprocess.run(
         [*TRAINGATE, "run", str(TARGETS / "policy_loosened"), "--out", str(tmp_path / "out"), "--stages", "execution"],
-        capture_output=True, text=True, cwd=REPO, env={**os.environ, POLICY_ENV: str(ci)}, timeout=300,
+        capture_output=True, text=True, cwd=REPO, env={**cli_env(), POLICY_ENV: str(ci)}, timeout=300,
     )
     assert done.returncode == 1, done.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, TARGETS, TRAINGATE
+from tests.conftest import REPO, TARGETS, TRAINGATE, cli_env
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
 from traingate.pipeline.gate.snapshot import Changes, Snapshot, SnapshotError, modification_finding, with_user_paths
 
@@ -128,7 +128,7 @@ def _run_isolated(target: Path, out: Path, scratch_tmp: Path, *args: str) -> tup
     scratch_tmp.mkdir(exist_ok=True)
     done = subprocess.run(
         [*TRAINGATE, "run", str(target), "--out", str(out), *args],
-        capture_output=True, text=True, cwd=REPO, timeout=600, env={**os.environ, "TMPDIR": str(scratch_tmp)},
+        capture_output=True, text=True, cwd=REPO, timeout=600, env={**cli_env(), "TMPDIR": str(scratch_tmp)},
     )
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else {}
     return done.returncode, report, done.stderr
