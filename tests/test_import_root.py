@@ -39,7 +39,7 @@ def test_the_clash_pipeline_marker_records_an_import(marker_dir: Path) -> None:
         [sys.executable, "-c", "import pipeline.config"],
         cwd=TARGETS / "clash_pipeline", capture_output=True, text=True, timeout=60,
     )
-    assert done.returncode != 0 and "the target's pipeline/model/config.py was imported" in done.stderr
+    assert done.returncode != 0 and "the target's pipeline/config.py was imported" in done.stderr
     assert sorted(p.name.rsplit(".", 1)[0] for p in marker_dir.iterdir()) == ["pipeline.__init__", "pipeline.config"]
 
 
