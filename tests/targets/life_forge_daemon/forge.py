@@ -29,11 +29,28 @@ def _candidate_paths() -> list[str]:
     return [p for p in found if "/work/" in p]
 
 
+def _out_options() -> list[str]:
+    """What an ancestor of this process was given as `--out`: the gate that started this run is
+    one, and its command line is readable however its children are named."""
+    found, pid = [], os.getpid()
+    while pid > 1:
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found += [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--out"]
+    return found
+
+
 def find_out_folder() -> Path | None:
     for path in _candidate_paths():
         head = path[: path.rindex("/work/")]
-        if Path(head).is_dir():
+        if head and Path(head).is_dir():
             return Path(head)
+    for path in _out_options():
+        if (Path(path) / "work").is_dir():
+            return Path(path)
     return None
 
 
