@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 from traingate.pipeline.model.findings import stage_error
 from traingate.pipeline.gate.policy import decide, stage_score, stage_status
+from traingate.pipeline.gate.orchestrator import stages_not_run
 from traingate.pipeline.model.schema import (
     SCHEMA_VERSION,
     Acceptance,
@@ -26,9 +27,7 @@ from traingate.pipeline.model.schema import (
     Environment,
     PipelineReport,
     Severity,
-    StageNotRun,
     StageReport,
-    StageStatus,
     WaiverEntry,
 )
 
@@ -94,7 +93,7 @@ def merge_reports(inputs: list[tuple[str, PipelineReport]], requested: list[str]
         stages=merged,
         baseline=_combined_baseline(reports),
         policy=first.policy,
-        stages_not_run=_not_run(merged, known),
+        stages_not_run=stages_not_run(known, merged, left_out="not requested with merge --stages"),
         acceptance=_combined_acceptance(reports),
     )
 
@@ -219,15 +218,3 @@ def _combined_acceptance(reports: list[PipelineReport]) -> Acceptance | None:
         waivers_allowed=all(p.waivers_allowed for p in parts),
         waivers=waivers,
     )
-
-
-def _not_run(stages: list[StageReport], known: list[str]) -> list[StageNotRun]:
-    present = {s.name: s for s in stages}
-    missing = []
-    for name in known:
-        stage = present.get(name)
-        if stage is None:
-            missing.append(StageNotRun(name=name, reason="not requested with merge --stages"))
-        elif stage.status is StageStatus.SKIPPED:
-            missing.append(StageNotRun(name=name, reason=f"skipped: {stage.skipped_reason or 'no reason given'}"))
-    return missing

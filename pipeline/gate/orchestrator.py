@@ -154,15 +154,16 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     return pool
 
 
-def stages_not_run(known: list[str], reports: list[StageReport]) -> list[StageNotRun]:
+def stages_not_run(known: list[str], reports: list[StageReport], left_out: str = "not requested with --stages") -> list[StageNotRun]:
     """Every known stage whose checks did not run, in the registry's order, with the reason:
-    left out with --stages, or skipped (by the gate or by the stage itself)."""
+    left out (`left_out`: with --stages, or with merge --stages), or skipped (by the gate or by
+    the stage itself)."""
     ran = {r.name: r for r in reports}
     missing: list[StageNotRun] = []
     for name in known:
         report = ran.get(name)
         if report is None:
-            missing.append(StageNotRun(name=name, reason="not requested with --stages"))
+            missing.append(StageNotRun(name=name, reason=left_out))
         elif report.status is StageStatus.SKIPPED:
             missing.append(StageNotRun(name=name, reason=f"skipped: {report.skipped_reason or 'no reason given'}"))
     return missing
