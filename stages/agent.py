@@ -19,7 +19,7 @@ from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.supervision.warm import enabled as warm_start_enabled
 from traingate.pipeline.supervision.processes import become_subreaper
-from traingate.pipeline.model.registry import build_registry, load_stage
+from traingate.pipeline.model.registry import build_registry, load_stage, parts
 from traingate.pipeline.model.schema import PipelineReport, StageOutcome
 from traingate.stages.base import StageContext
 from traingate.stages.contract.channel import receive_request
@@ -68,6 +68,7 @@ def main() -> None:
             baseline=request.baseline,
             origin=Path(request.origin) if request.origin else None,
             warm=warm,
+            payload_models=parts(stage).payload_models,
         )
         outcome = stage.run(ctx)
         reply = AgentReply[StageOutcome](outcome=outcome.model_copy(update={"files_read": combined(ctx.files_read), "training_stopped": ctx.training_stopped}))
