@@ -51,3 +51,18 @@ def test_a_changed_line_the_run_executed_comes_first_else_the_first_of_the_entry
 def test_parse_diff_reads_hunks_of_several_files() -> None:
     text = "+++ b/a.py\n@@ -1,2 +1,3 @@\n+x\n+++ b/sub/b.py\n@@ -4 +4 @@\n+y\n+++ /dev/null\n@@ -1,3 +0,0 @@\n"
     assert parse_diff(text) == {"a.py": {1, 2, 3}, "sub/b.py": {4}}
+
+
+def test_a_commit_that_is_not_an_id_is_never_handed_to_git(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from traingate.stages.correctness.changed_lines import changed_lines
+
+    import subprocess
+
+    for args in (["init", "-q"], ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "base"]):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+    out = tmp_path.parent / "written-by-git"
+    # As an option, git would write the diff to a file of the report's choosing.
+    assert changed_lines(tmp_path, f"--output={out}") is None and not out.exists()
+    assert changed_lines(tmp_path, "HEAD") is None  # a name, not an id
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    assert changed_lines(tmp_path, head) == {}

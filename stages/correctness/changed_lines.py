@@ -21,17 +21,19 @@ from traingate.stages.base import location_of
 from traingate.stages.contract.payloads.base import Site
 
 _GIT_TIMEOUT_S = 20
+# A commit id as the gate records it (`git rev-parse HEAD`): nothing git could read as an option.
+_COMMIT = re.compile(r"[0-9a-f]{4,64}")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
 
 
 def changed_lines(origin: Path | None, commit: str | None) -> dict[str, set[int]] | None:
     """path (relative to `origin`) -> the lines of this version that the change touched; None
     where git cannot tell."""
-    if origin is None or not commit:
+    if origin is None or not commit or not _COMMIT.fullmatch(commit):
         return None
     try:
         done = subprocess.run(
-            ["git", "-C", str(origin), "diff", "-U0", "--no-color", "--no-ext-diff", "--relative", commit, "--", "*.py"],
+            ["git", "-C", str(origin), "diff", "-U0", "--no-color", "--no-ext-diff", "--no-textconv", "--relative", commit, "--", "*.py"],
             capture_output=True, text=True, timeout=_GIT_TIMEOUT_S, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
