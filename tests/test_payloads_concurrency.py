@@ -27,11 +27,9 @@ from traingate.stages.contract.channel import ChannelSpec, ChannelWriter, new_no
 from traingate.stages.contract.messages import HARNESS_RESULT, HarnessResult
 from traingate.stages.concurrency.probe.payloads import MODELS as CONCURRENCY_MODELS
 from traingate.stages.contract.messages import MODELS_CONTEXT
-from traingate.stages.concurrency.probe.payloads import MODELS as STAGE_MODELS
 
 # A result read as the parent reads it: against the stage's payload models.
-READ_BY_STAGE = {MODELS_CONTEXT: STAGE_MODELS}
-MODELS = STAGE_MODELS
+READ_BY_STAGE = {MODELS_CONTEXT: CONCURRENCY_MODELS}
 
 CONCURRENCY = [
     CONCURRENCY_TRACE,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from traingate.stages.correctness.probe.payloads import CORRECTNESS_FIRST_UPDATE, CORRECTNESS_GRADIENTS, CORRECTNESS_LOADERS, CORRECTNESS_LOSSES, CORRECTNESS_MODES, CORRECTNESS_ONE_BATCH, CORRECTNESS_RANKS, CORRECTNESS_STEPS
+from traingate.stages.correctness.probe.payloads import CORRECTNESS_FIRST_UPDATE as FIRST_UPDATE, CORRECTNESS_GRADIENTS as GRADIENTS, CORRECTNESS_LOADERS as LOADERS, CORRECTNESS_LOSSES as LOSSES, CORRECTNESS_MODES as MODES, CORRECTNESS_ONE_BATCH as ONE_BATCH, CORRECTNESS_RANKS as RANKS, CORRECTNESS_STEPS as STEPS
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import EntrypointRun, StageContext, read_harness_result
@@ -34,20 +34,11 @@ from traingate.stages.correctness.probe.payloads import FirstUpdatePayload, OneB
 from traingate.stages.correctness import stage as correctness_stage
 from traingate.stages.harness.entrypoint import as_sent, collect_payload
 from traingate.stages.contract.messages import MODELS_CONTEXT
-from traingate.stages.correctness.probe.payloads import MODELS as STAGE_MODELS
+from traingate.stages.correctness.probe.payloads import MODELS
 
 # A result read as the parent reads it: against the stage's payload models.
-READ_BY_STAGE = {MODELS_CONTEXT: STAGE_MODELS}
-MODELS = STAGE_MODELS
+READ_BY_STAGE = {MODELS_CONTEXT: MODELS}
 
-STEPS = CORRECTNESS_STEPS
-LOSSES = CORRECTNESS_LOSSES
-LOADERS = CORRECTNESS_LOADERS
-FIRST_UPDATE = CORRECTNESS_FIRST_UPDATE
-ONE_BATCH = CORRECTNESS_ONE_BATCH
-RANKS = CORRECTNESS_RANKS
-GRADIENTS = CORRECTNESS_GRADIENTS
-MODES = CORRECTNESS_MODES
 CORRECTNESS = [STEPS, LOSSES, LOADERS, FIRST_UPDATE, ONE_BATCH, RANKS, GRADIENTS, MODES]
 
 TARGET = '''
@@ -418,7 +409,7 @@ def test_the_payload_models_cost_a_child_nothing_at_start_up() -> None:
     from traingate.stages.concurrency.probe.payloads import MODELS as CONCURRENCY_MODELS
     from traingate.stages.performance.probe.payloads import MODELS as PERFORMANCE_MODELS
 
-    every = [*PERFORMANCE_MODELS, *CONCURRENCY_MODELS, *STAGE_MODELS]
+    every = [*PERFORMANCE_MODELS, *CONCURRENCY_MODELS, *MODELS]
     probes = sorted({spec.partition(":")[0] for spec in every})
     code = "import sys, traingate.stages.harness.entrypoint\n" + "".join(f"import {m}\n" for m in probes)
     code += "print(sorted(m for m in sys.modules if m.startswith('traingate.stages.contract.payloads') or m.endswith('.probe.payloads')))"
@@ -442,7 +433,7 @@ def test_the_stage_fails_closed_on_a_malformed_payload(tmp_path: Path, monkeypat
     envelope = json.dumps({"nonce": nonce, "seq": 0, "kind": HARNESS_RESULT, "body": body}) + "\n"
     child = ChildResult(argv=["harness"], returncode=0, timed_out=False, duration_s=1.0, stdout="", stderr="", channel=envelope.encode())
     assert read_harness_result(child, nonce)[0] is not None  # read without the stage's models: nothing to check it against
-    record, problem = read_harness_result(child, nonce, models=STAGE_MODELS)
+    record, problem = read_harness_result(child, nonce, models=MODELS)
     assert record is None and problem is not None and problem.startswith("a malformed result")
     assert "never_changed_count" in problem
 

@@ -26,11 +26,10 @@ from traingate.stages.performance.probe.clock import _loader_info, _loader_recor
 from traingate.stages.performance.probe.frame_index import FrameIndex
 from traingate.stages.performance.spec import PerformanceStage
 from traingate.stages.contract.messages import MODELS_CONTEXT
-from traingate.stages.performance.probe.payloads import MODELS as STAGE_MODELS
+from traingate.stages.performance.probe.payloads import MODELS
 
 # A result read as the parent reads it: against the stage's payload models.
-READ_BY_STAGE = {MODELS_CONTEXT: STAGE_MODELS}
-MODELS = STAGE_MODELS
+READ_BY_STAGE = {MODELS_CONTEXT: MODELS}
 
 FULL, LIGHT = PERFORMANCE_FULL, PERFORMANCE_LIGHT
 WARMUP, MIN_STEPS, STEPS = 3, 8, 20  # steps 11 and 19 are leak checks (8 and 16 after warm-up)

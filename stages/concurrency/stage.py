@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from traingate.stages.concurrency.config import ConcurrencyConfig
-from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS, CONCURRENCY_LOSSES, CONCURRENCY_NONBLOCKING, CONCURRENCY_RNG, CONCURRENCY_STREAMS, CONCURRENCY_TRACE
+from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS as LOADERS, CONCURRENCY_LOSSES as LOSSES, CONCURRENCY_NONBLOCKING as NONBLOCKING, CONCURRENCY_RNG as RNG, CONCURRENCY_STREAMS as STREAMS, CONCURRENCY_TRACE as TRACE
 from traingate.stages.concurrency.details import (
     CheckNote,
     ConcurrencyChecks,
@@ -60,12 +60,6 @@ from traingate.stages.concurrency.probe.payloads import (
     StreamPayload,
 )
 
-TRACE = CONCURRENCY_TRACE
-LOSSES = CONCURRENCY_LOSSES
-RNG = CONCURRENCY_RNG
-LOADERS = CONCURRENCY_LOADERS
-NONBLOCKING = CONCURRENCY_NONBLOCKING
-STREAMS = CONCURRENCY_STREAMS
 FIRST_HASH_SEED = "0"
 _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
 P = TypeVar("P", bound=Payload)

@@ -30,7 +30,7 @@ import dataclasses
 
 from traingate.stages.correctness.config import CorrectnessConfig
 from traingate.stages.correctness.rules import CATEGORIES
-from traingate.stages.correctness.probe.payloads import CORRECTNESS_FACTS, CORRECTNESS_FIRST_UPDATE, CORRECTNESS_GRADIENTS, CORRECTNESS_LOADERS, CORRECTNESS_LOSSES, CORRECTNESS_LOSS_INPUTS, CORRECTNESS_MIXING, CORRECTNESS_MODES, CORRECTNESS_ONE_BATCH, CORRECTNESS_RANKS, CORRECTNESS_STEPS
+from traingate.stages.correctness.probe.payloads import CORRECTNESS_FACTS as FACTS, CORRECTNESS_FIRST_UPDATE as FIRST_UPDATE, CORRECTNESS_GRADIENTS as GRADIENTS, CORRECTNESS_LOADERS as LOADERS, CORRECTNESS_LOSSES as LOSSES, CORRECTNESS_LOSS_INPUTS as LOSS_INPUTS, CORRECTNESS_MIXING, CORRECTNESS_MODES as MODES, CORRECTNESS_ONE_BATCH as ONE_BATCH, CORRECTNESS_RANKS as RANKS, CORRECTNESS_STEPS as STEPS
 from traingate.stages.correctness.details import (
     AccumulationCheck,
     BaselineFactsCheck,
@@ -78,16 +78,6 @@ from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_fo
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 
-STEPS = CORRECTNESS_STEPS
-LOSSES = CORRECTNESS_LOSSES
-LOADERS = CORRECTNESS_LOADERS
-FIRST_UPDATE = CORRECTNESS_FIRST_UPDATE
-ONE_BATCH = CORRECTNESS_ONE_BATCH
-RANKS = CORRECTNESS_RANKS
-GRADIENTS = CORRECTNESS_GRADIENTS
-MODES = CORRECTNESS_MODES
-LOSS_INPUTS = CORRECTNESS_LOSS_INPUTS
-FACTS = CORRECTNESS_FACTS
 MIXING = CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from traingate.stages.performance.config import PerformanceConfig
-from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL, PERFORMANCE_LIGHT
+from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL as FULL, PERFORMANCE_LIGHT as LIGHT
 from traingate.stages.performance.details import (
     AmpDetails,
     Breakdown,
@@ -42,8 +42,6 @@ from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, han
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
 
-FULL = PERFORMANCE_FULL
-LIGHT = PERFORMANCE_LIGHT
 
 
 class PerformanceWork:
