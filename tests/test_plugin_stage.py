@@ -121,3 +121,14 @@ def test_the_gate_names_no_stage() -> None:
                 if f'"{stage}"' in text or f"'{stage}'" in text or f"stages.{stage}" in text:
                     named.append(f"{path.relative_to(REPO)}: {stage}")
     assert named == []
+
+
+def test_a_registered_stage_that_does_not_load_is_an_internal_error_not_a_traceback(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "broken_stage-0.1.dist-info").mkdir(parents=True)
+    (site / "broken_stage-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-stage\nVersion: 0.1\n")
+    (site / "broken_stage-0.1.dist-info" / "entry_points.txt").write_text("[traingate.stages]\nbroken = no_such_module:Stage\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = start_cli(["run", str(_target(tmp_path / "target", "")), "--out", str(tmp_path / "out")], env=env, timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith("traingate: internal error: RegistryError: stage 'broken'") and "Traceback" not in done.stderr

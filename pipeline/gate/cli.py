@@ -33,8 +33,7 @@ from traingate.pipeline.gate.orchestrator import RunRequest, config_error_report
 from traingate.pipeline.gate.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
 from traingate.pipeline.gate.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.supervision.processes import become_subreaper, kill_descendants
-from traingate.pipeline.model.registry import build_registry, stage_names
-from traingate.pipeline.model.registry import rule_table
+from traingate.pipeline.model.registry import RegistryError, build_registry, rule_table, stage_names
 from traingate.pipeline.model.schema import PipelineReport, PolicyProvenance, StageReport
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.reports import render_summary
@@ -79,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--stages",
         default=None,
-        help=f"comma-separated stages to run, in this order: {','.join(stage_names())} (default: all)",
+        help=f"comma-separated stages to run, in this order: {_listed_stages()} (default: all)",
     )
     run.add_argument("--out", type=Path, help="output folder (default: traingate-reports/<task>/<version>)")
     run.add_argument("--baseline", type=Path, metavar="REPORT_JSON", help="an earlier report.json to compare findings and metrics with")
@@ -122,7 +121,7 @@ def add_merge_and_history(sub: argparse._SubParsersAction[argparse.ArgumentParse
     )
     merge.add_argument("reports", nargs="+", type=Path, metavar="REPORT_JSON", help="the parts' report.json files")
     merge.add_argument("--out", type=Path, required=True, help="output folder for the merged reports")
-    merge.add_argument("--stages", default=None, help=f"stages the merged report must hold (default: all of {','.join(stage_names())}); a missing one blocks")
+    merge.add_argument("--stages", default=None, help=f"stages the merged report must hold (default: all of {_listed_stages()}); a missing one blocks")
     merge.add_argument("--format", dest="formats", metavar="LIST", help=f"comma-separated outputs: {','.join(FORMATS)} (default: md,json)")
     history = sub.add_parser(
         "history",
@@ -185,6 +184,15 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     finally:
         kill_descendants()  # a last sweep before the folder is free for the next run
         release_output()
+
+
+def _listed_stages() -> str:
+    """The registered stages for `--help`; a stage that does not load fails the run itself, with
+    a report (`run_command`), not the building of the command line."""
+    try:
+        return ",".join(stage_names())
+    except RegistryError as exc:
+        return f"(the registered stages do not load: {exc})"
 
 
 def explain_command(category: str | None) -> int:
