@@ -42,7 +42,7 @@ from traingate.stages.contract import instruments
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.target_env import target_env
-from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
+from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, BudgetRecord, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
 from traingate.stages.contract.payloads.base import Site
 
 
@@ -161,6 +161,7 @@ class CallRecord(BaseModel):
     duration_s: float  # the call itself, as the harness timed it
     distributed: DistributedRecord | None = None
     instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)  # spec -> payload, or the collect()'s error
+    budget: BudgetRecord | None = None  # what the step budget did, when one is configured
 
 
 @dataclass(frozen=True)
@@ -321,6 +322,8 @@ def _request_fields(
         "instruments": instruments,
         "instrument_options": options,
         "deterministic": deterministic,
+        "max_batches": ep.max_batches,
+        "max_steps": ep.max_steps,
     }
     if distributed is not None:
         fields["distributed"] = distributed.model_dump(mode="json")

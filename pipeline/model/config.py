@@ -71,6 +71,9 @@ class EntrypointConfig(BaseModel):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="merged over setup's dict")
     amp_flag: str | None = Field(default=None, description="keyword switching mixed precision on/off")
     seed: int = 0
+    # The step budget: the training's own defaults, made short by the gate (a controlled stop).
+    max_batches: int | None = Field(default=None, ge=1, description="every DataLoader iteration stops after this many batches")
+    max_steps: int | None = Field(default=None, ge=1, description="the run stops after this many optimizer steps")
 
     @field_validator("call")
     @classmethod

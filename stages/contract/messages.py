@@ -101,6 +101,8 @@ class EntrypointRequest(Strict):
     deterministic: bool
     channel: ChannelSpec
     distributed: DistributedSpec | None = None
+    max_batches: int | None = None  # the step budget: batches per DataLoader iteration
+    max_steps: int | None = None  # the step budget: optimizer steps of the run
 
     @model_validator(mode="after")
     def _one_shape(self) -> EntrypointRequest:
@@ -218,6 +220,25 @@ class DistributedRecord(Strict):
     ranks: list[RankResult]
 
 
+class BudgetRecord(Strict):
+    """What the step budget did in one run: the limits, and where it stopped the training."""
+
+    max_batches: int | None = None
+    max_steps: int | None = None
+    steps: int = 0  # optimizer steps taken (the most of any one optimizer)
+    stopped_at_steps: bool = False  # the run ended because it reached max_steps
+    iterations_cut: int = 0  # DataLoader iterations that ended at max_batches with batches left
+
+    def describe(self) -> str:
+        """One sentence for the reports: a controlled stop, never a crash."""
+        parts = []
+        if self.stopped_at_steps:
+            parts.append(f"stopped by the step budget after {self.steps} optimizer steps (max_steps = {self.max_steps})")
+        if self.iterations_cut:
+            parts.append(f"{self.iterations_cut} DataLoader iteration(s) ended at max_batches = {self.max_batches}")
+        return "; ".join(parts) or "the step budget was not reached"
+
+
 class HarnessResult(Strict):
     """What the entrypoint harness hands back after the call.
 
@@ -239,6 +260,7 @@ class HarnessResult(Strict):
     distributed: DistributedRecord | None = None
     # What the run's processes opened for reading under the target's root (None: not recorded).
     reads: FilesRead | None = None
+    budget: BudgetRecord | None = None  # with a step budget configured
 
     @field_validator("instruments")
     @classmethod

@@ -146,6 +146,7 @@ class SmokeRun(Detail):
     returned: str | None
     stdout_head: str
     exit_status: int | None
+    budget_stop: str | None = None  # what the step budget did: a controlled stop, not a failure
 
 
 class SmokeNotConfigured(Detail):

@@ -110,4 +110,5 @@ def run_details(label: str, amp: bool | None, run: EntrypointRun) -> SmokeRun:
         returned=json.dumps(returned, default=str)[:500] if returned is not None else None,
         stdout_head=head(run.child.stdout),
         exit_status=run.child.returncode,
+        budget_stop=record.budget.describe() if record is not None and record.budget is not None else None,
     )

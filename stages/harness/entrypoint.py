@@ -44,6 +44,7 @@ from traingate.stages.contract.frames import innermost_target, is_target_file, r
 from traingate.stages.contract.instruments import ERROR_KEY
 from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
 from traingate.stages.contract import guard, reads
+from traingate.stages.harness import budget as step_budget
 
 MAX_WARNINGS = 200
 # The return value's summary: no string longer than this, and the whole summary at most
@@ -309,6 +310,8 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     seed_everything(request.seed, request.deterministic)
     for instrument in instruments.values():
         instrument.install(ctx)
+    # After the instruments: the step's probe hooks run before the budget's stop.
+    budget = step_budget.install(request.max_batches, request.max_steps)
 
     result: dict[str, Any] = {"ok": False, "exception": None, "returned": None, "phase": "setup"}
     started = time.perf_counter()
@@ -340,7 +343,10 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
         result["ok"] = True  # it returned: whatever its value does while summarised is not a crash
         result["returned"], result["returned_truncated"] = summarise_returned(returned)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are crashes too
-        if not result["ok"]:
+        if budget is not None and budget.is_ours(exc):
+            result["ok"] = True  # a controlled stop at max_steps: the run ended as configured
+            result["returned"], result["returned_truncated"] = None, False
+        elif not result["ok"]:
             result["exception"] = exception_record(exc, root)
         else:
             result["returned"], result["returned_truncated"] = f"<{type(exc).__name__} while summarising the returned value>", True
@@ -348,6 +354,8 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     result["warnings"] = warning_log.records
     result["warnings_omitted"] = warning_log.omitted
     result["instruments"] = {spec: collect_payload(instrument) for spec, instrument in instruments.items()}
+    if budget is not None:
+        result["budget"] = budget.record()
     return result
 
 
