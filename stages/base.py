@@ -493,5 +493,10 @@ def entrypoint_fallback(ctx: StageContext) -> Location:
     if ep is None or ep.call is None:
         return Location(path=(ep.script if ep else None) or "")
     module, _, function = ep.call.partition(":")
-    return entrypoint_location(ctx.root, ep.call) or Location(path=module.replace(".", "/") + ".py", function=function or None)
+    found = entrypoint_location(ctx.root, ep.call)
+    if found is None and ep.setup is not None:
+        # A framework's own call (`lightning.pytorch:Trainer.fit`) is not the target's file:
+        # the setup that builds its objects is.
+        found = entrypoint_location(ctx.root, ep.setup)
+    return found or Location(path=module.replace(".", "/") + ".py", function=function or None)
 

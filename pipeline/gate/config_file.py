@@ -5,6 +5,8 @@ the inline waivers of its sources collected. Errors name the file and the key (`
 
 from __future__ import annotations
 import ast
+import importlib.machinery
+import sys
 from pathlib import Path
 from typing import Any
 from pydantic import ValidationError
@@ -96,7 +98,11 @@ def _check_callable(root: Path, source: str, key: str, spec: str, *, has_setup: 
     candidates = [base.with_suffix(".py"), base / "__init__.py"]
     file = next((c for c in candidates if c.is_file()), None)
     if file is None:
-        raise ConfigError(source, key, f"cannot import {module!r}: no {parts[-1]}.py or package under the target root")
+        if installed_module_file(module, root) is not None:
+            return  # a framework's own call (`lightning.pytorch:Trainer.fit`): its names are checked when called
+        raise ConfigError(
+            source, key, f"cannot import {module!r}: no {parts[-1]}.py or package under the target root, and no installed module of that name"
+        )
     try:
         tree = ast.parse(file.read_text(encoding="utf-8"), filename=str(file))
     except SyntaxError as exc:
@@ -108,6 +114,22 @@ def _check_callable(root: Path, source: str, key: str, spec: str, *, has_setup: 
         raise ConfigError(source, key, f"{rel} defines no {func!r}")
     if members:
         _check_method(source, key, rel, tree, [func, *members], has_setup)
+
+
+def installed_module_file(module: str, root: Path) -> Path | None:
+    """The file of an installed module (a framework's, such as `lightning.pytorch`), found by
+    the import system's path finder without importing it or its packages; None when it is not
+    installed. The target root is no place to look: its modules are read from its files."""
+    target = root.resolve()
+    paths = [p for p in sys.path if p and not Path(p).resolve().is_relative_to(target)]
+    spec = None
+    for depth, _ in enumerate(module.split(".")):
+        name = ".".join(module.split(".")[: depth + 1])
+        spec = importlib.machinery.PathFinder.find_spec(name, paths)
+        if spec is None:
+            return None
+        paths = list(spec.submodule_search_locations or [])
+    return Path(spec.origin) if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen") else None
 
 
 def _check_method(source: str, key: str, rel: str, tree: ast.Module, path: list[str], has_setup: bool) -> None:
