@@ -28,6 +28,7 @@ from traingate.pipeline.supervision.lifecycle import (
     stop_after_interrupt,
     write_atomic,
 )
+from traingate.pipeline.gate.initializer import CONFIG_NAME, existing_configuration, propose
 from traingate.pipeline.gate.merge import MergeError, load_report, merge_reports
 from traingate.pipeline.gate.orchestrator import RunRequest, config_error_report, run_pipeline
 from traingate.pipeline.gate.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
@@ -109,7 +110,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("category", nargs="?", help="a category as reports name it (memory-leak), or a rule id (gradscaler-protocol/missing-update)")
     add_merge_and_history(sub)
+    add_init(sub)
     return parser
+
+
+def add_init(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    init = sub.add_parser(
+        "init",
+        help="find the repo's training entry point, check a tiny configuration of it and write a commented traingate.toml",
+        description="Read the repo's files (never importing them) for its training entry points, propose a tiny configuration "
+        "with a step budget, run it under the correctness stage's probes to check that it reaches enough optimizer steps, and "
+        "write traingate.toml. What it cannot decide is written as a commented key saying what to fill in. The repo's code is never edited.",
+    )
+    init.add_argument("target", nargs="?", default=".", help="the repo's root (default: the current folder)")
+    init.add_argument("--dry-run", action="store_true", help="print the configuration instead of writing traingate.toml")
+    init.add_argument("--no-check", action="store_true", help="do not run the proposed entrypoint (reading the files only)")
+    init.add_argument("--budget", type=float, default=120.0, metavar="SECONDS", help="wall budget of one check run (default: 120)")
+    init.add_argument("--force", action="store_true", help="overwrite an existing traingate.toml")
+    init.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the check runs (default: auto)")
 
 
 def add_merge_and_history(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -173,10 +191,11 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return history_command(args.folder, args.out)
     # Orphans of the stages' processes (double-forked setsid daemons) come back here, not to init.
     become_subreaper()
+    command = init_command if args.command == "init" else run_command
     try:
         with interrupt_handling():
             try:
-                return run_command(parser, args)
+                return command(parser, args)
             except Interrupted as stop:  # cleaned up while a second signal is still ignored
                 return interrupted(stop)
     except Interrupted as stop:  # arrived while the handlers were being restored
@@ -299,6 +318,39 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         print_summary(report)
         print(f"Reports: {display_path(inputs.out)}")
     return ExitCode.PASS if report.decision.value == "PASS" else ExitCode.BLOCK
+
+
+def init_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`traingate init`: 0 when a configuration was written (or printed), 1 when no training
+    entry point was found, 2 on a usage error (an existing configuration without --force)."""
+    root = Path(args.target).resolve()
+    if not root.is_dir():
+        print(f"traingate: error: {args.target} is not a folder", file=sys.stderr)
+        return ExitCode.USAGE
+    if not args.budget > 0:
+        print("traingate: error: --budget must be a number of seconds above 0", file=sys.stderr)
+        return ExitCode.USAGE
+    existing = existing_configuration(root)
+    if existing is not None and not args.dry_run and not args.force:
+        print(f"traingate: error: {existing} already configures traingate; --dry-run prints a proposal, --force writes {CONFIG_NAME} over it", file=sys.stderr)
+        return ExitCode.USAGE
+    try:
+        device = resolve_device(args.device) if not args.no_check else "cpu"
+    except UsageError as exc:
+        print(f"traingate: error: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    outcome = propose(root, device=device, check=not args.no_check, budget_s=args.budget)
+    if outcome.text is None:
+        print("\n".join(outcome.messages))
+        return ExitCode.BLOCK
+    if args.dry_run:
+        print(outcome.text, end="")
+        print("\n".join(f"# {line}" for line in outcome.messages))
+        return ExitCode.PASS
+    write_atomic(root / CONFIG_NAME, outcome.text)
+    print("\n".join(outcome.messages))
+    print(f"Wrote {display_path(root / CONFIG_NAME)}; `traingate run {args.target}` verifies the repo with it.")
+    return ExitCode.PASS
 
 
 class UsageError(Exception):

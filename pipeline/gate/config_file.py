@@ -35,6 +35,12 @@ def load_config(root: Path) -> tuple[TargetConfig, str | None]:
         err = exc.errors()[0]
         key = ".".join([prefix, *(str(p) for p in err["loc"])])
         raise ConfigError(source, key, err["msg"].removeprefix("Value error, ")) from None
+    check_entrypoint(root, config, source, prefix)
+    return _with_waiver_sources(config, root, source), source
+
+
+def check_entrypoint(root: Path, config: TargetConfig, source: str, prefix: str) -> None:
+    """The entrypoint's names against the files they name (ConfigError naming the key)."""
     ep = config.entrypoint
     if ep is not None:
         if ep.script is not None:
@@ -43,7 +49,6 @@ def load_config(root: Path) -> tuple[TargetConfig, str | None]:
             _check_callable(root, source, f"{prefix}.entrypoint.call", ep.call, has_setup=ep.setup is not None)
         if ep.setup:
             _check_callable(root, source, f"{prefix}.entrypoint.setup", ep.setup)
-    return _with_waiver_sources(config, root, source), source
 
 
 def _with_waiver_sources(config: TargetConfig, root: Path, source: str | None) -> TargetConfig:

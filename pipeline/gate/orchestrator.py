@@ -49,6 +49,7 @@ from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modificati
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
+from traingate.pipeline.gate.init_propose import hint as init_hint
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.stages.contract.target_env import target_env
@@ -116,6 +117,7 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
     once = OncePerRun()  # result files written, packages missing: one finding each per run
     agents = agent_host(request, config)
+    unconfigured = UnconfiguredHint(request.root) if config.entrypoint is None else None
     try:
         with snapshot:
             for index, name in enumerate(request.stages, start=1):
@@ -126,6 +128,8 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
                     report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
                 else:
                     report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
+                if unconfigured is not None:
+                    report = unconfigured.added_to(report)
                 reports.append(report)
                 for obs in request.observers:
                     obs.stage_finished(report)
@@ -134,6 +138,25 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
             agents.close()
     assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
     return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
+
+
+class UnconfiguredHint:
+    """With no entrypoint configured, a stage skipped for want of one names what `traingate
+    init` would configure (read from the files once, at the first such stage)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._hint: str | None = None
+        self._read = False
+
+    def added_to(self, report: StageReport) -> StageReport:
+        reason = report.skipped_reason or ""
+        if report.status is not StageStatus.SKIPPED or "no entrypoint" not in reason:
+            return report
+        if not self._read:
+            self._hint, self._read = init_hint(self.root), True
+        text = f"{self._hint}." if self._hint else "`traingate init` found no training entry point to configure."
+        return report.model_copy(update={"skipped_reason": f"{reason.rstrip('.')}. {text}"})
 
 
 def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
