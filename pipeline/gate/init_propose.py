@@ -84,6 +84,8 @@ def candidates(found: Found) -> list[Candidate]:
         if reached is not None:
             listed.append(script_candidate(script, reached))
     for function in found.training():
+        if "parse_args" in function.calls:
+            continue  # it reads the command line: its script is the candidate, with `args`
         if is_test(function):
             listed.append(test_candidate(function, found.conftests))
         elif function.is_method and not function.is_static:

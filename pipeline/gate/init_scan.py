@@ -146,13 +146,13 @@ def _read_module(found: Found, rel: Path, tree: ast.Module) -> None:
         ))
     if rel.name == "conftest.py":
         found.conftests.add(rel.parent.as_posix())
-    for node, qualname in _classes(tree.body, ""):
-        found.constructors[f"{module}:{qualname}"] = _constructor(node)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and any(_last_name(b) in FRAMEWORK_MODULES for b in node.bases):
-            found.framework_modules.append((path, f"{module}:{node.name}", node.lineno))
-        if isinstance(node, ast.Call) and _downloads(node):
-            found.downloads.append((path, node.lineno, ast.unparse(node.func)))
+    for cls, name in _classes(tree.body, ""):
+        found.constructors[f"{module}:{name}"] = _constructor(cls)
+    for any_node in ast.walk(tree):
+        if isinstance(any_node, ast.ClassDef) and any(_last_name(b) in FRAMEWORK_MODULES for b in any_node.bases):
+            found.framework_modules.append((path, f"{module}:{any_node.name}", any_node.lineno))
+        if isinstance(any_node, ast.Call) and _downloads(any_node):
+            found.downloads.append((path, any_node.lineno, ast.unparse(any_node.func)))
     main = next((n for n in tree.body if isinstance(n, ast.If) and _is_main_guard(n.test)), None)
     module_level = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     trains_here = _trains(_calls(module_level)) is not None
@@ -232,8 +232,8 @@ def _params(node: ast.FunctionDef | ast.AsyncFunctionDef, is_method: bool) -> li
     if is_method and positional and not _is_static(node):
         positional = positional[1:]  # self / cls
     defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    params = [_param(a.arg, d) for a, d in zip(positional, defaults)]
-    params += [_param(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    params = [_param(a.arg, d) for a, d in zip(positional, defaults, strict=True)]
+    params += [_param(a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
     return params
 
 

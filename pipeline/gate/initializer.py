@@ -71,7 +71,7 @@ def propose(root: Path, *, device: str, check: bool, budget_s: float) -> InitOut
     listed = candidates(found)
     if not listed:
         return InitOutcome(None, None, None, nothing_found(found))
-    chosen, result, tried = listed[0], None, []
+    chosen, result, tried = listed[0], None, list[str]()
     if check:
         chosen, result, tried = checked_choice(root, listed, device, budget_s)
     header = header_lines(chosen, result, listed, found) + [f"Also tried: {line}" for line in tried]
