@@ -73,3 +73,29 @@ def test_a_module_neither_under_the_root_nor_installed_is_a_configuration_error(
     error = config_error(tmp_path, 'call = "nosuchframework.trainer:Trainer.fit"\nsetup = "s:build"\n', {"s.py": "def build():\n    return {}\n"})
     assert error.key == "traingate.entrypoint.call"
     assert "no installed module of that name" in error.message
+
+
+# -- the real framework, where it is installed ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_lightnings_own_trainer_fit_runs_every_stage_and_each_sees_every_step(shared_gate):
+    pytest.importorskip("pytorch_lightning")
+    run, _ = shared_gate("entry_lightning")
+    assert (run.returncode, run.report["decision"]) == (0, "PASS"), run.stdout
+    assert [f["category"] for f in run.findings()] == ["no-tests"]
+    metrics = {s["name"]: {m["id"]: m["value"] for m in s["metrics"]} for s in run.report["stages"]}
+    # Three epochs of 8 batches (max_batches = 8): Lightning's steps, as every stage counts them.
+    assert metrics["performance"]["steps.profiled"] == 24
+    assert metrics["concurrency"]["steps.observed"] == metrics["correctness"]["steps.observed"] == 24
+
+
+@pytest.mark.slow
+def test_a_leak_in_a_lightning_module_is_found_at_its_line(shared_gate):
+    pytest.importorskip("pytorch_lightning")
+    run, _ = shared_gate("entry_lightning_leak", "--stages", "performance")
+    assert (run.returncode, run.report["decision"]) == (1, "BLOCK"), run.stdout
+    [leak] = run.findings("memory-leak")
+    model = TARGETS / "entry_lightning_leak" / "model.py"
+    assert (leak["location"]["path"], leak["location"]["line"]) == ("model.py", line_of(model, "# marker: leak"))
+    assert "self.step_losses" in leak["title"]

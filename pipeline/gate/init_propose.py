@@ -94,7 +94,8 @@ def candidates(found: Found) -> list[Candidate]:
         else:
             listed.append(function_candidate(function))
     if not listed:
-        listed += [framework_candidate(path, cls, line) for path, cls, line in found.framework_modules]
+        package = "pytorch_lightning" if "pytorch_lightning" in found.imports else "lightning.pytorch"
+        listed += [framework_candidate(path, cls, line, package) for path, cls, line in found.framework_modules]
     for candidate in listed:
         candidate.notes += [f"it may download data: {what}(...) at {path}:{line}" for path, line, what in found.downloads if path == candidate.path]
     return sorted(listed, key=Candidate.rank)
@@ -194,13 +195,13 @@ def _constructor_fill_in(candidate: Candidate, function: Function, owner: str, c
     ))
 
 
-def framework_candidate(path: str, module_class: str, line: int) -> Candidate:
+def framework_candidate(path: str, module_class: str, line: int, package: str) -> Candidate:
     """A framework's own fit, with a setup that builds its trainer, the module and the loaders."""
     candidate = Candidate(
-        kind="framework", path=path, line=line, label="lightning.pytorch:Trainer.fit",
+        kind="framework", path=path, line=line, label=f"{package}:Trainer.fit",
         why=f"{module_class} is a LightningModule, and no script or function of the repo runs a Trainer on it",
     )
-    candidate.entrypoint["call"] = "lightning.pytorch:Trainer.fit"
+    candidate.entrypoint["call"] = f"{package}:Trainer.fit"
     candidate.fill_in.append(FillIn(
         "setup", '# setup = "traingate_setup:build"   # FILL IN: returning {"self": Trainer(max_epochs=2, accelerator="cpu"), '
         f'"model": {module_class.rsplit(":", 1)[-1]}(...), "train_dataloaders": ...}}',

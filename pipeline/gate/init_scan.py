@@ -91,6 +91,7 @@ class Found:
     # class may define them)
     constructors: dict[str, list[Param] | None] = field(default_factory=dict)
     conftests: set[str] = field(default_factory=set)  # folders holding a conftest.py
+    imports: set[str] = field(default_factory=set)  # top-level packages the repo imports
     downloads: list[tuple[str, int, str]] = field(default_factory=list)  # (path, line, what)
     unreadable: list[str] = field(default_factory=list)
     files: int = 0
@@ -151,6 +152,9 @@ def _read_module(found: Found, rel: Path, tree: ast.Module) -> None:
     for any_node in ast.walk(tree):
         if isinstance(any_node, ast.ClassDef) and any(_last_name(b) in FRAMEWORK_MODULES for b in any_node.bases):
             found.framework_modules.append((path, f"{module}:{any_node.name}", any_node.lineno))
+        if isinstance(any_node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in any_node.names] if isinstance(any_node, ast.Import) else [any_node.module or ""]
+            found.imports.update(name.split(".")[0] for name in names)
         if isinstance(any_node, ast.Call) and _downloads(any_node):
             found.downloads.append((path, any_node.lineno, ast.unparse(any_node.func)))
     main = next((n for n in tree.body if isinstance(n, ast.If) and _is_main_guard(n.test)), None)

@@ -33,7 +33,7 @@ def toml_value(value: Any) -> str:
 
 KEY_COMMENTS = {
     "script": "run as `python {value}` runs it, as __main__",
-    "call": "module:function (or module:Class.method), imported from the target root",
+    "call": "module:function or module:Class.method: of the repo, or an installed framework's",
     "amp_args": "the option that switches mixed precision: AMP on vs off is compared",
     "amp_flag": "the keyword that switches mixed precision: AMP on vs off is compared",
     "max_batches": "the step budget: every DataLoader iteration stops after this many batches",

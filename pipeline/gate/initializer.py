@@ -93,11 +93,18 @@ def checked_choice(root: Path, listed: list[Candidate], device: str, budget_s: f
         if result.enough:
             return candidate, result, tried
         tried.append(f"{candidate.label} ({candidate.where}): {check_line(result, candidate)}")
+        if missing_package(result):
+            return candidate, result, tried[:-1]  # right once the package is installed
         first = first or (candidate, result)
     unfilled = next((c for c in listed if not c.runnable), None)
     if unfilled is not None:
         return unfilled, None, tried
     return (first[0], first[1], tried[1:]) if first is not None else (listed[0], None, tried)
+
+
+def missing_package(result: CheckResult) -> bool:
+    """The check stopped only because a package the training imports is not installed here."""
+    return bool(result.problems) and all("ModuleNotFoundError" in p or p.startswith("environment") for p in result.problems)
 
 
 def check_run(root: Path, candidate: Candidate, device: str, budget_s: float) -> CheckResult:
