@@ -205,7 +205,8 @@ def test_no_training_found_says_so_and_the_unconfigured_hint_is_none(tmp_path: P
 
 def test_the_hint_names_the_candidate(tmp_path: Path):
     make_target(tmp_path, {"train.py": "import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\noptimizer.step()\n"})
-    assert hint(tmp_path) == "`traingate init` would configure python train.py (train.py:1)"
+    # No `__main__` block: the script is located at its first module-level call.
+    assert hint(tmp_path) == "`traingate init` would configure python train.py (train.py:2)"
 
 
 # -- end to end: the command -----------------------------------------------------------------
@@ -288,3 +289,17 @@ def test_an_unconfigured_run_names_init_and_its_candidate(tmp_path: Path):
     assert expected in run.stage("correctness")["skipped_reason"]
     assert expected in run.stdout
     assert expected in json.dumps(run.report["stages_not_run"])
+
+
+def test_a_script_that_asks_for_cuda_by_default_is_kept_on_the_cpu_and_says_so(tmp_path: Path):
+    write(tmp_path, {
+        "add.py": "import argparse\nimport torch\nfrom torch import nn\n\nparser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--cuda', action='store_false')\nparser.add_argument('--device', default='cuda:0')\n"
+        "args = parser.parse_args()\n\n\ndef train(model=None, optimizer=None, loader=()):\n" + loop(4) + "\n\nfor epoch in range(3):\n    train()\n",
+    })
+    chosen = best(tmp_path)
+    assert chosen.why == "its module-level code runs train, which trains"
+    assert chosen.entrypoint["args"] == ["--cuda", "--device", "cpu"]
+    assert any(note.startswith("`--cuda` keeps it on the CPU") for note in chosen.notes)
+    on_gpu = candidates(scan(tmp_path), "cuda")[0]
+    assert on_gpu.entrypoint["args"] == [] and on_gpu.notes == []

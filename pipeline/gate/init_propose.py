@@ -24,6 +24,7 @@ STEPS = frozenset({
     "num_iters", "n_iters", "max_iter", "niter", "n_iter", "num_iterations", "num_updates", "max_updates",
 })
 BATCH = frozenset({"batch_size", "bs", "batch", "train_batch_size", "per_device_train_batch_size", "micro_batch_size", "batchsize"})
+CUDA_SWITCHES = frozenset({"cuda", "use_cuda", "gpu", "use_gpu"})
 AMP = frozenset({"amp", "use_amp", "fp16", "mixed_precision", "autocast", "use_fp16", "bf16", "use_bf16", "half"})
 
 TINY_EPOCHS = 2
@@ -76,13 +77,13 @@ class Candidate:
         return (len(self.fill_in), KIND_ORDER[self.kind], named, self.path.count("/"), self.label)
 
 
-def candidates(found: Found) -> list[Candidate]:
-    """Every training entry point found, best first."""
+def candidates(found: Found, device: str = "cpu") -> list[Candidate]:
+    """Every training entry point found, best first; `device`: where the check runs."""
     listed: list[Candidate] = []
     for script in found.scripts:
         reached = script_reaches(found, script)
         if reached is not None:
-            listed.append(script_candidate(script, reached))
+            listed.append(script_candidate(script, reached, device))
     for function in found.training():
         if "parse_args" in function.calls:
             continue  # it reads the command line: its script is the candidate, with `args`
@@ -106,13 +107,15 @@ def _budget(candidate: Candidate) -> None:
     candidate.entrypoint["max_steps"] = MAX_STEPS
 
 
-def script_candidate(script: Script, reached: str) -> Candidate:
+def script_candidate(script: Script, reached: str, device: str = "cpu") -> Candidate:
     candidate = Candidate(
         kind="script", path=script.path, line=script.main_line, label=f"python {script.path}",
-        why=f"its `__main__` block runs {reached}, which trains" if reached != "its module-level code" else "its module-level code trains",
+        why=f"{'its `__main__` block' if script.has_main else 'its module-level code'} runs {reached}, which trains"
+        if reached != "its module-level code" else "its module-level code trains",
     )
     args: list[str] = []
     for option in script.options:
+        args += _device_option(candidate, option) if device == "cpu" else []
         args += _script_option(candidate, option)
     candidate.entrypoint["script"] = script.path
     candidate.entrypoint["args"] = args
@@ -135,6 +138,19 @@ def _script_option(candidate: Candidate, option: Option) -> list[str]:
     if value is None or option.positional:
         return []
     return [option.flag, str(value)]
+
+
+def _device_option(candidate: Candidate, option: Option) -> list[str]:
+    """On a machine without CUDA: the option that keeps a script off a GPU it would ask for."""
+    name = option.dest.lower()
+    if name in CUDA_SWITCHES and option.store_false:
+        chosen = [option.flag]  # on by default; the flag switches it off
+    elif name == "device" and isinstance(option.default, str) and option.default.startswith("cuda"):
+        chosen = [option.flag, "cpu"]
+    else:
+        return []
+    candidate.notes.append(f"`{' '.join(chosen)}` keeps it on the CPU, where the check ran; remove it to verify on a GPU (--device cuda)")
+    return chosen
 
 
 def _tiny_value(name: str, default: object, has_default: bool) -> int | None:

@@ -46,6 +46,7 @@ class Option:
     required: bool = False
     positional: bool = False
     store_true: bool = False
+    store_false: bool = False
     line: int = 0
 
     @property
@@ -77,6 +78,7 @@ class Script:
     main_calls: set[str]
     options: list[Option]
     trains_at_module_level: bool
+    has_main: bool = True  # an `if __name__ == "__main__":` block; else its module-level code runs
 
 
 @dataclass
@@ -159,12 +161,21 @@ def _read_module(found: Found, rel: Path, tree: ast.Module) -> None:
             found.downloads.append((path, any_node.lineno, ast.unparse(any_node.func)))
     main = next((n for n in tree.body if isinstance(n, ast.If) and _is_main_guard(n.test)), None)
     module_level = [n for n in tree.body if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
-    trains_here = _trains(_calls(module_level)) is not None
-    if main is not None or (trains_here and not _is_test_file(rel)):
+    module_calls = _calls(module_level)
+    trains_here = _trains(module_calls) is not None
+    # A script without a `__main__` block trains when it is run (or imported): its
+    # module-level calls are what it runs. A test file is never run as a script.
+    pytest_file = _is_test_file(rel) and any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test") for n in tree.body)
+    if main is not None or (module_calls and not pytest_file and rel.name != "__init__.py"):
         found.scripts.append(Script(
-            path=path, main_line=main.lineno if main is not None else 1, main_calls={name for name, _ in _calls(main.body)} if main else set(),
-            options=_options(tree), trains_at_module_level=trains_here,
+            path=path, main_line=main.lineno if main is not None else _first_call_line(module_level),
+            main_calls={name for name, _ in (_calls(main.body) if main is not None else module_calls)},
+            options=_options(tree), trains_at_module_level=trains_here, has_main=main is not None,
         ))
+
+
+def _first_call_line(statements: list[ast.stmt]) -> int:
+    return next((n.lineno for n in statements if any(isinstance(c, ast.Call) for c in ast.walk(n))), 1)
 
 
 def _is_test_file(rel: Path) -> bool:
@@ -289,7 +300,7 @@ def _options(tree: ast.Module) -> list[Option]:
         options.append(Option(
             flags=flags, dest=str(dest), default=_literal(default_node), has_default=default_node is not None or action in ("store_true", "store_false"),
             required=bool(_literal(keywords.get("required"))) or (positional and _literal(keywords.get("nargs")) not in ("?", "*")),
-            positional=positional, store_true=action == "store_true", line=node.lineno,
+            positional=positional, store_true=action == "store_true", store_false=action == "store_false", line=node.lineno,
         ))
     return options
 

@@ -68,7 +68,7 @@ def existing_configuration(root: Path) -> str | None:
 
 def propose(root: Path, *, device: str, check: bool, budget_s: float) -> InitOutcome:
     found = scan(root)
-    listed = candidates(found)
+    listed = candidates(found, device)
     if not listed:
         return InitOutcome(None, None, None, nothing_found(found))
     chosen, result, tried = listed[0], None, list[str]()
