@@ -140,7 +140,7 @@ def test_a_budget_below_one_is_a_configuration_error(tmp_path: Path, key: str):
 
 
 def test_a_script_with_long_defaults_runs_under_the_budget_and_every_probe_sees_its_steps(gate):
-    run = gate("entry_budget", "--stages", "execution,correctness")
+    run = gate("entry_budget", "--stages", "execution,concurrency,correctness")
     assert (run.returncode, run.report["decision"]) == (0, "PASS"), run.stdout
     [smoke_run] = run.stage("execution")["details"]["smoke"]["runs"]
     assert smoke_run["ok"] is True
@@ -149,3 +149,6 @@ def test_a_script_with_long_defaults_runs_under_the_budget_and_every_probe_sees_
     assert "epoch 2: evaluated 4 batches" in smoke_run["stdout_head"]
     assert {m["id"]: m["value"] for m in run.stage("correctness")["metrics"]}["steps.observed"] == 14
     assert "stopped by the step budget" in (run.out / "execution.md").read_text()
+    # Stopped mid-script, its `__main__` classes still pickle for the `spawn` check of its loader.
+    assert run.findings(stage="concurrency") == []
+    assert {m["id"]: m["value"] for m in run.stage("concurrency")["metrics"]}["steps.observed"] == 14

@@ -251,6 +251,11 @@ def run_script(path: Path, args: list[str]) -> None:
         namespace = _script_globals(exc, path)
         if exc.code not in (None, 0):
             raise
+    except BaseException as exc:
+        # A crash, or the step budget's stop: what runs after the call (the DataLoader probes
+        # pickling a dataset for `spawn`) still finds the script's classes under `__main__`.
+        namespace = _script_globals(exc, path)
+        raise
     finally:
         if namespace is not None:
             main = types.ModuleType("__main__")
