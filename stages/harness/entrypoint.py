@@ -301,6 +301,21 @@ def bind_setup(spec: str, target: Any, made: Any, setup: str | None) -> tuple[An
     return getattr(instance, method), kwargs
 
 
+def run_script_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, Any]) -> None:
+    """`setup`, then the script as `python script args...` runs it (`result`'s phase follows)."""
+    assert request.script is not None
+    if request.setup:
+        # It prepares what the script reads (a data file the repo does not ship, an
+        # environment variable); the script's command line is `args`, so what setup
+        # returns is not used.
+        resolve(request.setup)()
+    result["phase"] = "call"
+    # As `python train.py` has it: the script's own folder first. Added after setup,
+    # which is resolved from the target root, as the configuration check read it.
+    sys.path.insert(0, str((root / request.script).parent))
+    run_script(root / request.script, request.args)
+
+
 def run(request: EntrypointRequest) -> dict[str, Any]:
     """Call the entrypoint; the fields of its `HarnessResult` (`as_sent` builds the model)."""
     root = Path(request.target_root).resolve()
@@ -322,16 +337,7 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         if request.script is not None:
-            if request.setup:
-                # It prepares what the script reads (a data file the repo does not ship, an
-                # environment variable); the script's command line is `args`, so what setup
-                # returns is not used.
-                resolve(request.setup)()
-            result["phase"] = "call"
-            # As `python train.py` has it: the script's own folder first. Added after setup,
-            # which is resolved from the target root, as the configuration check read it.
-            sys.path.insert(0, str((root / request.script).parent))
-            run_script(root / request.script, request.args)
+            run_script_entrypoint(request, root, result)
             returned = None
         else:
             # Setup first: it may prepare what the entrypoint's module reads when imported.
