@@ -285,7 +285,8 @@ def test_a_check_that_crashes_is_written_down_with_its_line(tmp_path: Path):
 def test_an_unconfigured_run_names_init_and_its_candidate(tmp_path: Path):
     make_target(tmp_path, {"train.py": (TARGETS / "entry_budget" / "train.py").read_text(), "tests/test_ok.py": "def test_ok():\n    pass\n"})
     run = run_gate(tmp_path, tmp_path / "out", "--stages", "execution,correctness")
-    expected = f"`traingate init` would configure python train.py (train.py:{line_of(tmp_path / 'train.py', '__main__')})"
+    main_line = line_of(tmp_path / "train.py", 'if __name__ == "__main__":')
+    expected = f"`traingate init` would configure python train.py (train.py:{main_line})"
     assert expected in run.stage("correctness")["skipped_reason"]
     assert expected in run.stdout
     assert expected in json.dumps(run.report["stages_not_run"])
