@@ -22,6 +22,7 @@ from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.model.findings import hang_finding, stage_error
 from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.gate.gitinfo import rev_parse
+from traingate.pipeline.gate.init_propose import hint as init_hint
 from traingate.pipeline.supervision import disguise, warm
 from traingate.pipeline.supervision.isolation import ChildResult, child_environment, dump_allowance, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
@@ -49,7 +50,6 @@ from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modificati
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
-from traingate.pipeline.gate.init_propose import hint as init_hint
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.stages.contract.target_env import target_env
@@ -117,7 +117,6 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
     once = OncePerRun()  # result files written, packages missing: one finding each per run
     agents = agent_host(request, config)
-    unconfigured = UnconfiguredHint(request.root) if config.entrypoint is None else None
     try:
         with snapshot:
             for index, name in enumerate(request.stages, start=1):
@@ -128,14 +127,14 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
                     report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
                 else:
                     report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
-                if unconfigured is not None:
-                    report = unconfigured.added_to(report)
                 reports.append(report)
                 for obs in request.observers:
                     obs.stage_finished(report)
     finally:
         if agents is not None:
             agents.close()
+    if config.entrypoint is None:
+        reports = UnconfiguredHint(request.root).added_to_each(reports)
     assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
     return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
 
@@ -148,6 +147,9 @@ class UnconfiguredHint:
         self.root = root
         self._hint: str | None = None
         self._read = False
+
+    def added_to_each(self, reports: list[StageReport]) -> list[StageReport]:
+        return [self.added_to(report) for report in reports]
 
     def added_to(self, report: StageReport) -> StageReport:
         reason = report.skipped_reason or ""
