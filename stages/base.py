@@ -25,7 +25,7 @@ from traingate.pipeline.model.findings import hang_finding as hang_finding
 from traingate.pipeline.model.config import SectionT, TargetConfig
 from traingate.pipeline.model.registry import build_registry, parts
 from traingate.pipeline.supervision import disguise
-from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.supervision.isolation import ChildResult, child_environment, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.model.schema import (
     Category,
@@ -297,6 +297,17 @@ def run_entrypoint(
     record, problem = read_harness_result(child, nonce, sent, ctx.payload_models)
     ctx.files_read.append(record.reads if record is not None else None)
     return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
+
+
+def start_warm_early(ctx: StageContext, env: dict[str, str]) -> bool:
+    """Have the warm interpreter that a later entrypoint run with `env` forks from start its
+    imports now, beside the run in progress, when the stage has warm interpreters and this
+    machine a second core for them (`os.sched_getaffinity`); True when started. With one core
+    the import would only slow the run it overlaps."""
+    if ctx.warm is None or len(os.sched_getaffinity(0)) < 2:
+        return False
+    ctx.warm.start_early(child_environment(env), ctx.root)
+    return True
 
 
 def _request_fields(
