@@ -1,6 +1,6 @@
 """The whole gate against the least the mission needs on the same target: its floor.
 
-    .venv/bin/python benchmarks/whole_gate.py [--version v7-fixed] [--target DIR] [--repeat 3]
+    .venv/bin/python benchmarks/whole_gate.py [--version v7-fixed] [--target DIR] [--repeat 3] [--before TRAINGATE]
 
 The example target (examples/materialize.py VERSION, default v7-fixed: four stages, PASS) is
 written to a temporary folder, or TARGET is used as it is. Per repetition, interleaved:
@@ -10,9 +10,11 @@ written to a temporary folder, or TARGET is used as it is. Per repetition, inter
   configured entrypoint three times as bare `python -c` processes with the configured seed
   and kwargs: AMP off, AMP on (where an AMP flag is configured) and a same-seed repeat of the
   first, one after the other.
-The order of gate and floor alternates between repetitions, so a machine whose load drifts
-weighs on both alike. Printed: medians per stage and in total, the floor's parts, the CPU
-seconds of both sides (steadier than wall time on a loaded machine), and the ratio
+`--before` times a second gate, another install's `traingate` executable, in the same
+repetitions (a change against the code before it, on one machine under one load).
+The order of the sides rotates between repetitions, so a machine whose load drifts
+weighs on every side alike. Printed: medians per stage and in total, the floor's parts, the
+CPU seconds of every side (steadier than wall time on a loaded machine), and the ratio
 gate / floor in wall time (goal <= 1.3x on the example). The processes inherit this process's
 environment (set OMP_NUM_THREADS the same for both sides). Asserts nothing.
 """
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,11 +120,11 @@ def floor(target: Path, config: TargetConfig, env: dict[str, str]) -> dict[str, 
     return parts
 
 
-def gate(target: Path, out: Path) -> tuple[float, dict[str, float], str]:
+def gate(traingate: str, target: Path, out: Path) -> tuple[float, dict[str, float], str]:
     """The whole gate: wall seconds, each stage's recorded duration, the decision."""
     cpu = children_cpu()
     started = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).with_name("traingate")), "run", str(target), "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run([traingate, "run", str(target), "--out", str(out)], cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - started
     CPU["last"] = children_cpu() - cpu
     report_file = out / "report.json"
@@ -131,51 +134,66 @@ def gate(target: Path, out: Path) -> tuple[float, dict[str, float], str]:
     return wall, {s["name"]: float(s["duration_s"]) for s in report["stages"]}, str(report["decision"])
 
 
+@dataclass
+class Side:
+    """One thing timed each repetition: a gate (its `traingate` executable) or the floor."""
+
+    name: str
+    traingate: str | None = None  # None: the floor
+    walls: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=dict)  # per stage, or per bare process
+    decision: str = ""
+
+    def measure(self, target: Path, config: TargetConfig, env: dict[str, str], out: Path) -> None:
+        if self.traingate is None:
+            parts = floor(target, config, env)
+            wall = sum(parts.values())
+        else:
+            wall, parts, self.decision = gate(self.traingate, target, out)
+        self.walls.append(wall)
+        self.cpu.append(CPU["last"])
+        for name, seconds in parts.items():
+            self.parts.setdefault(name, []).append(seconds)
+
+    def show(self) -> None:
+        med = statistics.median
+        what = "one after the other" if self.traingate is None else f"per stage (report.json), {self.decision}"
+        print(f"  {self.name}, {what}:")
+        for part, seconds in self.parts.items():
+            print(f"    {part:<28} {med(seconds):7.2f}")
+        print(f"    {'total (wall)':<28} {med(self.walls):7.2f}   CPU {med(self.cpu):7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default="v7-fixed")
     parser.add_argument("--target", type=Path, help="a target folder instead of the example")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", help="another traingate executable (an earlier install) timed in the same repetitions")
     args = parser.parse_args()
     env = bare_env()
-    med = statistics.median
+    sides = [Side("gate", str(Path(sys.executable).with_name("traingate"))), Side("floor")]
+    if args.before:
+        sides.insert(1, Side("gate before", args.before))
     with tempfile.TemporaryDirectory() as tmp:
         target = args.target.resolve() if args.target else materialize(args.version, Path(tmp) / "target")
         config, _ = load_config(target)
-        walls: list[float] = []
-        stages: dict[str, list[float]] = {}
-        parts: dict[str, list[float]] = {}
-        totals: list[float] = []
-        cpu: dict[str, list[float]] = {"gate": [], "floor": []}
-        decision = ""
         for index in range(args.repeat):
-            order = ("gate", "floor") if index % 2 == 0 else ("floor", "gate")
-            for side in order:
-                if side == "gate":
-                    wall, durations, decision = gate(target, Path(tmp) / f"out{index}")
-                    walls.append(wall)
-                    for name, seconds in durations.items():
-                        stages.setdefault(name, []).append(seconds)
-                else:
-                    measured = floor(target, config, env)
-                    for name, seconds in measured.items():
-                        parts.setdefault(name, []).append(seconds)
-                    totals.append(sum(measured.values()))
-                cpu[side].append(CPU["last"])
-            print(f"repeat {index + 1}: gate {walls[-1]:.2f} s ({decision}), floor {totals[-1]:.2f} s, ratio {walls[-1] / totals[-1]:.2f}x; CPU gate {cpu['gate'][-1]:.2f} s, floor {cpu['floor'][-1]:.2f} s", flush=True)
+            # Each repetition starts with another side, so a drifting load weighs on all alike.
+            for side in sides[index % len(sides):] + sides[:index % len(sides)]:
+                side.measure(target, config, env, Path(tmp) / f"out-{side.name.replace(' ', '-')}-{index}")
+            floor_wall = sides[-1].walls[-1]
+            print(f"repeat {index + 1}: " + ", ".join(f"{s.name} {s.walls[-1]:.2f} s (CPU {s.cpu[-1]:.2f} s, {s.walls[-1] / floor_wall:.2f}x)" for s in sides), flush=True)
     name = target.name if args.target else f"example {args.version}"
-    print(f"\n{name}, {args.repeat} interleaved repetition(s), cpus here: {len(os.sched_getaffinity(0))}, medians (wall seconds):")
-    print("  the gate, per stage (report.json):")
-    for stage, seconds in stages.items():
-        print(f"    {stage:<28} {med(seconds):7.2f}")
-    print(f"    {'whole gate (CLI wall)':<28} {med(walls):7.2f}")
-    print("  the floor, one after the other:")
-    for part, seconds in parts.items():
-        print(f"    {part:<28} {med(seconds):7.2f}")
-    print(f"    {'floor total':<28} {med(totals):7.2f}")
-    ratio = med(w / t for w, t in zip(walls, totals, strict=True))
-    print(f"  CPU seconds (processes and their descendants): gate {med(cpu['gate']):.2f}, floor {med(cpu['floor']):.2f}, ratio {med(cpu['gate']) / med(cpu['floor']):.2f}x")
-    print(f"  ratio gate / floor (median of the repetitions' ratios) {ratio:.2f}x  (goal <= {GOAL}x: {'met' if ratio <= GOAL else 'missed'})")
+    print(f"\n{name}, {args.repeat} interleaved repetition(s), cpus here: {len(os.sched_getaffinity(0))}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, medians (seconds):")
+    for side in sides:
+        side.show()
+    floor_side = sides[-1]
+    for side in sides[:-1]:
+        ratio = statistics.median(w / f for w, f in zip(side.walls, floor_side.walls, strict=True))
+        cpu = statistics.median(side.cpu) / statistics.median(floor_side.cpu)
+        print(f"  {side.name} / floor: {ratio:.2f}x wall (median of the repetitions' ratios), {cpu:.2f}x CPU  (goal <= {GOAL}x wall: {'met' if ratio <= GOAL else 'missed'})")
 
 
 if __name__ == "__main__":

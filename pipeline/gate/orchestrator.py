@@ -8,14 +8,17 @@ stack. Whatever a stage hands back is validated here; anything malformed is a st
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
+from collections.abc import Callable
 
 from pydantic import ValidationError
 from traingate.pipeline.model.config import TargetConfig
@@ -45,6 +48,7 @@ from traingate.pipeline.model.schema import (
     TargetInfo,
 )
 from traingate.pipeline.gate.once_per_run import OncePerRun
+from traingate.pipeline.gate.schedule import side_by_side, stage_groups, usable_cores
 from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
@@ -118,22 +122,64 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     agents = agent_host(request, config)
     try:
         with snapshot:
-            for index, name in enumerate(request.stages, start=1):
-                for obs in request.observers:
-                    obs.stage_started(name, index, len(request.stages))
-                skip = _skip_reason(parts(registry[name]).purpose, reports)
-                if skip is not None:
-                    report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
-                else:
-                    report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
-                reports.append(report)
-                for obs in request.observers:
-                    obs.stage_finished(report)
+            for group in stage_groups(request.stages, registry, side_by_side(usable_cores(), os.environ)):
+                _run_group(group, registry, request, config, snapshot, reports, Settling(adjudicator, once), agents)
     finally:
         if agents is not None:
             agents.close()
     assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
     return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
+
+
+@dataclass
+class Settling:
+    """What the gate applies to each stage's findings in the stages' order, whichever finished
+    first: the findings shown once per run, then waivers and the new-findings rule."""
+
+    adjudicator: Adjudicator | None = None
+    once: OncePerRun | None = None
+
+
+def _run_group(
+    group: list[str], registry: dict[str, Stage], request: RunRequest, config: TargetConfig, snapshot: Snapshot,
+    reports: list[StageReport], settling: Settling, agents: WarmPool | None,
+) -> None:
+    """Run the stages of one group (`schedule.stage_groups`) side by side and append their
+    reports in the group's order. A stage that an earlier stage's report skips is reported
+    skipped, whether or not it ran (its run is discarded)."""
+    for name in group:
+        for obs in request.observers:
+            obs.stage_started(name, request.stages.index(name) + 1, len(request.stages))
+    launched = [name for name in group if _skip_reason(parts(registry[name]).purpose, reports) is None]
+    runs = _run_agents(launched, lambda name: run_stage_agent(name, registry[name], request, config, snapshot, agents))
+    for name in group:
+        done = runs.get(name)
+        skip = _skip_reason(parts(registry[name]).purpose, reports)
+        if skip is not None:
+            if done is not None:
+                snapshot.discard(done.root)
+            report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
+        else:
+            assert done is not None  # not skipped before the group: launched
+            report = settle_stage(done, request, snapshot, settling)
+        reports.append(report)
+        for obs in request.observers:
+            obs.stage_finished(report)
+
+
+def _run_agents(names: list[str], run: Callable[[str], AgentRun]) -> dict[str, AgentRun]:
+    """`run` for each name at once: the first in this thread (a group of one starts no thread),
+    the others each in a thread of its own. An interrupt raised here while they run does not
+    wait for them: the command line kills every process of the run."""
+    if not names:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=max(1, len(names) - 1))
+    try:
+        others = {name: pool.submit(run, name) for name in names[1:]}
+        done = {names[0]: run(names[0])}
+        return done | {name: future.result() for name, future in others.items()}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
@@ -223,6 +269,26 @@ def run_stage(
     once: OncePerRun | None = None,
     agents: WarmPool | None = None,
 ) -> StageReport:
+    """Run one stage's agent and settle its findings."""
+    return settle_stage(run_stage_agent(name, stage, request, config, snapshot, agents), request, snapshot, Settling(adjudicator, once))
+
+
+@dataclass
+class AgentRun:
+    """One stage's agent as it ended: its copy of the target and the outcome checked here."""
+
+    name: str
+    config: TargetConfig
+    root: Path
+    outcome: StageOutcome
+    duration_s: float
+
+
+def run_stage_agent(
+    name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None, agents: WarmPool | None = None,
+) -> AgentRun:
+    """Start the stage's agent on a fresh copy of the target and check what it hands back; the
+    findings that depend on the other stages are settled after (`settle_stage`)."""
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
     budget = float(config.timeout_s)
@@ -250,16 +316,24 @@ def run_stage(
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
+    return AgentRun(name=name, config=config, root=root, outcome=outcome, duration_s=child.duration_s)
+
+
+def settle_stage(run: AgentRun, request: RunRequest, snapshot: Snapshot | None, settling: Settling) -> StageReport:
+    """The stage's report: its findings with what its run wrote into the target's files, less
+    what an earlier stage reported once for the run, under the waivers; called in the stages'
+    order."""
+    name, outcome, once, adjudicator = run.name, run.outcome, settling.once, settling.adjudicator
     extra = []
     if snapshot is not None:
-        extra = written_findings(name, snapshot, root, GateInputs.of(config, outcome.files_read), once or OncePerRun())
-        snapshot.discard(root)
+        extra = written_findings(name, snapshot, run.root, GateInputs.of(run.config, outcome.files_read), once or OncePerRun())
+        snapshot.discard(run.root)
     findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
     if once is not None:
         findings = once.first_seen(findings, outcome.training_stopped)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
         findings = adjudicator.apply(findings)
-    return stage_report(name, outcome, findings, child.duration_s)
+    return stage_report(name, outcome, findings, run.duration_s)
 
 
 def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], duration_s: float) -> StageReport:

@@ -36,7 +36,8 @@ class Stage(Protocol):
     its page reads from `details`), `template` (a Jinja2 file for its page; else the generic
     one), `payload_models` (instrument spec -> the model of what it hands back) and `purpose`
     (what it does with the training function, such as "profile" or "observe": a run where the
-    function cannot be called skips the stage; None: the stage runs whatever happened before).
+    function cannot be called skips the stage; None: the stage runs whatever happened before)
+    and `times_runs` (True: its runs are timed, so no other stage runs beside it; default False).
     """
 
     name: str
@@ -57,6 +58,7 @@ class StageParts:
         self.template: Path | None = Path(template) if template is not None else None
         self.payload_models: Mapping[str, type[BaseModel]] = getattr(stage, "payload_models", None) or {}
         self.purpose: str | None = getattr(stage, "purpose", "observe")
+        self.times_runs: bool = bool(getattr(stage, "times_runs", False))
 
 
 def parts(stage: Stage) -> StageParts:
