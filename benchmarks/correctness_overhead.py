@@ -145,11 +145,11 @@ def main() -> None:
             target = Path(tmp) / "target"
             subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), version, str(target)], check=True, capture_output=True)
             print(f"example {version}:", flush=True)
-            measure(target, args)
+            measure(target, args, f"example {version}")
         print()
 
 
-def measure(given: Path | None, args: argparse.Namespace) -> None:
+def measure(given: Path | None, args: argparse.Namespace, label: str = "") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         target = given or Path(tmp)
         if args.heavy:
@@ -194,7 +194,7 @@ def measure(given: Path | None, args: argparse.Namespace) -> None:
             return
         ratio = statistics.median(ratios)
         compared = ", against a baseline" if args.baseline else ""
-        print(f"\ntarget {'heavy MLP' if args.heavy else target.name}, {args.repeat} repetition(s){compared}, medians:")
+        print(f"\ntarget {'heavy MLP' if args.heavy else label or target.name}, {args.repeat} repetition(s){compared}, medians:")
         print(f"  correctness stage         {statistics.median(stage_s):7.2f} s")
         print(f"  bare entrypoint runs      {statistics.median(bare_s):7.2f} s")
         print(f"  instrumented run / bare   {statistics.median(first_ratios):7.2f}x")
