@@ -405,13 +405,14 @@ class LossInputSite(Payload):
     producer: str | None  # the autograd node behind the views, e.g. "SoftmaxBackward0"
     module: str | None  # the class of the Softmax/LogSoftmax/Sigmoid module whose output it is
     module_site: int | None  # the line that called that module
+    producer_site: int | None = None  # the line that called the functional op behind it (`F.softmax`), where seen
     gradients_recorded: bool
     example: list[NonFiniteFloat]  # the first sampled values; not finite where `kind` is "empty"
     shape: list[int] = Field(default_factory=list)  # the first call's input shape
     dtype: str = ""  # the first call's input dtype, e.g. "float32"
 
 
-ShapeLossFunction = Literal["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
+ShapeLossFunction = Literal["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "log_prob"]
 
 
 class LossShapeSite(Payload):
@@ -426,6 +427,8 @@ class LossShapeSite(Payload):
     target_shape: list[int]
     broadcast_shape: list[int]
     gradients_recorded: bool
+    # "log_prob": the class of the `torch.distributions` distribution; its batch shape is `input_shape`, the values `target_shape`.
+    distribution: str | None = None
 
 
 class FrozenOutput(Payload):
