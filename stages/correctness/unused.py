@@ -19,15 +19,19 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
     findings = []
     outside = steps.not_in_optimizer
     if outside:
+        built = _optimizer_site(steps)
+        left_out = f" The optimizer built at {_line(steps, built)} left them out." if built is not None else ""
         findings.append(
             _finding(
                 ctx, steps, outside, steps.not_in_optimizer_count, fallback,
                 reason="not-in-optimizer",
-                title="{count} trainable parameter(s) received gradients but are in no optimizer group, e.g. `{name}`",
+                title="{count} trainable parameter(s) received gradients but are in no optimizer group, e.g. `{name}`"
+                + (f": the optimizer built at {_short(steps, built)} left them out" if built is not None else ""),
                 problem=(
                     "{names} have requires_grad=True and received gradients during training, but no optimizer that stepped holds them "
-                    "({optimizers}): they keep their initial values. Their module was built at {site}."
+                    "({optimizers}): they keep their initial values." + left_out + " Their module was built at {site}."
                 ),
+                at=built,
             )
         )
     # Every step changed nothing: `ineffective-step` says why no parameter had a gradient.
@@ -67,8 +71,10 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
 
 def _finding(
     ctx: StageContext, steps: StepsPayload, params: Sequence[ParameterDescription], count: int, fallback: Location, *, reason: str, title: str, problem: str,
-    severity: Severity = Severity.HIGH, impact: str | None = None, fix: str | None = None,
+    severity: Severity = Severity.HIGH, impact: str | None = None, fix: str | None = None, at: int | None = None,
 ) -> Finding:
+    """`at`: the line the finding points at, where it is not the first parameter's module (the
+    optimizer construction that left the parameters out)."""
     first = params[0]
     name = _qualified(first)
     names = ", ".join(f"`{_qualified(p)}`" + (f" (of {p.root})" if p.root else "") for p in params[:8]) + (", ..." if count > 8 else "")
@@ -81,7 +87,7 @@ def _finding(
         impact=impact,
         fix=fix,
         title=title.format(count=count, name=name),
-        location=located.location(steps, first.site, fallback),
+        location=located.location(steps, at if at is not None else first.site, fallback),
         problem=problem.format(names=names, optimizers=optimizers, site=site_text),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
@@ -93,11 +99,22 @@ def _finding(
                     for p in params[:50]
                 ],
                 "count": count,
-                "optimizers": [located.record(o) for o in steps.optimizers],
+                "optimizers": [{**located.record(o), "site": site_record(located.site(steps, o.site))} for o in steps.optimizers],
             },
         ),
         key=f"{reason}:" + ",".join(sorted(_qualified(p) for p in params[:20])),
     )
+
+
+def _optimizer_site(steps: StepsPayload) -> int | None:
+    """The line that built the optimizers that stepped, when they were all built at one line."""
+    built = {o.site for o in steps.optimizers}
+    return built.pop() if len(built) == 1 else None
+
+
+def _short(steps: StepsPayload, index: int | None) -> str:
+    found = located.site(steps, index)
+    return f"{found.path}:{found.line}" if found else "a line outside the target"
 
 
 def _qualified(param: ParameterDescription) -> str:
@@ -118,7 +135,7 @@ def frozen_output_findings(ctx: StageContext, data: LossInputsPayload | None, fa
     return [_frozen_output(ctx, data, records, fallback) for records in by_layer.values()]
 
 
-def _line(data: LossInputsPayload, index: int | None) -> str:
+def _line(data: located.Sited, index: int | None) -> str:
     found = located.site(data, index)
     return f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
 
@@ -126,7 +143,7 @@ def _line(data: LossInputsPayload, index: int | None) -> str:
 def _frozen_output(ctx: StageContext, data: LossInputsPayload, records: list[FrozenOutput], fallback: Location) -> Finding:
     record = records[0]
     losses = " and ".join(f"`{r.function}` at {_line(data, r.site)}" for r in records)
-    froze = f"; `requires_grad_(False)` at {_line(data, record.frozen_site)} froze it" if record.frozen_site is not None else ""
+    froze = f"; the line {_line(data, record.frozen_site)} froze it" if record.frozen_site is not None else ""
     return ctx.finding(
         category=CATEGORY,
         rule=f"{CATEGORY.value}/frozen-output",

@@ -48,6 +48,7 @@ class OptimizerGroup(Payload):
 class OptimizerRecord(Payload):
     class_: str = Field(alias="class")
     groups: list[OptimizerGroup]
+    site: int | None = None  # the line that built it (an index into the payload's sites); None where not seen
 
 
 class SchedulerRecord(Payload):
@@ -439,7 +440,7 @@ class FrozenOutput(Payload):
     site: int | None  # the loss call
     module: str  # the class of the layer
     module_site: int | None  # where the target built it
-    frozen_site: int | None  # the `requires_grad_(False)` that froze it, where one was seen
+    frozen_site: int | None  # the `requires_grad_(False)` or `requires_grad = False` that froze it, where one was seen
     params: int
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
 from traingate.stages.correctness.probe.causes import StepCauses
 from traingate.stages.correctness.probe.clipping import ClipWatch
+from traingate.stages.correctness.probe.optimizer_sites import OptimizerSites
 from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
@@ -49,6 +50,7 @@ class StepWatch:
         self._before: dict[int, tuple[list[int], Any]] = {}  # optimizer -> (parameter ids, fingerprint before its step)
         self.causes: StepCauses | None = None
         self.clips: ClipWatch | None = None
+        self.optimizer_sites: OptimizerSites | None = None  # where each optimizer was built
         self._samples: dict[tuple[int, int], Any] = {}  # (parameter id, numel) -> sampled indexes
         self.grad_seen: set[int] = set()
         self.forwarded: set[int] = set()  # modules that ran a forward (unused-parameter: a head never called)
@@ -72,6 +74,8 @@ class StepWatch:
         self.causes.install(torch)
         self.clips = ClipWatch(self.sites, self.causes)
         self.clips.install(torch)
+        self.optimizer_sites = OptimizerSites(self.sites)
+        self.optimizer_sites.install(torch)
         watch = self
         original_init = torch.nn.Module.__init__
 
@@ -218,7 +222,7 @@ class StepWatch:
                 for p in group["params"]:
                     in_group.setdefault(id(p), (o_index, g_index))
                 groups.append({"lr": _number(group.get("lr")), "params": len(group["params"])})
-            optimizers.append({"class": type(optimizer).__name__, "groups": groups})
+            optimizers.append({"class": type(optimizer).__name__, "groups": groups, "site": self.optimizer_sites.site(optimizer) if self.optimizer_sites else None})
         outside, no_grad, never_changed = [], [], []
         holders = {id(p): id(module) for module, _ in self.modules for p in module.parameters(recurse=False)}
         for o_index, optimizer in enumerate(self.optimizers):
