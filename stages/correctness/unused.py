@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.correctness.probe.payloads import FrozenOutput, LossInputsPayload, ParameterDescription, StepsPayload
+from traingate.stages.correctness.probe.payloads import FrozenOutput, GroupParameter, LossInputsPayload, ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNUSED_PARAMETER
@@ -36,18 +36,26 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
         )
     # Every step changed nothing: `ineffective-step` says why no parameter had a gradient.
     explained = steps.ineffective_count >= steps.steps
-    cut = [p for p in steps.no_gradient if p.forward_ran is not False]
+    ran = [p for p in steps.no_gradient if p.forward_ran is not False]
+    # Watched after a step found them without a gradient: ran with gradients recorded and met no cut.
+    unreached = [p for p in ran if p.watched_forward and p.cut is None]
+    cut = [p for p in ran if p not in unreached]
     if cut and not explained:
+        findings.append(_cut_finding(ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback))
+    if unreached and not explained:
         findings.append(
             _finding(
-                ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback,
-                reason="no-gradient",
-                title="{count} parameter(s) in an optimizer group never received a gradient, e.g. `{name}`",
+                ctx, steps, unreached, len(unreached), fallback,
+                reason="output-unused",
+                severity=Severity.MEDIUM,
+                title="{count} parameter(s) in an optimizer group belong to a module whose output reaches no loss, e.g. `{name}`",
                 problem=(
-                    "{names} are in an optimizer group ({optimizers}) and their module ran its forward, but their `.grad` was None at every one of the "
-                    f"{steps.steps} optimizer steps: the gradient is cut between them and the loss (a dead branch, `detach()`, or `torch.no_grad()` "
-                    "around part of the forward). Their module was built at {site}."
+                    "{names} are in an optimizer group ({optimizers}) and their module ran its forward with gradients recorded, but their `.grad` was None at every one "
+                    f"of the {steps.steps} optimizer steps, and no `detach()`, `.data` or `torch.no_grad()` cut its output from a loss: its output reaches no loss "
+                    "(a head computed and left unused, as a self-supervised method does with a classification head it trains later). Their module was built at {site}."
                 ),
+                impact="The optimizer carries parameters no loss uses: harmless to training, but weight decay still moves them, and a head meant to train stays at its initialisation.",
+                fix="If the loss should use this output, feed it to the loss; otherwise leave the module out of the optimizer (or skip its forward).",
             )
         )
     never_called = [p for p in steps.no_gradient if p.forward_ran is False]
@@ -67,6 +75,29 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
             )
         )
     return findings
+
+
+_CUTS = {"detach": "`detach()`", "data": "`.data`", "no_grad": "a forward under `torch.no_grad()`"}
+
+
+def _cut_finding(ctx: StageContext, steps: StepsPayload, cut: list[GroupParameter], count: int, fallback: Location) -> Finding:
+    """High: the module ran, and its output was cut from the loss (at the line seen, where one was)."""
+    seen = next((p for p in cut if p.cut is not None), None)
+    if seen is not None and seen.cut is not None:
+        how = f": {_CUTS[seen.cut]} at {_line(steps, seen.cut_site)} cut `{_qualified(seen)}`'s output from the loss"
+    else:
+        how = " (a dead branch, `detach()`, or `torch.no_grad()` around part of the forward)"
+    return _finding(
+        ctx, steps, cut, count, fallback,
+        reason="no-gradient",
+        title="{count} parameter(s) in an optimizer group never received a gradient, e.g. `{name}`"
+        + (f": cut by {_CUTS[seen.cut]} at {_short(steps, seen.cut_site)}" if seen is not None and seen.cut is not None else ""),
+        problem=(
+            "{names} are in an optimizer group ({optimizers}) and their module ran its forward, but their `.grad` was None at every one of the "
+            f"{steps.steps} optimizer steps: the gradient is cut between them and the loss{how}. Their module was built at {{site}}."
+        ),
+        at=seen.cut_site if seen is not None else None,
+    )
 
 
 def _finding(
@@ -95,7 +126,10 @@ def _finding(
             data={
                 "reason": reason,
                 "parameters": [
-                    {**located.record(p), "qualified_name": _qualified(p), "site": site_record(located.site(steps, p.site)), "root_site": site_record(located.site(steps, p.root_site))}
+                    {
+                        **located.record(p), "qualified_name": _qualified(p), "site": site_record(located.site(steps, p.site)), "root_site": site_record(located.site(steps, p.root_site)),
+                        **({"cut_site": site_record(located.site(steps, p.cut_site))} if isinstance(p, GroupParameter) and p.cut_site is not None else {}),
+                    }
                     for p in params[:50]
                 ],
                 "count": count,

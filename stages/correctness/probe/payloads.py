@@ -105,6 +105,12 @@ class GroupParameter(ParameterDescription):
     lr: float | None
     # In `no_gradient`: whether the module holding it ran a forward in the run.
     forward_ran: bool | None = None
+    # In `no_gradient`, where its module was watched once a step found it without a gradient
+    # (`probe.cuts`): whether it then ran a forward with gradients recorded, and the cut seen
+    # between its output and the loss (None: none, its output reached no loss).
+    watched_forward: bool | None = None
+    cut: Literal["detach", "data", "no_grad"] | None = None
+    cut_site: int | None = None
 
 
 class ClipRecord(Payload):
