@@ -92,6 +92,41 @@ def _warmup_finding(ctx: StageContext, steps: StepsPayload, records: list[Ineffe
     )
 
 
+def _step_finding(ctx: StageContext, steps: StepsPayload, records: list[IneffectiveStep], count: int, fallback: Location, *, exact: bool) -> Finding:
+    first, total = records[0], steps.steps
+    schedulers = [_scheduler(steps, s) for s in first.schedulers]
+    cause = _cause(steps, first, schedulers)
+    where = located.code(steps, first.site)
+    steps_listed = ", ".join(str(r.step) for r in records[:10]) + (", ..." if count > 10 else "")
+    at = first.clear_site if first.cause == "cleared" and first.clear_site is not None else first.site
+    return ctx.finding(
+        category=CATEGORY,
+        severity=Severity.HIGH,
+        title=f"{count} of {total} optimizer step(s) changed no parameter: {cause.short}",
+        location=located.location(steps, at, fallback),
+        problem=(
+            f"After optimizer step {first.step} (optimizer {first.optimizer}, `{where or 'step()'}`) none of its {first.params} parameter(s) "
+            f"changed: {cause.observed}. Steps with no effect{'' if exact else ' for this cause'}: {steps_listed}."
+        ),
+        impact=f"{cause.impact} The step costs a forward and backward pass and teaches the model nothing.",
+        fix=cause.fix,
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"{count} of {total} step(s) left every parameter's sum, norm and sampled elements unchanged, fingerprinted right before and right after each step",
+            data={
+                "cause": first.cause,
+                "first": {**located.record(first), "site": site_record(located.site(steps, first.site)), "schedulers": schedulers},
+                "backward_site": site_record(located.site(steps, first.backward_site)),
+                "clear_site": site_record(located.site(steps, first.clear_site)),
+                "ineffective_steps": [r.step for r in records],
+                "ineffective_count": count,
+                "steps": total,
+            },
+        ),
+        key=f"steps:{first.cause}" if first.cause else "steps",
+    )
+
+
 def _scheduler(steps: StepsPayload, scheduler: SchedulerRecord) -> str:
     """`LambdaLR (built at train.py:9, last stepped at train.py:14)`, as far as it is known."""
     built, stepped = located.site(steps, scheduler.site), located.site(steps, scheduler.step_site)
