@@ -118,7 +118,7 @@ class LossInputWatch:
         register_module_forward_hook(self._forward)
         for distribution in _distributions(torch.distributions.Distribution):
             if "log_prob" in distribution.__dict__:
-                distribution.log_prob = self._wrap_log_prob(distribution.__dict__["log_prob"])
+                distribution.log_prob = self._wrap_log_prob(distribution.__dict__["log_prob"])  # type: ignore[attr-defined]  # patched while the run lasts
         for namespace in (F, torch, torch.Tensor):
             for name in _FUNCTIONAL:
                 if hasattr(namespace, name):
