@@ -22,6 +22,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GateRun]:
     cases = (
         "corr_loss_softmax_functional", "corr_frozen_fc", "corr_frozen_fc_clean", "corr_head_unused", "corr_head_detached",
         "corr_optimizer_encoder_only", "corr_optimizer_encoder_only_clean", "corr_log_prob_shape", "corr_log_prob_shape_clean", "corr_warmup_zero_steps",
+        "corr_encoder_no_grad", "corr_eval_mid_epoch", "corr_eval_mid_epoch_clean",
     )
     return {case: _gate(case, tmp_path_factory) for case in cases}
 
@@ -83,6 +84,17 @@ def test_a_head_cut_from_the_loss_by_detach_blocks_at_the_detach(runs: dict[str,
     assert f"`detach()` at {_line('corr_head_detached', 'detach')}" in finding["problem"]
 
 
+def test_an_encoder_in_the_optimizer_run_only_under_no_grad_blocks_at_that_call(runs: dict[str, GateRun]) -> None:
+    run = runs["corr_encoder_no_grad"]
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "unused-parameter" and finding["severity"] == "high" and finding["blocking"] is True
+    assert _located(finding) == _marker("corr_encoder_no_grad", "no-grad")
+    data = finding["evidence"]["data"]
+    assert data["reason"] == "no-gradient" and all(p["cut"] == "no_grad" for p in data["parameters"])
+    assert "`torch.no_grad()`" in finding["problem"] and _line("corr_encoder_no_grad", "encoder") in finding["problem"]
+
+
 def test_an_optimizer_over_the_encoder_only_blocks_at_its_construction(runs: dict[str, GateRun]) -> None:
     run = runs["corr_optimizer_encoder_only"]
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
@@ -129,3 +141,19 @@ def test_zero_rate_steps_beyond_the_warmups_first_block(runs: dict[str, GateRun]
     data = finding["evidence"]["data"]
     assert data["ineffective_steps"] == [0, 1] and data["cause"] == "zero-lr"
     assert "LambdaLR" in finding["problem"]
+
+
+def test_eval_mode_left_on_by_a_mid_epoch_validation_blocks_at_the_eval_call(runs: dict[str, GateRun]) -> None:
+    run = runs["corr_eval_mid_epoch"]
+    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    [finding] = run.findings()
+    assert finding["category"] == "train-eval-mode" and finding["blocking"] is True
+    assert _located(finding) == _marker("corr_eval_mid_epoch", "eval")
+    data = finding["evidence"]["data"]
+    assert _site(data["forward_site"]) == _marker("corr_eval_mid_epoch", "forward") and data["steps_affected"] == [3, 4, 5, 6, 7, 8]
+    assert f"`eval()` at {_line('corr_eval_mid_epoch', 'eval')}" in finding["title"]
+
+
+def test_a_mid_epoch_validation_that_switches_back_passes(runs: dict[str, GateRun]) -> None:
+    run = runs["corr_eval_mid_epoch_clean"]
+    assert run.returncode == 0 and run.report["decision"] == "PASS" and run.findings() == []
