@@ -151,7 +151,7 @@ def test_a_suite_switched_off_blocks(floor_run: Callable[[str], GateRun]) -> Non
     change = found["evidence"]["data"]["changes"][0]
     assert change == {"key": "tests", "baseline": ["tests"], "current": False, "effect": "narrows"}
     assert '["tests"]' in found["title"] and "false" in found["title"]
-    assert '-  "tests": [' in found["evidence"]["data"]["diff"] and '+  "tests": false' in found["evidence"]["data"]["diff"]
+    assert '- "tests": [' in found["evidence"]["data"]["diff"] and '+ "tests": false' in found["evidence"]["data"]["diff"]
     assert found["location"]["path"] == "pyproject.toml"
 
 
