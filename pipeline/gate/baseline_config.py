@@ -59,7 +59,7 @@ def read_baseline_settings(origin: Path, commit: str | None) -> BaselineSettings
             return NotCompared(f"commit {commit} is not in this clone; fetch with enough depth (actions/checkout `fetch-depth: 0`)", commit)
         prefix = (_git(origin, "rev-parse", "--show-prefix") or b"").decode().strip()
         texts = _read_files(origin, commit, [prefix + name for name in CONFIG_FILES])
-        source, raw, _ = select_section(dict(zip(CONFIG_FILES, texts)))
+        source, raw, _ = select_section(dict(zip(CONFIG_FILES, texts, strict=True)))
         config = TargetConfig.model_validate(raw)
         inline = _inline_waivers(origin, commit)
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, UnicodeDecodeError) as exc:

@@ -76,7 +76,7 @@ def select_section(texts: dict[str, str | None]) -> tuple[str | None, dict[str, 
     """The configuration among the files' texts (None: no such file): the file it came from,
     its table and the key prefix errors name; `traingate.toml` wins over `pyproject.toml`.
     The baseline's files, read from git, go through the same choice (`baseline_config`)."""
-    for name, prefix in zip(CONFIG_FILES, ("", "tool.traingate")):
+    for name, prefix in zip(CONFIG_FILES, ("", "tool.traingate"), strict=True):
         text = texts.get(name)
         if text is None:
             continue

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from collections import Counter
 
 from traingate.pipeline.gate.baseline_config import BaselineSettings, NotCompared, inline_key, read_baseline_settings
 from traingate.pipeline.gate.config_diff import NARROWS, WIDENS, Difference, baseline_entrypoint_gone, differences
