@@ -149,3 +149,18 @@ def test_a_waiver_that_moved_with_its_line_is_the_baselines_and_a_new_one_is_not
     assert added is not None and added.config == frozenset({1})
     new_line = next(i for i, line in enumerate(text.splitlines(), start=1) if "ignore[host-sync]" in line)
     assert added.inline == frozenset({("trainer.py", new_line)})
+
+
+def test_split_runs_merge_with_their_configuration_findings_once() -> None:
+    from traingate.pipeline.gate.merge import merge_reports
+    from traingate.pipeline.model.findings import finding
+    from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Severity
+
+    narrowed = finding(
+        stage="configuration", category=Category.VERIFICATION_NARROWED, title="`tests` narrowed", location=Location(path="pyproject.toml"),
+        problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED), block_on={Severity.CRITICAL, Severity.HIGH}, key="tests",
+    )
+    parts = [(f"part{i}", report([stage("configuration", [narrowed]), stage(name)])) for i, name in enumerate(("execution", "performance"))]
+    merged = merge_reports(parts, ["execution", "performance"], ["execution", "performance", "concurrency", "correctness"])
+    assert [s.name for s in merged.stages] == ["configuration", "execution", "performance"]
+    assert [f.id for f in merged.stages[0].findings] == [narrowed.id] and merged.decision.value == "BLOCK"
