@@ -164,3 +164,29 @@ def test_split_runs_merge_with_their_configuration_findings_once() -> None:
     merged = merge_reports(parts, ["execution", "performance"], ["execution", "performance", "concurrency", "correctness"])
     assert [s.name for s in merged.stages] == ["configuration", "execution", "performance"]
     assert [f.id for f in merged.stages[0].findings] == [narrowed.id] and merged.decision.value == "BLOCK"
+
+
+def test_the_reports_open_with_what_the_change_changed_in_how_it_is_verified() -> None:
+    from tests.markdown_tables import table_problems
+    from traingate.pipeline.model.schema import ConfigChange, VerificationReview, WaiverEntry
+    from traingate.reports import render_summary
+    from traingate.reports.facts import RunFacts
+    from traingate.reports.render import render_report_md
+    from traingate.reports.step_summary import render_step_summary
+
+    waiver = WaiverEntry(origin="trainer.py:21", source="inline", categories=["entrypoint-crash"], path="trainer.py", line=21, reason="tuning | in progress", status="needs-approval", note="added by this change", added=True)
+    review_ = VerificationReview(
+        compared=True, baseline_commit="a" * 40, baseline_file="pyproject.toml", current_file="pyproject.toml",
+        changes=[ConfigChange(key="tests", baseline=["tests"], current=False, effect="narrows", action="blocks")], new_waivers=[waiver],
+    )
+    shown = report([stage("execution")]).model_copy(update={"verification": review_})
+    md = render_report_md(shown)
+    assert md.index("## What this change changed in how it is verified") < md.index("## Stages")
+    assert '| `tests` | `["tests"]` | `false` | narrows | blocks |' in md and "trainer.py:21" in md
+    assert not table_problems(md)
+    step = render_step_summary(shown, RunFacts())
+    assert step.index("What this change changed in how it is verified") < step.index("| Stage |")
+    terminal = render_summary(shown)
+    assert terminal.index("tests: [\"tests\"] -> false (narrows; blocks)") < terminal.index("execution")
+    unchanged = report([stage("execution")]).model_copy(update={"verification": VerificationReview(compared=False, note="No --baseline: not compared.")})
+    assert "What this change changed" not in render_report_md(unchanged) and "No --baseline: not compared." in render_report_md(unchanged)
