@@ -82,6 +82,7 @@ ROUTES: dict[str, tuple[list[Callable[[Path], None]], list[Callable[[Path], None
     # Variants: the waiver in the table, the configuration moved to a traingate.toml that shadows pyproject.toml.
     "table-waiver-added": ([], [_replace(*(("trainer.py",) + BREAK_FIT)), _append("pyproject.toml", '\n[[tool.traingate.waive]]\ncategory = "entrypoint-crash"\npath = "trainer.py"\nreason = "rate tuning in progress"\n')], None),
     "shadowing-file": ([], [_replace(*(("trainer.py",) + BREAK_ERROR)), _write("traingate.toml", 'tests = ["tests/test_trainer.py::test_one_loss_per_step"]\n\n[entrypoint]\ncall = "trainer:fit"\nkwargs = { steps = 6 }\n')], None),
+    "entrypoint-removed": ([], [_replace(*(("trainer.py",) + BREAK_FIT)), _replace("pyproject.toml", '[tool.traingate.entrypoint]\ncall = "trainer:fit"\nkwargs = { steps = 6 }\n', "")], None),
     # Controls.
     "test-added": ([], [_write("tests_more/test_more.py", "from trainer import descend\n\n\ndef test_losses_fall():\n    losses = descend(6, 0.05)\n    assert losses[-1] < losses[0]\n"), _replace("pyproject.toml", 'tests = ["tests"]', 'tests = ["tests", "tests_more"]')], None),
     "entrypoint-renamed": ([], RENAME, None),
@@ -188,6 +189,15 @@ def test_a_waiver_the_change_adds_does_not_apply(floor_run: Callable[[str], Gate
     if route == "inline-waiver-added":
         assert named["location"] == {"path": "trainer.py", "line": line_of(BASE / "trainer.py", RAISE_LINE), "function": None}
     assert gate.report["verification"]["new_waivers"][0]["status"] == "needs-approval"
+
+
+def test_an_entrypoint_removed_blocks_and_the_baselines_still_runs(floor_run: Callable[[str], GateRun]) -> None:
+    gate = floor_run("entrypoint-removed")
+    change = _narrowed(gate, "entrypoint")["evidence"]["data"]["changes"][0]
+    assert change["baseline"] == {"call": "trainer:fit", "kwargs": {"steps": 6}} and change["current"] is None
+    [crash] = gate.findings("entrypoint-crash")
+    assert crash["blocking"] and "baseline's entrypoint trainer:fit" in crash["title"]
+    assert [r["label"] for r in gate.stage("execution")["details"]["smoke"]["runs"]] == ["baseline-smoke"]
 
 
 def test_a_traingate_toml_that_shadows_pyproject_blocks(floor_run: Callable[[str], GateRun]) -> None:

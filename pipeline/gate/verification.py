@@ -79,7 +79,7 @@ def review(root: Path, baseline: PipelineReport | None, config: TargetConfig) ->
     result = Review(settings, current_file)
     base_ep = settings.config.entrypoint
     entry = [d for d in found if d.key.startswith("entrypoint")]
-    gone = baseline_entrypoint_gone(root, base_ep) if base_ep is not None and config.entrypoint is not None and entry else None
+    gone = _gone(root, base_ep) if base_ep is not None and entry else None
     accepted = config.policy.allow_config_changes
     for diff in found:
         action = _action(diff, accepted, gone if diff in entry else None)
@@ -88,9 +88,16 @@ def review(root: Path, baseline: PipelineReport | None, config: TargetConfig) ->
             result.findings.append(_narrowed(diff, settings, config, accepted))
     if gone is not None:
         result.findings.append(_interface_changed(gone, base_ep, entry, settings, config))
-    elif base_ep is not None and config.entrypoint is not None and entry and not accepted:
+    elif base_ep is not None and entry and not accepted:
         result.baseline_entrypoint = base_ep
     return result
+
+
+def _gone(root: Path, ep: EntrypointConfig) -> str | None:
+    try:
+        return baseline_entrypoint_gone(root, ep)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None  # unreadable here: its smoke call will tell
 
 
 def _action(diff: Difference, accepted: bool, gone: str | None) -> str:
