@@ -190,3 +190,28 @@ def test_the_reports_open_with_what_the_change_changed_in_how_it_is_verified() -
     assert terminal.index("tests: [\"tests\"] -> false (narrows; blocks)") < terminal.index("execution")
     unchanged = report([stage("execution")]).model_copy(update={"verification": VerificationReview(compared=False, note="No --baseline: not compared.")})
     assert "What this change changed" not in render_report_md(unchanged) and "No --baseline: not compared." in render_report_md(unchanged)
+
+
+@pytest.mark.parametrize("category", ["ineffective-step", "training-regression"])
+def test_an_inline_waiver_the_change_added_leaves_its_finding_blocking(category: str) -> None:
+    from datetime import date
+
+    from traingate.pipeline.gate.waivers import AddedWaivers, Adjudicator, InlineWaiver
+    from traingate.pipeline.model.findings import finding
+    from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Severity
+
+    config = TargetConfig()
+    config._inline_waivers = [InlineWaiver(path="train.py", line=12, categories=(Category(category),), reason="known")]
+    found = finding(
+        stage="correctness", category=Category(category), title="t", location=Location(path="train.py", line=12), problem="p",
+        evidence=Evidence(kind=EvidenceKind.MEASURED), block_on={Severity.CRITICAL, Severity.HIGH}, key="k",
+    )
+    assert found.blocking
+    for added, approved, blocks, status in ((None, False, False, "applied"), (AddedWaivers(inline=frozenset({("train.py", 12)})), False, True, "needs-approval"),
+                                            (AddedWaivers(inline=frozenset({("train.py", 12)})), True, False, "applied"), (AddedWaivers(), False, False, "applied")):
+        policy = config.policy.model_copy(update={"allow_new_waivers": approved})
+        judge = Adjudicator(config.model_copy(update={"policy": policy}), None, date(2026, 11, 27), added)
+        [judged] = judge.apply([found])
+        [entry] = judge.summary().waivers
+        assert (judged.blocking, entry.status) == (blocks, status)
+        assert entry.added == (None if added is None else bool(added.inline))
