@@ -222,9 +222,11 @@ def test_an_entrypoint_renamed_with_its_callers_is_medium_and_passes(floor_run: 
     assert gate.returncode == 0 and gate.report["decision"] == "PASS", gate.stdout
     [changed] = gate.findings("verification-narrowed")
     assert changed["rule"] == "verification-narrowed/interface-changed" and changed["severity"] == "medium" and not changed["blocking"]
-    assert "trainer:fit" in changed["title"] and "defines no 'fit'" in changed["title"]
-    # Known not to apply from the files: no second run.
-    assert [r["label"] for r in gate.stage("execution")["details"]["smoke"]["runs"]] == ["smoke"]
+    assert changed["stage"] == "execution" and "trainer:fit" in changed["title"] and "AttributeError" in changed["title"]
+    assert [(r["label"], r["ok"]) for r in gate.stage("execution")["details"]["smoke"]["runs"]] == [("smoke", True), ("baseline-smoke", False)]
+    # The call's difference is listed, not blocking: the files say the baseline's function is gone.
+    [call] = [c for c in gate.report["verification"]["changes"] if c["key"] == "entrypoint.call"]
+    assert call["action"].startswith("interface changed") and "defines no 'fit'" in call["action"]
 
 
 def test_a_change_the_ci_accepts_passes(floor_run: Callable[[str], GateRun]) -> None:

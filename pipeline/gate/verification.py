@@ -9,8 +9,10 @@ waivers from git at that commit (`baseline_config`), compares them with the chan
   values side by side (info, `verification-narrowed/accepted`, where the CI policy sets
   `allow_config_changes = true`);
 - where the entrypoint's configuration differs, the baseline's entrypoint is smoke-called on
-  this version as well (the execution stage's `baseline_entrypoint`); where it no longer applies
-  (renamed with its callers), `verification-narrowed/interface-changed`, medium;
+  this version as well (the execution stage's `baseline_entrypoint`); where the files say it no
+  longer applies (renamed with its callers), its differences do not block by themselves, and
+  its call stopping at the renamed name is the execution stage's
+  `verification-narrowed/interface-changed`, medium;
 - each waiver the change added that matched a finding (`needs-approval`; the finding still blocks).
 
 Everything here runs in the gate's process and reads files; nothing of the target is imported.
@@ -38,7 +40,6 @@ from traingate.pipeline.model.schema import (
     Finding,
     Location,
     PipelineReport,
-    Severity,
     VerificationReview,
     WaiverEntry,
 )
@@ -46,7 +47,6 @@ from traingate.pipeline.model.schema import (
 # The report's stage of the gate's own findings on the configuration (a config-error report's too).
 CONFIGURATION_STAGE = "configuration"
 STAGE = CONFIGURATION_STAGE
-INTERFACE_RULE = "verification-narrowed/interface-changed"
 NOT_COMPARED_RULE = "verification-narrowed/not-compared"
 ACCEPTED_RULE = "verification-narrowed/accepted"
 NOT_COMPARED_NOTE = "No --baseline: the gate configuration and the waivers are the change's own and were not compared with a baseline's."
@@ -86,9 +86,9 @@ def review(root: Path, baseline: PipelineReport | None, config: TargetConfig) ->
         result.changes.append(ConfigChange(key=diff.key, baseline=diff.baseline, current=diff.current, effect=diff.effect, action=action))
         if diff.effect == NARROWS and not (gone and diff in entry):
             result.findings.append(_narrowed(diff, settings, config, accepted))
-    if gone is not None:
-        result.findings.append(_interface_changed(gone, base_ep, entry, settings, config))
-    elif base_ep is not None and entry and not accepted:
+    # Run even where the files say it is gone: its call on this version is the observed evidence
+    # of the interface change (the execution stage's verification-narrowed/interface-changed).
+    if base_ep is not None and entry and not accepted:
         result.baseline_entrypoint = base_ep
     return result
 
@@ -106,7 +106,7 @@ def _action(diff: Difference, accepted: bool, gone: str | None) -> str:
     if diff.effect != NARROWS:
         return "listed"
     if gone is not None:
-        return f"interface changed ({gone}): not blocking by itself"
+        return f"interface changed ({gone}): not blocking by itself; the baseline's entrypoint is smoke-called on this version"
     return "accepted by the CI policy (allow_config_changes)" if accepted else "blocks"
 
 
@@ -147,24 +147,6 @@ def _why(diff: Difference) -> str:
     if diff.key.startswith("entrypoint"):
         return "The gate would smoke-call, profile and check another function, script or arguments than the baseline's: what users run may not be what is checked."
     return "A check or its budget is narrower than the baseline's."
-
-
-def _interface_changed(gone: str, ep: EntrypointConfig | None, diffs: list[Difference], settings: BaselineSettings, config: TargetConfig) -> Finding:
-    label = ep.label if ep is not None else "(none)"
-    current = config.entrypoint.label if config.entrypoint is not None else "(none)"
-    return make_finding(
-        stage=STAGE, category=Category.VERIFICATION_NARROWED, rule=INTERFACE_RULE, key="entrypoint",
-        severity=Severity.HIGH if config.policy.interface_changes_block else Severity.MEDIUM,
-        title=f"The baseline's entrypoint {label} no longer applies to this version ({gone}); the change's {current} ran"[:300],
-        location=_where(settings, config),
-        problem=(
-            f"The change's entrypoint configuration differs from the baseline's ({', '.join(d.key for d in diffs)}), and the baseline's "
-            f"entrypoint {label} does not apply to this version: {gone}. The entrypoint was renamed with its configuration; "
-            f"the change's own {current} was smoke-called and checked."
-        ),
-        evidence=_evidence(gone, diffs, settings, config),
-        block_on=config.policy.block_on,
-    )
 
 
 def _not_compared(settings: NotCompared, config: TargetConfig) -> Finding:

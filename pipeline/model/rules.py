@@ -169,10 +169,12 @@ VERIFICATION_RULES: tuple[Rule, ...] = (
     Rule(
         Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.MEDIUM,
         "the baseline's entrypoint no longer exists or no longer takes its arguments on this version; the change's own entrypoint ran",
-        "The change's entrypoint configuration differs from the baseline's, and the baseline's entrypoint does not apply to this "
-        "version: its module, function, method, setup or script is gone, or its keyword arguments are no longer parameters (read from "
-        "the files), or its smoke call on this version stopped at an ImportError, AttributeError, NameError or TypeError at the call.",
-        "The files of this version, read with `ast`; the exception the harness recorded for the baseline entrypoint's smoke call.",
+        "The change's entrypoint configuration differs from the baseline's, and the baseline's entrypoint, smoke-called on this "
+        "version, stopped at an ImportError, AttributeError, NameError or TypeError before any of the target's code ran (its "
+        "module, function, method or setup renamed, a keyword no longer a parameter), or its script is not in this version.",
+        "The exception the harness recorded for the baseline entrypoint's smoke call, and whether a frame of the target's code "
+        "raised it. Where the files already say the baseline's entrypoint is gone (read with `ast`), the entrypoint's "
+        "configuration differences are listed as an interface change instead of blocking.",
         Blocks.POLICY,
         "The entrypoint was renamed with its configuration; whether the renamed code behaves as the baseline's did is verified only by the change's own configuration.",
         "Read the configuration diff: if only the names changed, nothing to do; `interface_changes_block = true` in the policy makes these block.",

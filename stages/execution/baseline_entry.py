@@ -30,6 +30,9 @@ def baseline_smoke(ctx: StageContext) -> SmokeResult | None:
     ep = ctx.baseline_entrypoint
     if ep is None:
         return None
+    if ep.script is not None and not (ctx.root / ep.script).is_file():
+        # Nothing to call: the script was renamed or removed (a script run would only fail to open it).
+        return SmokeResult(findings=[_interface_changed(ctx, f"its script {ep.script} is not in this version", None)], notes=[f"The baseline's script {ep.script} is not in this version: not called."])
     configured = ep.kwargs.get(ep.amp_flag) if ep.amp_flag else None
     amp = (configured if isinstance(configured, bool) else False) if ep.amp_switch else None
     run = run_entrypoint(ctx, label=LABEL, amp=amp, env=ctx.child_env(), entrypoint=ep)
@@ -39,7 +42,11 @@ def baseline_smoke(ctx: StageContext) -> SmokeResult | None:
     if run.child.timed_out:
         result.findings.append(hang_finding(ctx, run.child, what, run=LABEL, key=LABEL))
     elif not run.ok:
-        result.findings.append(_interface_changed(ctx, run, what) if interface_change(run) else _crash(ctx, run, what))
+        exc = run.raised
+        if exc is not None and interface_change(run):
+            result.findings.append(_interface_changed(ctx, f"{exc.type}: {exc.message}", exc.traceback))
+        else:
+            result.findings.append(_crash(ctx, run, what))
     return result
 
 
@@ -56,14 +63,15 @@ def _crash(ctx: StageContext, run: EntrypointRun, what: str) -> Finding:
     return entrypoint_crash_finding(ctx, run, what, fallback=fallback, stops_training=False)
 
 
-def _interface_changed(ctx: StageContext, run: EntrypointRun, what: str) -> Finding:
-    exc = run.raised
-    assert exc is not None and ctx.baseline_entrypoint is not None
-    error = clip_line(f"{exc.type}: {exc.message}", 300)
+def _interface_changed(ctx: StageContext, error: str, traceback: str | None) -> Finding:
+    ep = ctx.baseline_entrypoint
+    assert ep is not None
+    error = clip_line(error, 300)
+    what = f"The baseline's entrypoint {ep.label}"
     return ctx.finding(
         category=Category.VERIFICATION_NARROWED, rule=INTERFACE_RULE, key=LABEL, location=None,
         severity=Severity.HIGH if ctx.config.policy.interface_changes_block else Severity.MEDIUM,
-        title=clip_line(f"{what}: it no longer runs here ({error}); the change's own entrypoint ran", 300),
-        problem=f"{what}, stopped at {error} before any of the target's code ran: the entrypoint or its keywords were renamed with the configuration. Whether the renamed code behaves as the baseline's did is verified only by the change's own configuration.",
-        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=error, traceback=exc.traceback[-8000:] or None, data={"entrypoint": ctx.baseline_entrypoint.model_dump(mode="json"), "error": error}),
+        title=clip_line(f"{what} no longer runs on this version ({error}); the change's own entrypoint ran", 300),
+        problem=f"{what}, smoke-called on this version, stopped at {error} before any of the target's code ran: the entrypoint or its keywords were renamed with the configuration. Whether the renamed code behaves as the baseline's did is verified only by the change's own configuration.",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=error, traceback=(traceback or "")[-8000:] or None, data={"entrypoint": ep.model_dump(mode="json"), "error": error}),
     )
