@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 
 from pydantic import ValidationError
-from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.model.findings import hang_finding, stage_error
 from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.gate.gitinfo import rev_parse
@@ -49,6 +49,7 @@ from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modificati
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
+from traingate.pipeline.gate.verification import CONFIGURATION_STAGE, added_waivers, review, summary, waiver_findings
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.stages.contract.target_env import target_env
@@ -112,8 +113,11 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
         snapshot.take()
     except SnapshotError as exc:  # nothing can be checked: fail closed, naming the file
         return config_error_report(request, str(request.root), "", str(exc))
+    # The change's gate configuration and waivers against the baseline's (`verification`).
+    verification = review(request.root, request.baseline_report, config)
     # Waivers and the new-findings rule: applied here, to what each stage handed back.
-    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
+    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date(), added_waivers(request.root, verification, config))
+    checked = adjudicator.apply(verification.findings)
     once = OncePerRun()  # result files written, packages missing: one finding each per run
     agents = agent_host(request, config)
     try:
@@ -125,15 +129,34 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
                 if skip is not None:
                     report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
                 else:
-                    report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
+                    report = run_stage(
+                        name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents,
+                        baseline_entrypoint=verification.baseline_entrypoint,
+                    )
                 reports.append(report)
                 for obs in request.observers:
                     obs.stage_finished(report)
     finally:
         if agents is not None:
             agents.close()
-    assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
-    return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
+    acceptance = adjudicator.summary()
+    settled = configuration_stage([*checked, *waiver_findings(acceptance.waivers, config)])
+    every = [settled, *reports] if settled is not None else reports
+    assembled = assemble(request, every, started_at, time.monotonic() - started, compare_baseline(request, every))
+    return assembled.model_copy(
+        update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": acceptance, "verification": summary(verification, acceptance.waivers)}
+    )
+
+
+def configuration_stage(findings: list[Finding]) -> StageReport | None:
+    """The gate's own findings on the change's configuration, listed before the stages'; None when there are none."""
+    if not findings:
+        return None
+    findings = sorted(findings, key=Finding.sort_key)
+    status = stage_status(findings, None)
+    narrowed = sum(f.blocking for f in findings)
+    text = f"the change narrowed how it is verified: {narrowed} blocking finding(s)" if narrowed else "the change's configuration against the baseline's"
+    return StageReport(name=CONFIGURATION_STAGE, status=status, score=stage_score(status, findings), duration_s=0.0, summary=text, findings=findings)
 
 
 def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
@@ -222,6 +245,7 @@ def run_stage(
     adjudicator: Adjudicator | None = None,
     once: OncePerRun | None = None,
     agents: WarmPool | None = None,
+    baseline_entrypoint: EntrypointConfig | None = None,
 ) -> StageReport:
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
@@ -236,6 +260,7 @@ def run_stage(
             stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
             origin=str(request.root), disguise=active.model_dump() if (active := disguise.active()) is not None else None,
+            baseline_entrypoint=baseline_entrypoint.model_dump(mode="json") if baseline_entrypoint is not None else None,
         )
 
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this
@@ -412,7 +437,7 @@ def compare_baseline(request: RunRequest, reports: list[StageReport]) -> Baselin
 def config_error_report(request: RunRequest, file: str, key: str, message: str) -> PipelineReport:
     """The report written when the configuration is invalid: one blocking config-error."""
     finding = make_finding(
-        stage="configuration",
+        stage=CONFIGURATION_STAGE,
         category=Category.CONFIG_ERROR,
         title=f"Invalid configuration: {key or file}",
         location=None,
@@ -422,6 +447,6 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
         block_on=set(),  # the rule always blocks
         key=f"{file}:{key}",
     )
-    stage = StageReport(name="configuration", status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
+    stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
     return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)
 

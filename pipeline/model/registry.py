@@ -20,7 +20,7 @@ from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
 
-from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES, GATE_RULES, Rule, RuleTable
+from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES, GATE_RULES, VERIFICATION_RULES, Rule, RuleTable
 from traingate.pipeline.model.schema import Category, StageOutcome
 
 ENTRY_POINT_GROUP = "traingate.stages"
@@ -95,7 +95,7 @@ def rule_table_of(stages: Iterable[Stage]) -> RuleTable:
     """The gate's rules and those of `stages`."""
     try:
         # The stages' rules in the stages' order, then the gate's (the order `explain` and SARIF list them).
-        return RuleTable([*(rule for stage in sorted(stages, key=lambda s: (s.order, s.name)) for rule in parts(stage).rules), *GATE_RULES])
+        return RuleTable([*(rule for stage in sorted(stages, key=lambda s: (s.order, s.name)) for rule in parts(stage).rules), *GATE_RULES, *VERIFICATION_RULES])
     except ValueError as exc:
         raise RegistryError(f"the registered stages' rules do not make one table: {exc}") from exc
 
