@@ -73,7 +73,7 @@ def test_a_group_runs_side_by_side_and_reports_in_order_as_if_run_one_after_anot
     hang = hang_finding(ctx, child, "The smoke call", run=SMOKE_CALL_RUN)
     both_running = threading.Barrier(2, timeout=30)  # fails unless the two agents run at once
 
-    def fake_agent(name: str, stage: object, request: RunRequest, cfg: TargetConfig, snapshot: object, agents: object) -> AgentRun:
+    def fake_agent(name: str, stage: object, request: RunRequest, cfg: TargetConfig, snapshot: object, agents: object, baseline_entrypoint: object) -> AgentRun:
         both_running.wait()
         if name == "correctness":
             time.sleep(0.05)  # finishes last: the reports still come in the stages' order

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, cast
 from collections.abc import Callable
 
 from pydantic import ValidationError
-from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.model.findings import hang_finding, stage_error
 from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.gate.gitinfo import rev_parse
@@ -53,6 +53,7 @@ from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modificati
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
+from traingate.pipeline.gate.verification import CONFIGURATION_STAGE, added_waivers, review, summary, waiver_findings
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.stages.contract.target_env import target_env
@@ -116,19 +117,38 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
         snapshot.take()
     except SnapshotError as exc:  # nothing can be checked: fail closed, naming the file
         return config_error_report(request, str(request.root), "", str(exc))
+    # The change's gate configuration and waivers against the baseline's (`verification`).
+    verification = review(request.root, request.baseline_report, config)
     # Waivers and the new-findings rule: applied here, to what each stage handed back.
-    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
+    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date(), added_waivers(request.root, verification, config))
+    checked = adjudicator.apply(verification.findings)
     once = OncePerRun()  # result files written, packages missing: one finding each per run
     agents = agent_host(request, config)
     try:
         with snapshot:
             for group in stage_groups(request.stages, registry, side_by_side(usable_cores(), os.environ)):
-                _run_group(group, registry, request, config, snapshot, reports, Settling(adjudicator, once), agents)
+                _run_group(group, registry, request, config, snapshot, reports, Settling(adjudicator, once), agents, verification.baseline_entrypoint)
     finally:
         if agents is not None:
             agents.close()
-    assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
-    return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
+    acceptance = adjudicator.summary()
+    settled = configuration_stage([*checked, *waiver_findings(acceptance.waivers, config)])
+    every = [settled, *reports] if settled is not None else reports
+    assembled = assemble(request, every, started_at, time.monotonic() - started, compare_baseline(request, every))
+    return assembled.model_copy(
+        update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": acceptance, "verification": summary(verification, acceptance.waivers)}
+    )
+
+
+def configuration_stage(findings: list[Finding]) -> StageReport | None:
+    """The gate's own findings on the change's configuration, listed before the stages'; None when there are none."""
+    if not findings:
+        return None
+    findings = sorted(findings, key=Finding.sort_key)
+    status = stage_status(findings, None)
+    narrowed = sum(f.blocking for f in findings)
+    text = f"the change narrowed how it is verified: {narrowed} blocking finding(s)" if narrowed else "the change's configuration against the baseline's"
+    return StageReport(name=CONFIGURATION_STAGE, status=status, score=stage_score(status, findings), duration_s=0.0, summary=text, findings=findings)
 
 
 @dataclass
@@ -142,7 +162,7 @@ class Settling:
 
 def _run_group(
     group: list[str], registry: dict[str, Stage], request: RunRequest, config: TargetConfig, snapshot: Snapshot,
-    reports: list[StageReport], settling: Settling, agents: WarmPool | None,
+    reports: list[StageReport], settling: Settling, agents: WarmPool | None, baseline_entrypoint: EntrypointConfig | None = None,
 ) -> None:
     """Run the stages of one group (`schedule.stage_groups`) side by side and append their
     reports in the group's order. A stage that an earlier stage's report skips is reported
@@ -151,7 +171,7 @@ def _run_group(
         for obs in request.observers:
             obs.stage_started(name, request.stages.index(name) + 1, len(request.stages))
     launched = [name for name in group if _skip_reason(parts(registry[name]).purpose, reports) is None]
-    runs = _run_agents(launched, lambda name: run_stage_agent(name, registry[name], request, config, snapshot, agents))
+    runs = _run_agents(launched, lambda name: run_stage_agent(name, registry[name], request, config, snapshot, agents, baseline_entrypoint))
     for name in group:
         done = runs.get(name)
         skip = _skip_reason(parts(registry[name]).purpose, reports)
@@ -268,9 +288,11 @@ def run_stage(
     adjudicator: Adjudicator | None = None,
     once: OncePerRun | None = None,
     agents: WarmPool | None = None,
+    baseline_entrypoint: EntrypointConfig | None = None,
 ) -> StageReport:
     """Run one stage's agent and settle its findings."""
-    return settle_stage(run_stage_agent(name, stage, request, config, snapshot, agents), request, snapshot, Settling(adjudicator, once))
+    ran = run_stage_agent(name, stage, request, config, snapshot, agents, baseline_entrypoint)
+    return settle_stage(ran, request, snapshot, Settling(adjudicator, once))
 
 
 @dataclass
@@ -286,6 +308,7 @@ class AgentRun:
 
 def run_stage_agent(
     name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None, agents: WarmPool | None = None,
+    baseline_entrypoint: EntrypointConfig | None = None,
 ) -> AgentRun:
     """Start the stage's agent on a fresh copy of the target and check what it hands back; the
     findings that depend on the other stages are settled after (`settle_stage`)."""
@@ -302,6 +325,7 @@ def run_stage_agent(
             stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
             origin=str(request.root), disguise=active.model_dump() if (active := disguise.active()) is not None else None,
+            baseline_entrypoint=baseline_entrypoint.model_dump(mode="json") if baseline_entrypoint is not None else None,
         )
 
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this
@@ -486,7 +510,7 @@ def compare_baseline(request: RunRequest, reports: list[StageReport]) -> Baselin
 def config_error_report(request: RunRequest, file: str, key: str, message: str) -> PipelineReport:
     """The report written when the configuration is invalid: one blocking config-error."""
     finding = make_finding(
-        stage="configuration",
+        stage=CONFIGURATION_STAGE,
         category=Category.CONFIG_ERROR,
         title=f"Invalid configuration: {key or file}",
         location=None,
@@ -496,6 +520,6 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
         block_on=set(),  # the rule always blocks
         key=f"{file}:{key}",
     )
-    stage = StageReport(name="configuration", status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
+    stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
     return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)
 
