@@ -1,8 +1,11 @@
 """Wall time of the correctness stage over the bare entrypoint runs it needs.
 
-    python benchmarks/correctness_overhead.py [--target tests/targets/corr_clean] [--heavy] [--repeat 3]
+    python benchmarks/correctness_overhead.py [--version v7-fixed --version v7] [--repeat 3]
+    python benchmarks/correctness_overhead.py --target tests/targets/corr_clean [--heavy] [--repeat 3]
     python benchmarks/correctness_overhead.py --target tests/targets/corr_ddp_clean --repeat 3
 
+Without --target or --heavy, each VERSION of the example is measured (examples/materialize.py;
+default the passing v7-fixed and v7, whose entrypoint crashes at once).
 Per repetition, `traingate run --stages correctness` runs on the target, then the same runs
 bare: plain `python -c` calls of the entrypoint with each run's kwargs (the configured ones,
 and for the gradient-accumulation runs the accumulated and the large-batch kwargs), no
@@ -44,6 +47,8 @@ GOAL = 1.5
 # stage's ranks never reach that teardown); such a bare torchrun run is tried again.
 TEARDOWN_ABORT = "terminate called without an active exception"
 DISTRIBUTED_TRIES = 3
+# The example's v7 crashes in its entrypoint: its bare runs crash the same way, and that is timed.
+CRASH_ALLOWED: list[bool] = []
 
 HEAVY_PYPROJECT = """[tool.traingate]
 task = "CORR-HEAVY"
@@ -83,7 +88,9 @@ def timed(argv: list[str], target: Path, **extra_env: str) -> float:
     """Wall time of `argv` run in the target's folder, on the CPU."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "", **extra_env}
     started = time.perf_counter()
-    subprocess.run(argv, cwd=target, env=env, check=True, capture_output=True, text=True)
+    done = subprocess.run(argv, cwd=target, env=env, capture_output=True, text=True)
+    if done.returncode != 0 and not CRASH_ALLOWED:
+        raise subprocess.CalledProcessError(done.returncode, argv, done.stdout, done.stderr)
     return time.perf_counter() - started
 
 
@@ -123,13 +130,28 @@ def stage_run(target: Path, out: Path, baseline: Path | None = None) -> tuple[fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--target", type=Path, default=REPO / "tests" / "targets" / "corr_clean")
+    parser.add_argument("--target", type=Path)
+    parser.add_argument("--version", action="append", help="a version of the example (repeatable; default v7-fixed and v7)")
     parser.add_argument("--heavy", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", action="store_true", help="compare every repetition with a first run's report")
     args = parser.parse_args()
+    if args.target is not None or args.heavy:
+        measure(args.target.resolve() if args.target else None, args)
+        return
+    for version in args.version or ["v7-fixed", "v7"]:
+        CRASH_ALLOWED[:] = [version == "v7"]
+        with tempfile.TemporaryDirectory() as tmp:
+            target = Path(tmp) / "target"
+            subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), version, str(target)], check=True, capture_output=True)
+            print(f"example {version}:", flush=True)
+            measure(target, args, f"example {version}")
+        print()
+
+
+def measure(given: Path | None, args: argparse.Namespace, label: str = "") -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        target = args.target.resolve()
+        target = given or Path(tmp)
         if args.heavy:
             target = Path(tmp) / "heavy"
             target.mkdir()
@@ -144,6 +166,9 @@ def main() -> None:
             baseline = Path(tmp) / "baseline" / "report.json"
         for index in range(args.repeat):
             duration, runs = stage_run(target, Path(tmp) / f"out{index}", baseline)
+            if not runs:
+                print(f"repeat {index + 1}: stage {duration:.2f}s, no run recorded", flush=True)
+                continue
             bare_runs = [
                 bare_distributed_run(target, distributed.nproc, script) if distributed is not None and r["label"] == "distributed"
                 else bare_run(target, dict(r.get("kwargs") or {}))  # type: ignore[call-overload]
@@ -165,9 +190,11 @@ def main() -> None:
                     staged = float(run["duration_s"])  # type: ignore[arg-type]
                     distributed_ratios.append(staged / bare_one)
                     print(f"  distributed run {staged:.2f}s vs bare torchrun {bare_one:.2f}s ({staged / bare_one:.2f}x)", flush=True)
+        if not ratios:
+            return
         ratio = statistics.median(ratios)
         compared = ", against a baseline" if args.baseline else ""
-        print(f"\ntarget {'heavy MLP' if args.heavy else target.name}, {args.repeat} repetition(s){compared}, medians:")
+        print(f"\ntarget {'heavy MLP' if args.heavy else label or target.name}, {args.repeat} repetition(s){compared}, medians:")
         print(f"  correctness stage         {statistics.median(stage_s):7.2f} s")
         print(f"  bare entrypoint runs      {statistics.median(bare_s):7.2f} s")
         print(f"  instrumented run / bare   {statistics.median(first_ratios):7.2f}x")

@@ -1,8 +1,9 @@
 """What the performance stage's instruments cost, and what the stage costs over bare runs.
 
-    .venv/bin/python benchmarks/perf_overhead.py [TARGET] [--repeat N] [--threads T]
+    .venv/bin/python benchmarks/perf_overhead.py [TARGET] [--version V ...] [--repeat N] [--threads T]
 
-TARGET defaults to the example materialized as v7-fixed (examples/materialize.py). Prints:
+Without TARGET, each VERSION of the example (examples/materialize.py; default the passing
+v7-fixed, then v7, whose entrypoint crashes at once). Prints, for a target whose call passes:
 - the entrypoint call's duration with no instrument, with the timing runs' step clock
   (`light`) and with the instrumented run's probes (`full`), and their ratios;
 - the median step time under `full` against `light` (the instrumented step / the step as
@@ -11,6 +12,7 @@ TARGET defaults to the example materialized as v7-fixed (examples/materialize.py
   walk summing live tensor storages, and the bytes it finds against the tracker's count;
 - the stage's wall time (`traingate run --stages performance`) against the bare entrypoint
   processes it needs (one per run it makes), run one after the other.
+For a target whose call fails, only the last line: the stage against one bare process.
 Medians over N repeats. Every process gets OMP_NUM_THREADS=T (default 1): on a small
 shared machine, several torch processes with one intra-op thread per core each slow each
 other down by an order of magnitude and the ratios would measure that. Asserts nothing.
@@ -74,7 +76,7 @@ class GcWalkProbe:
         return {"walk_s": [w for w, _ in self.walks], "bytes": [b for _, b in self.walks], "objects": len(gc.get_objects())}
 
 
-def harness_run(target: Path, instruments: list[str], amp: bool | None, scratch: Path, name: str) -> tuple[float, dict[str, Any]]:
+def harness_run(target: Path, instruments: list[str], amp: bool | None, scratch: Path, name: str, must_pass: bool = True) -> tuple[float, dict[str, Any]]:
     """One call of the entrypoint through the stages' own harness (request on stdin, result
     over the checked pipe): the wall time of the child and its result."""
     config, _ = load_config(target)
@@ -82,10 +84,9 @@ def harness_run(target: Path, instruments: list[str], amp: bool | None, scratch:
     # PYTHONPATH: the benchmark's own instrument (GC_WALK) lives in this file.
     env = ctx.child_env(OMP_NUM_THREADS=THREADS[0], PYTHONPATH=str(REPO))
     run = run_entrypoint(ctx, label=name, amp=amp, instruments=instruments, options={"warmup_steps": config.performance.warmup_steps}, env=env)
-    if not run.ok:
+    if not run.ok and must_pass:
         raise SystemExit(f"{name}: the entrypoint call failed: {run.failure()}")
-    assert run.result is not None
-    return run.child.duration_s, run.result
+    return run.child.duration_s, run.result or {}
 
 
 def median_step(clock: dict[str, Any], warmup: int) -> float:
@@ -98,12 +99,26 @@ def main() -> None:
     parser.add_argument("target", nargs="?", type=Path)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", default="1", help="OMP_NUM_THREADS for every process")
+    parser.add_argument("--version", action="append", help="a version of the example (repeatable; default v7-fixed and v7)")
     args = parser.parse_args()
     THREADS[0] = args.threads
+    if args.target is not None:
+        measure(args.target.resolve(), args)
+        return
+    for version in args.version or ["v7-fixed", "v7"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(f"example {version}:", flush=True)
+            measure(materialize(Path(tmp) / "target", version), args)
+        print()
+
+
+def measure(target: Path, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
-        target = args.target.resolve() if args.target else materialize(scratch / "target")
         config, _ = load_config(target)
+        if not config.entrypoint or not harness_run(target, [], None, scratch, "probe", must_pass=False)[1].get("ok", False):
+            early_failing(target, args.repeat, scratch)
+            return
         warmup = config.performance.warmup_steps
         amp = True if config.entrypoint and config.entrypoint.amp_flag else None
         calls: dict[str, list[float]] = {"bare": [], "light": [], "full": []}
@@ -146,8 +161,19 @@ def stage_wall(target: Path, out: Path) -> float:
     return time.perf_counter() - started
 
 
-def materialize(dest: Path) -> Path:
-    subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), "v7-fixed", str(dest)], check=True, capture_output=True)
+def early_failing(target: Path, repeat: int, scratch: Path) -> None:
+    """A target whose call fails: the stage, whose first run fails, against one bare process."""
+    stage_walls, bare = [], []
+    for i in range(repeat):
+        stage_walls.append(stage_wall(target, scratch / f"stage-{i}"))
+        bare.append(harness_run(target, [], None, scratch, f"bare-{i}", must_pass=False)[0])
+    med = statistics.median
+    print(f"target: {target}  ({repeat} repeats; its entrypoint call fails)")
+    print(f"stage wall {med(stage_walls):.2f} s vs 1 bare entrypoint process {med(bare):.2f} s: {med(stage_walls) / med(bare):.2f}x")
+
+
+def materialize(dest: Path, version: str = "v7-fixed") -> Path:
+    subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), version, str(dest)], check=True, capture_output=True)
     return dest
 
 

@@ -6,6 +6,8 @@ nowhere) and lists at most `MAX_BLOCKING` blocking findings; the rest are in rep
 
 from __future__ import annotations
 
+import json
+
 from traingate.pipeline.model.schema import PipelineReport
 from traingate.reports.facts import RunFacts, location_text
 from traingate.reports.render import table_cell
@@ -23,6 +25,9 @@ def render_step_summary(report: PipelineReport, facts: RunFacts) -> str:
         f"**Score** {report.score}/100 · **{len(blocking)}** blocking of {len(findings)} finding(s) · "
         f"{report.environment.device} ({table_cell(report.environment.device_name)}) · {report.duration_s:.1f} s",
         "",
+    ]
+    lines += verification_lines(report)
+    lines += [
         "| Stage | Status | Score | Findings | Blocking | Duration |",
         "|---|---|---|---|---|---|",
     ]
@@ -41,3 +46,16 @@ def render_step_summary(report: PipelineReport, facts: RunFacts) -> str:
             lines += ["", f"…and {len(blocking) - MAX_BLOCKING} more blocking finding(s) in report.md."]
     lines += ["", "Every finding, with its evidence and fix, is in report.md (kept with the job's artifacts).", ""]
     return "\n".join(lines) + "\n"
+
+
+def verification_lines(report: PipelineReport) -> list[str]:
+    """What the change changed in how it is verified (its configuration, its new waivers), first."""
+    review = report.verification
+    if review is None or not (review.changes or review.new_waivers):
+        return []
+    lines = ["**What this change changed in how it is verified**", "", "| Key | Baseline | This change | What the gate did |", "|---|---|---|---|"]
+    for change in review.changes:
+        lines.append(f"| `{table_cell(change.key)}` | `{table_cell(json.dumps(change.baseline))}` | `{table_cell(json.dumps(change.current))}` | {table_cell(change.action)} |")
+    for waiver in review.new_waivers:
+        lines.append(f"| new waiver `{table_cell(waiver.origin)}` | — | {table_cell(', '.join(waiver.categories) or waiver.id or '')} | {waiver.status} |")
+    return [*lines, ""]

@@ -14,7 +14,7 @@ from pathlib import Path
 from pkgutil import resolve_name
 
 from traingate.pipeline.supervision import disguise
-from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.supervision.warm import enabled as warm_start_enabled
@@ -67,6 +67,7 @@ def main() -> None:
             margin_s=request.margin_s,
             baseline=request.baseline,
             origin=Path(request.origin) if request.origin else None,
+            baseline_entrypoint=EntrypointConfig.model_validate(request.baseline_entrypoint) if request.baseline_entrypoint else None,
             warm=warm,
             payload_models=parts(stage).payload_models,
         )

@@ -22,10 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from traingate.pipeline.model import findings
 # The hang of one run, as the gate builds it: a stage calls it with its StageContext.
 from traingate.pipeline.model.findings import hang_finding as hang_finding
-from traingate.pipeline.model.config import SectionT, TargetConfig
+from traingate.pipeline.model.config import EntrypointConfig, SectionT, TargetConfig
 from traingate.pipeline.model.registry import build_registry, parts
 from traingate.pipeline.supervision import disguise
-from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.supervision.isolation import ChildResult, child_environment, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.model.schema import (
     Category,
@@ -61,6 +61,8 @@ class StageContext:
     margin_s: float = 5.0
     baseline: PipelineReport | None = None  # the --baseline report, if one was given
     origin: Path | None = None  # the user's tree `root` was copied from (its git history); only read
+    # The baseline's entrypoint, to smoke-call on this version too: the change's own differs (pipeline/gate/verification.py).
+    baseline_entrypoint: EntrypointConfig | None = None
     _counter: int = field(default=0, repr=False)
     # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
     entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)
@@ -262,15 +264,17 @@ def run_entrypoint(
     env: dict[str, str] | None = None,
     kwargs_override: dict[str, Any] | None = None,
     distributed: DistributedSpec | None = None,
+    entrypoint: EntrypointConfig | None = None,
 ) -> EntrypointRun:
-    """Call the configured entrypoint once in a fresh child process (with `distributed`,
-    that child launches the ranks under torchrun and hands back every rank's record).
+    """Call the configured entrypoint (or `entrypoint`: the baseline's) once in a fresh child
+    process (with `distributed`, that child launches the ranks under torchrun and hands back
+    every rank's record).
 
     The request goes on the child's stdin, the result comes back over a pipe (see
     `traingate.stages.contract.channel`); the copy of the request left in the scratch
     folder is for people, holds no nonce, and is never read back.
     """
-    fields = _request_fields(ctx, amp, instruments or [], options or {}, deterministic, kwargs_override or {}, distributed)
+    fields = _request_fields(ctx, amp, instruments or [], options or {}, deterministic, kwargs_override or {}, distributed, entrypoint)
     name = ctx.next_name(label)
     nonce = new_nonce()
 
@@ -300,12 +304,23 @@ def run_entrypoint(
     return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
 
 
+def start_warm_early(ctx: StageContext, env: dict[str, str]) -> bool:
+    """Have the warm interpreter that a later entrypoint run with `env` forks from start its
+    imports now, beside the run in progress, when the stage has warm interpreters and this
+    machine a second core for them (`os.sched_getaffinity`); True when started. With one core
+    the import would only slow the run it overlaps."""
+    if ctx.warm is None or len(os.sched_getaffinity(0)) < 2:
+        return False
+    ctx.warm.start_early(child_environment(env), ctx.root)
+    return True
+
+
 def _request_fields(
     ctx: StageContext, amp: bool | None, instruments: list[str], options: dict[str, Any], deterministic: bool,
-    kwargs_override: dict[str, Any], distributed: DistributedSpec | None,
+    kwargs_override: dict[str, Any], distributed: DistributedSpec | None, entrypoint: EntrypointConfig | None = None,
 ) -> dict[str, Any]:
     """The entrypoint request's fields but its channel (which only the child's pipe gives)."""
-    ep = ctx.config.entrypoint
+    ep = entrypoint or ctx.config.entrypoint
     if ep is None:
         raise ValueError("no entrypoint configured")
     fields: dict[str, Any] = {

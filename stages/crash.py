@@ -38,11 +38,13 @@ def entrypoint_crash_finding(
     fallback: Location | None = None,
     fallback_note: str = "",
     site: Location | None = None,
+    stops_training: bool = True,
 ) -> Finding:
     """`entrypoint-crash` for `run`, described as `what` ("The entrypoint smoke call f (use_amp=True)"),
-    noted as leaving later stages nothing to run (see `_crash_finding`)."""
+    noted as leaving later stages nothing to run (see `_crash_finding`) unless `stops_training`
+    is false (a run of another configuration than the one the later stages run)."""
     found = _crash_finding(ctx, run, what, fallback=fallback, fallback_note=fallback_note, site=site)
-    return found if found.category is Category.ENVIRONMENT else ctx.stops_training(found, "crash")
+    return found if found.category is Category.ENVIRONMENT or not stops_training else ctx.stops_training(found, "crash")
 
 
 def _crash_finding(

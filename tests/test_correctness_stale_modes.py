@@ -62,14 +62,15 @@ def test_deliberate_accumulation_cleared_after_each_step_passes(accumulated: Gat
     assert check["ran"] is True and check["steps_judged"] == 7 and check["steps_stale"] == 0
 
 
-def test_training_left_in_eval_mode_blocks_at_the_training_forward(eval_mode: GateRun) -> None:
+def test_training_left_in_eval_mode_blocks_at_the_eval_call_naming_the_forward(eval_mode: GateRun) -> None:
     assert eval_mode.returncode == 1 and eval_mode.report["decision"] == "BLOCK"
     findings = {f["evidence"]["data"]["mode"]: f for f in eval_mode.findings("train-eval-mode")}
     assert set(findings) == {"eval", "train"} and len(eval_mode.findings()) == 2
     left = findings["eval"]
     assert left["severity"] == "high" and left["blocking"] is True
-    assert _located(left) == _marker("corr_eval_mode", "forward")
+    assert _located(left) == _marker("corr_eval_mode", "eval")
     data = left["evidence"]["data"]
+    assert _site(data["forward_site"]) == _marker("corr_eval_mode", "forward")
     assert _site(data["eval_site"]) == _marker("corr_eval_mode", "eval")
     assert {(m["name"], m["class"]) for m in data["modules"]} == {("body.1", "BatchNorm1d"), ("body.3", "Dropout")}
     # 3 epochs of 4 batches; evaluate() runs after the first epoch and never switches back.

@@ -88,6 +88,8 @@ ROUTES: dict[str, tuple[list[Callable[[Path], None]], list[Callable[[Path], None
     "renamed-argument-strict": ([], [*RENAME, lambda root: (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + STRICT)]),
     "intended-change": ([], INTENDED),
     "intended-change-waived": ([], [*INTENDED, lambda root: (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + WAIVER)]),
+    # The same waiver with the CI's approval of new waivers (a change does not waive its own findings).
+    "intended-change-waived-approved": ([], [*INTENDED, lambda root: (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + WAIVER)]),
     "unchanged": ([], []),
 }
 
@@ -128,7 +130,11 @@ def edit_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], GateRu
             repo = make_repo(repos / route, base_edits) if route == "not-in-clone" else Path(shutil.copytree(repos / f"base-{name}", repos / route, symlinks=True))
             for edit in edits:
                 edit(repo)
-            return run_gate(repo, out, "--stages", "execution", "--version", "v2", "--baseline", str(base.out / "report.json"))
+            policy = []
+            if route.endswith("-approved"):
+                (repos / "approve-new-waivers.toml").write_text("allow_new_waivers = true\n")
+                policy = ["--policy", str(repos / "approve-new-waivers.toml")]
+            return run_gate(repo, out, "--stages", "execution", "--version", "v2", "--baseline", str(base.out / "report.json"), *policy)
 
         return _once(shared, f"edit-{route}", make)
 
@@ -193,7 +199,12 @@ def test_an_intended_change_of_behaviour_blocks_and_passes_with_a_waiver(edit_ru
     assert gate.returncode == 1, gate.stdout
     weakened = {f["evidence"]["data"]["nodeid"] for f in gate.findings("test-weakened") if f["blocking"]}
     assert weakened == {"tests/test_trainer.py::test_one_loss_per_step", "tests/test_shapes.py::test_no_steps_no_losses"}
-    waived = edit_run("intended-change-waived")
+    # A waiver the change itself adds needs the CI's approval: without it the findings still block.
+    unapproved = edit_run("intended-change-waived")
+    assert unapproved.returncode == 1, unapproved.stdout
+    assert {w["status"] for w in unapproved.report["acceptance"]["waivers"]} == {"needs-approval"}
+    assert all(f["blocking"] and not f.get("waived") for f in unapproved.findings("test-weakened"))
+    waived = edit_run("intended-change-waived-approved")
     assert waived.returncode == 0 and waived.report["decision"] == "PASS", waived.stdout
     accepted = waived.findings("test-weakened")
     assert len(accepted) == 2 and all(f["waived"]["reason"].startswith("train() returns") and not f["blocking"] for f in accepted)

@@ -132,3 +132,25 @@ def test_a_registered_stage_that_does_not_load_is_an_internal_error_not_a_traceb
     done = start_cli(["run", str(_target(tmp_path / "target", "")), "--out", str(tmp_path / "out")], env=env, timeout=120)
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith("traingate: internal error: RegistryError: stage 'broken'") and "Traceback" not in done.stderr
+
+
+def test_a_stage_with_a_misspelt_attribute_fails_at_load_in_one_line(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "misspelt_stage-0.1.dist-info").mkdir(parents=True)
+    (site / "misspelt_stage-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: misspelt-stage\nVersion: 0.1\n")
+    (site / "misspelt_stage-0.1.dist-info" / "entry_points.txt").write_text("[traingate.stages]\nmisspelt = misspelt_stage:Stage\n")
+    (site / "misspelt_stage.py").write_text(textwrap.dedent("""
+        class Stage:
+            name = "misspelt"
+            order = 60
+            categories = frozenset()
+            detail_model = None  # the interface's name is details_model
+
+            def run(self, ctx):
+                raise AssertionError("never run: the stage does not load")
+    """))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = start_cli(["run", str(_target(tmp_path / "target", "")), "--out", str(tmp_path / "out")], env=env, timeout=120)
+    assert done.returncode == 3, done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "stage 'misspelt'" in line and "unknown attribute 'detail_model'" in line and "did you mean 'details_model'?" in line

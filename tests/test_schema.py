@@ -14,7 +14,7 @@ SPEC_CATEGORIES = {
     "performance": {"memory-leak", "host-sync", "amp-speedup", "amp-memory", "amp-accuracy", "amp-inactive", "input-stall", "perf-regression"},
     "concurrency": {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"},
     "correctness": {"ineffective-step", "unused-parameter", "grad-accumulation", "unshuffled-training", "no-learning", "ddp-divergence", "stale-gradients", "train-eval-mode", "loss-input-mismatch", "batch-mixing", "gradient-clipping", "data-leakage", "training-regression"},
-    "any": {"hang", "stage-error", "config-error", "leftover-process", "target-modified", "environment"},
+    "any": {"hang", "stage-error", "config-error", "leftover-process", "target-modified", "environment", "verification-narrowed"},
 }
 
 

@@ -63,13 +63,33 @@ def _with_waiver_sources(config: TargetConfig, root: Path, source: str | None) -
 def _read_raw(root: Path) -> tuple[str | None, dict[str, Any], str]:
     if not root.is_dir():
         raise ConfigError(str(root), "", "target is not a directory")
-    for name, prefix in (("traingate.toml", ""), ("pyproject.toml", "tool.traingate")):
-        path = root / name
-        if not path.is_file():
+    return select_section({name: _text(root / name) for name in CONFIG_FILES})
+
+
+def _text(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path.name, "", f"not valid TOML: {exc}") from None
+
+
+# The files the configuration may be in, the one that wins first.
+CONFIG_FILES = ("traingate.toml", "pyproject.toml")
+
+
+def select_section(texts: dict[str, str | None]) -> tuple[str | None, dict[str, Any], str]:
+    """The configuration among the files' texts (None: no such file): the file it came from,
+    its table and the key prefix errors name; `traingate.toml` wins over `pyproject.toml`.
+    The baseline's files, read from git, go through the same choice (`baseline_config`)."""
+    for name, prefix in zip(CONFIG_FILES, ("", "tool.traingate"), strict=True):
+        text = texts.get(name)
+        if text is None:
             continue
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
             raise ConfigError(name, "", f"not valid TOML: {exc}") from None
         if prefix:
             tool = data.get("tool", {})
@@ -83,6 +103,16 @@ def _read_raw(root: Path) -> tuple[str | None, dict[str, Any], str]:
             return name, section, prefix
         return name, data, "traingate"
     return None, {}, ""
+
+
+def unresolved(root: Path, spec: str, *, has_setup: bool = True) -> str | None:
+    """Why `module:function` (or `module:Class.method`) does not resolve in the files under
+    `root`; None where it does (or reading cannot tell)."""
+    try:
+        _check_callable(root, "", "", spec, has_setup=has_setup)
+    except ConfigError as exc:
+        return exc.message
+    return None
 
 
 def _check_script(root: Path, source: str, key: str, script: str) -> None:

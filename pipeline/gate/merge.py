@@ -25,9 +25,11 @@ from traingate.pipeline.model.schema import (
     Acceptance,
     BaselineComparison,
     Environment,
+    Finding,
     PipelineReport,
     Severity,
     StageReport,
+    VerificationReview,
     WaiverEntry,
 )
 
@@ -94,7 +96,8 @@ def merge_reports(inputs: list[tuple[str, PipelineReport]], requested: list[str]
         baseline=_combined_baseline(reports),
         policy=first.policy,
         stages_not_run=stages_not_run(known, merged, left_out="not requested with merge --stages"),
-        acceptance=_combined_acceptance(reports),
+        acceptance=(acceptance := _combined_acceptance(reports)),
+        verification=_combined_verification(reports, acceptance),
     )
 
 
@@ -121,12 +124,31 @@ def _stages_once(inputs: list[tuple[str, PipelineReport]]) -> dict[str, StageRep
     where: dict[str, str] = {}
     for label, report in inputs:
         for stage in report.stages:
+            if stage.name == CONFIGURATION_STAGE and stage.name in stages:
+                # Every part compared the same configurations: its findings once each.
+                stages[stage.name] = _same_configuration(stages[stage.name], stage)
+                continue
             if stage.name in stages:
                 raise MergeError(f"stage {stage.name!r} is in both {where[stage.name]} and {label}: give each stage once")
             where[stage.name] = label
             # Each stage keeps the machine it ran on.
             stages[stage.name] = stage if stage.environment is not None else stage.model_copy(update={"environment": report.environment})
     return stages
+
+
+def _same_configuration(first: StageReport, other: StageReport) -> StageReport:
+    """The gate's configuration findings of two parts of one run, each once (a new waiver's may be in one part only)."""
+    findings = list({f.id: f for f in [*first.findings, *other.findings]}.values())
+    status = stage_status(findings, None)
+    return first.model_copy(update={"findings": sorted(findings, key=Finding.sort_key), "status": status, "score": stage_score(status, findings)})
+
+
+def _combined_verification(reports: list[PipelineReport], acceptance: Acceptance | None) -> VerificationReview | None:
+    """The first part's comparison (every part read the same two configurations), with the new waivers of all parts."""
+    first = next((r.verification for r in reports if r.verification is not None), None)
+    if first is None or acceptance is None:
+        return first
+    return first.model_copy(update={"new_waivers": [w for w in acceptance.waivers if w.added]})
 
 
 def _block_on(report: PipelineReport) -> set[Severity]:
@@ -196,7 +218,7 @@ def _combined_baseline(reports: list[PipelineReport]) -> BaselineComparison | No
 
 
 # When a waiver's outcome differs between parts, the first of these wins.
-_WAIVER_PRECEDENCE = ("applied", "expired", "disallowed", "refused", "unused")
+_WAIVER_PRECEDENCE = ("needs-approval", "applied", "expired", "disallowed", "refused", "unused")
 
 
 def _combined_acceptance(reports: list[PipelineReport]) -> Acceptance | None:

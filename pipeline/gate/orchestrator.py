@@ -8,17 +8,20 @@ stack. Whatever a stage hands back is validated here; anything malformed is a st
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
+from collections.abc import Callable
 
 from pydantic import ValidationError
-from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.model.findings import hang_finding, stage_error
 from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.gate.gitinfo import rev_parse
@@ -46,10 +49,12 @@ from traingate.pipeline.model.schema import (
     TargetInfo,
 )
 from traingate.pipeline.gate.once_per_run import OncePerRun
+from traingate.pipeline.gate.schedule import side_by_side, stage_groups, usable_cores
 from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
+from traingate.pipeline.gate.verification import CONFIGURATION_STAGE, added_waivers, review, summary, waiver_findings
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
 from traingate.stages.contract.target_env import target_env
@@ -113,30 +118,91 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
         snapshot.take()
     except SnapshotError as exc:  # nothing can be checked: fail closed, naming the file
         return config_error_report(request, str(request.root), "", str(exc))
+    # The change's gate configuration and waivers against the baseline's (`verification`).
+    verification = review(request.root, request.baseline_report, config)
     # Waivers and the new-findings rule: applied here, to what each stage handed back.
-    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date())
+    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date(), added_waivers(request.root, verification, config))
+    checked = adjudicator.apply(verification.findings)
     once = OncePerRun()  # result files written, packages missing: one finding each per run
     agents = agent_host(request, config)
     try:
         with snapshot:
-            for index, name in enumerate(request.stages, start=1):
-                for obs in request.observers:
-                    obs.stage_started(name, index, len(request.stages))
-                skip = _skip_reason(parts(registry[name]).purpose, reports)
-                if skip is not None:
-                    report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
-                else:
-                    report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
-                reports.append(report)
-                for obs in request.observers:
-                    obs.stage_finished(report)
+            for group in stage_groups(request.stages, registry, side_by_side(usable_cores(), os.environ)):
+                _run_group(group, registry, request, config, snapshot, reports, Settling(adjudicator, once), agents, verification.baseline_entrypoint)
     finally:
         if agents is not None:
             agents.close()
     if config.entrypoint is None:
         reports = UnconfiguredHint(request.root).added_to_each(reports)
-    assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
-    return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
+    acceptance = adjudicator.summary()
+    settled = configuration_stage([*checked, *waiver_findings(acceptance.waivers, config)])
+    every = [settled, *reports] if settled is not None else reports
+    assembled = assemble(request, every, started_at, time.monotonic() - started, compare_baseline(request, every))
+    return assembled.model_copy(
+        update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": acceptance, "verification": summary(verification, acceptance.waivers)}
+    )
+
+
+def configuration_stage(findings: list[Finding]) -> StageReport | None:
+    """The gate's own findings on the change's configuration, listed before the stages'; None when there are none."""
+    if not findings:
+        return None
+    findings = sorted(findings, key=Finding.sort_key)
+    status = stage_status(findings, None)
+    narrowed = sum(f.blocking for f in findings)
+    text = f"the change narrowed how it is verified: {narrowed} blocking finding(s)" if narrowed else "the change's configuration against the baseline's"
+    return StageReport(name=CONFIGURATION_STAGE, status=status, score=stage_score(status, findings), duration_s=0.0, summary=text, findings=findings)
+
+
+@dataclass
+class Settling:
+    """What the gate applies to each stage's findings in the stages' order, whichever finished
+    first: the findings shown once per run, then waivers and the new-findings rule."""
+
+    adjudicator: Adjudicator | None = None
+    once: OncePerRun | None = None
+
+
+def _run_group(
+    group: list[str], registry: dict[str, Stage], request: RunRequest, config: TargetConfig, snapshot: Snapshot,
+    reports: list[StageReport], settling: Settling, agents: WarmPool | None, baseline_entrypoint: EntrypointConfig | None = None,
+) -> None:
+    """Run the stages of one group (`schedule.stage_groups`) side by side and append their
+    reports in the group's order. A stage that an earlier stage's report skips is reported
+    skipped, whether or not it ran (its run is discarded)."""
+    for name in group:
+        for obs in request.observers:
+            obs.stage_started(name, request.stages.index(name) + 1, len(request.stages))
+    launched = [name for name in group if _skip_reason(parts(registry[name]).purpose, reports) is None]
+    runs = _run_agents(launched, lambda name: run_stage_agent(name, registry[name], request, config, snapshot, agents, baseline_entrypoint))
+    for name in group:
+        done = runs.get(name)
+        skip = _skip_reason(parts(registry[name]).purpose, reports)
+        if skip is not None:
+            if done is not None:
+                snapshot.discard(done.root)
+            report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
+        else:
+            assert done is not None  # not skipped before the group: launched
+            report = settle_stage(done, request, snapshot, settling)
+        reports.append(report)
+        for obs in request.observers:
+            obs.stage_finished(report)
+
+
+def _run_agents(names: list[str], run: Callable[[str], AgentRun]) -> dict[str, AgentRun]:
+    """`run` for each name at once: the first in this thread (a group of one starts no thread),
+    the others each in a thread of its own. An interrupt raised here while they run does not
+    wait for them: the command line kills every process of the run."""
+    if not names:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=max(1, len(names) - 1))
+    try:
+        others = {name: pool.submit(run, name) for name in names[1:]}
+        done = {names[0]: run(names[0])}
+        return done | {name: future.result() for name, future in others.items()}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 class UnconfiguredHint:
@@ -247,7 +313,30 @@ def run_stage(
     adjudicator: Adjudicator | None = None,
     once: OncePerRun | None = None,
     agents: WarmPool | None = None,
+    baseline_entrypoint: EntrypointConfig | None = None,
 ) -> StageReport:
+    """Run one stage's agent and settle its findings."""
+    ran = run_stage_agent(name, stage, request, config, snapshot, agents, baseline_entrypoint)
+    return settle_stage(ran, request, snapshot, Settling(adjudicator, once))
+
+
+@dataclass
+class AgentRun:
+    """One stage's agent as it ended: its copy of the target and the outcome checked here."""
+
+    name: str
+    config: TargetConfig
+    root: Path
+    outcome: StageOutcome
+    duration_s: float
+
+
+def run_stage_agent(
+    name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None, agents: WarmPool | None = None,
+    baseline_entrypoint: EntrypointConfig | None = None,
+) -> AgentRun:
+    """Start the stage's agent on a fresh copy of the target and check what it hands back; the
+    findings that depend on the other stages are settled after (`settle_stage`)."""
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
     budget = float(config.timeout_s)
@@ -261,6 +350,7 @@ def run_stage(
             stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
             origin=str(request.root), disguise=active.model_dump() if (active := disguise.active()) is not None else None,
+            baseline_entrypoint=baseline_entrypoint.model_dump(mode="json") if baseline_entrypoint is not None else None,
         )
 
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this
@@ -275,16 +365,24 @@ def run_stage(
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
+    return AgentRun(name=name, config=config, root=root, outcome=outcome, duration_s=child.duration_s)
+
+
+def settle_stage(run: AgentRun, request: RunRequest, snapshot: Snapshot | None, settling: Settling) -> StageReport:
+    """The stage's report: its findings with what its run wrote into the target's files, less
+    what an earlier stage reported once for the run, under the waivers; called in the stages'
+    order."""
+    name, outcome, once, adjudicator = run.name, run.outcome, settling.once, settling.adjudicator
     extra = []
     if snapshot is not None:
-        extra = written_findings(name, snapshot, root, GateInputs.of(config, outcome.files_read), once or OncePerRun())
-        snapshot.discard(root)
+        extra = written_findings(name, snapshot, run.root, GateInputs.of(run.config, outcome.files_read), once or OncePerRun())
+        snapshot.discard(run.root)
     findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
     if once is not None:
         findings = once.first_seen(findings, outcome.training_stopped)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
         findings = adjudicator.apply(findings)
-    return stage_report(name, outcome, findings, child.duration_s)
+    return stage_report(name, outcome, findings, run.duration_s)
 
 
 def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], duration_s: float) -> StageReport:
@@ -437,7 +535,7 @@ def compare_baseline(request: RunRequest, reports: list[StageReport]) -> Baselin
 def config_error_report(request: RunRequest, file: str, key: str, message: str) -> PipelineReport:
     """The report written when the configuration is invalid: one blocking config-error."""
     finding = make_finding(
-        stage="configuration",
+        stage=CONFIGURATION_STAGE,
         category=Category.CONFIG_ERROR,
         title=f"Invalid configuration: {key or file}",
         location=None,
@@ -447,6 +545,6 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
         block_on=set(),  # the rule always blocks
         key=f"{file}:{key}",
     )
-    stage = StageReport(name="configuration", status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
+    stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
     return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)
 

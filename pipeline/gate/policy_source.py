@@ -12,6 +12,8 @@ target may only tighten that floor:
 - `allow_waivers`: false over true (only the CI can allow the target's waivers, and it may forbid them);
 - `tests`: the CI may pin the suite (its pytest arguments replace the target's `tests`); the
   target's own `[policy] tests` is ignored.
+- `allow_config_changes`, `allow_new_waivers`: only the CI sets them (`CI_ONLY`); the target's
+  own values are ignored and listed.
 
 A target value that would loosen the floor is ignored and listed in the report. Only a CI
 policy file can set a value below a default.
@@ -47,6 +49,13 @@ _STRICTER: dict[str, Callable[[Any, Any], Any]] = {
     "interface_changes_block": max,
     "block": lambda a, b: "all" if "all" in (a, b) else "new",
     "allow_waivers": lambda a, b: bool(a and b),
+}
+
+
+# Keys a target may not set at all: what they allow is the change accepting itself.
+CI_ONLY: dict[str, str] = {
+    "allow_config_changes": "only the CI policy can accept a change's narrowing of its own gate configuration",
+    "allow_new_waivers": "only the CI policy can let a change's new waivers apply",
 }
 
 
@@ -108,6 +117,10 @@ def resolve_policy(target: PolicyConfig, target_file: str | None, ci: CiPolicy |
         elif key == "tests":
             value = base
             ignored.append(_ignored(key, target.tests, target_file, "only the CI policy can pin the suite; the target's own suite is its `tests` key"))
+        elif key in CI_ONLY:
+            value = base
+            if getattr(target, key) != base:
+                ignored.append(_ignored(key, getattr(target, key), target_file, CI_ONLY[key]))
         elif key == "block_on":
             value, source, dropped = _tighten_block_on(base, target.block_on, source)
             if dropped:

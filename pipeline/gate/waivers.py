@@ -31,6 +31,8 @@ from traingate.pipeline.model.registry import rule_table
 
 # `# traingate: ignore[host-sync, memory-leak] the reason`
 _INLINE = re.compile(r"#\s*traingate:\s*ignore\[(?P<categories>[^\]]*)\]\s*(?P<reason>.*)$")
+# What every inline waiver's line holds (`git grep` finds the baseline's by it).
+INLINE_MARKER = "traingate:"
 # Folders that hold no code of the target's own (the same ones the stages' copies leave out).
 _NOT_SCANNED = frozenset({".git", "__pycache__", ".venv", "venv", "node_modules", "traingate-reports", "site-packages"})
 _LARGEST_SCANNED_BYTES = 2 * 2**20
@@ -69,6 +71,12 @@ def scan_inline_waivers(root: Path) -> list[InlineWaiver]:
             if match is not None:
                 found.append(_inline_waiver(rel, line, match))
     return found
+
+
+def inline_categories(line: str) -> tuple[str, ...] | None:
+    """The category names an inline waiver on this line names, sorted; None: no waiver."""
+    match = _INLINE.search(line)
+    return tuple(sorted(n.strip() for n in match["categories"].split(","))) if match is not None else None
 
 
 def _python_files(root: Path) -> list[Path]:
@@ -115,6 +123,18 @@ def _inline_waiver(rel: str, line: int, match: re.Match[str]) -> InlineWaiver:
     return InlineWaiver(path=rel, line=line, categories=tuple(categories), reason=reason)
 
 
+@dataclass(frozen=True)
+class AddedWaivers:
+    """Which of this version's waivers its baseline's tree did not have (`verification`): the
+    entries of its `[[waive]]` table by position (from 1), its inline waivers by file and line."""
+
+    config: frozenset[int] = frozenset()
+    inline: frozenset[tuple[str, int]] = frozenset()
+
+
+NEEDS_APPROVAL = "needs-approval"
+
+
 @dataclass
 class _Rule:
     """One waiver and what it matched in this run."""
@@ -123,6 +143,7 @@ class _Rule:
     expires: date | None
     matched: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
+    added: bool | None = None  # the change under review added it; None: not compared
 
     def matches(self, finding: Finding) -> bool:
         e = self.entry
@@ -144,14 +165,20 @@ def _norm(path: str) -> str:
 class Adjudicator:
     """Applies waivers and the new-findings rule to each stage's findings, then sums them up."""
 
-    def __init__(self, config: TargetConfig, baseline: dict[str, Any] | None, today: date) -> None:
+    def __init__(self, config: TargetConfig, baseline: dict[str, Any] | None, today: date, added: AddedWaivers | None = None) -> None:
         self.today = today
         self.allowed = config.policy.allow_waivers
+        # A waiver the change added applies only where the CI allows new waivers (docs/configuration.md).
+        self.new_allowed = config.policy.allow_new_waivers
         self.requested_block = config.policy.block
         self.baseline_ids: set[str] | None = None
         if baseline is not None:
             self.baseline_ids = {f["id"] for s in baseline.get("stages", []) for f in s.get("findings", []) if "id" in f}
         self.rules = [*_config_rules(config), *_inline_rules(config.inline_waivers)]
+        if added is not None:
+            for number, rule in enumerate(self.rules, start=1):
+                e = rule.entry
+                rule.added = number in added.config if e.source == "config" else (e.path or "", e.line or 0) in added.inline
         self.held_back: list[str] = []
 
     @property
@@ -182,10 +209,13 @@ class Adjudicator:
                 rule.refused.append(finding.id)
                 continue
             rule.matched.append(finding.id)
-            if chosen is None and self.allowed and not rule.expired(self.today):
+            if chosen is None and self.allowed and not rule.expired(self.today) and self._may_apply(rule):
                 e = rule.entry
                 chosen = WaiverMark(reason=e.reason, source=e.source, origin=e.origin, expires=e.expires)
         return chosen
+
+    def _may_apply(self, rule: _Rule) -> bool:
+        return not rule.added or self.new_allowed
 
     def summary(self) -> Acceptance:
         return Acceptance(
@@ -209,13 +239,18 @@ class Adjudicator:
             status, note = EXPIRED, f"expired on {rule.entry.expires}: it no longer applies" + (
                 f"; {len(rule.matched)} finding(s) it matched count again" if rule.matched else ""
             )
+        elif rule.matched and not self._may_apply(rule):
+            status, note = NEEDS_APPROVAL, (
+                f"added by this change ({rule.entry.origin}), not in the baseline's tree: a change does not waive its own findings; "
+                f"the {len(set(rule.matched))} finding(s) it matched block. It applies when the CI policy sets allow_new_waivers = true"
+            )
         elif rule.matched:
             status, note = APPLIED, ""
         elif rule.refused:
             status, note = REFUSED, "it matches only findings that cannot be waived (target-modified, stage-error, hang, leftover-process, environment)"
         else:
             status, note = UNUSED, "it matched no finding in this run"
-        return rule.entry.model_copy(update={"status": status, "matched": sorted(set(rule.matched)), "note": note})
+        return rule.entry.model_copy(update={"status": status, "matched": sorted(set(rule.matched)), "note": note, "added": rule.added})
 
 
 def _config_rules(config: TargetConfig) -> list[_Rule]:

@@ -168,6 +168,11 @@ class PolicyConfig(BaseModel):
     # The CI may pin the suite (pytest arguments), so that a version cannot narrow its own
     # `tests`; only a CI policy file sets it (None: the target's `tests`).
     tests: list[str] | None = None
+    # Against a --baseline, the baseline's gate configuration is the floor and a waiver the change
+    # adds does not apply (docs/configuration.md). Only a CI policy file may accept either, for a
+    # trusted pull request: the change under review would otherwise accept its own.
+    allow_config_changes: bool = False
+    allow_new_waivers: bool = False
 
     @field_validator("tests")
     @classmethod

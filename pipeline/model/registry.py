@@ -11,6 +11,7 @@ its own by registering a class in the same group from its own installed package
 
 from __future__ import annotations
 
+import difflib
 import functools
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
@@ -19,12 +20,17 @@ from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
 
-from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES, GATE_RULES, Rule, RuleTable
+from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES, GATE_RULES, VERIFICATION_RULES, Rule, RuleTable
 from traingate.pipeline.model.schema import Category, StageOutcome
 
 ENTRY_POINT_GROUP = "traingate.stages"
 # Keys of the configuration that are the gate's own: no stage may take one as its name.
 GATE_KEYS = frozenset({"task", "tests", "timeout_s", "entrypoint", "policy", "distributed", "waive"})
+# Every public attribute a stage class may declare: anything else is a misspelling that would
+# otherwise be read as "not declared" and silently ignored (as pytest rejects unknown hooks).
+STAGE_ATTRIBUTES = frozenset(
+    {"name", "order", "categories", "run", "rules", "config_model", "details_model", "template", "payload_models", "purpose", "times_runs"}
+)
 
 
 class Stage(Protocol):
@@ -36,7 +42,8 @@ class Stage(Protocol):
     its page reads from `details`), `template` (a Jinja2 file for its page; else the generic
     one), `payload_models` (instrument spec -> the model of what it hands back) and `purpose`
     (what it does with the training function, such as "profile" or "observe": a run where the
-    function cannot be called skips the stage; None: the stage runs whatever happened before).
+    function cannot be called skips the stage; None: the stage runs whatever happened before)
+    and `times_runs` (True: its runs are timed, so no other stage runs beside it; default False).
     """
 
     name: str
@@ -57,6 +64,7 @@ class StageParts:
         self.template: Path | None = Path(template) if template is not None else None
         self.payload_models: Mapping[str, type[BaseModel]] = getattr(stage, "payload_models", None) or {}
         self.purpose: str | None = getattr(stage, "purpose", "observe")
+        self.times_runs: bool = bool(getattr(stage, "times_runs", False))
 
 
 def parts(stage: Stage) -> StageParts:
@@ -89,7 +97,7 @@ def rule_table_of(stages: Iterable[Stage]) -> RuleTable:
     """The gate's rules and those of `stages`."""
     try:
         # The stages' rules in the stages' order, then the gate's (the order `explain` and SARIF list them).
-        return RuleTable([*(rule for stage in sorted(stages, key=lambda s: (s.order, s.name)) for rule in parts(stage).rules), *GATE_RULES])
+        return RuleTable([*(rule for stage in sorted(stages, key=lambda s: (s.order, s.name)) for rule in parts(stage).rules), *GATE_RULES, *VERIFICATION_RULES])
     except ValueError as exc:
         raise RegistryError(f"the registered stages' rules do not make one table: {exc}") from exc
 
@@ -123,8 +131,19 @@ def _load(ep: EntryPoint) -> Stage:
         raise RegistryError(f"stage entry point {ep.name!r} loads a stage named {getattr(stage, 'name', None)!r}")
     if ep.name in GATE_KEYS:
         raise RegistryError(f"stage {ep.name!r} takes the name of a key of the gate's configuration")
+    _check_attributes(ep, stage)
     ruled = {rule.category for rule in parts(stage).rules} | ANY_STAGE_CATEGORIES
     unruled = sorted(c.value for c in set(stage.categories) - ruled)
     if unruled:
         raise RegistryError(f"stage {ep.name!r} emits categories it has no rule for: {', '.join(unruled)}")
     return stage
+
+
+def _check_attributes(ep: EntryPoint, stage: Stage) -> None:
+    """Reject a public attribute the stage interface does not know, naming the closest one."""
+    unknown = sorted(a for a in dir(type(stage)) if not a.startswith("_") and a not in STAGE_ATTRIBUTES)
+    if unknown:
+        name = unknown[0]
+        close = difflib.get_close_matches(name, sorted(STAGE_ATTRIBUTES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else f" (a stage declares only: {', '.join(sorted(STAGE_ATTRIBUTES))})"
+        raise RegistryError(f"stage {ep.name!r} ({ep.value}) declares an unknown attribute {name!r}{hint}")

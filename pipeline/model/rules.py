@@ -144,6 +144,67 @@ GATE_RULES: tuple[Rule, ...] = (
     ),
 )
 
+# A change that rewrites how the gate verifies it, against the baseline (docs/configuration.md,
+# "The baseline's verification is the floor"): reported by the gate, before and after the stages.
+VERIFICATION_RULES: tuple[Rule, ...] = (
+    Rule(
+        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.HIGH,
+        "the change narrowed how it is verified: its gate configuration runs fewer or other tests, another entrypoint or other arguments, a check turned off or a smaller budget than the baseline's",
+        "With a `--baseline` whose report records its commit, reads the baseline's gate configuration (`[tool.traingate]` of "
+        "pyproject.toml, or traingate.toml) from the git history of the target's checkout at that commit, and compares it key by "
+        "key with the change's: `tests`, the entrypoint (`call`, `script`, `setup`, `args`, `kwargs`, `amp_flag`, `amp_args`, "
+        "`seed`), `timeout_s`, `[distributed]` and every stage's section, and which file holds them. Each difference that narrows "
+        "what is verified is a finding; one that only widens it (a test path added, a check turned on) is listed, not a finding. "
+        "A waiver the change added that matched a finding is a finding too (`[[tool.traingate.waive]]` entries and inline "
+        "`traingate: ignore[...]` comments the baseline's tree did not have apply only when the CI policy sets `allow_new_waivers = true`).",
+        "Both configurations are read as files in the gate's own process (TOML, never imported); the baseline's with `git cat-file` "
+        "at a commit id the report recorded. The evidence holds both values side by side and the diff of the two configurations.",
+        Blocks.POLICY,
+        "The version under review chose what the gate runs and what it accepts: a suite switched off, the entrypoint pointed at "
+        "another function, a keyword that selects a path users never take, or a waiver for its own findings makes the verdict its own.",
+        "Restore the baseline's configuration for the key named (or remove the new waiver). A configuration change the team intends "
+        "is accepted by the CI: `allow_config_changes = true` (or `allow_new_waivers = true`) in the CI policy file, for a trusted pull request.",
+        note="A difference the CI policy accepts (`allow_config_changes`) is `verification-narrowed/accepted`, info, never blocking. See docs/configuration.md.",
+    ),
+    Rule(
+        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.MEDIUM,
+        "the baseline's entrypoint no longer exists or no longer takes its arguments on this version; the change's own entrypoint ran",
+        "The change's entrypoint configuration differs from the baseline's, and the baseline's entrypoint, smoke-called on this "
+        "version, stopped at an ImportError, AttributeError, NameError or TypeError before any of the target's code ran (its "
+        "module, function, method or setup renamed, a keyword no longer a parameter), or its script is not in this version.",
+        "The exception the harness recorded for the baseline entrypoint's smoke call, and whether a frame of the target's code "
+        "raised it. Where the files already say the baseline's entrypoint is gone (read with `ast`), the entrypoint's "
+        "configuration differences are listed as an interface change instead of blocking.",
+        Blocks.POLICY,
+        "The entrypoint was renamed with its configuration; whether the renamed code behaves as the baseline's did is verified only by the change's own configuration.",
+        "Read the configuration diff: if only the names changed, nothing to do; `interface_changes_block = true` in the policy makes these block.",
+        note="Medium by default; `interface_changes_block = true` in the policy makes it high.",
+        sub="interface-changed",
+    ),
+    Rule(
+        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.MEDIUM,
+        "the baseline's gate configuration could not be read; the change's configuration and waivers were not compared",
+        "A `--baseline` was given, but its report records no commit, the commit is not in this clone, or its configuration file does "
+        "not validate with this version of traingate.",
+        "`git cat-file` in the target's checkout at the commit the baseline report recorded.",
+        Blocks.POLICY,
+        "Whether the change narrowed how it is verified, or waived its own findings, was not checked.",
+        "Fetch the history the baseline needs (actions/checkout `fetch-depth: 0`), and keep the baseline report of a committed version.",
+        sub="not-compared",
+    ),
+    Rule(
+        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.INFO,
+        "a configuration change the CI policy accepts",
+        "A difference that narrows what is verified, in a run whose CI policy sets `allow_config_changes = true`.",
+        "As for `verification-narrowed`.",
+        Blocks.NEVER,
+        "None: a trusted pipeline accepted the change's configuration.",
+        "Nothing to do.",
+        sub="accepted",
+    ),
+)
+
+
 class RuleTable:
     """The rules of the gate and of the stages a process knows, looked up by id and category."""
 
@@ -216,5 +277,5 @@ class RuleTable:
         )
 
 
-GATE_TABLE = RuleTable(GATE_RULES)
+GATE_TABLE = RuleTable((*GATE_RULES, *VERIFICATION_RULES))
 ANY_STAGE_CATEGORIES = GATE_TABLE.categories_of(ANY_STAGE)

@@ -70,6 +70,8 @@ class Category(str):
     GRADIENT_CLIPPING: ClassVar[Category]
     DATA_LEAKAGE: ClassVar[Category]
     TRAINING_REGRESSION: ClassVar[Category]
+    # A change that narrowed how it is verified, against its baseline (docs/configuration.md).
+    VERIFICATION_NARROWED: ClassVar[Category]
     HANG: ClassVar[Category]
     STAGE_ERROR: ClassVar[Category]
     CONFIG_ERROR: ClassVar[Category]
@@ -151,6 +153,7 @@ Category.BATCH_MIXING = Category("batch-mixing")
 Category.GRADIENT_CLIPPING = Category("gradient-clipping")
 Category.DATA_LEAKAGE = Category("data-leakage")
 Category.TRAINING_REGRESSION = Category("training-regression")
+Category.VERIFICATION_NARROWED = Category("verification-narrowed")
 Category.HANG = Category("hang")
 Category.STAGE_ERROR = Category("stage-error")
 Category.CONFIG_ERROR = Category("config-error")
@@ -512,9 +515,10 @@ class WaiverEntry(BaseModel):
     function: str | None = None
     reason: str
     expires: str | None = None
-    status: str = Field(description="applied | unused | expired | refused | disallowed")
+    status: str = Field(description="applied | unused | expired | refused | disallowed | needs-approval")
     matched: list[str] = Field(default_factory=list, description="ids of the findings it matched")
     note: str = ""
+    added: bool | None = Field(default=None, description="true: the change under review added it (not in the baseline's tree); None: not compared (no baseline)")
 
 
 class Acceptance(BaseModel):
@@ -526,6 +530,32 @@ class Acceptance(BaseModel):
     block_note: str = ""
     waivers_allowed: bool = True
     waivers: list[WaiverEntry] = Field(default_factory=list)
+
+
+class ConfigChange(BaseModel):
+    """One difference between the baseline's gate configuration and the change's, and what the gate did about it."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(description="the configuration key (`tests`, `entrypoint.kwargs.lr`, `performance.min_steps`, `(file)`)")
+    baseline: Any = Field(default=None, description="the baseline's value (null: not set)")
+    current: Any = Field(default=None, description="the change's value (null: not set)")
+    effect: str = Field(description="narrows | widens | neutral: what it does to what is verified")
+    action: str = Field(description="what the gate did: blocks, accepted by the CI policy, listed, interface changed")
+
+
+class VerificationReview(BaseModel):
+    """What the change under review changed in how it is verified: its gate configuration and
+    its waivers, compared with the baseline's (read from git at the commit the baseline recorded)."""
+
+    model_config = ConfigDict(extra="forbid")
+    compared: bool = Field(description="false: no baseline, or its configuration could not be read")
+    note: str = ""
+    baseline_commit: str | None = None
+    baseline_file: str | None = Field(default=None, description="the baseline's configuration file (null: it had none)")
+    current_file: str | None = Field(default=None, description="the change's configuration file (null: it has none)")
+    changes: list[ConfigChange] = Field(default_factory=list)
+    new_waivers: list[WaiverEntry] = Field(default_factory=list, description="waivers the change added, and what became of them")
+    baseline_entrypoint: str | None = Field(default=None, description="the baseline's entrypoint, smoke-called on this version because the change's differs")
 
 
 class PipelineReport(BaseModel):
@@ -545,6 +575,7 @@ class PipelineReport(BaseModel):
     policy: PolicyProvenance | None = Field(default=None, description="the policy the decision used, value by value with its source")
     stages_not_run: list[StageNotRun] = Field(default_factory=list, description="stages whose checks did not run, and why: a PASS vouches only for the stages that ran")
     acceptance: Acceptance | None = Field(default=None, description="waivers and the new-findings rule, and what they accepted")
+    verification: VerificationReview | None = Field(default=None, description="the change's gate configuration and waivers against the baseline's")
 
     def findings(self) -> list[Finding]:
         return sorted((f for s in self.stages for f in s.findings), key=Finding.sort_key)

@@ -39,13 +39,23 @@ class WarmPool:
         """The interpreter for this environment and folder (started now if there is none yet),
         once its imports are done; None when they failed, warned or did not finish within
         `timeout_s` (the run starts a fresh interpreter; so does one that finds it busy)."""
+        warm = self._for(env, cwd)
+        return warm if warm.wait_ready(timeout_s) else None
+
+    def start_early(self, env: dict[str, str], cwd: Path) -> None:
+        """Start the interpreter for runs with this environment and folder now, unless there is
+        one, and return without waiting: its imports overlap the stage's work until its first
+        run (`env` as `run_child` gives it to the run, `isolation.child_environment`)."""
+        self._for(env, cwd)
+
+    def _for(self, env: dict[str, str], cwd: Path) -> WarmInterpreter:
         with self._lock:
             warm = next((w for w in self._started if w.accepts(env, cwd)), None)
             if warm is None:
                 with spawned.LOCK:
                     warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag())
                     self._add(warm)
-        return warm if warm.wait_ready(timeout_s) else None
+            return warm
 
     def interpreters(self) -> list[WarmInterpreter]:
         with self._lock:

@@ -30,7 +30,7 @@ from traingate.stages.concurrency.details import (
     SourceMatch,
 )
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Metric, StageOutcome
-from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, start_warm_early, with_leftover_findings
 from traingate.stages.session import StageSession, run_outcome
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
@@ -125,6 +125,9 @@ class _Session(StageSession[ConcurrencyRun]):
     # -- the stage ----------------------------------------------------------------------------------
     def run(self) -> StageOutcome:
         instruments = [TRACE, RNG, LOADERS] + ([NONBLOCKING, STREAMS] if self.cuda else [])
+        # The rerun's hash seed needs an interpreter of its own (it is fixed at start-up): its
+        # torch import overlaps the instrumented run instead of following it.
+        start_warm_early(self.ctx, self.ctx.child_env(PYTHONHASHSEED=_rerun_hash_seed(1)))
         first = self._run("instrumented", "GradScaler protocol, DataLoaders, seeding calls; determinism run 1", instruments, FIRST_HASH_SEED)
         if first is None:
             return self._outcome(None)
@@ -202,7 +205,7 @@ class _Session(StageSession[ConcurrencyRun]):
             if not self._budget_allows(first):
                 self._out_of_budget(first, "the determinism rerun", check="determinism-rerun")
                 return
-            seed = str(index)
+            seed = _rerun_hash_seed(index)
             run = self._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
             if run is None:
                 return
@@ -411,6 +414,11 @@ def _recorded(run: EntrypointRun) -> LossTracePayload | None:
     instrumented run, the loss recorder's in a rerun; None when it handed back neither."""
     trace = run.payload(TRACE, ProtocolTracePayload)
     return trace if trace is not None else run.payload(LOSSES, LossTracePayload)
+
+
+def _rerun_hash_seed(index: int) -> str:
+    """PYTHONHASHSEED of the determinism rerun `index` (1, 2, ...; run 1 has FIRST_HASH_SEED)."""
+    return str(index)
 
 
 def _run_data(label: str, hash_seed: str, run: EntrypointRun) -> RunData:

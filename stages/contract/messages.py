@@ -55,6 +55,9 @@ class AgentRequest(Strict, Generic[ConfigT, BaselineT]):
     # The user's tree the stage's root was copied from (it holds the git history the
     # execution stage reads the baseline's tests from); only read, never run from.
     origin: str | None = None
+    # The baseline's entrypoint (an `EntrypointConfig` dump), smoke-called on this version as
+    # well where the change's entrypoint configuration differs from it; None: nothing more to run.
+    baseline_entrypoint: dict[str, Any] | None = None
 
 
 class AgentReply(Strict, Generic[OutcomeT]):

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import IneffectiveStep, SchedulerRecord, StepsPayload
-from traingate.stages.correctness import located
+from traingate.stages.correctness import located, warmup
 
 CATEGORY = Category.INEFFECTIVE_STEP
 
@@ -34,9 +34,62 @@ def _step_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) -
     # Exact when every ineffective step was kept (MAX_STEP_RECORDS); past it, the one cause takes the whole count.
     whole = len(by_cause) == 1 or len(steps.ineffective) == steps.ineffective_count
     return [
-        _step_finding(ctx, steps, records, steps.ineffective_count if len(by_cause) == 1 else len(records), fallback, exact=whole)
+        _warmup_finding(ctx, steps, records, fallback)
+        if warmup.first_steps_only(steps, records)
+        else _step_finding(ctx, steps, records, steps.ineffective_count if len(by_cause) == 1 else len(records), fallback, exact=whole)
         for records in by_cause.values()
     ]
+
+
+def _schedule_location(ctx: StageContext, steps: StepsPayload, first: IneffectiveStep) -> Location | None:
+    """Where the schedule that gave lr 0 is: its scheduler's construction, else the loop's own
+    `group["lr"] = ...` before the step."""
+    for scheduler in first.schedulers:
+        built = located.location(steps, scheduler.site, Location(path=""))
+        if built.path:
+            return built
+    step = located.site(steps, first.site)
+    return warmup.lr_assignment(ctx.root, step.path, step.line) if step is not None else None
+
+
+def _warmup_finding(ctx: StageContext, steps: StepsPayload, records: list[IneffectiveStep], fallback: Location) -> Finding:
+    """Only each optimizer's first step had lr 0, and later steps trained: a warm-up that starts
+    at 0 by design wastes that one step. Low; more such steps are the high finding."""
+    first = records[0]
+    schedulers = [_scheduler(steps, s) for s in first.schedulers]
+    at = _schedule_location(ctx, steps, first)
+    if schedulers:
+        schedule = f"the scheduler {', '.join(schedulers)}"
+    else:
+        schedule = f"the loop's own `lr` assignment at {at.path}:{at.line}" if at is not None else "the group settings"
+    where = located.code(steps, first.site)
+    return ctx.finding(
+        category=CATEGORY,
+        severity=Severity.LOW,
+        title=f"The warm-up starts at lr 0: the first optimizer step changed no parameter ({len(records)} of {steps.steps} steps), set by {schedule}",
+        location=at or located.location(steps, first.site, fallback),
+        problem=(
+            f"At optimizer step {first.step} (optimizer {first.optimizer}, `{where or 'step()'}`) the learning rate of every group was 0 (lr = {_lrs(first.lrs)}), "
+            f"set by {schedule}, so none of its {first.params} parameter(s) changed. Only the optimizer's first step had a rate of 0 and every later step trained: "
+            "a warm-up that starts at 0 wastes that one step by design. Steps with nothing applied beyond the warm-up's first step would block."
+        ),
+        impact="One step's forward and backward pass teaches the model nothing; the rest of the training is unaffected.",
+        fix="Start the warm-up above 0 (e.g. lr * (step + 1) / warmup) to use the first step, or leave it: one step is a small waste.",
+        evidence=Evidence(
+            kind=EvidenceKind.OBSERVED,
+            summary=f"{len(records)} of {steps.steps} step(s), each optimizer's first, ran with lr 0 and left every parameter unchanged",
+            data={
+                "cause": first.cause,
+                "warmup_first_step": True,
+                "first": {**located.record(first), "site": site_record(located.site(steps, first.site)), "schedulers": schedulers},
+                "schedule_site": at.model_dump(mode="json") if at is not None else None,
+                "ineffective_steps": [r.step for r in records],
+                "ineffective_count": len(records),
+                "steps": steps.steps,
+            },
+        ),
+        key="steps:zero-lr",
+    )
 
 
 def _step_finding(ctx: StageContext, steps: StepsPayload, records: list[IneffectiveStep], count: int, fallback: Location, *, exact: bool) -> Finding:

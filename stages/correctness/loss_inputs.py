@@ -13,7 +13,7 @@ from traingate.stages.correctness import located
 CATEGORY = Category.LOSS_INPUT_MISMATCH
 NOT_APPLICABLE = (
     "not applicable: no cross_entropy, nll_loss, binary_cross_entropy_with_logits, mse_loss, l1_loss, smooth_l1_loss, huber_loss "
-    "or binary_cross_entropy call (nor their nn loss modules) was observed"
+    "or binary_cross_entropy call (nor their nn loss modules), nor any torch.distributions log_prob, was observed"
 )
 _SQUASHED = {"SoftmaxBackward0": "softmax", "LogSoftmaxBackward0": "log_softmax", "SigmoidBackward0": "sigmoid"}
 
@@ -72,25 +72,32 @@ def _shape_finding(ctx: StageContext, data: LossInputsPayload, shape: LossShapeS
     found = located.site(data, shape.site)
     line = f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
     given, target, broadcast = (tuple(s) for s in (shape.input_shape, shape.target_shape, shape.broadcast_shape))
+    if shape.distribution:
+        function = f"{shape.distribution}.log_prob"
+        compared = f"a distribution of batch shape {given} with values of shape {target}"
+        fix = "Give the values the distribution's batch shape: `dist.log_prob(y.squeeze(-1))`, or build the distribution from a mean of the values' shape."
+    else:
+        function, compared = shape.function, f"an input of shape {given} with a target of shape {target}"
+        fix = "Give the input and the target the same shape: squeeze the prediction's trailing dimension (`pred.squeeze(-1)`) or reshape the target (`y.view_as(pred)`)."
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH if shape.gradients_recorded else Severity.MEDIUM,
-        title=f"`{shape.function}` compared an input of shape {given} with a target of shape {target}: broadcast to {broadcast}",
+        title=f"`{function}` compared {compared}: broadcast to {broadcast}",
         location=located.location(data, shape.site, fallback),
         problem=(
-            f"The call at {line} gave `{shape.function}` an input of shape {given} and a target of shape {target}, which broadcast to {broadcast}: "
+            f"The call at {line} gave `{function}` {compared}, which broadcast to {broadcast}: "
             f"every prediction is compared with every target it lines up with, not its own, so the loss trains each prediction towards the targets' mean. "
             f"Seen on {shape.mismatched} of the {shape.calls} call(s) from that line"
             + ("" if shape.gradients_recorded else "; these calls recorded no gradients (a validation loss): its metric is wrong, the training is not")
             + "."
         ),
-        fix="Give the input and the target the same shape: squeeze the prediction's trailing dimension (`pred.squeeze(-1)`) or reshape the target (`y.view_as(pred)`).",
+        fix=fix,
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{shape.mismatched} call(s) of {shape.function} with shapes {given} and {target}",
+            summary=f"{shape.mismatched} call(s) of {function} with shapes {given} and {target}",
             data={
                 "rule": "shape",
-                "function": shape.function,
+                "function": function,
                 "input_shape": shape.input_shape,
                 "target_shape": shape.target_shape,
                 "broadcast_shape": shape.broadcast_shape,
@@ -99,7 +106,7 @@ def _shape_finding(ctx: StageContext, data: LossInputsPayload, shape: LossShapeS
                 "gradients_recorded": shape.gradients_recorded,
             },
         ),
-        key=f"shape:{shape.function}:{given}:{target}",
+        key=f"shape:{function}:{given}:{target}",
     )
 
 
@@ -109,7 +116,9 @@ def _producer(data: LossInputsPayload, loss: LossInputSite) -> str:
         where = f", called at {found.path}:{found.line} (`{found.code}`)" if found else ""
         return f"the output of a `{loss.module}` module{where}"
     if loss.producer in _SQUASHED:
-        return f"the output of `{_SQUASHED[loss.producer]}`"
+        found = located.site(data, loss.producer_site)
+        where = f" called at {found.path}:{found.line} (`{found.code}`)" if found else ""
+        return f"the output of `{_SQUASHED[loss.producer]}`{where}"
     return f"the output of `{loss.producer}`" if loss.producer else "a tensor whose producer was not seen"
 
 
@@ -140,6 +149,7 @@ def _finding(ctx: StageContext, data: LossInputsPayload, loss: LossInputSite, mi
                 "producer": loss.producer,
                 "module": loss.module,
                 "module_site": site_record(located.site(data, loss.module_site)),
+                "producer_site": site_record(located.site(data, loss.producer_site)),
                 "gradients_recorded": loss.gradients_recorded,
                 "example": loss.example,
             },

@@ -118,7 +118,8 @@ def _eval_finding(ctx: StageContext, modes: ModesPayload, record: EvalWhileTrain
     return ctx.finding(
         category=CATEGORY,
         title=f"{record.steps} optimizer step(s) trained {model} with {_names(record)} in eval mode, left there by the `eval()` at {_short(modes, record.eval_site)}",
-        location=located.location(modes, record.site, fallback),
+        # At the cause: the `eval()` nothing undid; the training forward is named in the text and the evidence.
+        location=located.location(modes, record.eval_site if record.eval_site is not None else record.site, fallback),
         problem=(
             f"The forward call at {_line(modes, record.site)} ran {_names(record)} in eval mode with gradients recorded, and the optimizer step at "
             f"{_line(modes, record.step_site)} then trained {model} on that forward. The model was put in eval mode by the call at {_line(modes, record.eval_site)} "

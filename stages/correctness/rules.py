@@ -23,6 +23,8 @@ RULES: tuple[Rule, ...] = (
         "The step costs a forward and backward pass and teaches the model nothing; the finding names the cause it observed and its fix.",
         "Fix the cause the finding names: clear the gradients before the backward (not between backward and step), start a warm-up above 0, remove the cut between the loss "
         "and the parameters, or unfreeze the parameters the optimizer should train.",
+        note="Low (not blocking by default), at the schedule's line, when the only steps with a learning rate of 0 are each optimizer's first step and later steps trained: "
+        "a warm-up that starts at 0 by design.",
     ),
     Rule(
         Category.UNUSED_PARAMETER, STAGE, Severity.HIGH,
@@ -32,14 +34,17 @@ RULES: tuple[Rule, ...] = (
         Blocks.POLICY,
         "Part of the model is never trained: a layer created after the optimizer, a second model never registered, or a branch cut off from the loss (a dead branch, `detach()`, `torch.no_grad()` around part of the forward).",
         "Build the optimizer after the whole model and from all of its parameters, and make sure the loss depends on the parameter shown (or set requires_grad=False on it if it is meant to stay fixed).",
-        note="Medium (not blocking by default) when the module holding the parameters never ran a forward: its output reaches no loss (an unused head left in the optimizer).",
+        note="Medium (not blocking by default) when the module holding the parameters never ran a forward, or ran one with gradients recorded whose output no `detach()`, "
+        "`.data` or `torch.no_grad()` cut and no loss used: its output reaches no loss (an unused head left in the optimizer). Located at the cut where one was seen, "
+        "and at the optimizer's construction for parameters it left out.",
     ),
     Rule(
         Category.UNUSED_PARAMETER, STAGE, Severity.HIGH,
         "The output layer is frozen: the layer whose output the loss is given has no parameter that trains",
         "A training loss (gradients recorded, other parameters training) was given the output of a layer the target's own code built, at its initialisation "
         "(no `load_state_dict` reached it), all of whose parameters have requires_grad=False.",
-        "The module behind the loss's input (through views) at the first call of each loss line, its parameters' requires_grad, and the `requires_grad_(False)` call that froze it where one was seen. "
+        "The module behind the loss's input (through views) at the first call of each loss line, its parameters' requires_grad, and the `requires_grad_(False)` call or `requires_grad = False` "
+        "assignment that froze it where one was seen (the finding is located there). "
         "A layer a library built or a checkpoint loaded (a pretrained output layer frozen on purpose) and a loss whose target the same layer produced (a perceptual loss) are not judged.",
         Blocks.POLICY,
         "The output layer stays at its random initialisation: the rest of the model trains to fit a fixed random projection, and the predictions stay near chance.",
@@ -110,7 +115,7 @@ RULES: tuple[Rule, ...] = (
         "Observed: an optimizer step training a model whose forward ran those modules in eval mode, left there by `eval()`/`train(False)` on the whole model (a part frozen on purpose, "
         "a BatchNorm's own `eval()` or a backbone's, is not counted); or a forward under `torch.no_grad()`/`torch.inference_mode()`, called from the target's own code, with them in train mode, unless "
         "its outputs fed the loss of the same step (a target, teacher or EMA network, followed from its output to the next backward: that forward is training). "
-        "Located at the line that called the model; the modules and their mode are named.",
+        "Located at the `eval()` left on for training steps (the training forward named), at the line that called the model for a forward in train mode; the modules and their mode are named.",
         Blocks.POLICY,
         "In eval mode the training runs without dropout and normalises with stale running statistics instead of the batch's; in train mode, validation updates BatchNorm's running statistics with "
         "validation batches (the model changes) and reports metrics with dropout on.",
@@ -123,9 +128,10 @@ RULES: tuple[Rule, ...] = (
         "the first calls from each line of the target keep a few rows of the input, the op that produced it (its autograd node, through views) and the Softmax, LogSoftmax or Sigmoid module whose output it is.",
         "Observed on every sampled call of the line, read when the run ends: rows that are non-negative and sum to 1 (probabilities) or whose exp sums to 1 (log-probabilities) given to cross_entropy; "
         "rows whose exp sums to more than 1 (no log-probabilities do) or probabilities given to nll_loss; values all in [0, 1] given to binary_cross_entropy_with_logits. "
-        "Located at the loss call, naming the layer that produced the input. Log-softmax twice gives the same loss, so it is low; values in [0, 1] with no sigmoid seen are medium; a line whose losses never recorded gradients (validation) is medium. "
+        "Located at the loss call, naming the layer or the functional call (`F.softmax`) that produced the input, at its line. Log-softmax twice gives the same loss, so it is low; values in [0, 1] with no sigmoid seen are medium; a line whose losses never recorded gradients (validation) is medium. "
         "Shapes: `mse_loss`, `l1_loss`, `smooth_l1_loss`, `huber_loss` and the BCE family (and their `nn` modules) are checked on every call, on the tensors whatever the warnings filter says: "
-        "an input and a target whose shapes differ and broadcast beyond the input's shape ((B, 1) against (B,) gives (B, B)), both shapes named.",
+        "an input and a target whose shapes differ and broadcast beyond the input's shape ((B, 1) against (B,) gives (B, B)), both shapes named; "
+        "`torch.distributions` `log_prob` alike, given values with the distribution's batch sizes in another layout.",
         Blocks.POLICY,
         "The loss squashes its input a second time: with probabilities into cross_entropy (or sigmoid outputs into BCE-with-logits) the loss barely moves and the gradients shrink, so the model learns slowly or not at all; "
         "logits into nll_loss is not a likelihood and is unbounded below, so training drives the logits up instead of learning the classes.",

@@ -448,7 +448,8 @@ def _observed(steps: StepsPayload | None, losses: LossesPayload | None, loaders:
     the run did not hand back)."""
     return Observed(
         steps=steps.steps if steps is not None else 0,
-        optimizers=steps.optimizers if steps is not None else [],
+        # The construction site is an index into the payload's own table: not the details' to carry.
+        optimizers=[o.model_copy(update={"site": None}) for o in steps.optimizers] if steps is not None else [],
         modules=steps.modules_seen if steps is not None else 0,
         backward_calls=losses.calls if losses is not None else 0,
         loaders=[_loader_row(loaders, loader) for loader in loaders.loaders] if loaders is not None else [],

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
-from traingate.stages.correctness.probe.payloads import FrozenOutput, LossInputsPayload, ParameterDescription, StepsPayload
+from traingate.stages.correctness.probe.payloads import FrozenOutput, GroupParameter, LossInputsPayload, ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
 
 CATEGORY = Category.UNUSED_PARAMETER
@@ -19,31 +19,43 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
     findings = []
     outside = steps.not_in_optimizer
     if outside:
+        built = _optimizer_site(steps)
+        left_out = f" The optimizer built at {_line(steps, built)} left them out." if built is not None else ""
         findings.append(
             _finding(
                 ctx, steps, outside, steps.not_in_optimizer_count, fallback,
                 reason="not-in-optimizer",
-                title="{count} trainable parameter(s) received gradients but are in no optimizer group, e.g. `{name}`",
+                title="{count} trainable parameter(s) received gradients but are in no optimizer group, e.g. `{name}`"
+                + (f": the optimizer built at {_short(steps, built)} left them out" if built is not None else ""),
                 problem=(
                     "{names} have requires_grad=True and received gradients during training, but no optimizer that stepped holds them "
-                    "({optimizers}): they keep their initial values. Their module was built at {site}."
+                    "({optimizers}): they keep their initial values." + left_out + " Their module was built at {site}."
                 ),
+                at=built,
             )
         )
     # Every step changed nothing: `ineffective-step` says why no parameter had a gradient.
     explained = steps.ineffective_count >= steps.steps
-    cut = [p for p in steps.no_gradient if p.forward_ran is not False]
+    ran = [p for p in steps.no_gradient if p.forward_ran is not False]
+    # Watched after a step found them without a gradient: ran with gradients recorded and met no cut.
+    unreached = [p for p in ran if p.watched_forward and p.cut is None]
+    cut = [p for p in ran if p not in unreached]
     if cut and not explained:
+        findings.append(_cut_finding(ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback))
+    if unreached and not explained:
         findings.append(
             _finding(
-                ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback,
-                reason="no-gradient",
-                title="{count} parameter(s) in an optimizer group never received a gradient, e.g. `{name}`",
+                ctx, steps, unreached, len(unreached), fallback,
+                reason="output-unused",
+                severity=Severity.MEDIUM,
+                title="{count} parameter(s) in an optimizer group belong to a module whose output reaches no loss, e.g. `{name}`",
                 problem=(
-                    "{names} are in an optimizer group ({optimizers}) and their module ran its forward, but their `.grad` was None at every one of the "
-                    f"{steps.steps} optimizer steps: the gradient is cut between them and the loss (a dead branch, `detach()`, or `torch.no_grad()` "
-                    "around part of the forward). Their module was built at {site}."
+                    "{names} are in an optimizer group ({optimizers}) and their module ran its forward with gradients recorded, but their `.grad` was None at every one "
+                    f"of the {steps.steps} optimizer steps, and no `detach()`, `.data` or `torch.no_grad()` cut its output from a loss: its output reaches no loss "
+                    "(a head computed and left unused, as a self-supervised method does with a classification head it trains later). Their module was built at {site}."
                 ),
+                impact="The optimizer carries parameters no loss uses: harmless to training, but weight decay still moves them, and a head meant to train stays at its initialisation.",
+                fix="If the loss should use this output, feed it to the loss; otherwise leave the module out of the optimizer (or skip its forward).",
             )
         )
     never_called = [p for p in steps.no_gradient if p.forward_ran is False]
@@ -65,10 +77,35 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
     return findings
 
 
+_CUTS = {"detach": "`detach()`", "data": "`.data`", "no_grad": "a forward under `torch.no_grad()`"}
+
+
+def _cut_finding(ctx: StageContext, steps: StepsPayload, cut: list[GroupParameter], count: int, fallback: Location) -> Finding:
+    """High: the module ran, and its output was cut from the loss (at the line seen, where one was)."""
+    seen = next((p for p in cut if p.cut is not None), None)
+    if seen is not None and seen.cut is not None:
+        how = f": {_CUTS[seen.cut]} at {_line(steps, seen.cut_site)} cut `{_qualified(seen)}`'s output from the loss"
+    else:
+        how = " (a dead branch, `detach()`, or `torch.no_grad()` around part of the forward)"
+    return _finding(
+        ctx, steps, cut, count, fallback,
+        reason="no-gradient",
+        title="{count} parameter(s) in an optimizer group never received a gradient, e.g. `{name}`"
+        + (f": cut by {_CUTS[seen.cut]} at {_short(steps, seen.cut_site)}" if seen is not None and seen.cut is not None else ""),
+        problem=(
+            "{names} are in an optimizer group ({optimizers}) and their module ran its forward, but their `.grad` was None at every one of the "
+            f"{steps.steps} optimizer steps: the gradient is cut between them and the loss{how}. Their module was built at {{site}}."
+        ),
+        at=seen.cut_site if seen is not None else None,
+    )
+
+
 def _finding(
     ctx: StageContext, steps: StepsPayload, params: Sequence[ParameterDescription], count: int, fallback: Location, *, reason: str, title: str, problem: str,
-    severity: Severity = Severity.HIGH, impact: str | None = None, fix: str | None = None,
+    severity: Severity = Severity.HIGH, impact: str | None = None, fix: str | None = None, at: int | None = None,
 ) -> Finding:
+    """`at`: the line the finding points at, where it is not the first parameter's module (the
+    optimizer construction that left the parameters out)."""
     first = params[0]
     name = _qualified(first)
     names = ", ".join(f"`{_qualified(p)}`" + (f" (of {p.root})" if p.root else "") for p in params[:8]) + (", ..." if count > 8 else "")
@@ -81,7 +118,7 @@ def _finding(
         impact=impact,
         fix=fix,
         title=title.format(count=count, name=name),
-        location=located.location(steps, first.site, fallback),
+        location=located.location(steps, at if at is not None else first.site, fallback),
         problem=problem.format(names=names, optimizers=optimizers, site=site_text),
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
@@ -89,15 +126,29 @@ def _finding(
             data={
                 "reason": reason,
                 "parameters": [
-                    {**located.record(p), "qualified_name": _qualified(p), "site": site_record(located.site(steps, p.site)), "root_site": site_record(located.site(steps, p.root_site))}
+                    {
+                        **located.record(p), "qualified_name": _qualified(p), "site": site_record(located.site(steps, p.site)), "root_site": site_record(located.site(steps, p.root_site)),
+                        **({"cut_site": site_record(located.site(steps, p.cut_site))} if isinstance(p, GroupParameter) and p.cut_site is not None else {}),
+                    }
                     for p in params[:50]
                 ],
                 "count": count,
-                "optimizers": [located.record(o) for o in steps.optimizers],
+                "optimizers": [{**located.record(o), "site": site_record(located.site(steps, o.site))} for o in steps.optimizers],
             },
         ),
         key=f"{reason}:" + ",".join(sorted(_qualified(p) for p in params[:20])),
     )
+
+
+def _optimizer_site(steps: StepsPayload) -> int | None:
+    """The line that built the optimizers that stepped, when they were all built at one line."""
+    built = {o.site for o in steps.optimizers}
+    return built.pop() if len(built) == 1 else None
+
+
+def _short(steps: StepsPayload, index: int | None) -> str:
+    found = located.site(steps, index)
+    return f"{found.path}:{found.line}" if found else "a line outside the target"
 
 
 def _qualified(param: ParameterDescription) -> str:
@@ -118,7 +169,7 @@ def frozen_output_findings(ctx: StageContext, data: LossInputsPayload | None, fa
     return [_frozen_output(ctx, data, records, fallback) for records in by_layer.values()]
 
 
-def _line(data: LossInputsPayload, index: int | None) -> str:
+def _line(data: located.Sited, index: int | None) -> str:
     found = located.site(data, index)
     return f"{found.path}:{found.line} (`{found.code}`)" if found else "a line outside the target"
 
@@ -126,7 +177,7 @@ def _line(data: LossInputsPayload, index: int | None) -> str:
 def _frozen_output(ctx: StageContext, data: LossInputsPayload, records: list[FrozenOutput], fallback: Location) -> Finding:
     record = records[0]
     losses = " and ".join(f"`{r.function}` at {_line(data, r.site)}" for r in records)
-    froze = f"; `requires_grad_(False)` at {_line(data, record.frozen_site)} froze it" if record.frozen_site is not None else ""
+    froze = f"; the line {_line(data, record.frozen_site)} froze it" if record.frozen_site is not None else ""
     return ctx.finding(
         category=CATEGORY,
         rule=f"{CATEGORY.value}/frozen-output",

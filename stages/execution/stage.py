@@ -44,6 +44,7 @@ from traingate.stages.execution.accounting_checks import (
     rewritten_outcomes,
     selection_findings,
 )
+from traingate.stages.execution.baseline_entry import baseline_smoke
 from traingate.stages.execution.replay import ReplayPlan
 from traingate.stages.execution.replay_checks import prepare_replay, replay_findings, run_replay
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
@@ -69,12 +70,14 @@ class ExecutionWork:
         base, why_not = baseline_records(ctx.baseline)
         # The baseline's form of every test whose test code changed, beside the suite (docs/edited-tests.md).
         plan = prepare_replay(ctx, base) if declared else None
-        with ThreadPoolExecutor(max_workers=3) as pool:
+        with ThreadPoolExecutor(max_workers=4) as pool:
             suite_future = pool.submit(run_suite, ctx, ctx.next_name("pytest"), include) if declared else None
             smoke_future = pool.submit(smoke_calls, ctx, source) if ep else None
             replay_future = pool.submit(run_replay, ctx, plan, ctx.next_name("replay")) if isinstance(plan, ReplayPlan) and plan.files else None
+            # The baseline's entrypoint, where the change's configuration of it differs (docs/configuration.md).
+            baseline_future = pool.submit(baseline_smoke, ctx) if ctx.baseline_entrypoint else None
             suite = suite_future.result() if suite_future else None
-            smoke = smoke_future.result() if smoke_future else None
+            smoke = with_baseline(smoke_future.result() if smoke_future else None, baseline_future.result() if baseline_future else None)
             replay = replay_future.result() if replay_future else None
         result = parse_events(suite.events) if suite else SuiteResult()
         selection = Selection(result.selection, ctx.root, suite.config_file if suite else None)
@@ -178,6 +181,15 @@ def pytest_details(suite: SuiteRun, result: SuiteResult, accounting: Accounting)
     )
 
 
+def with_baseline(smoke: SmokeResult | None, baseline: SmokeResult | None) -> SmokeResult | None:
+    """The change's smoke calls and the baseline entrypoint's, as one; a finding of the same id once."""
+    if smoke is None or baseline is None:
+        return smoke or baseline
+    seen = {f.id for f in smoke.findings}
+    note = "The baseline's entrypoint was smoke-called on this version too (baseline-smoke): the change's entrypoint configuration differs from it."
+    return SmokeResult(runs=[*smoke.runs, *baseline.runs], findings=[*smoke.findings, *(f for f in baseline.findings if f.id not in seen)], notes=[*smoke.notes, note])
+
+
 def smoke_warnings(smoke: SmokeResult | None) -> list[WarningRecord]:
     """The warnings every smoke call's harness recorded (its validated `HarnessResult`)."""
     results = [run.result for _, _, run in (smoke.runs if smoke else []) if run.result is not None]
@@ -187,7 +199,9 @@ def smoke_warnings(smoke: SmokeResult | None) -> list[WarningRecord]:
 def smoke_details(ctx: StageContext, smoke: SmokeResult | None) -> SmokeDetails | SmokeNotConfigured:
     ep = ctx.config.entrypoint
     if ep is None or smoke is None:
-        return SmokeNotConfigured(configured=False, runs=[], notes=["No smoke call: no entrypoint is configured ([tool.traingate.entrypoint] call)."])
+        # The baseline's entrypoint may still have run: this version configures none where the baseline did.
+        runs = [run_details(label, amp, run) for label, amp, run in smoke.runs] if smoke else []
+        return SmokeNotConfigured(configured=False, runs=runs, notes=["No smoke call: no entrypoint is configured ([tool.traingate.entrypoint] call).", *(smoke.notes if smoke else [])])
     return SmokeDetails(
         configured=True, label=ep.label, call=ep.call, script=ep.script, args=ep.args,
         amp_args=ep.amp_args.model_dump() if ep.amp_args else None, setup=ep.setup, kwargs=ep.kwargs, amp_flag=ep.amp_flag,

@@ -31,6 +31,8 @@ class PerformanceStage:
     payload_models: dict[str, type[BaseModel]] = MODELS
     # What it does with the training function: a run that cannot call it skips the stage.
     purpose: str | None = "profile"
+    # Its timing runs are timed: no other stage runs beside it (`pipeline.gate.schedule`).
+    times_runs = True
 
     def run(self, ctx: StageContext) -> StageOutcome:
         from traingate.stages.performance.stage import PerformanceWork  # its agent's work only

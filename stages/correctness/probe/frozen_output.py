@@ -6,7 +6,8 @@ Recorded while the run lasts: each module the target's own code constructs (the 
 above `Module.__init__` outside torch is the target's: `nn.Linear(...)` in the target, not a
 layer a library builds while loading a pretrained model), the modules a `load_state_dict`
 reached (loaded, so not at their initialisation), the line of each parameter's latest
-`requires_grad_(False)` (`Module.requires_grad_` calls it too), and the latest outputs of the
+`requires_grad_(False)` (`Module.requires_grad_` calls it too) or `p.requires_grad = False`
+(a property on `nn.Parameter` that hands reads and writes to the tensor's own), and the latest outputs of the
 modules that hold parameters (`remember`, from the loss-input watch's forward hook). At a
 loss call with gradients recorded (`judge`), the module behind the input (through views) is
 judged once per loss line. Not judged: a layer a library built or a checkpoint loaded (a
@@ -71,6 +72,18 @@ class FrozenOutputWatch:
         torch.nn.Module.__init__ = init
         torch.nn.Module.load_state_dict = load_state_dict
         torch.Tensor.requires_grad_ = set_requires_grad
+        self._watch_assignments(torch)
+
+    def _watch_assignments(self, torch: Any) -> None:
+        """`p.requires_grad = False` on a parameter: its line, as for `requires_grad_(False)`."""
+        flag = torch._C.TensorBase.requires_grad
+
+        def assign(parameter: Any, value: bool) -> None:
+            if not value:
+                self._frozen_at[parameter] = self.sites.innermost(1)
+            flag.__set__(parameter, value)
+
+        torch.nn.Parameter.requires_grad = property(flag.__get__, assign, doc=flag.__doc__)
 
     def remember(self, module: Any, output: Any) -> None:
         """A module's output, when the module holds parameters of its own."""

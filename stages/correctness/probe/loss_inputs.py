@@ -50,6 +50,8 @@ TOLERANCE = 0.02
 # Ops that only move or relabel elements: the producer is looked for behind them.
 _VIEWS = ("View", "Reshape", "UnsafeView", "Squeeze", "Unsqueeze", "Permute", "Transpose", "Slice", "Select", "Expand", "Clone", "ToCopy", "Alias", "T", "Flatten")
 _SQUASHING = ("Softmax", "LogSoftmax", "Sigmoid", "Softmax2d")
+# The functional squashing calls whose line is kept (`F.softmax` in a forward has no module site).
+_FUNCTIONAL = ("softmax", "log_softmax", "sigmoid")
 
 
 @dataclass
@@ -58,7 +60,8 @@ class _Sample:
     producer: str | None  # the op behind the views, e.g. "SoftmaxBackward0"
     module: str | None  # the class of the squashing module whose output it is
     module_site: int | None  # the target's line that called that module
-    grad: bool  # gradients were recorded (a training loss)
+    grad: bool
+    producer_site: int | None = None  # the target's line that called the functional op behind it  # gradients were recorded (a training loss)
 
 
 @dataclass
@@ -73,6 +76,7 @@ class _ShapeRecord:
     calls: int = 0  # calls from that line
     mismatched: int = 0  # of them, with shapes that broadcast beyond the input's
     gradients_recorded: bool = False
+    distribution: str | None = None  # log_prob: the distribution's class
 
 
 @dataclass
@@ -95,6 +99,8 @@ class LossInputWatch:
         self.calls = 0
         # id(output), and id(its grad_fn) when it has one -> (weakref to the output, module class, site)
         self._outputs: dict[int, tuple[Any, str, int | None]] = {}
+        # id(grad_fn) of a functional softmax/log_softmax/sigmoid result -> (weakref to the result, site)
+        self._calls: dict[int, tuple[Any, int | None]] = {}
         self._kinds: dict[type, bool] = {}
         self._tls = threading.local()
 
@@ -110,6 +116,80 @@ class LossInputWatch:
         for name in dict.fromkeys((*FUNCTIONS, *SHAPE_FUNCTIONS)):
             setattr(F, name, self._wrap(name, getattr(F, name)))
         register_module_forward_hook(self._forward)
+        for distribution in _distributions(torch.distributions.Distribution):
+            if "log_prob" in distribution.__dict__:
+                distribution.log_prob = self._wrap_log_prob(distribution.__dict__["log_prob"])  # type: ignore[attr-defined]  # patched while the run lasts
+        for namespace in (F, torch, torch.Tensor):
+            for name in _FUNCTIONAL:
+                if hasattr(namespace, name):
+                    setattr(namespace, name, self._wrap_squashing(getattr(namespace, name)))
+
+    def _wrap_squashing(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """Keeps the target's line of a functional squashing call whose result records a graph:
+        the loss finds it again behind the views (`_functional_site`)."""
+        torch = self.torch
+
+        def squashing(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            node = getattr(result, "grad_fn", None)
+            if node is None or torch.compiler.is_compiling():
+                return result
+            if len(self._calls) > 64:
+                self._calls.clear()
+            assert self.sites is not None
+            self._calls[id(node)] = (weakref.ref(result), self.sites.innermost(1))
+            return result
+
+        return functools.wraps(original)(squashing)
+
+    def _wrap_log_prob(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """`Distribution.log_prob`, judged for shapes like a loss (the outermost call only:
+        `Independent` calls its base distribution's)."""
+        torch = self.torch
+
+        def log_prob(distribution: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(self._tls, "log_prob", False) or evaluation.repeating() or torch.compiler.is_compiling():
+                return original(distribution, value, *args, **kwargs)
+            self._tls.log_prob = True
+            try:
+                result = original(distribution, value, *args, **kwargs)
+            finally:
+                self._tls.log_prob = False
+            self.observe_log_prob(distribution, value, result)
+            return result
+
+        return functools.wraps(original)(log_prob)
+
+    def observe_log_prob(self, distribution: Any, value: Any, result: Any) -> None:
+        """A (B,) distribution given (B, 1) values (or the reverse) gives (B, B) log-probabilities:
+        the same sizes in another layout, broadcast against each other. Values with sample
+        dimensions of their own ((N, 1) against K components, a mixture on purpose) are not judged."""
+        torch = self.torch
+        if not isinstance(value, torch.Tensor) or not isinstance(result, torch.Tensor):
+            return
+        batch = list(distribution.batch_shape)
+        values = list(value.shape[: max(0, value.dim() - len(distribution.event_shape))])
+        out = list(result.shape)
+        self.shape_calls += 1
+        assert self.sites is not None
+        key = ("log_prob", self.sites.innermost(1))
+        record = self.shapes.get(key)
+        if out in (batch, values) or [n for n in batch if n != 1] != [n for n in values if n != 1]:
+            if record is not None:
+                record.calls += 1
+            return
+        if record is None:
+            if len(self.shapes) >= MAX_SITES:
+                return
+            record = self.shapes[key] = _ShapeRecord("log_prob", key[1], batch, list(value.shape), out, distribution=type(distribution).__name__)
+        record.calls += 1
+        record.mismatched += 1
+        record.gradients_recorded = record.gradients_recorded or (torch.is_grad_enabled() and result.requires_grad)
+
+    def _functional_site(self, node: Any) -> int | None:
+        kept = self._calls.get(id(node)) if node is not None else None
+        result = kept[0]() if kept is not None else None
+        return kept[1] if kept is not None and result is not None and result.grad_fn is node else None
 
     def _wrap(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
         kinds, shapes = name in FUNCTIONS, name in SHAPE_FUNCTIONS
@@ -170,7 +250,8 @@ class LossInputWatch:
         if len(record.samples) < CALLS_PER_SITE:
             node = producer_node(input)
             module, module_site = self._module(input, node)
-            record.samples.append(_Sample(self._rows(function, input), type(node).__name__ if node is not None else None, module, module_site, torch.is_grad_enabled()))
+            producer = type(node).__name__ if node is not None else None
+            record.samples.append(_Sample(self._rows(function, input), producer, module, module_site, torch.is_grad_enabled(), self._functional_site(node)))
 
     def observe_shapes(self, function: str, input: Any, target: Any) -> None:
         """Counts the calls from each line; keeps the shapes of those that broadcast the input."""
@@ -227,6 +308,7 @@ class LossInputWatch:
             {
                 "function": r.function, "site": r.site, "calls": r.calls, "mismatched": r.mismatched, "input_shape": r.input_shape,
                 "target_shape": r.target_shape, "broadcast_shape": r.broadcast_shape, "gradients_recorded": r.gradients_recorded,
+                **({"distribution": r.distribution} if r.distribution else {}),
             }
             for r in self.shapes.values()
             if r.mismatched
@@ -235,6 +317,16 @@ class LossInputWatch:
             "calls": self.calls, "losses": [r for r in records if r is not None], "shape_calls": self.shape_calls, "shapes": shapes,
             "frozen_outputs": self.frozen.records if self.frozen is not None else [], "sites": self.sites.sites,
         })
+
+
+def _distributions(base: type) -> list[type]:
+    """`base` and every subclass of it defined so far."""
+    found, pending = [], [base]
+    while pending:
+        cls = pending.pop()
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return list(dict.fromkeys(found))
 
 
 def producer_node(tensor: Any) -> Any:
@@ -268,6 +360,7 @@ def judge_site(torch: Any, record: _SiteRecord) -> dict[str, Any] | None:
         "producer": first.producer,
         "module": first.module,
         "module_site": first.module_site,
+        "producer_site": first.producer_site,
         "gradients_recorded": any(s.grad for s in record.samples),
         "example": [round(float(v), 4) for v in first.rows.reshape(-1)[:8].tolist()],
         "shape": record.shape,

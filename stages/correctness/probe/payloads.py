@@ -48,6 +48,7 @@ class OptimizerGroup(Payload):
 class OptimizerRecord(Payload):
     class_: str = Field(alias="class")
     groups: list[OptimizerGroup]
+    site: int | None = None  # the line that built it (an index into the payload's sites); None where not seen
 
 
 class SchedulerRecord(Payload):
@@ -104,6 +105,12 @@ class GroupParameter(ParameterDescription):
     lr: float | None
     # In `no_gradient`: whether the module holding it ran a forward in the run.
     forward_ran: bool | None = None
+    # In `no_gradient`, where its module was watched once a step found it without a gradient
+    # (`probe.cuts`): whether it then ran a forward with gradients recorded, and the cut seen
+    # between its output and the loss (None: none, its output reached no loss).
+    watched_forward: bool | None = None
+    cut: Literal["detach", "data", "no_grad"] | None = None
+    cut_site: int | None = None
 
 
 class ClipRecord(Payload):
@@ -405,13 +412,14 @@ class LossInputSite(Payload):
     producer: str | None  # the autograd node behind the views, e.g. "SoftmaxBackward0"
     module: str | None  # the class of the Softmax/LogSoftmax/Sigmoid module whose output it is
     module_site: int | None  # the line that called that module
+    producer_site: int | None = None  # the line that called the functional op behind it (`F.softmax`), where seen
     gradients_recorded: bool
     example: list[NonFiniteFloat]  # the first sampled values; not finite where `kind` is "empty"
     shape: list[int] = Field(default_factory=list)  # the first call's input shape
     dtype: str = ""  # the first call's input dtype, e.g. "float32"
 
 
-ShapeLossFunction = Literal["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits"]
+ShapeLossFunction = Literal["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "log_prob"]
 
 
 class LossShapeSite(Payload):
@@ -426,6 +434,8 @@ class LossShapeSite(Payload):
     target_shape: list[int]
     broadcast_shape: list[int]
     gradients_recorded: bool
+    # "log_prob": the class of the `torch.distributions` distribution; its batch shape is `input_shape`, the values `target_shape`.
+    distribution: str | None = None
 
 
 class FrozenOutput(Payload):
@@ -436,7 +446,7 @@ class FrozenOutput(Payload):
     site: int | None  # the loss call
     module: str  # the class of the layer
     module_site: int | None  # where the target built it
-    frozen_site: int | None  # the `requires_grad_(False)` that froze it, where one was seen
+    frozen_site: int | None  # the `requires_grad_(False)` or `requires_grad = False` that froze it, where one was seen
     params: int
 
 

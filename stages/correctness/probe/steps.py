@@ -25,6 +25,8 @@ from typing import Any
 from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
 from traingate.stages.correctness.probe.causes import StepCauses
 from traingate.stages.correctness.probe.clipping import ClipWatch
+from traingate.stages.correctness.probe.cuts import CutWatch
+from traingate.stages.correctness.probe.optimizer_sites import OptimizerSites
 from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
@@ -49,6 +51,8 @@ class StepWatch:
         self._before: dict[int, tuple[list[int], Any]] = {}  # optimizer -> (parameter ids, fingerprint before its step)
         self.causes: StepCauses | None = None
         self.clips: ClipWatch | None = None
+        self.optimizer_sites: OptimizerSites | None = None  # where each optimizer was built
+        self.cuts: CutWatch | None = None  # why a module that ran gave no gradient
         self._samples: dict[tuple[int, int], Any] = {}  # (parameter id, numel) -> sampled indexes
         self.grad_seen: set[int] = set()
         self.forwarded: set[int] = set()  # modules that ran a forward (unused-parameter: a head never called)
@@ -72,6 +76,10 @@ class StepWatch:
         self.causes.install(torch)
         self.clips = ClipWatch(self.sites, self.causes)
         self.clips.install(torch)
+        self.optimizer_sites = OptimizerSites(self.sites)
+        self.optimizer_sites.install(torch)
+        self.cuts = CutWatch(self.sites, self.modules)
+        self.cuts.install(torch)
         watch = self
         original_init = torch.nn.Module.__init__
 
@@ -218,9 +226,10 @@ class StepWatch:
                 for p in group["params"]:
                     in_group.setdefault(id(p), (o_index, g_index))
                 groups.append({"lr": _number(group.get("lr")), "params": len(group["params"])})
-            optimizers.append({"class": type(optimizer).__name__, "groups": groups})
+            optimizers.append({"class": type(optimizer).__name__, "groups": groups, "site": self.optimizer_sites.site(optimizer) if self.optimizer_sites else None})
         outside, no_grad, never_changed = [], [], []
-        holders = {id(p): id(module) for module, _ in self.modules for p in module.parameters(recurse=False)}
+        holding = {id(p): module for module, _ in self.modules for p in module.parameters(recurse=False)}
+        holders = {p_id: id(module) for p_id, module in holding.items()}
         for o_index, optimizer in enumerate(self.optimizers):
             for g_index, group in enumerate(optimizer.param_groups):
                 for p in group["params"]:
@@ -228,7 +237,8 @@ class StepWatch:
                         continue
                     record = {**self._describe(p, names), "optimizer": o_index, "group": g_index, "lr": _number(group.get("lr"))}
                     if id(p) not in self.grad_seen:
-                        no_grad.append({**record, "forward_ran": holders.get(id(p)) in self.forwarded})
+                        cut = self.cuts.describe(holding.get(id(p))) if self.cuts is not None else {}
+                        no_grad.append({**record, "forward_ran": holders.get(id(p)) in self.forwarded, **cut})
                     elif id(p) not in self.changed and self.steps:
                         never_changed.append(record)
         if self.optimizers:

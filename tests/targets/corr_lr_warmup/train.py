@@ -21,7 +21,7 @@ def train(max_iters: int = 12) -> dict[str, float]:
     for it in range(max_iters):
         lr = get_lr(it)
         for group in optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr  # marker: lr
         tokens = torch.randint(0, 32, (8, 4))
         loss = torch.nn.functional.cross_entropy(model(tokens), tokens[:, 0])
         loss.backward()

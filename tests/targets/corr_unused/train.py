@@ -15,7 +15,7 @@ class Encoder(torch.nn.Module):
         h = torch.tanh(self.embed(x))
         for layer in self.layers:
             h = torch.tanh(layer(h))
-        return h + torch.sigmoid(self.gate(h)).detach()
+        return h + torch.sigmoid(self.gate(h)).detach()  # marker: detach
 
 
 class Model(torch.nn.Module):
@@ -26,7 +26,7 @@ class Model(torch.nn.Module):
 
 def train(steps: int = 8) -> dict[str, float]:
     model = Model()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)  # marker: optimizer
     model.head = torch.nn.Linear(12, 1)  # marker: late-head
     for _ in range(steps):
         x, y = torch.randn(16, 6), torch.randn(16, 1)

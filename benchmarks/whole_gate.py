@@ -1,0 +1,200 @@
+"""The whole gate against the least the mission needs on the same target: its floor.
+
+    .venv/bin/python benchmarks/whole_gate.py [--version v7-fixed] [--target DIR] [--repeat 3] [--before TRAINGATE]
+
+The example target (examples/materialize.py VERSION, default v7-fixed: four stages, PASS) is
+written to a temporary folder, or TARGET is used as it is. Per repetition, interleaved:
+- the gate: `traingate run TARGET --out <tmp>` with every stage (wall, CLI start-up included),
+  and each stage's duration as report.json records it;
+- the floor: the target's suite once as a bare `python -m pytest -q` in its folder, and the
+  configured entrypoint three times as bare `python -c` processes with the configured seed
+  and kwargs: AMP off, AMP on (where an AMP flag is configured) and a same-seed repeat of the
+  first, one after the other.
+`--before` times a second gate, another install's `traingate` executable, in the same
+repetitions (a change against the code before it, on one machine under one load).
+The order of the sides rotates between repetitions, so a machine whose load drifts
+weighs on every side alike. Printed: medians per stage and in total, the floor's parts, the
+CPU seconds of every side (steadier than wall time on a loaded machine), and the ratio
+gate / floor in wall time (goal <= 1.3x on the example). The processes inherit this process's
+environment (set OMP_NUM_THREADS the same for both sides). Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from traingate.pipeline.gate.config_file import load_config  # noqa: E402
+from traingate.pipeline.model.config import TargetConfig  # noqa: E402
+
+GOAL = 1.3
+
+
+def materialize(version: str, dest: Path) -> Path:
+    subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), version, str(dest)], check=True, capture_output=True)
+    return dest
+
+
+def bare_env() -> dict[str, str]:
+    """What the gate's own runs get that changes what the target does: the hash seed, no
+    bytecode written, and the CPU when no GPU is there (the gate picks the device the same way)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPATH", None)
+    import torch
+
+    if not torch.cuda.is_available():
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+CPU: dict[str, float] = {}  # CPU seconds (user + system) of the last process `timed` or `gate` ran, its descendants included
+
+
+def children_cpu() -> float:
+    """CPU seconds of every process this one has waited for, and of theirs: the gate and each
+    agent reap what they start (they are subreapers), so a run's whole tree is counted."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    cpu = children_cpu()
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    elapsed = time.perf_counter() - started
+    CPU["last"] = children_cpu() - cpu
+    if done.returncode not in (0, 1):
+        print(f"  (exit status {done.returncode}: {' '.join(argv[:3])} ...: {done.stderr.strip()[-300:]})", flush=True)
+    return elapsed
+
+
+def entrypoint_code(config: TargetConfig, amp: bool | None) -> str:
+    """Python source calling the configured entrypoint as the stages call it: seeded, the
+    setup's kwargs under the configured ones, the AMP flag set when `amp` is not None."""
+    ep = config.entrypoint
+    assert ep is not None and ep.call, "the target has no callable entrypoint"
+    module, _, function = ep.call.partition(":")
+    kwargs = dict(ep.kwargs)
+    if ep.amp_flag and amp is not None:
+        kwargs[ep.amp_flag] = amp
+    lines = ["import importlib, json, sys, torch", "sys.path.insert(0, '.')", f"torch.manual_seed({ep.seed:d})", "kwargs = {}"]
+    if ep.setup:
+        smod, _, sfunc = ep.setup.partition(":")
+        lines.append(f"kwargs.update(getattr(importlib.import_module({smod!r}), {sfunc!r})())")
+    lines += [f"kwargs.update(json.loads({json.dumps(kwargs)!r}))", f"getattr(importlib.import_module({module!r}), {function!r})(**kwargs)"]
+    return "\n".join(lines)
+
+
+def floor_runs(config: TargetConfig) -> list[tuple[str, bool | None]]:
+    ep = config.entrypoint
+    if ep is None:
+        return []
+    if not ep.amp_flag:
+        return [("entrypoint", None), ("same-seed repeat", None)]
+    return [("entrypoint AMP off", False), ("entrypoint AMP on", True), ("same-seed repeat", False)]
+
+
+def floor(target: Path, config: TargetConfig, env: dict[str, str]) -> dict[str, float]:
+    """The bare processes, one after the other: {part: wall seconds}."""
+    parts: dict[str, float] = {}
+    cpu = 0.0
+    if config.has_test_suite:
+        parts["pytest -q"] = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *config.tests], target, env)
+        cpu += CPU["last"]
+    for label, amp in floor_runs(config):
+        parts[label] = timed([sys.executable, "-c", entrypoint_code(config, amp)], target, env)
+        cpu += CPU["last"]
+    CPU["last"] = cpu
+    return parts
+
+
+def gate(traingate: str, target: Path, out: Path) -> tuple[float, dict[str, float], str]:
+    """The whole gate: wall seconds, each stage's recorded duration, the decision."""
+    cpu = children_cpu()
+    started = time.perf_counter()
+    done = subprocess.run([traingate, "run", str(target), "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    CPU["last"] = children_cpu() - cpu
+    report_file = out / "report.json"
+    if done.returncode not in (0, 1) or not report_file.is_file():
+        raise SystemExit(f"traingate failed ({done.returncode}): {done.stderr[-2000:]}")
+    report = json.loads(report_file.read_text())
+    return wall, {s["name"]: float(s["duration_s"]) for s in report["stages"]}, str(report["decision"])
+
+
+@dataclass
+class Side:
+    """One thing timed each repetition: a gate (its `traingate` executable) or the floor."""
+
+    name: str
+    traingate: str | None = None  # None: the floor
+    walls: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=dict)  # per stage, or per bare process
+    decision: str = ""
+
+    def measure(self, target: Path, config: TargetConfig, env: dict[str, str], out: Path) -> None:
+        if self.traingate is None:
+            parts = floor(target, config, env)
+            wall = sum(parts.values())
+        else:
+            wall, parts, self.decision = gate(self.traingate, target, out)
+        self.walls.append(wall)
+        self.cpu.append(CPU["last"])
+        for name, seconds in parts.items():
+            self.parts.setdefault(name, []).append(seconds)
+
+    def show(self) -> None:
+        med = statistics.median
+        what = "one after the other" if self.traingate is None else f"per stage (report.json), {self.decision}"
+        print(f"  {self.name}, {what}:")
+        for part, seconds in self.parts.items():
+            print(f"    {part:<28} {med(seconds):7.2f}")
+        print(f"    {'total (wall)':<28} {med(self.walls):7.2f}   CPU {med(self.cpu):7.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", default="v7-fixed")
+    parser.add_argument("--target", type=Path, help="a target folder instead of the example")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--before", help="another traingate executable (an earlier install) timed in the same repetitions")
+    args = parser.parse_args()
+    env = bare_env()
+    sides = [Side("gate", str(Path(sys.executable).with_name("traingate"))), Side("floor")]
+    if args.before:
+        sides.insert(1, Side("gate before", args.before))
+    with tempfile.TemporaryDirectory() as tmp:
+        target = args.target.resolve() if args.target else materialize(args.version, Path(tmp) / "target")
+        config, _ = load_config(target)
+        for index in range(args.repeat):
+            # Each repetition starts with another side, so a drifting load weighs on all alike.
+            for side in sides[index % len(sides):] + sides[:index % len(sides)]:
+                side.measure(target, config, env, Path(tmp) / f"out-{side.name.replace(' ', '-')}-{index}")
+            floor_wall = sides[-1].walls[-1]
+            print(f"repeat {index + 1}: " + ", ".join(f"{s.name} {s.walls[-1]:.2f} s (CPU {s.cpu[-1]:.2f} s, {s.walls[-1] / floor_wall:.2f}x)" for s in sides), flush=True)
+    name = target.name if args.target else f"example {args.version}"
+    print(f"\n{name}, {args.repeat} interleaved repetition(s), cpus here: {len(os.sched_getaffinity(0))}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, medians (seconds):")
+    for side in sides:
+        side.show()
+    floor_side = sides[-1]
+    for side in sides[:-1]:
+        ratio = statistics.median(w / f for w, f in zip(side.walls, floor_side.walls, strict=True))
+        cpu = statistics.median(side.cpu) / statistics.median(floor_side.cpu)
+        print(f"  {side.name} / floor: {ratio:.2f}x wall (median of the repetitions' ratios), {cpu:.2f}x CPU  (goal <= {GOAL}x wall: {'met' if ratio <= GOAL else 'missed'})")
+
+
+if __name__ == "__main__":
+    main()

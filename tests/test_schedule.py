@@ -1,0 +1,95 @@
+"""Which stages run side by side (`pipeline/gate/schedule.py`), and that a group's reports are
+the ones the stages in order would write (`orchestrator._run_group`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from traingate.pipeline.gate import orchestrator
+from traingate.pipeline.gate.orchestrator import AgentRun, RunRequest, Settling, _run_group
+from traingate.pipeline.gate.schedule import side_by_side, stage_groups, usable_cores
+from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.findings import SMOKE_CALL_RUN, hang_finding
+from traingate.pipeline.model.registry import build_registry
+from traingate.pipeline.model.schema import Severity, StageOutcome, StageStatus, TrainingStopped
+from traingate.pipeline.supervision.isolation import ChildResult
+
+BUILT_IN = ["execution", "performance", "concurrency", "correctness"]
+
+
+def test_as_many_stages_side_by_side_as_the_cores_hold_their_runs_threads() -> None:
+    assert side_by_side(2, {"OMP_NUM_THREADS": "1"}) == 2
+    assert side_by_side(4, {"OMP_NUM_THREADS": "2"}) == 2
+    assert side_by_side(4, {"OMP_NUM_THREADS": "1,1"}) == 4  # a nested setting: its first level
+    # torch's default is one thread per core: two runs at once would share every core.
+    assert side_by_side(4, {}) == side_by_side(4, {"OMP_NUM_THREADS": "0"}) == side_by_side(4, {"OMP_NUM_THREADS": "many"}) == 1
+    assert side_by_side(1, {"OMP_NUM_THREADS": "1"}) == 1
+    assert side_by_side(2, {"OMP_NUM_THREADS": "4"}) == 1
+
+
+def test_one_core_runs_every_stage_alone_in_order() -> None:
+    assert stage_groups(BUILT_IN, build_registry(), width=1) == [[name] for name in BUILT_IN]
+
+
+def test_the_first_stage_and_the_timed_one_run_alone_the_others_side_by_side() -> None:
+    registry = build_registry()
+    # execution finds out whether the training function runs (purpose None); performance times its runs.
+    assert stage_groups(BUILT_IN, registry, width=2) == [["execution"], ["performance"], ["concurrency", "correctness"]]
+    assert stage_groups(BUILT_IN, registry, width=4) == [["execution"], ["performance"], ["concurrency", "correctness"]]
+    assert stage_groups(["concurrency", "correctness"], registry, width=2) == [["concurrency", "correctness"]]
+    assert stage_groups(["performance", "correctness"], registry, width=4) == [["performance"], ["correctness"]]
+
+
+def test_no_more_stages_side_by_side_than_the_width() -> None:
+    untimed = SimpleNamespace(purpose="observe", times_runs=False)
+    registry = {name: untimed for name in "abcde"}
+    assert stage_groups(list("abcde"), registry, width=2) == [["a", "b"], ["c", "d"], ["e"]]  # type: ignore[arg-type]
+    assert stage_groups(list("abcde"), registry, width=3) == [["a", "b", "c"], ["d", "e"]]  # type: ignore[arg-type]
+
+
+def test_usable_cores_is_the_affinity_mask() -> None:
+    assert usable_cores() == len(__import__("os").sched_getaffinity(0))
+
+
+class _Snapshot:
+    def __init__(self) -> None:
+        self.discarded: list[Path] = []
+
+    def discard(self, copy: Path) -> None:
+        self.discarded.append(copy)
+
+
+def test_a_group_runs_side_by_side_and_reports_in_order_as_if_run_one_after_another(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """concurrency and correctness start together; concurrency's smoke hang stops the training
+    function, so correctness, which ran beside it, is reported skipped and its copy discarded."""
+    config = TargetConfig()
+    child = ChildResult(argv=["python"], returncode=-9, timed_out=True, duration_s=1.0, stdout="", stderr="")
+    ctx = SimpleNamespace(stage="concurrency", root=tmp_path, block_on={Severity.CRITICAL, Severity.HIGH})
+    hang = hang_finding(ctx, child, "The smoke call", run=SMOKE_CALL_RUN)
+    both_running = threading.Barrier(2, timeout=30)  # fails unless the two agents run at once
+
+    def fake_agent(name: str, stage: object, request: RunRequest, cfg: TargetConfig, snapshot: object, agents: object, baseline_entrypoint: object) -> AgentRun:
+        both_running.wait()
+        if name == "correctness":
+            time.sleep(0.05)  # finishes last: the reports still come in the stages' order
+        stopped = [TrainingStopped(finding=hang.id, reason="hang")] if name == "concurrency" else []
+        outcome = StageOutcome(summary=f"{name} ran", findings=[hang] if name == "concurrency" else [], training_stopped=stopped)
+        return AgentRun(name=name, config=cfg, root=tmp_path / name, outcome=outcome, duration_s=1.0)
+
+    monkeypatch.setattr(orchestrator, "run_stage_agent", fake_agent)
+    monkeypatch.setattr(orchestrator, "written_findings", lambda *a, **k: [])
+    finished: list[str] = []
+    observer = SimpleNamespace(stage_started=lambda name, index, total: None, stage_finished=lambda report: finished.append(report.name))
+    request = RunRequest(root=tmp_path, task="T", version="v", stages=["concurrency", "correctness"], out=tmp_path / "out", device="cpu", observers=[observer])  # type: ignore[list-item]
+    snapshot = _Snapshot()
+    reports: list = []
+    _run_group(["concurrency", "correctness"], build_registry(), request, config, snapshot, reports, Settling(), None)  # type: ignore[arg-type]
+    assert [r.name for r in reports] == finished == ["concurrency", "correctness"]
+    assert reports[0].status is StageStatus.BLOCKED and reports[0].summary == "concurrency ran"
+    assert reports[1].status is StageStatus.SKIPPED and "did not finish in the concurrency stage" in (reports[1].skipped_reason or "")
+    assert snapshot.discarded == [tmp_path / "concurrency", tmp_path / "correctness"]
