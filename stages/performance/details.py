@@ -408,8 +408,8 @@ class SideBySide(Measured):
     measures: list[SideMeasure]
     verdict: Literal["slower", "not slower", "not measured"]
     reason: str
-    baseline_median_ms: float | None
-    current_median_ms: float | None
+    baseline_step_ms: float | None  # the median of the version's runs' lower quartiles
+    current_step_ms: float | None
 
 
 class RegressionDetails(Measured):

@@ -148,11 +148,11 @@ def _machine_differences(then: MachineRecord, now: MachineRecord) -> str:
 
 def side_by_side_row(result: SideBySide) -> RegressionRow | None:
     """The side-by-side verdict as a compared row; None where it was not measured."""
-    if result.verdict == "not measured" or result.current_median_ms is None or result.baseline_median_ms is None or result.baseline_median_ms <= 0:
+    if result.verdict == "not measured" or result.current_step_ms is None or result.baseline_step_ms is None or result.baseline_step_ms <= 0:
         return None
     return RegressionRow(
-        metric=f"step time, median ({result.label}), timed beside the baseline's code", metric_id=f"{STEP_TIME_PREFIX}{result.label}", unit="ms",
-        baseline=result.baseline_median_ms, current=result.current_median_ms, ratio=round(result.current_median_ms / result.baseline_median_ms, 4),
+        metric=f"step time, lower quartile ({result.label}), timed beside the baseline's code", metric_id=f"{STEP_TIME_PREFIX}{result.label}", unit="ms",
+        baseline=result.baseline_step_ms, current=result.current_step_ms, ratio=round(result.current_step_ms / result.baseline_step_ms, 4),
         allowed=result.threshold, regressed=result.verdict == "slower", spread=None,
     )
 
@@ -168,7 +168,7 @@ def side_by_side(ctx: StageContext, result: SideBySide, device: str) -> Finding 
     finding = _finding(ctx, "step time", row, 0.0, 0.0, device, ctx.baseline.version if ctx.baseline else None)
     problem = (
         f"The baseline's code (commit {result.commit[:12]}) and this version's were timed alternately in this run on this machine "
-        f"({', '.join(result.order)}): this version's median step is {result.current_median_ms:,} ms against the baseline's {result.baseline_median_ms:,} ms. {result.reason}."
+        f"({', '.join(result.order)}): this version's step takes {result.current_step_ms:,} ms against the baseline's {result.baseline_step_ms:,} ms (each run's lower quartile, the median over the runs). {result.reason}."
     )
     data = {**finding.evidence.data, "side_by_side": result.data()}
     for key in ("relative_spread_now", "relative_spread_baseline"):

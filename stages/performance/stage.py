@@ -445,7 +445,15 @@ def _regression_section(out: _Measured, spreads: dict[str, str], few_step_rows: 
     if note:
         out.not_measured.append(f"Performance regression: {note}.")
     side_note = environment.side_note if environment else None
-    return RegressionDetails(compared=compared, note=note, side_by_side=side, not_comparable=not_comparable, side_by_side_note=side_note)
+    details = RegressionDetails(compared=compared, note=note)
+    # Only what there is (set fields only are dumped): a run without a baseline keeps the record it always had.
+    if side is not None:
+        details.side_by_side = side
+    if not_comparable:
+        details.not_comparable = not_comparable
+    if side_note:
+        details.side_by_side_note = side_note
+    return details
 
 
 def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timing: dict[str, StepRecord]) -> str:
