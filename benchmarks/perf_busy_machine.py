@@ -15,8 +15,9 @@ on LOAD_THREADS threads for the rest of the benchmark (as other jobs on a shared
   (goal 0), and the side-by-side verdicts;
 - detections: SLOW runs of versions whose every optimizer step does extra matrix products worth
   FACTOR x the baseline's step (an optimizer step post-hook added to the entrypoint's module,
-  sized from the baseline's step time and one product's time, both measured before the load):
-  how many block.
+  sized from the baseline's step time and one product's time, both on one thread before the
+  load, the entrypoint called in-process): how many block, and the slowdown the side-by-side
+  timing saw.
 
 Each gate run gets OMP_NUM_THREADS=T when --threads is given (else torch's default, as a CI job
 would). Stops starting runs after BUDGET_S seconds and says how many fitted. Asserts nothing.
@@ -84,12 +85,45 @@ def prepare(kind: str, root: Path) -> tuple[Path, str]:
     return target, module
 
 
-def product_s(threads: int | None) -> float:
-    """One PRODUCT x PRODUCT matrix product's time, as the hook runs it (median of 5 x 200)."""
+CALIBRATE = """
+import importlib, json, sys, time, torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+torch.set_num_threads(1)
+sys.path.insert(0, sys.argv[1])
+call, kwargs = sys.argv[2], json.loads(sys.argv[3])
+module, _, name = call.partition(":")
+marks = []
+register_optimizer_step_post_hook(lambda *_: marks.append(time.perf_counter()))
+function = importlib.import_module(module)
+for part in name.split("."):
+    function = getattr(function, part)
+best = []
+for _ in range(3):
+    marks.clear()
+    function(**kwargs)
+    steps = sorted(b - a for a, b in zip(marks[3:], marks[4:]))
+    best.append(steps[len(steps) // 4])
+print(min(best))
+"""
+
+
+def step_s(target: Path) -> float:
+    """The target's step time on one thread, undisturbed as far as this machine allows: its
+    entrypoint called three times in a fresh process, each call's lower quartile, the least."""
+    from traingate.pipeline.model.tomlcompat import tomllib
+
+    entry = tomllib.loads((target / "pyproject.toml").read_text())["tool"]["traingate"]["entrypoint"]
+    done = subprocess.run([sys.executable, "-c", CALIBRATE, str(target), entry["call"], json.dumps(entry.get("kwargs", {}))], cwd=target, capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def product_s() -> float:
+    """One PRODUCT x PRODUCT matrix product's time on one thread, the quickest of 9 x 200: as
+    undisturbed as this machine allows (the step time it is sized against is a lower quartile)."""
     code = (
-        "import torch, time\n" + (f"torch.set_num_threads({threads})\n" if threads else "")
-        + f"a = torch.randn({PRODUCT}, {PRODUCT})\nts = []\nfor _ in range(5):\n    t = time.perf_counter()\n"
-        + "    for _ in range(200): torch.mm(a, a)\n    ts.append((time.perf_counter() - t) / 200)\nprint(sorted(ts)[2])\n"
+        "import torch, time\ntorch.set_num_threads(1)\n"
+        + f"a = torch.randn({PRODUCT}, {PRODUCT})\nts = []\nfor _ in range(9):\n    t = time.perf_counter()\n"
+        + "    for _ in range(200): torch.mm(a, a)\n    ts.append((time.perf_counter() - t) / 200)\nprint(min(ts))\n"
     )
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
@@ -100,8 +134,9 @@ def slow_version(base: Path, module: str, root: Path, factor: float, step_s: flo
     count = max(1, round((factor - 1) * step_s / one_s))
     hook = (
         "import torch as _bench_torch\n"
+        "from torch.optim.optimizer import register_optimizer_step_post_hook as _bench_hook\n"
         f"_BENCH = _bench_torch.randn({PRODUCT}, {PRODUCT})\n"
-        f"_bench_torch.optim.optimizer.register_optimizer_step_post_hook(lambda *_: [_bench_torch.mm(_BENCH, _BENCH) for _ in range({count})])\n"
+        f"_bench_hook(lambda *_: [_bench_torch.mm(_BENCH, _BENCH) for _ in range({count})] and None)\n"
     )
     path = target / module
     path.write_text(path.read_text() + "\n\n" + hook)
@@ -161,10 +196,10 @@ def main() -> None:
         stored = json.loads(json.dumps(first["report"]))
         stored["target"]["commit"] = None
         (root / "stored.json").write_text(json.dumps(stored))
-        step_ms = next(m["value"] for m in perf(first)["metrics"] if m["id"].startswith("step_time.median."))
-        one_s = product_s(args.threads)
+        step_ms = step_s(base) * 1e3
+        one_s = product_s()
         slow = {f: slow_version(base, module, root, f, step_ms / 1e3, one_s) for f in args.factors}
-        print(f"target {args.target}; baseline step {step_ms:.2f} ms, one {PRODUCT}x{PRODUCT} product {one_s * 1e3:.3f} ms (both before the load); "
+        print(f"target {args.target}; baseline step {step_ms:.2f} ms (one thread, lower quartile), one {PRODUCT}x{PRODUCT} product {one_s * 1e3:.3f} ms (both before the load); "
               f"slow versions: " + ", ".join(f"{f}x = {n} products per step" for f, (_, n) in slow.items()))
         loaders = start_load(args.load, args.load_threads)
         print(f"load: {args.load} processes multiplying matrices on {args.load_threads} threads each, besides whatever else runs here; gate runs with OMP_NUM_THREADS={args.threads or 'unset'}")
@@ -203,7 +238,18 @@ def report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -
     for key in results:
         if key.startswith("slow "):
             runs = results[key]
-            print(f"{key.removeprefix('slow ')}x slower: {sum(step_time_blocks(r) for r in runs)} of {len(runs)} runs blocked; verdicts {dict(Counter(verdict(r) for r in runs))}")
+            print(f"{key.removeprefix('slow ')}x slower: {sum(step_time_blocks(r) for r in runs)} of {len(runs)} runs blocked; verdicts {dict(Counter(verdict(r) for r in runs))}; "
+                  f"measured beside the baseline: {achieved(runs)}")
+
+
+def achieved(runs: list[dict[str, Any]]) -> str:
+    """The slowdown the side-by-side timing saw (this version's step over the baseline's), median over the runs."""
+    ratios = []
+    for run in runs:
+        side = perf(run).get("details", {}).get("regression", {}).get("side_by_side") or {}
+        if side.get("current_step_ms") and side.get("baseline_step_ms"):
+            ratios.append(side["current_step_ms"] / side["baseline_step_ms"])
+    return f"{statistics.median(ratios):.2f}x (median of {len(ratios)})" if ratios else "none"
 
 
 if __name__ == "__main__":

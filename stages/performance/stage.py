@@ -4,7 +4,10 @@ Child processes, each a fresh call of the configured entrypoint:
 1. one instrumented run (AMP on when the target has an AMP flag): step clock, storage
    tracker, sync counter, sampler (stages/performance/probe/instrument.py:full);
 2. timing runs with the step clock only: AMP off and on when the target has an AMP flag,
-   else one with its own settings.
+   else one with its own settings; with a `--baseline` whose commit is in the clone, the
+   baseline's code (its tree written out by `baseline_code`) alternates with this version's
+   at the primary setting, A B A B, and `side_by_side` judges the step time from those runs.
+   Each timing run is bracketed by readings of the machine's load (`load`).
 From them: `memory-leak` (perf_memory), `host-sync` (perf_sync), `amp-*` (perf_amp),
 `input-stall` and the time breakdown (perf_timing), `perf-regression` (perf_regression).
 A run that overruns is a `hang`; one that crashes in the target's own code is an
