@@ -202,7 +202,7 @@ def main() -> None:
         print(f"target {args.target}; baseline step {step_ms:.2f} ms (one thread, lower quartile), one {PRODUCT}x{PRODUCT} product {one_s * 1e3:.3f} ms (both before the load); "
               f"slow versions: " + ", ".join(f"{f}x = {n} products per step" for f, (_, n) in slow.items()))
         loaders = start_load(args.load, args.load_threads)
-        print(f"load: {args.load} processes multiplying matrices on {args.load_threads} threads each, besides whatever else runs here; gate runs with OMP_NUM_THREADS={args.threads or 'unset'}")
+        print(f"load: {args.load} processes multiplying matrices on {args.load_threads} threads each, besides whatever else runs here; gate runs with OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}")
         try:
             results = run_all(args, root, base, slow, env, started)
         finally:
