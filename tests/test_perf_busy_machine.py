@@ -228,3 +228,14 @@ def test_an_amp_speedup_under_the_floor_within_its_noise_is_not_measured(tmp_pat
     [speed] = [m for m in perf_amp.metrics(flat, policy, ACTIVE) if m.id == "amp.speedup"]
     assert speed.passed is False
     assert any(f.category.value == "amp-speedup" and f.blocking for f in perf_amp.target_findings(ctx, flat, policy, None))
+
+
+def test_the_timing_plan_alternates_the_baseline_with_this_version_at_the_primary_setting(tmp_path: Path) -> None:
+    from traingate.pipeline.model.config import EntrypointConfig
+    from traingate.stages.performance.stage import _timing_plan
+
+    code = baseline_code.BaselineCode("abc123", tmp_path, EntrypointConfig.model_validate({"call": "m:f", "amp_flag": "amp"}))
+    plan = [(p.label, p.amp, p.baseline, p.extra) for p in _timing_plan("amp", 1, code)]
+    # fp32 once, then A B A B with AMP on; the second B is the one extra run of this version.
+    assert plan == [("fp32", False, False, False), ("amp", True, True, False), ("amp", True, False, False), ("amp", True, True, False), ("amp", True, False, True)]
+    assert [(p.label, p.baseline) for p in _timing_plan(None, 1, "no commit")] == [("default", False)]

@@ -100,6 +100,7 @@ class _Planned:
     label: str
     amp: bool | None
     baseline: bool = False
+    extra: bool = False  # a run of this version made only to be timed beside the baseline's
 
 
 @dataclass
@@ -123,7 +124,8 @@ def _timing_plan(flag: str | None, repeats: int, baseline: BaselineCode | str | 
     primary, amp = settings[-1]
     base_amp = True if baseline.entrypoint.amp_switch else None
     others = [_Planned(label, a) for label, a in settings[:-1] for _ in range(repeats)]
-    return others + [run for _ in range(max(2, repeats)) for run in (_Planned(primary, base_amp, baseline=True), _Planned(primary, amp))]
+    pairs = [(_Planned(primary, base_amp, baseline=True), _Planned(primary, amp, extra=index >= repeats)) for index in range(max(2, repeats))]
+    return others + [run for pair in pairs for run in pair]
 
 
 def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode | str | None, profile_record: RunRecord) -> _TimingDone | StageOutcome:
@@ -131,18 +133,23 @@ def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode |
     done = _TimingDone(runs=[profile_record])
     base_ctx = _baseline_context(ctx, baseline) if isinstance(baseline, BaselineCode) else None
     for index, planned in enumerate(plan):
-        if planned.baseline and (base_ctx is None or done.baseline_failed):
+        if (planned.baseline or planned.extra) and (base_ctx is None or done.baseline_failed):
             continue
         left = len(plan) - index
         before = perf_load.sample()
         run_ctx = base_ctx if planned.baseline and base_ctx is not None else ctx
         prefix = "baseline-" if planned.baseline else ""
         run = run_entrypoint(run_ctx, label=f"{prefix}timing-{planned.label}", amp=planned.amp, instruments=[LIGHT], budget_s=ctx.child_budget() / left)
-        if planned.baseline:
-            light: LightPayload | StageOutcome | None = run.payload(LIGHT, LightPayload) if run.ok else None
-            if light is None:
-                done.baseline_failed = f"the baseline's timing run {run.failure() or 'handed back no step times'}"
+        if planned.baseline or planned.extra:
+            # Made only for the side-by-side timing: one that fails leaves it not measured, never a finding.
+            side_light = run.payload(LIGHT, LightPayload) if run.ok else None
+            if side_light is None:
+                whose = "the baseline's timing run" if planned.baseline else "this version's second timing run"
+                done.baseline_failed = f"{whose} {run.failure() or 'handed back no step times'}"
                 continue
+            if planned.extra:
+                done.timings.setdefault(planned.label, []).append(side_light.clock)
+            light: LightPayload | StageOutcome = side_light
         else:
             light = _measured(ctx, run, LIGHT, LightPayload, f"The {planned.label} timing run", run_id=f"timing-{planned.label}")
             if isinstance(light, StageOutcome):
