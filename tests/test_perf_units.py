@@ -12,6 +12,7 @@ from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.model.schema import Metric, PipelineReport, Severity
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.base import StageContext
+from traingate.stages.performance.details import MachineRecord
 from traingate.stages.performance.probe.payloads import AmpCounts, FullPayload, MemoryRecord, StepClockRecord, SyncRecords
 from traingate.stages.performance.spec import PerformanceStage
 from traingate.stages.performance.stage import analyse
@@ -61,14 +62,26 @@ def full_payload(profile: dict[str, Any]) -> FullPayload:
     return FullPayload.model_validate({**profile, "memory": memory_record(profile["memory"]), "syncs": syncs, "instrument_s": 0.01, "instrumentation": window})
 
 
-def baseline_with(metrics: list[dict[str, Any]], device: str = "cpu") -> dict[str, Any]:
-    return {"version": "v1", "environment": {"device": device}, "stages": [{"name": "performance", "metrics": metrics}]}
+# The machine of the hand-made baselines below, and a quiet timing run on it: a stored step
+# time compares only with one measured on the same machine, both quiet (regression.py).
+MACHINE = {"cpu_model": "Test CPU @ 2.0GHz", "cpus": 16, "device": "cpu", "device_name": None, "torch": "2.13.0"}
+QUIET_RUN = {"label": "timing (default)", "amp": None, "steps": 40, "duration_s": 2.0, "load": {"wall_s": 2.0, "other_cpu_share": 0.02, "own_cpu_s": 2.0, "loadavg": 0.3, "quiet": True}}
+
+
+def baseline_with(metrics: list[dict[str, Any]], device: str = "cpu", machine: dict[str, Any] | None = MACHINE) -> dict[str, Any]:
+    details = {"machine": machine, "runs": [QUIET_RUN]} if machine else {}
+    return {"version": "v1", "environment": {"device": device}, "stages": [{"name": "performance", "metrics": metrics, "details": details}]}
+
+
+def quiet_timings(**machine: Any) -> perf_regression.Timings:
+    """This run's timings taken quietly on MACHINE (with `machine`'s fields changed)."""
+    return perf_regression.Timings(MachineRecord.model_validate({**MACHINE, **machine}), True, "other processes took up to 2% of its CPU time")
 
 
 def test_step_time_regression_beyond_noise_is_reported(tmp_path: Path) -> None:
     base = baseline_with([{"id": "step_time.median.default", "name": "step time, median (default)", "value": 10.0}, {"id": "step_time.iqr.default", "name": "step time, IQR (default)", "value": 0.5}])
     now = [Metric(id="step_time.median.default", name="step time, median (default)", value=16.0, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=0.4, unit="ms")]
-    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "step_time.iqr.default"}, "cpu")
+    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "step_time.iqr.default"}, "cpu", quiet_timings())
     [finding] = findings
     assert finding.category.value == "perf-regression" and finding.severity is Severity.HIGH and finding.blocking
     assert finding.evidence.data["ratio"] == pytest.approx(1.6)
@@ -78,7 +91,7 @@ def test_step_time_regression_beyond_noise_is_reported(tmp_path: Path) -> None:
 def test_slower_within_the_measured_spread_is_not_a_regression(tmp_path: Path) -> None:
     base = baseline_with([{"id": "step_time.median.default", "name": "step time, median (default)", "value": 10.0}, {"id": "step_time.iqr.default", "name": "step time, IQR (default)", "value": 1.0}])
     now = [Metric(id="step_time.median.default", name="step time, median (default)", value=12.5, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=1.0, unit="ms")]
-    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "step_time.iqr.default"}, "cpu")
+    summary, findings = perf_regression.compare(make_ctx(tmp_path, base), now, {"step_time.median.default": "step_time.iqr.default"}, "cpu", quiet_timings())
     assert findings == []
     assert summary.compared[0].allowed == pytest.approx(0.3)
 

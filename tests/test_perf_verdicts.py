@@ -18,7 +18,7 @@ from traingate.stages.performance.probe.payloads import AmpCounts, StepClockReco
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression
 from traingate.stages.performance.spread import ratio_from_iqr, ratio_of_medians
 from traingate.stages.performance.stage import analyse
-from tests.test_perf_units import full_payload, make_ctx, memory_record
+from tests.test_perf_units import baseline_with, full_payload, make_ctx, memory_record, quiet_timings
 
 
 def clock(step_ms: list[float], losses: list[float] | None = None) -> StepClockRecord:
@@ -112,21 +112,27 @@ def test_analyse_with_inactive_amp_says_so_and_prints_no_ratio(tmp_path: Path) -
 
 
 def test_step_time_regression_rows_carry_the_ratios_spread(tmp_path: Path) -> None:
-    baseline = {"version": "v1", "environment": {"device": "cpu"}, "stages": [{"name": "performance", "metrics": [
+    baseline = baseline_with([
         {"id": "step_time.median.default", "name": "step time, median (default)", "value": 10.0},
         {"id": "step_time.iqr.default", "name": "step time, IQR (default)", "value": 0.5},
-    ]}]}
+    ])
     spreads = {"step_time.median.default": "step_time.iqr.default"}
 
     def compared(median_ms: float, iqr_ms: float) -> RegressionRow:
         now = [Metric(id="step_time.median.default", name="step time, median (default)", value=median_ms, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=iqr_ms, unit="ms")]
-        summary, _ = perf_regression.compare(make_ctx(tmp_path, baseline), now, spreads, "cpu")
+        summary, _ = perf_regression.compare(make_ctx(tmp_path, baseline), now, spreads, "cpu", quiet_timings())
         return next(r for r in summary.compared if r.metric_id == "step_time.median.default")
 
     slower = compared(16.0, 0.4)
     assert slower.regressed and slower.spread is not None and slower.spread.low > 1.0 and not slower.spread.within_noise
-    same = compared(10.2, 3.0)
+    same = compared(10.2, 1.2)
     assert not same.regressed and same.spread is not None and same.spread.within_noise
+    # A spread of 29 % is more noise than the 10 % it would judge: not comparable, not compared.
+    noisy = [Metric(id="step_time.median.default", name="step time, median (default)", value=10.2, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=3.0, unit="ms")]
+    summary, findings = perf_regression.compare(make_ctx(tmp_path, baseline), noisy, spreads, "cpu", quiet_timings())
+    assert findings == [] and summary.compared == []
+    [skipped] = summary.not_comparable
+    assert "IQR / median: this run 29%" in skipped.reason
 
 
 # -- one memory verdict --------------------------------------------------------------------

@@ -83,11 +83,32 @@ class StepRecord(Measured):
 # -- the runs ------------------------------------------------------------------------------
 
 
+class LoadRecord(Measured):
+    """What other processes did while a timing run ran (stages/performance/load.py)."""
+
+    wall_s: float
+    other_cpu_share: float | None  # their CPU time / (cores x wall time); None: /proc/stat unreadable
+    own_cpu_s: float | None  # the run's own process CPU time, as its probe read it
+    loadavg: float | None  # the 1-minute load average at the run's end
+    quiet: bool  # other_cpu_share at most load.QUIET_SHARE
+
+
+class MachineRecord(Measured):
+    """The machine a timing ran on: a stored timing is compared only on the same one."""
+
+    cpu_model: str | None
+    cpus: int  # the cores the stage's process may run on
+    device: str  # "cpu" or "cuda"
+    device_name: str | None  # the CUDA device's name; None on CPU
+    torch: str | None  # the torch build of the timing runs
+
+
 class RunRecord(Measured):
     label: str
     amp: bool | None  # None: the target's own setting (no AMP flag)
     steps: int
     duration_s: float
+    load: LoadRecord | None = None  # timing runs only
 
 
 class StepCounts(Measured):
@@ -353,9 +374,50 @@ class RegressionRow(Measured):
     sign_test: SignTestRecord | None = None
 
 
+class NotComparable(Measured):
+    """A stored step time of the baseline report this run's could not be compared with."""
+
+    metric: str
+    metric_id: str
+    reason: str
+
+
+class PairRatio(Measured):
+    """Two adjacent timing runs, one of each version: this version's step time over the baseline's."""
+
+    runs: list[str]  # the two runs' labels, in the order they ran
+    spread: SpreadRecord  # the ratio of their medians, with its bootstrap interval
+
+
+class SideMeasure(Measured):
+    """One measure of the side-by-side timing over every adjacent pair of runs."""
+
+    measure: str  # "wall clock", "cuda events" or "process CPU time"
+    pairs: list[PairRatio]
+    verdict: Literal["slower", "not slower", "not measured"]
+    reason: str
+
+
+class SideBySide(Measured):
+    """The baseline's code timed beside this version's, interleaved (stages/performance/side_by_side.py)."""
+
+    commit: str
+    label: str  # the timing setting compared ("amp", "default")
+    order: list[str]  # the runs in the order they ran
+    threshold: float  # the relative slowdown that counts as a regression
+    measures: list[SideMeasure]
+    verdict: Literal["slower", "not slower", "not measured"]
+    reason: str
+    baseline_step_ms: float | None  # the median of the version's runs' lower quartiles
+    current_step_ms: float | None
+
+
 class RegressionDetails(Measured):
     compared: list[RegressionRow]
     note: str | None  # why nothing was compared
+    side_by_side: SideBySide | None = None
+    not_comparable: list[NotComparable] = []
+    side_by_side_note: str | None = None  # why the baseline's code was not timed beside this version's
 
 
 # -- the stage -----------------------------------------------------------------------------
@@ -377,3 +439,5 @@ class PerformanceDetails(Measured):
     regression: RegressionDetails | None = None
     not_measured: list[str] = []
     instrument_s: float | None = None
+    machine: MachineRecord | None = None  # where the timing runs ran
+    timing_notice: str | None = None  # timings that could not be compared or measured: the page says so first

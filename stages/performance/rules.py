@@ -83,11 +83,21 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.PERF_REGRESSION, STAGE, Severity.HIGH,
         "step time or peak memory is worse than the baseline beyond measurement noise",
-        "Compares this run's step time and peak memory with the `--baseline` report's, metric by metric id.",
-        "The relative change against a noise margin taken from both runs' spread.",
+        "Compares this run's step time with the `--baseline` version's and its peak memory with the baseline report's, metric by metric id. "
+        "Where the baseline report's commit is in the clone, the baseline's code is timed in this run, on this machine, alternating with this "
+        "version's (A, B, A, B), and the step time is judged from those runs; otherwise a step time stored in the report is compared only "
+        "when both were measured on the same machine (CPU model and cores, device, torch build), both runs had the machine to themselves, and "
+        "neither spread more than 15 %: anything else is listed as not comparable, at the top of the performance page, and neither blocks nor passes.",
+        "Beside the baseline's code: each run's lower-quartile step time (the steps load left alone), this version's over the baseline's in "
+        "every adjacent pair of runs with its 95 % bootstrap interval, by the step clock and, on CPU, by the process's CPU time per step (which "
+        "other processes' load moves far less); slower when by either measure every pair's interval lies above 1.10 and the gap between the "
+        "versions' runs is wider than the spread between one version's runs; not measured when the intervals cover 1.10. Stored numbers: the "
+        "relative change against max(10 %, 3 x either run's spread). Peak memory, which load does not move: larger by more than 10 %.",
         Blocks.POLICY,
         "This change makes training slower or hungrier than the version it replaces.",
-        "Compare the time breakdown and memory chart of both reports to find the phase or line that changed.",
+        "Compare the time breakdown and memory chart of both reports to find the phase or line that changed. A step time judged not "
+        "comparable or not measured was not judged: fetch the baseline's commit (`fetch-depth: 0`) so its code is timed beside this version's.",
+        note="A timing that load on the machine could explain (the runs beside each other disagree, or a stored number from another or busy machine) never blocks.",
     ),
 )
 CATEGORIES: frozenset[Category] = frozenset(rule.category for rule in RULES)

@@ -49,17 +49,23 @@ class RatioSpread:
 def ratio_of_medians(numerator: list[float], denominator: list[float], resamples: int = RESAMPLES, seed: int = SEED) -> RatioSpread | None:
     """median(numerator) / median(denominator) and its bootstrap interval; None when a side
     has no steps or a median of zero."""
+    return ratio_of_quantiles(numerator, denominator, 0.5, resamples, seed)
+
+
+def ratio_of_quantiles(numerator: list[float], denominator: list[float], q: float, resamples: int = RESAMPLES, seed: int = SEED) -> RatioSpread | None:
+    """The ratio of both sides' `q` quantiles (0.5: the medians) and its bootstrap interval;
+    None when a side has no steps or a quantile of zero."""
     if not numerator or not denominator:
         return None
-    bottom = median(denominator)
+    bottom = quantile(denominator, q)
     if bottom <= 0:
         return None
-    ratio = median(numerator) / bottom
+    ratio = quantile(numerator, q) / bottom
     rng = random.Random(seed)
     ratios = []
     for _ in range(resamples):
-        top = median(rng.choices(numerator, k=len(numerator)))
-        under = median(rng.choices(denominator, k=len(denominator)))
+        top = quantile(rng.choices(numerator, k=len(numerator)), q)
+        under = quantile(rng.choices(denominator, k=len(denominator)), q)
         if under > 0:
             ratios.append(top / under)
     if not ratios:
@@ -68,7 +74,20 @@ def ratio_of_medians(numerator: list[float], denominator: list[float], resamples
     tail = (1 - CONFIDENCE) / 2
     low = ratios[int(tail * (len(ratios) - 1))]
     high = ratios[int(round((1 - tail) * (len(ratios) - 1)))]
-    return RatioSpread(ratio, min(low, ratio), max(high, ratio), f"bootstrap over steps, {resamples} resamples")
+    what = "medians" if q == 0.5 else f"{q:.0%} quantiles"
+    method = f"bootstrap over steps, {resamples} resamples" + ("" if q == 0.5 else f", {what}")
+    return RatioSpread(ratio, min(low, ratio), max(high, ratio), method)
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The `q` quantile, linearly interpolated between the sorted values (q = 0.5: the median)."""
+    if q == 0.5:
+        return median(values)
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def ratio_from_iqr(numerator_median: float, numerator_iqr: float, denominator_median: float, denominator_iqr: float) -> RatioSpread | None:

@@ -4,7 +4,10 @@ Child processes, each a fresh call of the configured entrypoint:
 1. one instrumented run (AMP on when the target has an AMP flag): step clock, storage
    tracker, sync counter, sampler (stages/performance/probe/instrument.py:full);
 2. timing runs with the step clock only: AMP off and on when the target has an AMP flag,
-   else one with its own settings.
+   else one with its own settings; with a `--baseline` whose commit is in the clone, the
+   baseline's code (its tree written out by `baseline_code`) alternates with this version's
+   at the primary setting, A B A B, and `side_by_side` judges the step time from those runs.
+   Each timing run is bracketed by readings of the machine's load (`load`).
 From them: `memory-leak` (perf_memory), `host-sync` (perf_sync), `amp-*` (perf_amp),
 `input-stall` and the time breakdown (perf_timing), `perf-regression` (perf_regression).
 A run that overruns is a `hang`; one that crashes in the target's own code is an
@@ -14,7 +17,7 @@ optimizer step, is a blocking `stage-error`: nothing was profiled, and that neve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,11 +27,14 @@ from traingate.stages.performance.details import (
     AmpDetails,
     Breakdown,
     DeviceKind,
+    LoadRecord,
     MemoryDetails,
+    NotComparable,
     PerformanceDetails,
     RegressionDetails,
     RegressionRow,
     RunRecord,
+    SideBySide,
     StallDetails,
     StepCounts,
     StepRecord,
@@ -37,7 +43,9 @@ from traingate.stages.performance.details import (
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
-from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, SiteKey, StepClockRecord
+from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, ProcessRecord, SiteKey, StepClockRecord
+from traingate.stages.performance import baseline_code as perf_baseline_code, load as perf_load, notice as perf_notice, side_by_side as perf_side
+from traingate.stages.performance.baseline_code import BaselineCode
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
@@ -60,31 +68,167 @@ class PerformanceWork:
         flag = entrypoint.amp_switch  # the keyword, or `amp_args` for a script
         settings = ctx.section(PerformanceConfig)
         warmup = settings.warmup_steps
-        timing_plan: list[tuple[str, bool | None]] = [("fp32", False), ("amp", True)] if flag else [("default", None)]
-        timing_plan = [(label, amp) for label, amp in timing_plan for _ in range(settings.timing_runs)]
+        baseline = _baseline_code(ctx)
+        plan = _timing_plan(flag, settings.timing_runs, baseline)
 
         profile_run = run_entrypoint(
             ctx, label="profile", amp=True if flag else None, instruments=[FULL],
-            options={"warmup_steps": warmup, "min_steps": settings.min_steps}, budget_s=ctx.child_budget() * (0.6 if len(timing_plan) > 1 else 0.7),
+            options={"warmup_steps": warmup, "min_steps": settings.min_steps}, budget_s=ctx.child_budget() * (0.6 if len(plan) > 1 else 0.7),
         )
         profile = _measured(ctx, profile_run, FULL, FullPayload, "The instrumented training run", run_id="profile")
         if isinstance(profile, StageOutcome):
+            _remove(baseline)
             return profile
         steps = profile.clock.steps
         if steps == 0:
+            _remove(baseline)
             return _no_steps(ctx, profile_run, profile.clock)
+        try:
+            done = _time_runs(ctx, plan, baseline, _run_record("profile (instrumented)", True if flag else None, profile_run, steps))
+        finally:
+            _remove(baseline)
+        if isinstance(done, StageOutcome):
+            return done
+        environment = _timing_environment(ctx, done, profile.clock.training_device, baseline, settings)
+        return analyse(ctx, profile, {k: _fastest(v, warmup) for k, v in done.timings.items()}, done.runs, flag, environment)
 
-        timings: dict[str, list[StepClockRecord]] = {}
-        runs = [_run_record("profile (instrumented)", True if flag else None, profile_run, steps)]
-        for index, (label, amp) in enumerate(timing_plan):
-            left = len(timing_plan) - index
-            run = run_entrypoint(ctx, label=f"timing-{label}", amp=amp, instruments=[LIGHT], budget_s=ctx.child_budget() / left)
-            light = _measured(ctx, run, LIGHT, LightPayload, f"The {label} timing run", run_id=f"timing-{label}")
+
+@dataclass(frozen=True)
+class _Planned:
+    """One timing run to make: its setting, and whether it runs the baseline's code."""
+
+    label: str
+    amp: bool | None
+    baseline: bool = False
+    extra: bool = False  # a run of this version made only to be timed beside the baseline's
+
+
+@dataclass
+class _TimingDone:
+    """What the timing runs measured, in the order they ran."""
+
+    runs: list[RunRecord]
+    timings: dict[str, list[StepClockRecord]] = field(default_factory=dict)
+    side_runs: list[tuple[_Planned, LightPayload]] = field(default_factory=list)
+    loads: list[LoadRecord] = field(default_factory=list)
+    process: ProcessRecord | None = None
+    baseline_failed: str | None = None
+
+
+def _timing_plan(flag: str | None, repeats: int, baseline: BaselineCode | str | None) -> list[_Planned]:
+    """The timing runs: each setting `repeats` times; with the baseline's code, the primary
+    setting alternates with the baseline's, A B A B (at least two of each), after the others."""
+    settings: list[tuple[str, bool | None]] = [("fp32", False), ("amp", True)] if flag else [("default", None)]
+    if not isinstance(baseline, BaselineCode):
+        return [_Planned(label, amp) for label, amp in settings for _ in range(repeats)]
+    primary, amp = settings[-1]
+    base_amp = True if baseline.entrypoint.amp_switch else None
+    others = [_Planned(label, a) for label, a in settings[:-1] for _ in range(repeats)]
+    pairs = [(_Planned(primary, base_amp, baseline=True), _Planned(primary, amp, extra=index >= repeats)) for index in range(max(2, repeats))]
+    return others + [run for pair in pairs for run in pair]
+
+
+def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode | str | None, profile_record: RunRecord) -> _TimingDone | StageOutcome:
+    """Make the planned timing runs, each bracketed by readings of the machine's load."""
+    done = _TimingDone(runs=[profile_record])
+    base_ctx = _baseline_context(ctx, baseline) if isinstance(baseline, BaselineCode) else None
+    for index, planned in enumerate(plan):
+        if (planned.baseline or planned.extra) and (base_ctx is None or done.baseline_failed):
+            continue
+        left = len(plan) - index
+        before = perf_load.sample()
+        run_ctx = base_ctx if planned.baseline and base_ctx is not None else ctx
+        prefix = "baseline-" if planned.baseline else ""
+        run = run_entrypoint(run_ctx, label=f"{prefix}timing-{planned.label}", amp=planned.amp, instruments=[LIGHT], budget_s=ctx.child_budget() / left)
+        if planned.baseline or planned.extra:
+            # Made only for the side-by-side timing: one that fails leaves it not measured, never a finding.
+            side_light = run.payload(LIGHT, LightPayload) if run.ok else None
+            if side_light is None:
+                whose = "the baseline's timing run" if planned.baseline else "this version's second timing run"
+                done.baseline_failed = f"{whose} {run.failure() or 'handed back no step times'}"
+                continue
+            if planned.extra:
+                done.timings.setdefault(planned.label, []).append(side_light.clock)
+            light: LightPayload | StageOutcome = side_light
+        else:
+            light = _measured(ctx, run, LIGHT, LightPayload, f"The {planned.label} timing run", run_id=f"timing-{planned.label}")
             if isinstance(light, StageOutcome):
                 return light
-            timings.setdefault(label, []).append(light.clock)
-            runs.append(_run_record(f"timing ({label})", amp, run, light.clock.steps))
-        return analyse(ctx, profile, {k: _fastest(v, warmup) for k, v in timings.items()}, runs, flag)
+            done.timings.setdefault(planned.label, []).append(light.clock)
+            done.process = done.process or light.process
+        assert isinstance(light, LightPayload)
+        load = perf_load.load_between(before, perf_load.sample(), light.process.cpu_s if light.process else None, perf_load.usable_cpus())
+        done.loads.append(load)
+        done.side_runs.append((planned, light))
+        name = f"baseline timing ({planned.label})" if planned.baseline else f"timing ({planned.label})"
+        done.runs.append(_run_record(name, planned.amp, run, light.clock.steps, load))
+    return done
+
+
+@dataclass(frozen=True)
+class TimingEnvironment:
+    """Where the timing runs ran and what the baseline's code measured beside them."""
+
+    timings: perf_regression.Timings
+    side_by_side: SideBySide | None = None
+    side_note: str | None = None  # why the baseline's code was not timed beside this version's
+
+
+def _timing_environment(ctx: StageContext, done: _TimingDone, training_device: str, baseline: BaselineCode | str | None, settings: PerformanceConfig) -> TimingEnvironment:
+    device = "cuda" if training_device.startswith("cuda") else "cpu"
+    process = done.process
+    machine = perf_load.machine(device, process.torch if process else None, process.device_name if process else None)
+    shares = [load.other_cpu_share for load in done.loads if load.other_cpu_share is not None]
+    quiet = bool(done.loads) and all(load.quiet for load in done.loads)
+    averages = [load.loadavg for load in done.loads if load.loadavg is not None]
+    note = (f"other processes took up to {max(shares):.0%} of its CPU time" if shares else "its load could not be read") + (f", load average up to {max(averages):.1f}" if averages else "")
+    side, side_note = None, None
+    if isinstance(baseline, BaselineCode):
+        if done.baseline_failed:
+            side_note = done.baseline_failed
+        else:
+            primary = [(p, light) for p, light in done.side_runs if p.label == _primary(done)]
+            side = perf_side.judge(baseline.commit, _primary(done), _side_runs(primary, settings.warmup_steps, device), settings.min_steps)
+    elif ctx.baseline is not None:
+        side_note = baseline
+    judged = {side.label} if side is not None else set()
+    return TimingEnvironment(perf_regression.Timings(machine, quiet, note, judged), side, side_note)
+
+
+def _primary(done: _TimingDone) -> str:
+    return "amp" if "amp" in done.timings else next(iter(done.timings), "default")
+
+
+def _side_runs(runs: list[tuple[_Planned, LightPayload]], warmup: int, device: str) -> list[perf_side.SideRun]:
+    """The primary setting's runs of both versions, in order, named A1, B1, A2, ... (A the baseline)."""
+    counts = {True: 0, False: 0}
+    out = []
+    for planned, light in runs:
+        counts[planned.baseline] += 1
+        clock = light.clock
+        times = {"cuda events" if clock.device is not None else "wall clock": perf_timing.step_times(clock, warmup)}
+        if device == "cpu" and light.process is not None and len(light.process.cpu_step) == clock.steps:
+            times[perf_side.PROCESS_CPU] = perf_timing.profiled(light.process.cpu_step, warmup)
+        out.append(perf_side.SideRun(label=f"{'A' if planned.baseline else 'B'}{counts[planned.baseline]}", baseline=planned.baseline, times=times))
+    return out
+
+
+def _baseline_code(ctx: StageContext) -> BaselineCode | str | None:
+    """The baseline's code to time beside this version's; why not (a sentence); None without a baseline."""
+    if ctx.baseline is None:
+        return None
+    return perf_baseline_code.checkout(ctx.origin, ctx.baseline.target.commit, ctx.root.name)
+
+
+def _baseline_context(ctx: StageContext, baseline: BaselineCode) -> StageContext:
+    """`ctx` for the baseline's runs: its tree and entrypoint, records of its own."""
+    config = ctx.config.model_copy(update={"entrypoint": baseline.entrypoint})
+    return replace(ctx, root=baseline.root, config=config, entrypoint_runs=[], files_read=[], training_stopped=[])
+
+
+def _remove(baseline: BaselineCode | str | None) -> None:
+    if isinstance(baseline, BaselineCode):
+        baseline.remove()
 
 
 @dataclass
@@ -95,18 +239,28 @@ class _Measured:
     device: str
     warmup: int
     min_steps: int
+    environment: TimingEnvironment | None = None
     findings: list[Finding] = field(default_factory=list)
     metrics: list[Metric] = field(default_factory=list)
     not_measured: list[str] = field(default_factory=list)
+    not_comparable: list[NotComparable] = field(default_factory=list)  # stored step times with too few steps for a median
+
+    @property
+    def timings(self) -> perf_regression.Timings | None:
+        return self.environment.timings if self.environment else None
 
 
-def analyse(ctx: StageContext, profile: FullPayload, timings: dict[str, StepClockRecord], runs: list[RunRecord], flag: str | None) -> StageOutcome:
-    """Findings, metrics and report details from what the runs measured."""
+def analyse(
+    ctx: StageContext, profile: FullPayload, timings: dict[str, StepClockRecord], runs: list[RunRecord], flag: str | None, environment: TimingEnvironment | None = None,
+) -> StageOutcome:
+    """Findings, metrics and report details from what the runs measured; `environment`: where
+    the timing runs ran and the side-by-side verdict (None: not recorded, so no stored step
+    time compares)."""
     settings = ctx.section(PerformanceConfig)
     clock = profile.clock
     steps = clock.steps
     device: DeviceKind = "cuda" if clock.training_device.startswith("cuda") else "cpu"
-    out = _Measured(ctx, device, settings.warmup_steps, settings.min_steps)
+    out = _Measured(ctx, device, settings.warmup_steps, settings.min_steps, environment)
     out.metrics.append(Metric(
         id="steps.profiled", name="training steps observed", value=steps, unit="steps",
         note=f"optimizer steps in the instrumented run; the first {out.warmup} are warm-up" + _window_note(profile, steps),
@@ -134,6 +288,8 @@ def analyse(ctx: StageContext, profile: FullPayload, timings: dict[str, StepCloc
         regression=regression,
         not_measured=out.not_measured,
         instrument_s=profile.instrument_s,
+        machine=environment.timings.machine if environment else None,
+        timing_notice=perf_notice.timing_notice(ctx.baseline is not None, regression),
     )
     summary = _summary(steps, out.warmup, device, out.findings, timing_details)
     return StageOutcome(summary=summary, metrics=out.metrics, findings=out.findings, details=details.data())
@@ -208,8 +364,11 @@ def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tupl
         stats = perf_timing.step_stats(run_clock, out.warmup, out.min_steps)
         if stats is None:
             # Too few steps for a median, but every one of them may still be slower than the baseline.
-            few, few_finding = perf_regression.few_steps(out.ctx, label, perf_timing.step_times(run_clock, out.warmup), out.device)
+            few, few_finding = perf_regression.few_steps(out.ctx, label, perf_timing.step_times(run_clock, out.warmup), out.device, out.timings)
             out.findings += [few_finding] if few_finding else []
+            if isinstance(few, NotComparable):
+                out.not_comparable.append(few)
+                few = None
             if few is not None:
                 few_step_rows.append(few)
             if few_finding is None:
@@ -271,16 +430,40 @@ def _stall_section(out: _Measured, profile: FullPayload, timings: dict[str, Step
 
 
 def _regression_section(out: _Measured, spreads: dict[str, str], few_step_rows: list[RegressionRow]) -> RegressionDetails:
-    """perf-regression against the baseline, the few-step comparisons included."""
-    regression, regression_findings = perf_regression.compare(out.ctx, out.metrics, spreads, out.device)
+    """perf-regression against the baseline: the side-by-side timing, the stored numbers
+    that compare, the few-step comparisons; what does not compare is listed as such."""
+    regression, regression_findings = perf_regression.compare(out.ctx, out.metrics, spreads, out.device, out.timings)
     out.findings += regression_findings
+    compared, note = list(regression.compared), regression.note
+    environment = out.environment
+    side = environment.side_by_side if environment else None
+    if side is not None:
+        finding = perf_regression.side_by_side(out.ctx, side, out.device)
+        out.findings += [finding] if finding else []
+        side_row = perf_regression.side_by_side_row(side)
+        compared += [side_row] if side_row else []
+        if side.verdict == "not measured":
+            out.not_measured.append(f"Step time ({side.label}) against the baseline's code, timed beside it: not measured: {side.reason}.")
+        note = None if side_row else note
     if few_step_rows:
         # A regressed few-step row is a comparison made, whatever the medians' note says.
-        note = None if any(r.regressed for r in few_step_rows) else regression.note
-        regression = RegressionDetails(compared=[*regression.compared, *few_step_rows], note=note)
-    if regression.note:
-        out.not_measured.append(f"Performance regression: {regression.note}.")
-    return regression
+        note = None if any(r.regressed for r in few_step_rows) else note
+        compared += few_step_rows
+    not_comparable = [*regression.not_comparable, *out.not_comparable]
+    for skipped in not_comparable:
+        out.not_measured.append(f"{skipped.metric} against the baseline report's: not comparable: {skipped.reason}.")
+    if note:
+        out.not_measured.append(f"Performance regression: {note}.")
+    side_note = environment.side_note if environment else None
+    details = RegressionDetails(compared=compared, note=note)
+    # Only what there is (set fields only are dumped): a run without a baseline keeps the record it always had.
+    if side is not None:
+        details.side_by_side = side
+    if not_comparable:
+        details.not_comparable = not_comparable
+    if side_note:
+        details.side_by_side_note = side_note
+    return details
 
 
 def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timing: dict[str, StepRecord]) -> str:
@@ -324,8 +507,9 @@ def _fastest(clocks: list[StepClockRecord], warmup: int) -> StepClockRecord:
     return min(clocks, key=key)
 
 
-def _run_record(label: str, amp: bool | None, run: EntrypointRun, steps: int) -> RunRecord:
-    return RunRecord(label=label, amp=amp, steps=steps, duration_s=round(run.child.duration_s, 3))
+def _run_record(label: str, amp: bool | None, run: EntrypointRun, steps: int, load: LoadRecord | None = None) -> RunRecord:
+    record = RunRecord(label=label, amp=amp, steps=steps, duration_s=round(run.child.duration_s, 3))
+    return record.model_copy(update={"load": load}) if load is not None else record
 
 
 def _code_reader(root: Path) -> Callable[[SiteKey], str]:

@@ -22,6 +22,7 @@ window ended where it did.
 
 from __future__ import annotations
 
+import os
 import time
 from itertools import pairwise
 from statistics import median
@@ -65,17 +66,30 @@ STEADY_HOST_BYTES = 16 * 1024
 class LightProbe:
     def __init__(self) -> None:
         self.clock: StepClock | None = None
+        self.cpu_marks: list[float] = []  # process CPU time at install, then at each step's end
 
     def install(self, ctx: Any) -> None:
         eager = None if torch.cuda.is_available() else (lambda t: float(t))
         self.clock = StepClock(FrameIndex(ctx.root), read_loss=eager)
+        self.cpu_marks = [time.process_time()]
+        self.clock.listeners.append(lambda _step: self.cpu_marks.append(time.process_time()))
         self.clock.install()
 
     def collect(self) -> dict[str, Any]:
         from traingate.stages.performance.probe.payloads import LightPayload  # at collect(): no start-up cost
 
         assert self.clock is not None
-        return LightPayload.sent({"clock": self.clock.collect()})
+        clock = self.clock.collect()
+        return LightPayload.sent({"clock": clock, "process": self._process(clock["training_device"])})
+
+    def _process(self, device: str) -> dict[str, Any]:
+        marks = self.cpu_marks
+        name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None
+        build = torch.__version__ + (f" cuda {torch.version.cuda}" if torch.version.cuda else "")
+        # The whole process's CPU time since it started (a warm fork's starts at the fork), the
+        # DataLoader workers it has reaped included: what the stage subtracts from the machine's.
+        spent = sum(os.times()[:4])
+        return {"cpu_step": [b - a for a, b in pairwise(marks)], "cpu_s": spent, "torch": build, "device_name": name}
 
 
 class FullProbe:

@@ -251,11 +251,22 @@ class InstrumentationWindow(Payload):
 
 
 # -- the two payloads ----------------------------------------------------------------------
+class ProcessRecord(Payload):
+    """The timing run's own process: its CPU time per step (what load on other cores moves
+    least) and the torch build and device it ran on (what a stored timing is compared by)."""
+
+    cpu_step: list[float]  # process CPU seconds (all its threads) per completed step
+    cpu_s: float  # the process's CPU seconds since it started, its reaped children's included
+    torch: str  # torch.__version__, with torch.version.cuda where built for CUDA
+    device_name: str | None  # torch.cuda.get_device_name of the training device; None off CUDA
+
+
 class LightPayload(Payload):
     """`PERFORMANCE_LIGHT` (`LightProbe.collect`): the timing runs' step clock, read by
     stage.py and timing.py / amp.py."""
 
     clock: StepClockRecord
+    process: ProcessRecord | None = None
 
 
 class FullPayload(Payload):
