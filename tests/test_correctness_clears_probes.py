@@ -185,3 +185,19 @@ def test_the_clears_that_never_ran_are_named_with_their_branch(tmp_path: Path) -
     # Another method's clear is not this loop's; a clear that ran is not named.
     assert all(c.function == "step" for c in found)
     assert skipped_clears(tmp_path, [("train.py", 5)], ran={("train.py", n) for n in (8, 12, 14, 16)}) == []
+
+
+def test_a_step_a_grad_scaler_skipped_on_inf_discards_nothing() -> None:
+    """The scaler looked at the gradients and skipped the step on purpose: a decision, not a loss."""
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    run = _Run()
+    scaler_step = run.watch._scaler_step(torch.amp.GradScaler.step)
+    for index in range(4):
+        run.zero(optimizer)
+        loss = _loss(model, x, y) * (float("inf") if index < 2 else 1.0)
+        run.backward(scaler.scale(loss))
+        scaler_step(scaler, optimizer)
+        scaler.update()
+    assert run.discarded() == 0 and run.watch.collect()["backward_calls"] == 4

@@ -110,7 +110,8 @@ RULES: tuple[Rule, ...] = (
         "at each step, how much of the gradient it applies was already there at that optimizer's previous step. Deliberate accumulation (k backward calls, one step, then `zero_grad`) clears "
         "before the next backward and is clean; a step with no backward since the previous one is not judged here (with a GradScaler that is `gradscaler-protocol/stale-gradients`).",
         "Observed: the L2 norm of each parameter's `.grad` before every backward call and at every step, on its own device, read when the run ends; a parameter whose gradient was never None or zero "
-        "between two steps of its optimizer carries the earlier gradient into the later step. Reported: the steps affected, the norm carried over against the norm applied, and the lines of the step and of the backward call.",
+        "between two steps of its optimizer carries the earlier gradient into the later step. Reported: the steps affected, the norm carried over against the norm applied, and the lines of the step and of the backward call. "
+        "Where the function that steps or calls backward holds a `zero_grad()` that did not run once (counted at its line), the finding is located at that call and names the branch that skipped it.",
         Blocks.POLICY,
         "Every step adds all earlier gradients: the update grows with the step count and keeps pushing in old directions, so the training diverges or crawls (momentum and Adam's moments compound it).",
         "Clear the gradients once per optimizer step: `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()` (or before the backward); when accumulating, after the step that ends the accumulation.",

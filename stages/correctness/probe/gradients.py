@@ -15,6 +15,9 @@ judged (a step that reuses the previous gradients entirely is a different defect
 Once every gradient is None at a backward (`zero_grad()`'s default), nothing can be carried
 until the next step and no norm is taken. The norms stay on the parameters' device; one small vector a step is kept and read when the
 run ends, so the run is not synchronised at every step.
+
+The same wrappers and step hooks feed `probe.clears`: the lines whose `zero_grad()` ran, and
+the backward passes a clear threw away before any step used them.
 """
 
 from __future__ import annotations

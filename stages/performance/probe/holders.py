@@ -341,12 +341,12 @@ def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex
     return sorted(candidates, key=lambda c: (-(c[1].steps or 0), -c[0]))
 
 
-def graph_spans(stack: list[FrameType], frames: FrameIndex, marks: list[int], budget: int) -> list[tuple[int, Holder]]:
+def graph_spans(stack: list[FrameType], frames: FrameIndex, marks: list[int], budget: int, followed: set[str], full: int) -> list[tuple[int, Holder]]:
     """(steps held, holder) of every tensor bound to a name (a local of a target frame, an
     attribute of an object one holds, a global of a target module) that carries an autograd
-    graph, each counted by a descent of at most `budget` nodes (graph_span.py): cheap enough
-    for every step boundary, so that a graph released at every epoch's end is not sampled at
-    one phase of the epoch only."""
+    graph, each counted by a descent of at most `budget` nodes (graph_span.py), `full` for the
+    holders `followed` (by description): cheap enough for every step boundary, so that a graph
+    released at every epoch's end is not sampled at one phase of the epoch only."""
     snapshots = [(f, f.f_locals) for f in stack if f.f_code.co_flags & _CO_OPTIMIZED]
     out: list[tuple[int, Holder]] = []
     seen: set[int] = set()
@@ -355,9 +355,10 @@ def graph_spans(stack: list[FrameType], frames: FrameIndex, marks: list[int], bu
         if not _has_graph(value) or id(value) in seen:
             return
         seen.add(id(value))
-        steps = steps_held(value, marks, budget)
+        holder = make()
+        steps = steps_held(value, marks, full if holder.describe() in followed else budget)
         if steps is not None:
-            out.append((steps, make()))
+            out.append((steps, holder))
 
     try:
         # `measure` calls its factory at once (as `_graph_candidates`' `consider` does).
@@ -373,7 +374,7 @@ def graph_spans(stack: list[FrameType], frames: FrameIndex, marks: list[int], bu
                 for attr, held in attrs:
                     owner = type(value)
                     measure(held, lambda: Holder("attribute", str(attr), owner.__qualname__, *_class_site(owner, frames), _held_type(held), [], True))  # noqa: B023
-        for module in _target_module_dicts(frames).values():
+        for module in _target_modules_cached(frames):
             for name, value in list(vars(module).items()):
                 measure(value, lambda: Holder("global", name, module.__name__, relative(module.__file__ or "", frames.root), 1, _held_type(value), [], True))  # noqa: B023
         return out
@@ -436,6 +437,18 @@ def _held_type(obj: Any) -> str:
     if isinstance(obj, torch.Tensor):
         return "tensor with its autograd graph" if obj.grad_fn is not None else "tensor"
     return type(obj).__name__
+
+
+_MODULES_SEEN: dict[int, tuple[int, list[ModuleType]]] = {}  # id(frames) -> (len(sys.modules), the target's modules)
+
+
+def _target_modules_cached(frames: FrameIndex) -> list[ModuleType]:
+    """The target's modules, found again only when `sys.modules` changed size: read at every
+    step boundary, where a walk of every module would cost more than the rest."""
+    known = _MODULES_SEEN.get(id(frames))
+    if known is None or known[0] != len(sys.modules):
+        known = _MODULES_SEEN[id(frames)] = (len(sys.modules), list(_target_module_dicts(frames).values()))
+    return known[1]
 
 
 def _target_module_dicts(frames: FrameIndex) -> dict[int, ModuleType]:

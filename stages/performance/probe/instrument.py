@@ -65,7 +65,7 @@ STEADY_HOST_BYTES = 16 * 1024
 # checks (whose strides may divide an epoch's length and see a graph released at every epoch
 # end at one phase only): a short descent per named graph (SCAN_BUDGET nodes) until one holds
 # TRACK_STEPS steps, then the full descent for it at every boundary.
-SCAN_BUDGET = 64
+SCAN_BUDGET = 16
 TRACK_STEPS = 3
 MAX_TRACKED = 3
 MAX_SPAN_POINTS = 2000
@@ -233,9 +233,8 @@ class FullProbe:
 
     def _follow_graphs(self, completed: int) -> None:
         """The steps each named graph holds at this boundary, for those that held TRACK_STEPS."""
-        budget = SPAN_BUDGET if self.spans else SCAN_BUDGET
         held: dict[str, int] = {}
-        for steps, holder in graph_spans(target_stack(self.frames), self.frames, self.clock.seq_marks, budget):
+        for steps, holder in graph_spans(target_stack(self.frames), self.frames, self.clock.seq_marks, SCAN_BUDGET, set(self.spans), SPAN_BUDGET):
             key = holder.describe()
             held[key] = max(steps, held.get(key, 0))
             if key not in self.spans and steps >= TRACK_STEPS and len(self.spans) < MAX_TRACKED:
