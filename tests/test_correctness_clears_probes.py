@@ -201,3 +201,17 @@ def test_a_step_a_grad_scaler_skipped_on_inf_discards_nothing() -> None:
         scaler_step(scaler, optimizer)
         scaler.update()
     assert run.discarded() == 0 and run.watch.collect()["backward_calls"] == 4
+
+
+def test_a_step_skipped_by_hand_after_clipping_found_a_non_finite_norm_discards_nothing() -> None:
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = _Run()
+    clip = run.watch._inspecting(torch.nn.utils.clip_grad_norm_)
+    for index in range(4):
+        run.zero(optimizer)
+        for micro in range(2):
+            run.backward(_loss(model, x, y) * (float("inf") if index == 1 and micro == 0 else 1.0))
+        if torch.isfinite(clip(model.parameters(), 1.0)):
+            run.step(optimizer)
+    assert run.discarded() == 0

@@ -3,10 +3,11 @@ before any optimizer step used them (`probe.clears`), found by their cause with 
 baseline: accumulation written around a `zero_grad()` that still runs at every micro-batch
 trains on one micro-batch of every k, at the cost of all k.
 
-One finding per clearing line, at that line. High when the line discarded at least
-`MIN_BLOCKING` backward passes and at least `MIN_SHARE` of all the run's backward calls (the
-accumulation mistake discards k-1 of every k); a discard now and then (the last micro-batches
-of an epoch cleared at the next one's start, a step skipped by hand on a bad batch) is medium.
+One finding per clearing line, at that line. High when the line discarded backward passes at
+`MIN_BLOCKING` clears at least and at as many clears as `MIN_STEP_SHARE` of the optimizer steps
+(the accumulation mistake discards at every micro-batch but the last, so at every step); a
+discard now and then (a step skipped by hand on a non-finite gradient, the last micro-batches
+of an epoch cleared at the next one's start) is medium; a single one is not reported.
 """
 
 from __future__ import annotations
@@ -18,20 +19,22 @@ from traingate.stages.correctness.probe.payloads import DiscardSite, GradientsPa
 
 CATEGORY = Category.GRAD_ACCUMULATION
 RULE = f"{CATEGORY.value}/discarded-backward"
+MIN_REPORTED = 2
 MIN_BLOCKING = 2
-MIN_SHARE = 0.25
+MIN_STEP_SHARE = 0.5
 
 
 def discarded_findings(ctx: StageContext, gradients: GradientsPayload | None, fallback: Location) -> list[Finding]:
     if gradients is None or not gradients.discarded:
         return []
-    return [_finding(ctx, gradients, record, fallback) for record in gradients.discarded if record.backwards > 0]
+    # One clear in the whole run is a step given up on once, on purpose or not: not a pattern.
+    return [_finding(ctx, gradients, record, fallback) for record in gradients.discarded if record.backwards > 0 and record.clears >= MIN_REPORTED]
 
 
 def _finding(ctx: StageContext, gradients: GradientsPayload, record: DiscardSite, fallback: Location) -> Finding:
     total = max(gradients.backward_calls, record.backwards)
     share = record.backwards / total if total else 1.0
-    blocking = record.backwards >= MIN_BLOCKING and share >= MIN_SHARE
+    blocking = record.clears >= MIN_BLOCKING and record.clears >= MIN_STEP_SHARE * gradients.steps
     site = located.site(gradients, record.site)
     code = site.code if site else record.call + "()"
     where = f"{site.path}:{site.line}" if site else "a line outside the target"

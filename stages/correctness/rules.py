@@ -58,14 +58,14 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Category.GRAD_ACCUMULATION, STAGE, Severity.HIGH,
         "Backward passes computed gradients that a `zero_grad()` cleared before any optimizer step used them",
-        "Runs the entrypoint with every backward call, optimizer step, `GradScaler.step` and `zero_grad()` (optimizer's or module's) observed: a clear made outside a step, after backward "
-        "calls that left gradients on the cleared parameters and with no step since, discards those backward passes when the next step applies gradients of backward calls made after the clear.",
+        "Runs the entrypoint with every backward call, optimizer step, `zero_grad()` (optimizer's or module's), `GradScaler.step`, `GradScaler.unscale_` and gradient clipping observed "
+        "(the last three count as a step's decision on the gradients): a clear made outside a step, after backward calls that left gradients on the cleared parameters and with no step since, discards those backward passes when the next step applies gradients of backward calls made after the clear.",
         "Observed: the clearing line, the backward passes it discarded and the run's backward calls. A clear followed by a step with no backward in between is not counted here "
         "(gradients copied into `.grad` by hand, or a step that applies nothing: ineffective-step).",
         Blocks.POLICY,
         "Each step trains on the last micro-batch only: the others cost a forward and a backward pass and teach nothing, and the effective batch is k times smaller than configured.",
         "Clear the gradients only after the step that applies them: `optimizer.zero_grad()` next to `optimizer.step()`, under the same accumulation condition.",
-        note="Medium (not blocking by default) when the line discarded one backward pass, or under a quarter of the run's backward calls (a discard now and then).",
+        note="Medium (not blocking by default) when the line discarded at fewer clears than half the optimizer steps (a discard now and then); a line that discarded at one clear only is not reported.",
         sub="discarded-backward",
     ),
     Rule(

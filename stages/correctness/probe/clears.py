@@ -5,9 +5,11 @@ threw away before any optimizer step used them.
 `Optimizer.zero_grad` and `Module.zero_grad` are wrapped. Each call is counted at its line
 (stale-gradients names a clearing call that exists in the source and never ran). A call made
 outside an optimizer step (a closure's `zero_grad()` inside `step(closure)` is the step's
-own) after backward calls that reached the cleared parameters, with no optimizer step (nor
-`GradScaler.step`, which may skip one on purpose) since the latest of them, discards those
-backward passes. Which parameters a backward reached is told by their `.grad`: a gradient
+own) after backward calls that reached the cleared parameters, with no optimizer step since
+the latest of them, discards those backward passes. A step's decision on the gradients counts
+as a step: `GradScaler.step` (which may skip the optimizer's on an overflow), and
+`GradScaler.unscale_` or a gradient clipping call (what precedes a step skipped by hand on a
+non-finite norm). Which parameters a backward reached is told by their `.grad`: a gradient
 tensor other than the one there after the latest step or clear of that parameter, or the same
 one with a later version (autograd accumulates into it in place), was written since. The
 discard is only provisional until the next step: it stands when that step applies gradients
@@ -59,6 +61,13 @@ class ClearWatch:
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
         if scaler is not None:
             scaler.step = self._scaler_step(scaler.step)
+            scaler.unscale_ = self._inspecting(scaler.unscale_)
+        import torch.nn.utils.clip_grad as clip_grad
+
+        for name in ("clip_grad_norm_", "clip_grad_value_"):
+            wrapped = self._inspecting(getattr(clip_grad, name))
+            for module in (torch.nn.utils, clip_grad):
+                setattr(module, name, wrapped)
 
     # -- events -----------------------------------------------------------------------------------
     def backward(self) -> None:
@@ -110,6 +119,19 @@ class ClearWatch:
                 watch.step_ended(args[0] if args else kwargs.get("optimizer"))  # a step it skipped (inf or NaN found) is a decision on these gradients too
 
         return step
+
+    def _inspecting(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A call that reads the gradients on the way to a step: what it read was used."""
+        watch = self
+
+        @functools.wraps(original)
+        def inspect(*args: Any, **kwargs: Any) -> Any:
+            if watch._step_depth == 0:
+                watch._pending = []
+                watch._at_step = watch.backwards
+            return original(*args, **kwargs)
+
+        return inspect
 
     def _clearing(self, original: Callable[..., Any], call: str, params_of: Callable[[Any], list[Any]]) -> Callable[..., Any]:
         watch = self
