@@ -61,6 +61,19 @@ RULES: tuple[Rule, ...] = (
         "Divide each micro-batch's loss by the number of accumulation steps before backward (loss = loss / accumulation_steps).",
     ),
     Rule(
+        Category.GRAD_ACCUMULATION, STAGE, Severity.HIGH,
+        "Backward passes computed gradients that a `zero_grad()` cleared before any optimizer step used them",
+        "Runs the entrypoint with every backward call, optimizer step, `zero_grad()` (optimizer's or module's), `GradScaler.step`, `GradScaler.unscale_` and gradient clipping observed "
+        "(the last three count as a step's decision on the gradients): a clear made outside a step, after backward calls that left gradients on the cleared parameters and with no step since, discards those backward passes when the next step applies gradients of backward calls made after the clear.",
+        "Observed: the clearing line, the backward passes it discarded and the run's backward calls. A clear followed by a step with no backward in between is not counted here "
+        "(gradients copied into `.grad` by hand, or a step that applies nothing: ineffective-step).",
+        Blocks.POLICY,
+        "Each step trains on the last micro-batch only: the others cost a forward and a backward pass and teach nothing, and the effective batch is k times smaller than configured.",
+        "Clear the gradients only after the step that applies them: `optimizer.zero_grad()` next to `optimizer.step()`, under the same accumulation condition.",
+        note="Medium (not blocking by default) when the line discarded at fewer clears than half the optimizer steps (a discard now and then); a line that discarded at one clear only is not reported.",
+        sub="discarded-backward",
+    ),
+    Rule(
         Category.UNSHUFFLED_TRAINING, STAGE, Severity.MEDIUM,
         "a DataLoader that drives optimizer steps never shuffles, or its DistributedSampler repeats one order every epoch",
         "Records every DataLoader, which one handed out the batch before each optimizer step, its sampler and `DistributedSampler.set_epoch` calls.",
@@ -102,7 +115,8 @@ RULES: tuple[Rule, ...] = (
         "at each step, how much of the gradient it applies was already there at that optimizer's previous step. Deliberate accumulation (k backward calls, one step, then `zero_grad`) clears "
         "before the next backward and is clean; a step with no backward since the previous one is not judged here (with a GradScaler that is `gradscaler-protocol/stale-gradients`).",
         "Observed: the L2 norm of each parameter's `.grad` before every backward call and at every step, on its own device, read when the run ends; a parameter whose gradient was never None or zero "
-        "between two steps of its optimizer carries the earlier gradient into the later step. Reported: the steps affected, the norm carried over against the norm applied, and the lines of the step and of the backward call.",
+        "between two steps of its optimizer carries the earlier gradient into the later step. Reported: the steps affected, the norm carried over against the norm applied, and the lines of the step and of the backward call. "
+        "Where the function that steps or calls backward holds a `zero_grad()` that did not run once (counted at its line), the finding is located at that call and names the branch that skipped it.",
         Blocks.POLICY,
         "Every step adds all earlier gradients: the update grows with the step count and keeps pushing in old directions, so the training diverges or crawls (momentum and Adam's moments compound it).",
         "Clear the gradients once per optimizer step: `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()` (or before the backward); when accumulating, after the step that ends the accumulation.",

@@ -72,6 +72,7 @@ from traingate.stages.correctness.probe.payloads import (
 )
 from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
 from traingate.stages.correctness import modes, stale
+from traingate.stages.correctness import discarded
 from traingate.stages.correctness import loss_inputs, mixing
 from traingate.stages.correctness import baseline, clipping, leakage
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
@@ -160,8 +161,10 @@ class _Session(StageSession[CorrectnessRun]):
 
     # -- stale-gradients, train-eval-mode: read from the instrumented run ----------------------------
     def _gradients_and_modes(self, first: EntrypointRun, main_site: Location) -> None:
-        found, self.stale_gradients = stale.stale_gradient_check(self.ctx, first.payload(GRADIENTS, GradientsPayload), main_site)
+        gradients = first.payload(GRADIENTS, GradientsPayload)
+        found, self.stale_gradients = stale.stale_gradient_check(self.ctx, gradients, main_site)
         self.findings += found
+        self.findings += discarded.discarded_findings(self.ctx, gradients, main_site)
         found, self.train_eval_mode = modes.mode_check(self.ctx, first.payload(MODES, ModesPayload), main_site)
         self.findings += found
 

@@ -1,5 +1,9 @@
 """stale-gradients: optimizer steps that applied gradient carried over from before their
-previous step, because nothing cleared `.grad` in between (`probe.gradients`)."""
+previous step, because nothing cleared `.grad` in between (`probe.gradients`).
+
+Where the function that steps (or calls backward) holds a `zero_grad()` that never ran, the
+finding is located at that call and names the branch that skipped it (`skipped_clears`):
+the fix is to take the clear out from under its condition, not to add another."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Fi
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import GradientsPayload, StaleStep
 from traingate.stages.correctness import located
+from traingate.stages.correctness.skipped_clears import SkippedClear, skipped_clears
 
 CATEGORY = Category.STALE_GRADIENTS
 PER_STEP = {"step", "carried_norm", "applied_norm", "carried_share", "params_carrying", "params"}  # of a stale step, in the evidence
@@ -35,6 +40,13 @@ def _ratio(step: StaleStep) -> str:
     return "an unknown share" if share is None else f"{share:.2f}x the norm"
 
 
+def _skipped(ctx: StageContext, gradients: GradientsPayload, step: StaleStep) -> list[SkippedClear]:
+    """The `zero_grad()` calls of the stepping and backward functions that never ran."""
+    where = [(s.path, s.line) for s in (located.site(gradients, step.site), located.site(gradients, step.backward_site)) if s is not None]
+    ran = {(s.path, s.line) for c in gradients.clear_sites if c.calls and (s := located.site(gradients, c.site)) is not None}
+    return skipped_clears(ctx.root, where, ran)
+
+
 def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleStep], count: int, fallback: Location) -> Finding:
     first = steps[0]
     judged = gradients.judged
@@ -43,16 +55,26 @@ def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleSt
     step_code = located.code(gradients, first.site) or "optimizer.step()"
     listed = ", ".join(str(s.step) for s in steps[:10]) + (", ..." if count > 10 else "")
     shares = [s.carried_share for s in steps if s.carried_share is not None]
+    skipped = _skipped(ctx, gradients, first)
+    cause = skipped[0] if skipped else None
     return ctx.finding(
         category=CATEGORY,
-        title=f"{count} of {judged} optimizer step(s) applied gradients carried over from before the previous step: `.grad` is never cleared between steps",
-        location=located.location(gradients, first.site, fallback),
+        title=(
+            f"{count} of {judged} optimizer step(s) applied gradients carried over from before the previous step: "
+            + (f"`{cause.code}` at line {cause.line} never ran" if cause else "`.grad` is never cleared between steps")
+        ),
+        location=Location(path=cause.path, line=cause.line, function=cause.function) if cause else located.location(gradients, first.site, fallback),
         problem=(
-            f"Between optimizer step {first.step} and the previous step of its optimizer nothing cleared the gradients of {first.params_carrying} of "
+            (f"The clearing call `{cause.code}` at {cause.path}:{cause.line} exists but did not run once in {gradients.steps} optimizer step(s): it sits {cause.describe()}. " if cause else "")
+            + f"Between optimizer step {first.step} and the previous step of its optimizer nothing cleared the gradients of {first.params_carrying} of "
             f"{first.params} parameter(s) (no `zero_grad()`, `set_to_none` or `param.grad = None`), so the backward call at {backward_text} added to what was already there "
             f"and `{step_code}` applied the sum. At step {first.step} the gradient carried over had {_ratio(first)} of the gradient the step applied"
             + (f" (up to {max(shares):.2f}x over the steps affected)" if shares else "")
             + f". Steps affected: {listed}."
+        ),
+        fix=(
+            f"Take `{cause.code}` out from under `{cause.branch_code}`: clear the gradients at every step, whatever the condition (right after `{step_code}`)."
+            if cause and cause.branch_line is not None else None
         ),
         evidence=Evidence(
             kind=EvidenceKind.MEASURED,
@@ -63,6 +85,7 @@ def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleSt
                 "steps_judged": judged,
                 "step_site": site_record(located.site(gradients, first.site)),
                 "backward_site": located.record(backward) if backward else None,
+                "skipped_clears": [c.data() for c in skipped],
                 "per_step": [s.model_dump(mode="json", include=PER_STEP) for s in steps[:50]],
             },
         ),

@@ -22,6 +22,10 @@ bytes cannot: graph nodes, objects outside torch. When a growing held graph expl
 it is part of that graph's finding; when nothing does, it is a finding of its own, at the
 training loop's model call.
 
+A named graph released at every epoch's end (followed at every step boundary, so that the
+checks cannot alias with the epoch) is its own finding (epoch_graphs.py), in place of the
+growing-graph one.
+
 One verdict covers the three measures: a leak found from any of them is the verdict's, the
 metric's and the report's, whatever the others say; all are shown.
 
@@ -57,9 +61,10 @@ from traingate.stages.performance.details import (
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.performance.probe.payloads import CheckHolder, GraphHolder, GrowthLine, HolderRecord, MemoryRecord, RetainedSite
+from traingate.stages.performance.probe.payloads import CheckHolder, GraphHolder, GrowthLine, HolderRecord, LeakCheck, MemoryRecord, RetainedSite
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
+from traingate.stages.performance.epoch_graphs import epoch_finding, epoch_graphs
 
 CATEGORY = Category.MEMORY_LEAK
 STEADY_R2 = 0.9
@@ -85,7 +90,11 @@ def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int
     attribution.stored_at = stored_at(attribution)
     graphs = growing_graphs(memory)
     host_leak = host if host is not None and host.leak else None
-    findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g.growing]
+    # A graph seen released at an epoch's end is that leak, not one that grows for ever.
+    epochs = epoch_graphs(memory)
+    released = {e.description for e in epochs}
+    findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g.growing and g.holder.description not in released]
+    findings += [epoch_finding(ctx, e, device) for e in epochs]
     kept = kept_graphs(memory)
     nodes = node_growth(graphs, kept if verdict.steps >= min_steps else None)
     if verdict.leak:
@@ -231,6 +240,8 @@ class Attribution:
     checked_at_step: int | None
     stores: list[Site] = field(default_factory=list)
     stored_at: StoredAt | None = None
+    reach: list[list[int]] = field(default_factory=list)  # [step, tensors the holder reached] at each check
+    passed_over: str | None = None  # a name seen holding the tensors whose reach did not grow: not named
 
     def record(self) -> AttributionRecord:
         return AttributionRecord(sites=self.sites, holder=self.holder, growth=self.growth, checked_at_step=self.checked_at_step, stores=self.stores, stored_at=self.stored_at)
@@ -241,7 +252,11 @@ def attribute(memory: MemoryRecord) -> Attribution:
     checks = memory.checks
     with_sites = [c for c in checks if c.sites]
     latest = with_sites[-1] if with_sites else None
-    holder = next((c.holder for c in reversed(checks) if c.holder), None)
+    holder, reach = growing_holder(checks)
+    passed_over = None
+    if holder is None:
+        seen = next((c.holder for c in reversed(checks) if c.holder), None)
+        passed_over = seen.description if seen else None
     growth = None
     if holder is not None:
         lines = [g for g in memory.growth_lines if g.holder == holder.description]
@@ -251,7 +266,42 @@ def attribute(memory: MemoryRecord) -> Attribution:
             (path, line), _ = counted.most_common(1)[0]
             growth = next(g for g in lines if (g.site.path, g.site.line) == (path, line))
     sites = latest.sites if latest else memory.retained_at_end
-    return Attribution(sites[:6], holder, growth, latest.step if latest else None)
+    return Attribution(sites[:6], holder, growth, latest.step if latest else None, reach=reach, passed_over=passed_over)
+
+
+def growing_holder(checks: list[LeakCheck]) -> tuple[CheckHolder | None, list[list[int]]]:
+    """The holder to name, with what it held at each check ([step, tensors reached], or the
+    steps a named graph held): of the names found holding the retained tensors, the latest
+    check's first, unless it was measured at two checks and did not grow. Then another name
+    that grew (a local holding the last few steps beside the list that keeps them all), the
+    one holding most; else none: a holder seen not to grow is not what leaks."""
+    sizes: dict[str, list[list[int]]] = {}
+    latest: dict[str, HolderRecord] = {}
+    chosen: CheckHolder | None = None
+    for check in checks:
+        for found in [check.holder, *check.others] if check.holder else []:
+            size = found.reach if found.reach is not None else found.steps
+            if size is not None:
+                sizes.setdefault(found.description, []).append([check.step, size])
+            latest[found.description] = found
+        chosen = check.holder or chosen
+    if chosen is None:
+        return None, []
+    growing = [d for d, points in sizes.items() if len(points) >= 2 and all(b[1] > a[1] for a, b in pairwise(points))]
+    own = sizes.get(chosen.description, [])
+    if chosen.description in growing or (not growing and len(own) < 2):
+        return chosen, own
+    if not growing:
+        return None, own
+    best = max(growing, key=lambda d: sizes[d][-1][1])
+    record = latest[best]
+    named = record if isinstance(record, CheckHolder) else CheckHolder(**record.model_dump(exclude_unset=True), created_at=chosen.created_at)
+    return named, sizes[best]
+
+
+def _reach_text(reach: list[list[int]]) -> str:
+    """`it reached 9 tensors at step 11 and 17 at step 19`."""
+    return "it reached " + ", ".join(f"{n:,} tensor(s) at step {step}" for step, n in reach)
 
 
 def _json(record: BaseModel) -> dict[str, Any]:
@@ -408,8 +458,17 @@ def _problem(verdict: LeakVerdict, attribution: Attribution, device: str, kept: 
         reference = f" (`{holder.reference}`)" if holder.reference else ""
         where = f", stored into at {stored.path}:{stored.line} `{stored.code}`" if stored else (f", which grows at `{growth.site.code}`" if growth else "")
         sentences.append(f"They are held by {held_by}{reference}{where}.")
+        if len(attribution.reach) >= 2 and holder.reach is not None:
+            grew = all(b[1] > a[1] for a, b in pairwise(attribution.reach))
+            sentences.append(f"Counted through its containers, {_reach_text(attribution.reach)}: " + ("it grows from check to check." if grew else "it did not grow at every check."))
     elif attribution.sites:
-        sentences.append("No holder was found (no named variable, global or attribute was reached from the retained tensors), so the finding points at where they were created.")
+        if attribution.passed_over:
+            sentences.append(
+                f"{attribution.passed_over[0].upper() + attribution.passed_over[1:]} holds some of them, but what it holds did not grow from one check to the next "
+                f"({', '.join(f'{n:,} at step {step}' for step, n in attribution.reach)}): it is not what keeps them, and no growing holder was reached, so the finding points at where they were created."
+            )
+        else:
+            sentences.append("No holder was found (no named variable, global or attribute was reached from the retained tensors), so the finding points at where they were created.")
         if graph:
             sentences.append("The held tensors still carry their autograd graphs, so every step also keeps its graph nodes alive.")
     if kept is not None:
@@ -459,6 +518,8 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: Attribution, 
                 "stored_at": stored.data() if stored else None,
                 "holder_reference": holder.reference if holder else None,
                 "holder_found": holder is not None,
+                "holder_reach_at_step": attribution.reach,
+                "holder_not_growing": attribution.passed_over,
                 "retained_by_creation_site": [_json(s) for s in attribution.sites],
                 "kept_with_graphs": kept.data() if kept else None,
             },

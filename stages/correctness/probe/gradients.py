@@ -15,6 +15,9 @@ judged (a step that reuses the previous gradients entirely is a different defect
 Once every gradient is None at a backward (`zero_grad()`'s default), nothing can be carried
 until the next step and no norm is taken. The norms stay on the parameters' device; one small vector a step is kept and read when the
 run ends, so the run is not synchronised at every step.
+
+The same wrappers and step hooks feed `probe.clears`: the lines whose `zero_grad()` ran, and
+the backward passes a clear threw away before any step used them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 from collections.abc import Callable
 
 from traingate.stages.contract.tensors import exact_norm
+from traingate.stages.correctness.probe.clears import ClearWatch
 from traingate.stages.contract.sites import SiteTable
 from traingate.stages.harness.identity import ObjectMap
 
@@ -72,13 +76,16 @@ class StaleGradientWatch:
         self._optimizer_index: ObjectMap[int] = ObjectMap()
         self._optimizers = 0
         self._tls = threading.local()
+        self.clears: ClearWatch | None = None
 
     def install(self, ctx: Any) -> None:
         import torch
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.torch = torch
         self.sites = SiteTable(ctx.root)
+        self.clears = ClearWatch(self.sites)
+        self.clears.install(torch)
         tensor_backward = torch.Tensor.backward
         autograd_backward = torch.autograd.backward
 
@@ -92,6 +99,7 @@ class StaleGradientWatch:
 
         torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]  # patched while the run lasts
         torch.autograd.backward = autograd
+        register_optimizer_step_pre_hook(self._pre)
         register_optimizer_step_post_hook(self._post)
 
     # -- the hooks ----------------------------------------------------------------------------------
@@ -100,6 +108,8 @@ class StaleGradientWatch:
         if getattr(self._tls, "inside", False):
             return original(first, *args, **kwargs)
         self._before_backward()
+        if self.clears is not None:
+            self.clears.backward()
         self._tls.inside = True
         try:
             return original(first, *args, **kwargs)
@@ -123,8 +133,14 @@ class StaleGradientWatch:
             else:
                 since.least = self.torch.minimum(since.least, norms)
 
+    def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.clears is not None:
+            self.clears.step_started()
+
     def _post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         assert self.sites is not None
+        if self.clears is not None:
+            self.clears.step_ended(optimizer)
         index = self.steps
         self.steps += 1
         number = self._optimizer_index.get(optimizer)
@@ -216,6 +232,7 @@ class StaleGradientWatch:
             "stale_count": count,
             "largest_share": most,
             "sites": self.sites.sites,
+            **(self.clears.collect() if self.clears is not None else {}),
         })
 
 

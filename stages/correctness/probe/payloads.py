@@ -320,8 +320,24 @@ class StaleStep(Payload):
     params: int
 
 
+class ClearSite(Payload):
+    """A line that called `zero_grad()`, and how many times (`probe.clears`)."""
+
+    site: int | None
+    calls: int
+
+
+class DiscardSite(Payload):
+    """A line whose `zero_grad()` cleared gradients no optimizer step had used (`probe.clears`)."""
+
+    site: int | None
+    call: str  # "Optimizer.zero_grad" or "Module.zero_grad"
+    backwards: int  # backward calls whose gradients it discarded
+    clears: int  # its calls that discarded some
+
+
 class GradientsPayload(Payload):
-    """`probe.gradients.StaleGradientWatch`; read by `correctness.stale`."""
+    """`probe.gradients.StaleGradientWatch`; read by `correctness.stale` and `correctness.discarded`."""
 
     steps: int
     judged: int  # steps with a backward call since the optimizer's previous step
@@ -330,6 +346,9 @@ class GradientsPayload(Payload):
     stale_count: int
     largest_share: float
     sites: list[Site]
+    backward_calls: int = 0
+    clear_sites: list[ClearSite] = Field(default_factory=list)
+    discarded: list[DiscardSite] = Field(default_factory=list)
 
 
 # -- CORRECTNESS_MODES --------------------------------------------------------------------------

@@ -5,7 +5,10 @@ scan per level, through lists, dicts, tuples, sets and deques, until it reaches 
 with a name: a local variable of a target frame on the stack, a global of a target module,
 or an attribute of an object (`self.history (list) of Trainer`). A tensor that is itself held
 by such a name counts when it carries an autograd graph (a running `total += loss` keeps
-every step's graph through one tensor).
+every step's graph through one tensor). Where several names hold the same tensors (`losses`,
+which keeps every step, and `recent = losses[-3:]`, which keeps three), each is measured by
+the tensors it reaches (`Holder.reach`) and the one reaching the most is named: the stage then
+checks, from one check to the next, that the named holder's reach grows.
 
 `GrowthTracer` then traces one step of the target's own frames and checks, at every line, the
 lengths of the containers on that chain: the line after which one grew is where the loop
@@ -31,6 +34,8 @@ _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
 _CO_OPTIMIZED = 0x0001  # a function frame: its f_locals is a snapshot, not a namespace
 MAX_LEVELS = 5
 MAX_FRONTIER = 200
+EXTRA_LEVELS = 2  # levels searched past the first named holder
+MAX_REACH = 100_000  # objects walked to count what a holder reaches
 
 
 @dataclass
@@ -46,6 +51,7 @@ class Holder:
     tensor: Any = None  # one held tensor, to look up where it was created; dropped after
     keys: list[str] = field(default_factory=list)  # outermost first: `[<int>]`, `["embeddings"]`
     steps: int | None = None  # for a held graph: the distinct steps its nodes come from
+    reach: int | None = None  # tensors reachable from it through its containers (MAX_REACH at most)
 
     def reference(self) -> str:
         """The reference chain from the named root down to the tensor:
@@ -74,6 +80,7 @@ class Holder:
             "description": self.describe(),
             "reference": self.reference(),
             "steps": self.steps,
+            **({"reach": self.reach} if self.reach is not None else {}),
         }
 
 
@@ -90,9 +97,22 @@ def target_stack(frames: FrameIndex) -> list[FrameType]:
 def find_holder(samples: list[torch.Tensor], stack: list[FrameType], frames: FrameIndex, step_nodes: int = 0, marks: list[int] | None = None) -> Holder | None:
     """The named thing that holds (through containers) one of `samples`, else a named tensor
     whose autograd graph spans several steps (`step_nodes`: one step's graph size)."""
+    found = find_holders(samples, stack, frames, step_nodes, marks)
+    return found[0] if found else None
+
+
+def find_holders(samples: list[torch.Tensor], stack: list[FrameType], frames: FrameIndex, step_nodes: int = 0, marks: list[int] | None = None) -> list[Holder]:
+    """Every named thing found holding `samples` at the nearest level up, the one reaching
+    the most tensors first (each with its `reach`); else the named graph `_direct` finds."""
     snapshots = [(f, f.f_locals) for f in stack if f.f_code.co_flags & _CO_OPTIMIZED]
     try:
-        return _search(samples, snapshots, frames) or _direct(snapshots, frames, step_nodes, marks)
+        found = _search(samples, snapshots, frames)
+        if not found:
+            direct = _direct(snapshots, frames, step_nodes, marks)
+            return [direct] if direct is not None else []
+        for holder in found:
+            holder.reach = reach(holder.containers[-1]) if holder.containers else 1
+        return sorted(found, key=lambda h: -(h.reach or 0))
     finally:
         # The locals snapshots would otherwise keep this step's tensors alive.
         for _, snapshot in snapshots:
@@ -100,7 +120,30 @@ def find_holder(samples: list[torch.Tensor], stack: list[FrameType], frames: Fra
                 snapshot.clear()
 
 
-def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]], frames: FrameIndex) -> Holder | None:
+def reach(container: Any, max_items: int = MAX_REACH) -> int:
+    """Tensors reachable from `container` through nested lists, dicts, tuples, sets and deques."""
+    count = 0
+    todo: list[Any] = [container]
+    seen: set[int] = set()
+    while todo and len(seen) < max_items:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            count += 1
+        elif isinstance(obj, dict):
+            todo.extend(obj.values())
+        elif isinstance(obj, _CONTAINERS):
+            todo.extend(obj)
+    todo.clear()
+    return count
+
+
+def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]], frames: FrameIndex) -> list[Holder]:
+    """The named holders of `samples`: those at the nearest level up, and those up to
+    `EXTRA_LEVELS` further (an attribute's list is reached a level or two after a local that
+    holds a slice of it)."""
     locals_of: dict[int, tuple[str, FrameType]] = {}
     for frame, snapshot in snapshots:
         for name, value in list(snapshot.items()):
@@ -110,9 +153,14 @@ def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]],
     # For each object reached: the sample it leads to and the containers in between.
     chains: dict[int, tuple[torch.Tensor, list[Any]]] = {id(s): (s, []) for s in samples}
     level: list[Any] = list(samples)
-    mine: set[int] = {id(samples), id(snapshots), id(locals_of), id(chains), id(level), id(modules), id(foreign_modules)}
+    hits: list[Holder] = []
+    first_hit: int | None = None
+    mine: set[int] = {id(samples), id(snapshots), id(locals_of), id(chains), id(level), id(modules), id(foreign_modules), id(hits)}
     mine |= {id(s) for _, s in snapshots}
-    for _ in range(MAX_LEVELS):
+    for depth in range(MAX_LEVELS):
+        if first_hit is not None and depth > first_hit + EXTRA_LEVELS:
+            break
+        before = len(hits)
         for obj in level:
             sample, chain = chains[id(obj)]
             hit = locals_of.get(id(obj))
@@ -120,43 +168,66 @@ def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]],
                 name, frame = hit
                 code = frame.f_code
                 path = relative(code.co_filename, frames.root)
-                return Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(obj), chain, _has_graph(sample), sample, chain_keys(chain, sample))
-        referrers = gc.get_referrers(*level)
-        next_level: list[Any] = []
-        mine |= {id(referrers), id(next_level)}
-        mine |= {id(v) for v in chains.values()} | {id(v[1]) for v in chains.values()}
-        for ref in referrers:
-            if id(ref) in mine or id(ref) in chains or isinstance(ref, (FrameType, type)):
-                continue
-            child = next((o for o in level if _refers(ref, o)), None)
-            if child is None:
-                continue
-            sample, chain = chains[id(child)]
-            named = bool(chain)
-            if type(ref) is dict and id(ref) in modules:
-                if named:
-                    module = modules[id(ref)]
-                    name = next((str(k) for k, v in ref.items() if v is child), "?")
-                    path = relative(module.__file__ or "", frames.root)
-                    return Holder("global", name, module.__name__, path, 1, _held_type(child), chain, _has_graph(sample), sample, chain_keys(chain, sample))
-                continue
-            if id(ref) in foreign_modules:
-                continue
-            if isinstance(ref, _CONTAINERS):
-                if len(next_level) < MAX_FRONTIER:
-                    chains[id(ref)] = (sample, [*chain, ref])
-                    next_level.append(ref)
-                continue
-            if type(ref).__module__.startswith("traingate."):
-                continue
-            held, links = _attribute(ref, child, sample, chain)
-            if held is not None and links:
-                path, line = _class_site(type(ref), frames)
-                return Holder("attribute", held[0], type(ref).__qualname__, path, line, _held_type(held[1]), links, _has_graph(sample), sample, chain_keys(links, sample))
-        level = next_level
+                hits.append(Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(obj), chain, _has_graph(sample), sample, chain_keys(chain, sample)))
+        level = _referrer_level(level, chains, mine, modules, foreign_modules, frames, hits)
+        if len(hits) > before and first_hit is None:
+            first_hit = depth
         if not level:
-            return None
-    return None
+            break
+    return _distinct(hits)
+
+
+def _referrer_level(
+    level: list[Any], chains: dict[int, tuple[torch.Tensor, list[Any]]], mine: set[int], modules: dict[int, ModuleType],
+    foreign_modules: set[int], frames: FrameIndex, hits: list[Holder],
+) -> list[Any]:
+    """One level up from `level`: the containers that refer to it (the next level), and the
+    module globals and attributes naming it (added to `hits`)."""
+    referrers = gc.get_referrers(*level)
+    next_level: list[Any] = []
+    mine |= {id(referrers), id(next_level)}
+    mine |= {id(v) for v in chains.values()} | {id(v[1]) for v in chains.values()}
+    for ref in referrers:
+        if id(ref) in mine or id(ref) in chains or isinstance(ref, (FrameType, type)):
+            continue
+        child = next((o for o in level if _refers(ref, o)), None)
+        if child is None:
+            continue
+        sample, chain = chains[id(child)]
+        named = bool(chain)
+        if type(ref) is dict and id(ref) in modules:
+            if named:
+                module = modules[id(ref)]
+                name = next((str(k) for k, v in ref.items() if v is child), "?")
+                path = relative(module.__file__ or "", frames.root)
+                hits.append(Holder("global", name, module.__name__, path, 1, _held_type(child), chain, _has_graph(sample), sample, chain_keys(chain, sample)))
+            continue
+        if id(ref) in foreign_modules:
+            continue
+        if isinstance(ref, _CONTAINERS):
+            if len(next_level) < MAX_FRONTIER:
+                chains[id(ref)] = (sample, [*chain, ref])
+                next_level.append(ref)
+            continue
+        if type(ref).__module__.startswith("traingate."):
+            continue
+        held, links = _attribute(ref, child, sample, chain)
+        if held is not None and links:
+            path, line = _class_site(type(ref), frames)
+            hits.append(Holder("attribute", held[0], type(ref).__qualname__, path, line, _held_type(held[1]), links, _has_graph(sample), sample, chain_keys(links, sample)))
+    referrers.clear()
+    return next_level
+
+
+def _distinct(hits: list[Holder]) -> list[Holder]:
+    """One holder per name (the first found: its chain is the shortest)."""
+    seen: set[str] = set()
+    out = []
+    for holder in hits:
+        if holder.describe() not in seen:
+            seen.add(holder.describe())
+            out.append(holder)
+    return out
 
 
 def chain_keys(containers: list[Any], tensor: Any) -> list[str]:
@@ -270,6 +341,49 @@ def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex
     return sorted(candidates, key=lambda c: (-(c[1].steps or 0), -c[0]))
 
 
+def graph_spans(stack: list[FrameType], frames: FrameIndex, marks: list[int], budget: int, followed: set[str], full: int) -> list[tuple[int, Holder]]:
+    """(steps held, holder) of every tensor bound to a name (a local of a target frame, an
+    attribute of an object one holds, a global of a target module) that carries an autograd
+    graph, each counted by a descent of at most `budget` nodes (graph_span.py), `full` for the
+    holders `followed` (by description): cheap enough for every step boundary, so that a graph
+    released at every epoch's end is not sampled at one phase of the epoch only."""
+    snapshots = [(f, f.f_locals) for f in stack if f.f_code.co_flags & _CO_OPTIMIZED]
+    out: list[tuple[int, Holder]] = []
+    seen: set[int] = set()
+
+    def measure(value: Any, make: Any) -> None:
+        if not _has_graph(value) or id(value) in seen:
+            return
+        seen.add(id(value))
+        holder = make()
+        steps = steps_held(value, marks, full if holder.describe() in followed else budget)
+        if steps is not None:
+            out.append((steps, holder))
+
+    try:
+        # `measure` calls its factory at once (as `_graph_candidates`' `consider` does).
+        for frame, snapshot in snapshots:
+            code = frame.f_code
+            path = relative(code.co_filename, frames.root)
+            for name, value in list(snapshot.items()):
+                measure(value, lambda: Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(value), [], True))  # noqa: B023
+                try:
+                    attrs = list(vars(value).items()) if not isinstance(value, (torch.Tensor, ModuleType, type)) else []
+                except TypeError:
+                    attrs = []
+                for attr, held in attrs:
+                    owner = type(value)
+                    measure(held, lambda: Holder("attribute", str(attr), owner.__qualname__, *_class_site(owner, frames), _held_type(held), [], True))  # noqa: B023
+        for module in _target_modules_cached(frames):
+            for name, value in list(vars(module).items()):
+                measure(value, lambda: Holder("global", name, module.__name__, relative(module.__file__ or "", frames.root), 1, _held_type(value), [], True))  # noqa: B023
+        return out
+    finally:
+        for _, snapshot in snapshots:
+            if type(snapshot) is dict:
+                snapshot.clear()
+
+
 def _refers(ref: Any, obj: Any) -> bool:
     return any(x is obj for x in gc.get_referents(ref))
 
@@ -323,6 +437,18 @@ def _held_type(obj: Any) -> str:
     if isinstance(obj, torch.Tensor):
         return "tensor with its autograd graph" if obj.grad_fn is not None else "tensor"
     return type(obj).__name__
+
+
+_MODULES_SEEN: dict[int, tuple[int, list[ModuleType]]] = {}  # id(frames) -> (len(sys.modules), the target's modules)
+
+
+def _target_modules_cached(frames: FrameIndex) -> list[ModuleType]:
+    """The target's modules, found again only when `sys.modules` changed size: read at every
+    step boundary, where a walk of every module would cost more than the rest."""
+    known = _MODULES_SEEN.get(id(frames))
+    if known is None or known[0] != len(sys.modules):
+        known = _MODULES_SEEN[id(frames)] = (len(sys.modules), list(_target_module_dicts(frames).values()))
+    return known[1]
 
 
 def _target_module_dicts(frames: FrameIndex) -> dict[int, ModuleType]:

@@ -33,7 +33,8 @@ import torch
 from traingate.stages.performance.probe.clock import StepClock
 from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES, FrameIndex, site_with_code
 from traingate.stages.performance.probe.host_memory import HostMemory
-from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holder, held_graph_nodes, live_tensors_with, named_graphs, target_stack
+from traingate.stages.performance.probe.graph_span import SPAN_BUDGET
+from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holders, graph_spans, held_graph_nodes, live_tensors_with, named_graphs, target_stack
 from traingate.stages.performance.probe.sampler import Sampler
 from traingate.stages.performance.probe.syncs import SyncCounter
 from traingate.stages.performance.probe.tracker import Entry, Tracker
@@ -61,6 +62,14 @@ STEADY_BYTES = 64
 # (HOST_MIN_SLOPE_BYTES in stages/performance/leak.py). A median, since each check leaves
 # a one-off 70-130 KiB of the probe's own.
 STEADY_HOST_BYTES = 16 * 1024
+# Named autograd graphs are looked at every step boundary after warm-up, not only at the
+# checks (whose strides may divide an epoch's length and see a graph released at every epoch
+# end at one phase only): a short descent per named graph (SCAN_BUDGET nodes) until one holds
+# TRACK_STEPS steps, then the full descent for it at every boundary.
+SCAN_BUDGET = 16
+TRACK_STEPS = 3
+MAX_TRACKED = 3
+MAX_SPAN_POINTS = 2000
 
 
 class LightProbe:
@@ -110,6 +119,7 @@ class FullProbe:
         self.window_planned: int | None = None  # the full window's end on a heavy loop
         self.ended_steady = False  # the window ended early: its steps were steady
         self._ops_mark = 0
+        self.spans: dict[str, dict[str, Any]] = {}  # description -> {"holder": record, "points": [[step, steps held]]}
 
     def install(self, ctx: Any) -> None:
         self.root = ctx.root
@@ -139,6 +149,8 @@ class FullProbe:
             host = self.host.read()
             if host is not None:
                 self.host_series.append(host)
+            if completed > self.warmup and self.clock.seq_marks:
+                self._follow_graphs(completed)
             if completed - self.warmup in CHECKPOINTS:
                 self._checkpoint(completed)
             self._plan_window(completed)
@@ -203,15 +215,23 @@ class FullProbe:
         if sites:
             samples = _samples(sites, last)
             stack = target_stack(self.frames)
-            holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes, self.clock.seq_marks) if samples else None
-            if holder is None and self._object_scans > 0:
+            holders = find_holders(samples, stack, self.frames, self.clock.step_graph_nodes, self.clock.seq_marks) if samples else []
+            if not holders and self._object_scans > 0:
                 # The tensors first seen with these storages are gone, or what still holds them
                 # is not the leak (a cycle awaiting collection): what keeps the storages is
                 # another tensor object (a detached view). One scan finds it.
                 self._object_scans -= 1
                 samples = live_tensors_with(_storage_keys(sites, last))
-                holder = find_holder(samples, stack, self.frames, self.clock.step_graph_nodes, self.clock.seq_marks)
+                holders = find_holders(samples, stack, self.frames, self.clock.step_graph_nodes, self.clock.seq_marks)
             del samples
+            holder = holders[0] if holders else None
+            if len(holders) > 1:
+                # The other names holding the same tensors, with what each reaches: the stage
+                # names the one whose reach grows from check to check.
+                check["others"] = [h.record() for h in holders[1:6]]
+            for other in holders[1:]:
+                other.tensor, other.containers = None, []
+            del holders
             if holder is not None:
                 check["holder"] = holder.record()
                 check["holder"]["created_at"] = site_with_code(self.tracker.site_of(holder.tensor), self.root)
@@ -224,6 +244,18 @@ class FullProbe:
                     if tracer.arm(target_stack(self.frames)):
                         self._tracer, self._tracer_holder = tracer, holder
         self.checks.append(check)
+
+    def _follow_graphs(self, completed: int) -> None:
+        """The steps each named graph holds at this boundary, for those that held TRACK_STEPS."""
+        held: dict[str, int] = {}
+        for steps, holder in graph_spans(target_stack(self.frames), self.frames, self.clock.seq_marks, SCAN_BUDGET, set(self.spans), SPAN_BUDGET):
+            key = holder.describe()
+            held[key] = max(steps, held.get(key, 0))
+            if key not in self.spans and steps >= TRACK_STEPS and len(self.spans) < MAX_TRACKED:
+                self.spans[key] = {"holder": holder.record(), "points": []}
+        for key, series in self.spans.items():
+            if len(series["points"]) < MAX_SPAN_POINTS:
+                series["points"].append([completed, held.get(key, 0)])
 
     def _node_limit(self) -> int:
         return max(1, self.clock.step_graph_nodes) * 5000
@@ -274,6 +306,7 @@ class FullProbe:
                 "step_graph_nodes": self.clock.step_graph_nodes,
                 "growth_lines": self.growth,
                 "retained_at_end": self._retained_at_end(steps, device),
+                "graph_steps": list(self.spans.values()),
             },
             "syncs": self.syncs.collect(),
             "amp": self.tracker.amp_record(),

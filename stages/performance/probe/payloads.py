@@ -120,6 +120,7 @@ class HolderRecord(Payload):
     description: str  # memory.py matches growth lines and graph series on it
     reference: str
     steps: int | None = None  # a held graph: the distinct steps its nodes come from (None: not numbered)
+    reach: int | None = None  # tensors reachable from it through its containers (a holder found by the search)
 
 
 class CheckHolder(HolderRecord):
@@ -147,6 +148,7 @@ class LeakCheck(Payload):
     sites: list[RetainedSite]
     holder: CheckHolder | None
     graphs: list[GraphHolder]
+    others: list[HolderRecord] = []  # other names holding the same tensors, reaching fewer
 
 
 class GrowthLine(Payload):
@@ -171,6 +173,15 @@ class MemoryRecord(Payload):
     step_graph_nodes: int  # one step's autograd graph, counted up to the walk cap
     growth_lines: list[GrowthLine]
     retained_at_end: list[RetainedSite]
+    graph_steps: list[GraphSteps] = []  # named graphs followed at every step boundary
+
+
+class GraphSteps(Payload):
+    """A named tensor whose autograd graph held several steps at a step boundary, followed at
+    every boundary since: [step, steps its graph held] (0 once the name holds no graph)."""
+
+    holder: HolderRecord
+    points: list[list[int]]
 
 
 # -- host-device syncs (probe/syncs.py: SyncCounter.collect) -------------------------------

@@ -1,0 +1,217 @@
+"""The clear watch (`probe.clears`) on the patterns that discard backward passes and those that
+do not, its wrappers called directly (installing them would patch this process's torch); and
+the source reading that finds a `zero_grad()` that never ran and the branch above it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from traingate.stages.contract.sites import SiteTable  # noqa: E402
+from traingate.stages.correctness.probe.clears import ClearWatch, _module_params, _optimizer_params  # noqa: E402
+from traingate.stages.correctness.skipped_clears import skipped_clears  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+class _Run:
+    """A ClearWatch with its zero_grad wrappers, and the events its hooks would see."""
+
+    def __init__(self) -> None:
+        self.watch = ClearWatch(SiteTable(HERE))
+        self.watch.torch = torch
+        self.zero = self.watch._clearing(torch.optim.Optimizer.zero_grad, "Optimizer.zero_grad", _optimizer_params)
+        self.zero_module = self.watch._clearing(torch.nn.Module.zero_grad, "Module.zero_grad", _module_params)
+
+    def backward(self, loss: Any) -> None:
+        self.watch.backward()
+        loss.backward()
+
+    def step(self, optimizer: Any, closure: Any = None) -> None:
+        self.watch.step_started()
+        optimizer.step(closure) if closure is not None else optimizer.step()
+        self.watch.step_ended(optimizer)
+
+    def discarded(self) -> int:
+        return sum(d["backwards"] for d in self.watch.collect()["discarded"])
+
+
+def _model() -> tuple[Any, Any, Any]:
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 1), torch.randn(8, 4), torch.randn(8, 1)
+
+
+def _loss(model: Any, x: Any, y: Any) -> Any:
+    return ((model(x) - y) ** 2).mean()
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_a_clear_at_every_micro_batch_discards_all_but_the_last(set_to_none: bool) -> None:
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = _Run()
+    for index in range(12):
+        run.zero(optimizer, set_to_none=set_to_none)
+        run.backward(_loss(model, x, y))
+        if index % 4 == 3:
+            run.step(optimizer)
+    [record] = run.watch.collect()["discarded"]
+    assert record["backwards"] == 9 and record["clears"] == 9 and record["call"] == "Optimizer.zero_grad"
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_accumulation_cleared_after_the_step_discards_nothing(set_to_none: bool) -> None:
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = _Run()
+    for index in range(12):
+        run.backward(_loss(model, x, y))
+        if index % 4 == 3:
+            run.step(optimizer)
+            run.zero(optimizer, set_to_none=set_to_none)
+    assert run.discarded() == 0 and run.watch.collect()["backward_calls"] == 12
+
+
+def test_a_clear_between_backward_and_step_is_left_to_ineffective_step() -> None:
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = _Run()
+    for _ in range(4):
+        run.backward(_loss(model, x, y))
+        run.zero_module(model)
+        run.step(optimizer)
+    assert run.discarded() == 0
+
+
+def test_a_gan_whose_generator_loss_reaches_the_discriminator_discards_nothing() -> None:
+    generator, x, _ = _model()
+    discriminator = torch.nn.Linear(1, 1)
+    g_opt, d_opt = torch.optim.SGD(generator.parameters(), lr=0.1), torch.optim.SGD(discriminator.parameters(), lr=0.1)
+    run = _Run()
+    for _ in range(4):
+        run.zero(d_opt)
+        run.backward(discriminator(generator(x).detach()).mean())
+        run.step(d_opt)
+        run.zero(g_opt)
+        run.backward(discriminator(generator(x)).mean())
+        run.step(g_opt)
+    assert run.discarded() == 0
+
+
+def test_two_models_cleared_before_their_own_backward_discard_nothing() -> None:
+    """A's backward runs before B is cleared, but never reached B's parameters."""
+    a, x, y = _model()
+    b = torch.nn.Linear(4, 1)
+    a_opt, b_opt = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+    run = _Run()
+    for _ in range(4):
+        run.zero(a_opt)
+        run.backward(_loss(a, x, y))
+        run.zero(b_opt)
+        run.backward(_loss(b, x, y))
+        run.step(a_opt)
+        run.step(b_opt)
+    assert run.discarded() == 0
+
+
+def test_a_closure_clearing_inside_the_step_discards_nothing() -> None:
+    model, x, y = _model()
+    optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=4)
+    run = _Run()
+
+    def closure() -> Any:
+        run.zero(optimizer)
+        loss = _loss(model, x, y)
+        run.backward(loss)
+        return loss
+
+    for _ in range(3):
+        run.step(optimizer, closure)
+    assert run.discarded() == 0
+
+
+def test_per_sample_gradients_copied_by_hand_before_the_clear_discard_nothing() -> None:
+    """Per-sample clipping: each sample's gradient is read, cleared, and the clipped sum is
+    written into `.grad` by hand before the step (no backward between the last clear and it)."""
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = _Run()
+    for _ in range(3):
+        summed = [torch.zeros_like(p) for p in model.parameters()]
+        for i in range(4):
+            run.backward(_loss(model, x[i : i + 1], y[i : i + 1]))
+            for total, p in zip(summed, model.parameters(), strict=True):
+                total += p.grad.clamp(-1, 1)
+            run.zero(optimizer)
+        for total, p in zip(summed, model.parameters(), strict=True):
+            p.grad = total / 4
+        run.step(optimizer)
+        run.zero(optimizer)
+    assert run.discarded() == 0
+
+
+SOURCE = '''
+class Trainer:
+    def step(self, loss):
+        loss.backward()
+        self.optimizer.step()
+        if self.scheduler:
+            self.scheduler.step()
+            self.optimizer.zero_grad()
+        if self.log:
+            pass
+        else:
+            self.model.zero_grad()
+        try:
+            self.optimizer.zero_grad(set_to_none=True)
+        except RuntimeError:
+            self.model.zero_grad()
+
+    def unrelated(self):
+        self.optimizer.zero_grad()
+'''
+
+
+def test_the_clears_that_never_ran_are_named_with_their_branch(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SOURCE)
+    found = skipped_clears(tmp_path, [("train.py", 5)], ran={("train.py", 14)})
+    assert [(c.line, c.branch_line, c.branch_arm) for c in found] == [(8, 6, "body"), (12, 9, "else"), (16, 15, "handler")]
+    assert found[0].code == "self.optimizer.zero_grad()" and found[0].branch_code == "if self.scheduler:" and found[0].function == "step"
+    assert "under `if self.scheduler:` (line 6)" in found[0].describe()
+    # Another method's clear is not this loop's; a clear that ran is not named.
+    assert all(c.function == "step" for c in found)
+    assert skipped_clears(tmp_path, [("train.py", 5)], ran={("train.py", n) for n in (8, 12, 14, 16)}) == []
+
+
+def test_a_step_a_grad_scaler_skipped_on_inf_discards_nothing() -> None:
+    """The scaler looked at the gradients and skipped the step on purpose: a decision, not a loss."""
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    run = _Run()
+    scaler_step = run.watch._scaler_step(torch.amp.GradScaler.step)
+    for index in range(4):
+        run.zero(optimizer)
+        loss = _loss(model, x, y) * (float("inf") if index < 2 else 1.0)
+        run.backward(scaler.scale(loss))
+        scaler_step(scaler, optimizer)
+        scaler.update()
+    assert run.discarded() == 0 and run.watch.collect()["backward_calls"] == 4
+
+
+def test_a_step_skipped_by_hand_after_clipping_found_a_non_finite_norm_discards_nothing() -> None:
+    model, x, y = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run = _Run()
+    clip = run.watch._inspecting(torch.nn.utils.clip_grad_norm_)
+    for index in range(4):
+        run.zero(optimizer)
+        for micro in range(2):
+            run.backward(_loss(model, x, y) * (float("inf") if index == 1 and micro == 0 else 1.0))
+        if torch.isfinite(clip(model.parameters(), 1.0)):
+            run.step(optimizer)
+    assert run.discarded() == 0
