@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, line_of
+from tests.test_perf_units import MACHINE, QUIET_RUN, quiet_timings
 from tests.test_performance import metric, only, perf_gate
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.performance.consistency import missed_without_finding, undecided_misses
@@ -90,7 +91,8 @@ class _Ctx:
 
 def _baseline(median_ms: float, device: str = "cpu") -> PipelineReport:
     """A --baseline report whose performance stage measured this median step time on `device`."""
-    stage = {"name": "performance", "status": "passed", "score": 100, "duration_s": 1.0, "summary": "", "metrics": [{"id": "step_time.median.default", "name": "step time", "value": median_ms}]}
+    stage = {"name": "performance", "status": "passed", "score": 100, "duration_s": 1.0, "summary": "", "metrics": [{"id": "step_time.median.default", "name": "step time", "value": median_ms}],
+             "details": {"machine": MACHINE, "runs": [QUIET_RUN]}}
     return PipelineReport.model_validate({
         "tool_version": "0", "task": "t", "version": "v1", "target": {"path": "."}, "started_at": "", "duration_s": 1.0, "decision": "PASS", "score": 100,
         "environment": {"python": "3.11", "torch": None, "device": device, "device_name": device}, "stages": [stage],
@@ -101,11 +103,14 @@ def test_five_steps_all_slower_than_the_baseline_are_a_regression_by_the_sign_te
     from traingate.stages.performance.regression import few_steps
 
     ctx = _Ctx(_baseline(1.0))
-    row, finding = few_steps(ctx, "default", [0.002] * 5, "cpu")  # type: ignore[arg-type]
+    row, finding = few_steps(ctx, "default", [0.002] * 5, "cpu", quiet_timings())  # type: ignore[arg-type]
     assert finding is not None and row is not None and row.regressed
     assert row.sign_test is not None and row.sign_test.p_value == pytest.approx(0.5**5)
     # One step within the allowed 10 %: 4 of 5 is not decisive, nothing is reported.
-    row, finding = few_steps(_Ctx(_baseline(1.0)), "default", [0.002] * 4 + [0.00105], "cpu")  # type: ignore[arg-type]
+    row, finding = few_steps(_Ctx(_baseline(1.0)), "default", [0.002] * 4 + [0.00105], "cpu", quiet_timings())  # type: ignore[arg-type]
     assert finding is None and row is not None and not row.regressed
     # A baseline from another device is not compared.
-    assert few_steps(_Ctx(_baseline(1.0, device="cuda")), "default", [0.002] * 5, "cpu") == (None, None)  # type: ignore[arg-type]
+    assert few_steps(_Ctx(_baseline(1.0, device="cuda")), "default", [0.002] * 5, "cpu", quiet_timings()) == (None, None)  # type: ignore[arg-type]
+    # Stored numbers from a run that recorded no machine are not comparable: listed, never a finding.
+    row, finding = few_steps(_Ctx(_baseline(1.0)), "default", [0.002] * 5, "cpu")  # type: ignore[arg-type]
+    assert finding is None and row is not None and "did not record the machine" in getattr(row, "reason", "")

@@ -1,7 +1,8 @@
 """`traingate init [PATH]`: find the repo's training, propose a tiny configuration, check
 that it reaches enough optimizer steps, and write a commented `traingate.toml`.
 
-The check runs the proposed entrypoint as `traingate run --stages correctness` would: on a
+The check runs the proposed entrypoint as `traingate run --stages correctness` would (the
+registered stage that reports the optimizer steps it observed): on a
 snapshot of the target, in a stage agent and its child processes under the probes, within
 `--budget` seconds. The repo's code is never imported here, and never edited: the only file
 written is `traingate.toml` (with `--dry-run`, not even that).
@@ -19,7 +20,7 @@ from traingate.pipeline.gate.init_scan import Found, scan
 from traingate.pipeline.gate.init_toml import check_written, render
 from traingate.pipeline.gate.orchestrator import RunRequest, run_pipeline
 from traingate.pipeline.model.config import TargetConfig
-from traingate.pipeline.model.registry import build_registry
+from traingate.pipeline.model.registry import build_registry, step_checking_stage
 from traingate.pipeline.model.schema import PipelineReport
 from traingate.pipeline.model.tomlcompat import tomllib
 
@@ -114,7 +115,7 @@ def check_run(root: Path, candidate: Candidate, device: str, budget_s: float) ->
     })
     out = Path(tempfile.mkdtemp(prefix="traingate-init-"))
     try:
-        request = RunRequest(root=root, task="init", version="check", stages=["correctness"], out=out, device=device)
+        request = RunRequest(root=root, task="init", version="check", stages=[step_checking_stage()], out=out, device=device)
         return read_check(run_pipeline(request, config, build_registry()))
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -138,7 +139,7 @@ def check_line(result: CheckResult | None, chosen: Candidate) -> str:
     if result is None:
         return "Not checked: " + ("the FILL IN lines must be filled first." if not chosen.runnable else "--no-check was given.")
     if result.enough:
-        line = f"Checked: it reached {result.steps} optimizer steps in {result.duration_s:.0f} s under the correctness stage's probes."
+        line = f"Checked: it reached {result.steps} optimizer steps in {result.duration_s:.0f} s under the {step_checking_stage()} stage's probes."
         return line + (f" That run also found {result.findings} finding(s): `traingate run` reports them." if result.findings else "")
     if result.problems:
         return "The check run fell short: " + "; ".join(result.problems)

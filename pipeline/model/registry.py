@@ -29,7 +29,7 @@ GATE_KEYS = frozenset({"task", "tests", "timeout_s", "entrypoint", "policy", "di
 # Every public attribute a stage class may declare: anything else is a misspelling that would
 # otherwise be read as "not declared" and silently ignored (as pytest rejects unknown hooks).
 STAGE_ATTRIBUTES = frozenset(
-    {"name", "order", "categories", "run", "rules", "config_model", "details_model", "template", "payload_models", "purpose", "times_runs"}
+    {"name", "order", "categories", "run", "rules", "config_model", "details_model", "template", "payload_models", "purpose", "times_runs", "checks_steps"}
 )
 
 
@@ -43,7 +43,9 @@ class Stage(Protocol):
     one), `payload_models` (instrument spec -> the model of what it hands back) and `purpose`
     (what it does with the training function, such as "profile" or "observe": a run where the
     function cannot be called skips the stage; None: the stage runs whatever happened before)
-    and `times_runs` (True: its runs are timed, so no other stage runs beside it; default False).
+    and `times_runs` (True: its runs are timed, so no other stage runs beside it; default False),
+    `checks_steps` (True: it reports the optimizer steps it observed as the `steps.observed`
+    metric, so `traingate init` can run it alone to check a proposed configuration).
     """
 
     name: str
@@ -65,6 +67,7 @@ class StageParts:
         self.payload_models: Mapping[str, type[BaseModel]] = getattr(stage, "payload_models", None) or {}
         self.purpose: str | None = getattr(stage, "purpose", "observe")
         self.times_runs: bool = bool(getattr(stage, "times_runs", False))
+        self.checks_steps: bool = bool(getattr(stage, "checks_steps", False))
 
 
 def parts(stage: Stage) -> StageParts:
@@ -116,6 +119,14 @@ def rule_for(category: Category) -> Rule:
 def config_sections() -> dict[str, type[BaseModel]]:
     """Each registered stage's configuration section, by the stage's name (its TOML key)."""
     return {name: model for name, stage in build_registry().items() if (model := parts(stage).config_model) is not None}
+
+
+def step_checking_stage() -> str:
+    """The first registered stage that reports the optimizer steps it observed (`checks_steps`)."""
+    found = [name for name, stage in build_registry().items() if parts(stage).checks_steps]
+    if not found:
+        raise RegistryError("no registered stage reports the optimizer steps it observed (`checks_steps`)")
+    return found[0]
 
 
 def stage_names() -> tuple[str, ...]:

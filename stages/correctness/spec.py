@@ -31,6 +31,8 @@ class CorrectnessStage:
     payload_models: dict[str, type[BaseModel]] = MODELS
     # What it does with the training function: a run that cannot call it skips the stage.
     purpose: str | None = "observe"
+    # It reports `steps.observed` from its one instrumented run: `traingate init` checks with it alone.
+    checks_steps = True
 
     def run(self, ctx: StageContext) -> StageOutcome:
         from traingate.stages.correctness.stage import CorrectnessWork  # its agent's work only
