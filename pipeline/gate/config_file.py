@@ -34,6 +34,8 @@ def load_config(root: Path) -> tuple[TargetConfig, str | None]:
         key = ".".join([prefix, *(str(p) for p in err["loc"])])
         raise ConfigError(source, key, err["msg"].removeprefix("Value error, ")) from None
     ep = config.entrypoint
+    if ep is not None and (ep.test is not None or ep.test_files):
+        raise ConfigError(source, f"{prefix}.entrypoint.test", "set by the gate only: with no entrypoint configured, it observes the training of the tests itself")
     if ep is not None:
         if ep.script is not None:
             _check_script(root, source, f"{prefix}.entrypoint.script", ep.script)

@@ -45,6 +45,7 @@ from traingate.pipeline.model.schema import (
     TargetInfo,
 )
 from traingate.pipeline.gate.once_per_run import OncePerRun
+from traingate.pipeline.gate import observed_tests
 from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
@@ -121,11 +122,15 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
             for index, name in enumerate(request.stages, start=1):
                 for obs in request.observers:
                     obs.stage_started(name, index, len(request.stages))
-                skip = _skip_reason(parts(registry[name]).purpose, reports)
+                purpose = parts(registry[name]).purpose
+                skip = _skip_reason(purpose, reports) or observed_tests.not_measured(config, purpose, reports)
+                stage_config = observed_tests.stage_config(config, purpose, reports)
+                if agents is None and stage_config is not config:  # a test's training: one torch import for its stages too
+                    agents = agent_host(request, stage_config)
                 if skip is not None:
                     report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
                 else:
-                    report = run_stage(name, registry[name], request, config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
+                    report = run_stage(name, registry[name], request, stage_config, snapshot, adjudicator=adjudicator, once=once, agents=agents)
                 reports.append(report)
                 for obs in request.observers:
                     obs.stage_finished(report)
@@ -133,7 +138,9 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
         if agents is not None:
             agents.close()
     assembled = assemble(request, reports, started_at, time.monotonic() - started, compare_baseline(request, reports))
-    return assembled.model_copy(update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary()})
+    return assembled.model_copy(
+        update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": adjudicator.summary(), "observed_training": observed_tests.fact(reports)}
+    )
 
 
 def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
@@ -277,6 +284,8 @@ def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], dura
         details=outcome.details,
         tests=outcome.tests,
         training_stopped=outcome.training_stopped,
+        observed_training=outcome.observed_training,
+        observed_files=outcome.observed_files,
     )
 
 

@@ -45,6 +45,7 @@ from traingate.stages.execution.accounting_checks import (
     selection_findings,
 )
 from traingate.stages.execution.replay import ReplayPlan
+from traingate.stages.execution.observed import choose as choose_observed
 from traingate.stages.execution.replay_checks import prepare_replay, replay_findings, run_replay
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
@@ -95,6 +96,7 @@ class ExecutionWork:
         sites = gather(ctx.root, result.warnings, smoke_warnings(smoke))
         findings = one_per_need(ctx, findings) + deprecated_api_findings(ctx, sites)
 
+        observed, observed_files = choose_observed(ctx, records, plan)
         smoke_rows = smoke_details(ctx, smoke)
         details = ExecutionDetails(
             pytest=pytest,
@@ -108,6 +110,8 @@ class ExecutionWork:
             findings=findings,
             tests=records,
             details=details.model_dump(mode="json"),
+            observed_training=observed,
+            observed_files=observed_files,
         )
 
     @staticmethod

@@ -313,30 +313,7 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     result: dict[str, Any] = {"ok": False, "exception": None, "returned": None, "phase": "setup"}
     started = time.perf_counter()
     try:
-        if request.script is not None:
-            if request.setup:
-                # It prepares what the script reads (a data file the repo does not ship, an
-                # environment variable); the script's command line is `args`, so what setup
-                # returns is not used.
-                resolve(request.setup)()
-            result["phase"] = "call"
-            # As `python train.py` has it: the script's own folder first. Added after setup,
-            # which is resolved from the target root, as the configuration check read it.
-            sys.path.insert(0, str((root / request.script).parent))
-            run_script(root / request.script, request.args)
-            returned = None
-        else:
-            # Setup first: it may prepare what the entrypoint's module reads when imported.
-            made = resolve(request.setup)() if request.setup else None
-            result["phase"] = "import"
-            target = resolve(request.call or "")
-            result["phase"] = "setup"
-            func, kwargs = bind_setup(request.call or "", target, made, request.setup)
-            kwargs.update(request.kwargs)
-            if request.amp_flag and request.amp is not None:
-                kwargs[request.amp_flag] = request.amp
-            result["phase"] = "call"
-            returned = func(**kwargs)
+        returned = call_entrypoint(request, root, result)
         result["ok"] = True  # it returned: whatever its value does while summarised is not a crash
         result["returned"], result["returned_truncated"] = summarise_returned(returned)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are crashes too
@@ -349,6 +326,40 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     result["warnings_omitted"] = warning_log.omitted
     result["instruments"] = {spec: collect_payload(instrument) for spec, instrument in instruments.items()}
     return result
+
+
+def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, Any]) -> Any:
+    """Run the entrypoint's shape (a test, a script or a call) and return what it returned;
+    `result["phase"]` says how far it got when it raises."""
+    if request.test is not None:
+        from traingate.stages.harness.test_call import run_test
+
+        result["phase"] = "call"
+        run_test(request.test, request.test_args)
+        return None
+    if request.script is not None:
+        if request.setup:
+            # It prepares what the script reads (a data file the repo does not ship, an
+            # environment variable); the script's command line is `args`, so what setup
+            # returns is not used.
+            resolve(request.setup)()
+        result["phase"] = "call"
+        # As `python train.py` has it: the script's own folder first. Added after setup,
+        # which is resolved from the target root, as the configuration check read it.
+        sys.path.insert(0, str((root / request.script).parent))
+        run_script(root / request.script, request.args)
+        return None
+    # Setup first: it may prepare what the entrypoint's module reads when imported.
+    made = resolve(request.setup)() if request.setup else None
+    result["phase"] = "import"
+    target = resolve(request.call or "")
+    result["phase"] = "setup"
+    func, kwargs = bind_setup(request.call or "", target, made, request.setup)
+    kwargs.update(request.kwargs)
+    if request.amp_flag and request.amp is not None:
+        kwargs[request.amp_flag] = request.amp
+    result["phase"] = "call"
+    return func(**kwargs)
 
 
 def collect_payload(instrument: Any) -> dict[str, Any]:
