@@ -8,7 +8,10 @@ With an entrypoint configured, nothing here applies: the configuration is handed
 from __future__ import annotations
 
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
-from traingate.pipeline.model.schema import ObservedTraining, StageReport
+from traingate.pipeline.model.schema import Finding, ObservedTraining, StageReport
+
+# `evidence.data[TRAINING_TEST_KEY]`: the test whose training a finding was observed in.
+TRAINING_TEST_KEY = "training_test"
 
 
 def fact(reports: list[StageReport]) -> ObservedTraining | None:
@@ -37,3 +40,13 @@ def not_measured(config: TargetConfig, purpose: str | None, reports: list[StageR
     if observed.optimizer_steps is None:
         return None  # no test trained at all: the stage says there is no entrypoint
     return observed.reason
+
+
+def with_test_named(findings: list[Finding], config: TargetConfig) -> list[Finding]:
+    """`findings` of a stage that observed a test's training, each naming that test in its
+    evidence (the id does not change: it never depends on the evidence)."""
+    ep = config.entrypoint
+    if ep is None or ep.test is None:
+        return findings
+    named = {TRAINING_TEST_KEY: ep.test, **({"baseline_form": True} if ep.test_files else {})}
+    return [f.model_copy(update={"evidence": f.evidence.model_copy(update={"data": {**f.evidence.data, **named}})}) for f in findings]

@@ -261,7 +261,7 @@ def run_stage(
     if snapshot is not None:
         extra = written_findings(name, snapshot, root, GateInputs.of(config, outcome.files_read), once or OncePerRun())
         snapshot.discard(root)
-    findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
+    findings = sorted([*observed_tests.with_test_named(outcome.findings, config), *extra], key=Finding.sort_key)
     if once is not None:
         findings = once.first_seen(findings, outcome.training_stopped)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
