@@ -38,7 +38,7 @@ CASES: dict[str, tuple[str, str, str, list[tuple[str, str, str]]]] = {
         "execution,correctness",
         'call = "pkg.trainer:Trainer.fit"\nsetup = "traingate_setup:trainer"\nkwargs = { epochs = 3 }',
         "tests/test_trainer.py::test_fit_three_epochs",
-        [("train-eval-mode", "pkg/trainer.py", "marker: eval")],
+        [("train-eval-mode", "pkg/trainer.py", "marker: forward")],
     ),
     "observe_module_softmax": (
         "execution,correctness",
@@ -121,6 +121,12 @@ def test_findings_are_at_the_users_lines_and_name_the_test(runs: Callable[[str, 
     assert all(f["evidence"]["data"]["training_test"] == test for f in _observed_findings(run))
     assert run.report["decision"] == ("BLOCK" if expected else "PASS")
     assert f"`{test}`" in (run.out / "report.md").read_text()
+
+
+def test_the_eval_call_left_on_is_found_inside_the_trainer_the_test_fits(runs: Callable[[str, bool], GateRun]) -> None:
+    [left] = [f for f in _observed_findings(runs("observe_trainer_eval", False)) if f["category"] == "train-eval-mode"]
+    site = left["evidence"]["data"]["eval_site"]
+    assert (site["path"], site["line"]) == ("pkg/trainer.py", line_of(TARGETS / "observe_trainer_eval" / "pkg" / "trainer.py", "marker: eval"))
 
 
 def test_the_test_that_made_the_most_steps_is_observed_and_the_others_listed(runs: Callable[[str, bool], GateRun]) -> None:
