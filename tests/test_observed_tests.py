@@ -146,6 +146,16 @@ def test_an_entrypoint_configured_changes_nothing(runs: Callable[[str, bool], Ga
     assert {t["optimizer_steps"] for t in run.stage("execution")["tests"]} == {0, 8}
 
 
+def test_training_in_a_fixture_of_a_parametrised_test_class_is_observed(gate: Callable[..., GateRun]) -> None:
+    run = gate("observe_fixture_param", "--stages", "execution,correctness")
+    test = "tests/test_model.py::TestTrained::test_predicts_a_finite_value[0.001]"
+    assert run.report["observed_training"]["test"] == test
+    assert [c["optimizer_steps"] for c in run.report["observed_training"]["candidates"]] == [6, 4]
+    [finding] = run.findings("stale-gradients")
+    assert (finding["location"]["path"], finding["location"]["line"]) == ("model.py", line_of(TARGETS / "observe_fixture_param" / "model.py", "marker: step"))
+    assert finding["evidence"]["data"]["training_test"] == test and run.report["decision"] == "BLOCK"
+
+
 def test_too_few_steps_for_a_verdict_is_not_measured(gate: Callable[..., GateRun]) -> None:
     run = gate("observe_few_steps", "--stages", "execution,correctness")
     correctness = run.stage("correctness")

@@ -56,7 +56,7 @@ def choose(ctx: StageContext, records: list[TestRecord], plan: ReplayPlan | NotR
         )
         return ObservedTraining(test=None, optimizer_steps=best.optimizer_steps, reason=reason, min_steps=MIN_OBSERVED_STEPS, candidates=shown), {}
     others = f"; {len(candidates) - 1} other test(s) trained with as many or fewer" if len(candidates) > 1 else ""
-    reason = f"no entrypoint is configured, and this test made the most optimizer steps ({best.optimizer_steps}) of the tests that passed{others}"
+    reason = f"this test made the most optimizer steps ({best.optimizer_steps}) of the tests that passed{others}"
     return ObservedTraining(test=best.nodeid, optimizer_steps=best.optimizer_steps, reason=reason, min_steps=MIN_OBSERVED_STEPS, candidates=shown), {}
 
 
