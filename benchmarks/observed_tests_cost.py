@@ -8,7 +8,10 @@ body of `[tool.traingate.entrypoint]`; the default is observe_clean's). Both are
 stage, alternating, N times; printed per stage (medians of the stage's own duration, as
 report.json gives it) and for the whole run (wall, CLI start-up included), with the ratio
 observed / configured. The execution stage runs the suite in both; with an entrypoint it also
-makes the smoke call. Asserts nothing; docs/stages.md says what is observed.
+makes the smoke call. Each run of the test starts pytest and collects the test's module: the
+pytest plugins installed in the environment are loaded into every run (`--no-plugin-autoload`
+leaves them out, as the test suite's gate runs do). Asserts nothing; docs/stages.md says what
+is observed.
 """
 
 from __future__ import annotations
@@ -44,8 +47,15 @@ def main() -> None:
     parser.add_argument("target", nargs="?", default=str(REPO / "tests" / "targets" / "observe_clean"))
     parser.add_argument("--entrypoint", default=DEFAULT_ENTRYPOINT)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-plugin-autoload", action="store_true",
+        help="PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, as the test suite's gate runs have it: the pytest plugins of this environment "
+        "(hypothesis's imports hypothesis at each run's summary) are not loaded into each run of the test",
+    )
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.no_plugin_autoload:
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         observed, configured = scratch / "observed", scratch / "configured"
@@ -63,7 +73,8 @@ def main() -> None:
                 decisions[kind].add(decision)
                 for name, seconds in per_stage.items():
                     stages[kind].setdefault(name, []).append(seconds)
-    print(f"target: {args.target}  repeats: {args.repeat}  device: cpu  OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+    autoload = "off" if args.no_plugin_autoload else "on"
+    print(f"target: {args.target}  repeats: {args.repeat}  device: cpu  OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}  pytest plugin autoload: {autoload}")
     print(f"decisions: observed {sorted(decisions['observed'])}, configured {sorted(decisions['configured'])}")
     print(f"{'':14} {'observed (s)':>13} {'configured (s)':>15} {'ratio':>7}")
     for name in STAGES:

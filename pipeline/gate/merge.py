@@ -95,6 +95,8 @@ def merge_reports(inputs: list[tuple[str, PipelineReport]], requested: list[str]
         policy=first.policy,
         stages_not_run=stages_not_run(known, merged, left_out="not requested with merge --stages"),
         acceptance=_combined_acceptance(reports),
+        # The run whose execution stage chose it (a split run's other parts observed nothing).
+        observed_training=next((r.observed_training for r in reports if r.observed_training is not None), None),
     )
 
 
