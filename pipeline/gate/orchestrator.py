@@ -125,8 +125,6 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
                 purpose = parts(registry[name]).purpose
                 skip = _skip_reason(purpose, reports) or observed_tests.not_measured(config, purpose, reports)
                 stage_config = observed_tests.stage_config(config, purpose, reports)
-                if agents is None and stage_config is not config:  # a test's training: one torch import for its stages too
-                    agents = agent_host(request, stage_config)
                 if skip is not None:
                     report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
                 else:
@@ -146,10 +144,13 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
 def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     """The warm interpreter the stage agents of this run are forked from (`AgentHost`), started
     now so its imports overlap the snapshot: one `import torch` for every stage's runs instead
-    of one per stage. None where the runs would not fork from it anyway: no entrypoint (the
-    suite alone never imports torch), warm start off, or a PYTHONPATH that names the folder a
-    run starts in (each stage runs in a copy of its own)."""
-    if config.entrypoint is None or not warm.enabled():
+    of one per stage. Started for an entrypoint, and for a test suite whose training the later
+    stages may observe (the suite's own run never forks from it, so a suite that does not use
+    torch still runs without importing it). None where the runs would not fork from it anyway:
+    neither, warm start off, or a PYTHONPATH that names the folder a run starts in (each stage
+    runs in a copy of its own)."""
+    # With no entrypoint, a suite's tests may train: the stages after it would observe one.
+    if (config.entrypoint is None and not (config.has_test_suite and len(request.stages) > 1)) or not warm.enabled():
         return None
     agent_env = child_environment()
     runs_env = target_env(agent_env, request.device)
