@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from traingate.pipeline.model.schema import Location
 from traingate.stages.pytest_config import find_pytest_config
 from traingate.stages.tree_view import build_view, remove_view
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from traingate.stages.base import StageContext

@@ -11,7 +11,6 @@ and pass (not found, skipped, an error in a fixture) raises `TestNotRun`.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
 import pytest
 
@@ -58,5 +57,4 @@ def _why_not(nodeid: str, outcome: _Outcome, code: int) -> str:
         return f"pytest did not run {nodeid} (exit status {code}): the test is not collected here"
     if "skipped" in outcome.phases.values():
         return f"{nodeid} was skipped: {outcome.skip_reason or 'no reason given'}"
-    phases: dict[str, Any] = outcome.phases
-    return f"{nodeid} did not pass: " + ", ".join(f"{when} {what}" for when, what in phases.items())
+    return f"{nodeid} did not pass: " + ", ".join(f"{when} {what}" for when, what in outcome.phases.items())
