@@ -44,6 +44,7 @@ from traingate.stages.contract.reads import FilesRead
 from traingate.stages.contract.target_env import target_env
 from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, BudgetRecord, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
 from traingate.stages.contract.payloads.base import Site
+from traingate.stages.observed_test import TestTree, location_of_test, observed_test_tree
 
 
 PayloadModel = TypeVar("PayloadModel", bound=BaseModel)
@@ -274,7 +275,17 @@ def run_entrypoint(
     `traingate.stages.contract.channel`); the copy of the request left in the scratch
     folder is for people, holds no nonce, and is never read back.
     """
-    fields = _request_fields(ctx, amp, instruments or [], options or {}, deterministic, kwargs_override or {}, distributed, entrypoint)
+    with observed_test_tree(ctx) as tree:
+        fields = _request_fields(ctx, amp, instruments or [], options or {}, deterministic, kwargs_override or {}, distributed, entrypoint)
+        return _run_entrypoint(ctx, label, tree, fields, budget_s, env)
+
+
+def _run_entrypoint(
+    ctx: StageContext, label: str, tree: TestTree | None, fields: dict[str, Any], budget_s: float | None, env: dict[str, str] | None
+) -> EntrypointRun:
+    """`run_entrypoint` with the request's fields built (and, for a test, its tree laid out)."""
+    if tree is not None:
+        fields.update(target_root=str(tree.root), test_args=tree.args)
     name = ctx.next_name(label)
     nonce = new_nonce()
 
@@ -289,7 +300,7 @@ def run_entrypoint(
     (ctx.scratch / f"{name}.request.json").write_text(json.dumps(fields, default=repr, indent=1))
     child = run_child(
         python_argv("traingate.stages.harness.entrypoint"),
-        cwd=ctx.root,
+        cwd=tree.root if tree is not None else ctx.root,
         budget_s=min(budget_s, ctx.child_budget()) if budget_s else ctx.child_budget(),
         scratch=ctx.scratch,
         env=env or ctx.child_env(),
@@ -325,6 +336,7 @@ def _request_fields(
         raise ValueError("no entrypoint configured")
     fields: dict[str, Any] = {
         "target_root": str(ctx.root),
+        "test": ep.test,
         "call": ep.call,
         "script": ep.script,
         "args": ep.script_argv(amp),
@@ -503,8 +515,10 @@ def entrypoint_location(root: Path, call: str) -> Location | None:
 
 def entrypoint_fallback(ctx: StageContext) -> Location:
     """Where a finding that no observed frame locates points: the entrypoint's `def`, its
-    module file, or the script."""
+    module file, the script, or the observed test's `def`."""
     ep = ctx.config.entrypoint
+    if ep is not None and ep.test is not None:
+        return location_of_test(ctx.root, ep.test)
     if ep is None or ep.call is None:
         return Location(path=(ep.script if ep else None) or "")
     module, _, function = ep.call.partition(":")

@@ -42,6 +42,8 @@ def load_config(root: Path) -> tuple[TargetConfig, str | None]:
 def check_entrypoint(root: Path, config: TargetConfig, source: str, prefix: str) -> None:
     """The entrypoint's names against the files they name (ConfigError naming the key)."""
     ep = config.entrypoint
+    if ep is not None and (ep.test is not None or ep.test_files):
+        raise ConfigError(source, f"{prefix}.entrypoint.test", "set by the gate only: with no entrypoint configured, it observes the training of the tests itself")
     if ep is not None:
         if ep.script is not None:
             _check_script(root, source, f"{prefix}.entrypoint.script", ep.script)

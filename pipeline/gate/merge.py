@@ -98,6 +98,8 @@ def merge_reports(inputs: list[tuple[str, PipelineReport]], requested: list[str]
         stages_not_run=stages_not_run(known, merged, left_out="not requested with merge --stages"),
         acceptance=(acceptance := _combined_acceptance(reports)),
         verification=_combined_verification(reports, acceptance),
+        # The run whose execution stage chose it (a split run's other parts observed nothing).
+        observed_training=next((r.observed_training for r in reports if r.observed_training is not None), None),
     )
 
 

@@ -50,6 +50,7 @@ from traingate.pipeline.model.schema import (
 )
 from traingate.pipeline.gate.once_per_run import OncePerRun
 from traingate.pipeline.gate.schedule import side_by_side, stage_groups, usable_cores
+from traingate.pipeline.gate import observed_tests
 from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
@@ -139,7 +140,8 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     every = [settled, *reports] if settled is not None else reports
     assembled = assemble(request, every, started_at, time.monotonic() - started, compare_baseline(request, every))
     return assembled.model_copy(
-        update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": acceptance, "verification": summary(verification, acceptance.waivers)}
+        update={"stages_not_run": stages_not_run(list(registry), reports), "acceptance": acceptance, "verification": summary(verification, acceptance.waivers),
+                "observed_training": observed_tests.fact(reports)}
     )
 
 
@@ -173,11 +175,17 @@ def _run_group(
     for name in group:
         for obs in request.observers:
             obs.stage_started(name, request.stages.index(name) + 1, len(request.stages))
-    launched = [name for name in group if _skip_reason(parts(registry[name]).purpose, reports) is None]
-    runs = _run_agents(launched, lambda name: run_stage_agent(name, registry[name], request, config, snapshot, agents, baseline_entrypoint))
+    launched = [name for name in group if _group_skip(registry[name], config, reports) is None]
+
+    def launch(name: str) -> AgentRun:
+        # With no entrypoint configured, a stage that runs the training function observes a test's.
+        stage_config = observed_tests.stage_config(config, parts(registry[name]).purpose, reports)
+        return run_stage_agent(name, registry[name], request, stage_config, snapshot, agents, baseline_entrypoint)
+
+    runs = _run_agents(launched, launch)
     for name in group:
         done = runs.get(name)
-        skip = _skip_reason(parts(registry[name]).purpose, reports)
+        skip = _group_skip(registry[name], config, reports)
         if skip is not None:
             if done is not None:
                 snapshot.discard(done.root)
@@ -188,6 +196,13 @@ def _run_group(
         reports.append(report)
         for obs in request.observers:
             obs.stage_finished(report)
+
+
+def _group_skip(stage: Stage, config: TargetConfig, reports: list[StageReport]) -> str | None:
+    """Why a stage is not run after the reports so far: an earlier stage's outcome, or the only
+    training in the tests made too few optimizer steps for a verdict."""
+    purpose = parts(stage).purpose
+    return _skip_reason(purpose, reports) or observed_tests.not_measured(config, purpose, reports)
 
 
 def _run_agents(names: list[str], run: Callable[[str], AgentRun]) -> dict[str, AgentRun]:
@@ -219,7 +234,8 @@ class UnconfiguredHint:
 
     def added_to(self, report: StageReport) -> StageReport:
         reason = report.skipped_reason or ""
-        if report.status is not StageStatus.SKIPPED or "no entrypoint" not in reason:
+        # Skipped for want of an entrypoint, or because the tests' only training was too short to measure.
+        if report.status is not StageStatus.SKIPPED or ("no entrypoint" not in reason and not reason.startswith("not measured: the test that trained most")):
             return report
         if not self._read:
             self._hint, self._read = init_hint(self.root), True
@@ -230,10 +246,13 @@ class UnconfiguredHint:
 def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     """The warm interpreter the stage agents of this run are forked from (`AgentHost`), started
     now so its imports overlap the snapshot: one `import torch` for every stage's runs instead
-    of one per stage. None where the runs would not fork from it anyway: no entrypoint (the
-    suite alone never imports torch), warm start off, or a PYTHONPATH that names the folder a
-    run starts in (each stage runs in a copy of its own)."""
-    if config.entrypoint is None or not warm.enabled():
+    of one per stage. Started for an entrypoint, and for a test suite whose training the later
+    stages may observe (the suite's own run never forks from it, so a suite that does not use
+    torch still runs without importing it). None where the runs would not fork from it anyway:
+    neither, warm start off, or a PYTHONPATH that names the folder a run starts in (each stage
+    runs in a copy of its own)."""
+    # With no entrypoint, a suite's tests may train: the stages after it would observe one.
+    if (config.entrypoint is None and not (config.has_test_suite and len(request.stages) > 1)) or not warm.enabled():
         return None
     agent_env = child_environment()
     runs_env = target_env(agent_env, request.device)
@@ -377,7 +396,7 @@ def settle_stage(run: AgentRun, request: RunRequest, snapshot: Snapshot | None, 
     if snapshot is not None:
         extra = written_findings(name, snapshot, run.root, GateInputs.of(run.config, outcome.files_read), once or OncePerRun())
         snapshot.discard(run.root)
-    findings = sorted([*outcome.findings, *extra], key=Finding.sort_key)
+    findings = sorted([*observed_tests.with_test_named(outcome.findings, run.config), *extra], key=Finding.sort_key)
     if once is not None:
         findings = once.first_seen(findings, outcome.training_stopped)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
@@ -400,6 +419,8 @@ def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], dura
         details=outcome.details,
         tests=outcome.tests,
         training_stopped=outcome.training_stopped,
+        observed_training=outcome.observed_training,
+        observed_files=outcome.observed_files,
     )
 
 

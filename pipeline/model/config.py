@@ -74,6 +74,11 @@ class EntrypointConfig(BaseModel):
     # The step budget: the training's own defaults, made short by the gate (a controlled stop).
     max_batches: int | None = Field(default=None, ge=1, description="every DataLoader iteration stops after this many batches")
     max_steps: int | None = Field(default=None, ge=1, description="the run stops after this many optimizer steps")
+    # Set by the gate, never by the configuration (`load_config` refuses them): with no
+    # entrypoint configured, the test whose training the later stages observe (a pytest node
+    # id), and the baseline's files it runs with in its baseline form (path -> text, None: absent).
+    test: str | None = Field(default=None, description="set by the gate: a pytest node id whose training is observed")
+    test_files: dict[str, str | None] = Field(default_factory=dict, description="set by the gate: the baseline's test files")
 
     @field_validator("call")
     @classmethod
@@ -104,6 +109,8 @@ class EntrypointConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_shape(self) -> EntrypointConfig:
+        if self.test is not None and self.call is None and self.script is None:
+            return self  # the gate's own shape: a test run under pytest, nothing else applies
         if (self.call is None) == (self.script is None):
             raise ValueError("give exactly one of `call` (module:function or module:Class.method) and `script` (a .py file)")
         # By value, not by the keys given: the stage agents re-validate a full dump of the config.
@@ -116,6 +123,8 @@ class EntrypointConfig(BaseModel):
     @property
     def label(self) -> str:
         """What the reports name the entrypoint by."""
+        if self.test is not None:
+            return f"pytest {self.test}" + (" (its baseline form)" if self.test_files else "")
         if self.script is not None:
             return " ".join(["python", self.script, *self.args])
         return str(self.call)

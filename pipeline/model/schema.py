@@ -393,6 +393,7 @@ class TestRecord(BaseModel):
     message: str = ""
     taken_out: TakenOut | None = None
     rewritten: str | None = Field(default=None, description="when a hook made the logged outcome differ from what the test did: which, and how")
+    optimizer_steps: int = Field(default=0, ge=0, description="optimizer steps the test made in the gate's run (setup and teardown included); 0: none seen")
 
 
 class TrainingStopped(BaseModel):
@@ -404,6 +405,29 @@ class TrainingStopped(BaseModel):
     finding: str  # the id of the finding that shows it
     reason: Literal["crash", "environment", "hang"]
     missing: list[str] = Field(default_factory=list)  # environment: the modules not installed
+
+
+class TrainingTest(BaseModel):
+    """A test that made optimizer steps in the execution stage's run."""
+
+    __test__ = False  # not a pytest test class
+    model_config = _FROZEN
+    nodeid: str
+    optimizer_steps: int
+    duration_s: float = 0.0
+
+
+class ObservedTraining(BaseModel):
+    """With no entrypoint configured: the test whose training the stages that observe training
+    ran as their entrypoint, and why that one (or why none)."""
+
+    model_config = _FROZEN
+    test: str | None = Field(description="the pytest node id observed; null when no test trained enough to be observed")
+    optimizer_steps: int | None = Field(default=None, description="the optimizer steps it made in the execution stage's run")
+    reason: str = Field(description="why this test was chosen, or why none was")
+    baseline_form: bool = Field(default=False, description="run as the baseline's commit has its test code: the change edited it")
+    min_steps: int = Field(description="fewer optimizer steps than this: not measured")
+    candidates: list[TrainingTest] = Field(default_factory=list, description="the tests that made optimizer steps, most steps first")
 
 
 class StageOutcome(BaseModel):
@@ -422,6 +446,10 @@ class StageOutcome(BaseModel):
     # (the agent handed back none). The gate reads it, the report does not carry it.
     files_read: FilesRead | None = None
     training_stopped: list[TrainingStopped] = Field(default_factory=list)
+    # execution stage, no entrypoint configured: the test the later stages observe, and the
+    # baseline's test files (path -> text, None: absent) it runs with in its baseline form.
+    observed_training: ObservedTraining | None = None
+    observed_files: dict[str, str | None] = Field(default_factory=dict)
 
 
 class StageReport(BaseModel):
@@ -441,6 +469,9 @@ class StageReport(BaseModel):
     )
     # For the stages after it (`StageOutcome.training_stopped`); report.json does not carry it.
     training_stopped: SkipJsonSchema[list[TrainingStopped]] = Field(default_factory=list, exclude=True)
+    # For the stages after it (`StageOutcome.observed_training`); the report carries the first at its top.
+    observed_training: SkipJsonSchema[ObservedTraining | None] = Field(default=None, exclude=True)
+    observed_files: SkipJsonSchema[dict[str, str | None]] = Field(default_factory=dict, exclude=True)
 
 
 class TargetInfo(BaseModel):
@@ -576,6 +607,9 @@ class PipelineReport(BaseModel):
     stages_not_run: list[StageNotRun] = Field(default_factory=list, description="stages whose checks did not run, and why: a PASS vouches only for the stages that ran")
     acceptance: Acceptance | None = Field(default=None, description="waivers and the new-findings rule, and what they accepted")
     verification: VerificationReview | None = Field(default=None, description="the change's gate configuration and waivers against the baseline's")
+    observed_training: ObservedTraining | None = Field(
+        default=None, description="no entrypoint configured: the test whose training the stages observed, and why (null with an entrypoint)"
+    )
 
     def findings(self) -> list[Finding]:
         return sorted((f for s in self.stages for f in s.findings), key=Finding.sort_key)

@@ -86,8 +86,9 @@ class DistributedSpec(Strict):
 
 
 class EntrypointRequest(Strict):
-    """Exactly one of `call` (module:function or module:Class.method) and `script` (a .py
-    file relative to the target root, run as `__main__` with `sys.argv = [script, *args]`)."""
+    """Exactly one of `call` (module:function or module:Class.method), `script` (a .py
+    file relative to the target root, run as `__main__` with `sys.argv = [script, *args]`) and
+    `test` (a pytest node id, run by pytest in the harness's process)."""
 
     target_root: str
     call: str | None
@@ -106,11 +107,15 @@ class EntrypointRequest(Strict):
     distributed: DistributedSpec | None = None
     max_batches: int | None = None  # the step budget: batches per DataLoader iteration
     max_steps: int | None = None  # the step budget: optimizer steps of the run
+    # Or a test whose training is observed: pytest runs `test_args` (the node id and the
+    # arguments that pin the run to the target) in the harness's own process.
+    test: str | None = None
+    test_args: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_shape(self) -> EntrypointRequest:
-        if (self.call is None) == (self.script is None):
-            raise ValueError("an entrypoint request names exactly one of call and script")
+        if sum(shape is not None for shape in (self.call, self.script, self.test)) != 1:
+            raise ValueError("an entrypoint request names exactly one of call, script and test")
         return self
 
 

@@ -255,6 +255,15 @@ class ItemsEvent(Strict):
     items: list[ItemRecord]
 
 
+class TrainingEvent(Strict):
+    """The optimizer steps one test made (setup, call and teardown), sent when it finished;
+    only for a test that made some."""
+
+    event: Literal["training"] = "training"
+    nodeid: str
+    optimizer_steps: int = Field(ge=1)
+
+
 # -- the launcher's own last event ------------------------------------------------------
 
 
@@ -269,7 +278,7 @@ class ReadsEvent(Strict):
 PytestEvent = Annotated[
     ConftestErrorEvent | StartEvent | CollectErrorEvent | CollectedEvent | TestStartEvent | ReportEvent | WarningEvent
     | InterruptEvent | InternalErrorEvent | FinishEvent
-    | SelectionEvent | XdistDisabledEvent | IgnoredEvent | CollectSkipEvent | DeselectedEvent | ItemsEvent | ReadsEvent,
+    | SelectionEvent | XdistDisabledEvent | IgnoredEvent | CollectSkipEvent | DeselectedEvent | ItemsEvent | ReadsEvent | TrainingEvent,
     Field(discriminator="event"),
 ]
 PYTEST_EVENTS: TypeAdapter[PytestEvent] = TypeAdapter(PytestEvent)

@@ -198,6 +198,9 @@ class _Session(StageSession[CorrectnessRun]):
         if config is None:
             self.distributed = CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]")
             return
+        if self.entrypoint.test is not None:
+            self.distributed = CheckNote(ran=False, note=f"not run: the training observed is a test ({self.entrypoint.test}); configure an entrypoint to run it under torchrun")
+            return
         if self.stopped:
             return
         timeout = min(config.timeout_s, self.ctx.child_budget() - REPORT_ALLOWANCE_S)
@@ -309,6 +312,9 @@ class _Session(StageSession[CorrectnessRun]):
         config = self.ctx.section(CorrectnessConfig)
         if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
             self.grad_accumulation = CheckNote(ran=False, note="not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]")
+            return
+        if self.entrypoint.test is not None:
+            self.grad_accumulation = CheckNote(ran=False, note=f"not run: the training observed is a test ({self.entrypoint.test}), whose keyword arguments the gate cannot set")
             return
         batch = self.entrypoint.kwargs.get(config.batch_size_kwarg)
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:

@@ -14,21 +14,19 @@ run is `suite.run_suite` on that folder, and `replay_checks` turns its outcomes 
 from __future__ import annotations
 
 import configparser
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from traingate.pipeline.model.schema import TestRecord
 from traingate.pipeline.model.tomlcompat import tomllib
 from traingate.stages.execution.accounting import TEST_FILE
+# The folder the baseline's tests run in (shared with the stages that observe a test's training).
+from traingate.stages.tree_view import build_view as build_view, remove_view as remove_view
 
 # Folders that hold only tests: their helper modules are part of the test, not of the code.
 TEST_FOLDERS = frozenset({"tests", "test", "testing"})
 CONFIG_NAMES = ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg")
-# Never linked into the replay's folder: version control and caches.
-_NOT_LINKED = frozenset({".git", "__pycache__", ".pytest_cache"})
 _GIT_TIMEOUT_S = 30
 
 
@@ -167,28 +165,3 @@ def _pytest_section(name: str, text: str | None) -> object:
         return dict(parser[section]) if parser.has_section(section) else None
     except (tomllib.TOMLDecodeError, configparser.Error):
         return text  # unreadable: compared as text
-
-
-def build_view(current: Path, overlay: dict[str, str | None]) -> Path:
-    """A neutral temporary folder that is this version's tree with the overlay laid over it:
-    the folders that hold an overlaid file are real, every other entry links to this version's."""
-    into = Path(tempfile.mkdtemp())
-    real = {PurePosixPath(".")} | {parent for path in overlay for parent in PurePosixPath(path).parents}
-    for folder in sorted(real, key=lambda p: len(p.parts)):
-        (into / folder).mkdir(parents=True, exist_ok=True)
-        source = current / folder
-        if not source.is_dir():
-            continue
-        for entry in source.iterdir():
-            rel = folder / entry.name
-            if rel in real or rel.as_posix() in overlay or entry.name in _NOT_LINKED:
-                continue
-            (into / rel).symlink_to(entry, target_is_directory=entry.is_dir())
-    for path, text in overlay.items():
-        if text is not None:
-            (into / path).write_text(text, encoding="utf-8")
-    return into
-
-
-def remove_view(view: Path) -> None:
-    shutil.rmtree(view, ignore_errors=True)  # links are removed, never followed

@@ -46,6 +46,7 @@ from traingate.stages.execution.accounting_checks import (
 )
 from traingate.stages.execution.baseline_entry import baseline_smoke
 from traingate.stages.execution.replay import ReplayPlan
+from traingate.stages.execution.observed import choose as choose_observed
 from traingate.stages.execution.replay_checks import prepare_replay, replay_findings, run_replay
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
 from traingate.stages.execution.coverage import EntrypointSource, coverage_details, entrypoint_source, executed_lines, untested_finding
@@ -98,6 +99,7 @@ class ExecutionWork:
         sites = gather(ctx.root, result.warnings, smoke_warnings(smoke))
         findings = one_per_need(ctx, findings) + deprecated_api_findings(ctx, sites)
 
+        observed, observed_files = choose_observed(ctx, records, plan)
         smoke_rows = smoke_details(ctx, smoke)
         details = ExecutionDetails(
             pytest=pytest,
@@ -111,6 +113,8 @@ class ExecutionWork:
             findings=findings,
             tests=records,
             details=details.model_dump(mode="json"),
+            observed_training=observed,
+            observed_files=observed_files,
         )
 
     @staticmethod

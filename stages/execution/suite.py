@@ -12,7 +12,6 @@ says where pytest's exit status and its events disagree (`inconsistencies`).
 
 from __future__ import annotations
 
-import configparser
 import json
 import shlex
 import shutil
@@ -24,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from traingate.stages.execution.details import SkipGroup, SuiteCounts
 from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
-from traingate.pipeline.model.tomlcompat import tomllib
 from traingate.stages.base import StageContext
+from traingate.stages.pytest_config import find_pytest_config
 from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_records
 from traingate.stages.contract.messages import PYTEST_EVENT, CoverageSpec, PytestRequest
 from traingate.stages.contract.pytest_events import (
@@ -53,6 +52,7 @@ from traingate.stages.contract.pytest_events import (
     SkipSite,
     StartEvent,
     TestStartEvent,
+    TrainingEvent,
     WarningEvent,
     XdistDisabledEvent,
 )
@@ -98,36 +98,6 @@ class SuiteRun:
     @property
     def command(self) -> str:
         return "python -m pytest " + shlex.join(self.args)
-
-
-def find_pytest_config(root: Path, tests: list[str]) -> Path | None:
-    """The file pytest itself would read, looked for only inside the target root."""
-    starts = [root / a.split("::", 1)[0] for a in tests if not a.startswith("-")] or [root]
-    for start in starts:
-        base = start if start.is_dir() else start.parent
-        while True:
-            for name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"):
-                candidate = base / name
-                if candidate.is_file() and _holds_pytest_config(candidate):
-                    return candidate
-            if base == root or root not in base.parents:
-                break
-            base = base.parent
-    return None
-
-
-def _holds_pytest_config(path: Path) -> bool:
-    if path.name in ("pytest.toml", ".pytest.toml", "pytest.ini", ".pytest.ini"):
-        return True
-    try:
-        if path.name == "pyproject.toml":
-            tool = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {})
-            return isinstance(tool, dict) and "pytest" in tool
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read(path, encoding="utf-8")
-        return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error):
-        return False
 
 
 def pytest_args(ctx: StageContext, config_file: Path | None, private: Path, root: Path | None = None, tests: list[str] | None = None) -> list[str]:
@@ -256,6 +226,7 @@ class TestOutcome:
     phases: dict[str, ReportEvent] = field(default_factory=dict)
     # Phases whose logged outcome is not what the test did (`phase_rewrite`).
     rewrites: list[PhaseRewrite] = field(default_factory=list)
+    optimizer_steps: int = 0  # the optimizer steps it made (`pytest_steps`)
 
     @property
     def environment(self) -> EnvironmentCause | None:
@@ -325,17 +296,21 @@ def parse_events(events: list[PytestEvent]) -> SuiteResult:
     result = SuiteResult()
     phases: OrderedDict[str, dict[str, ReportEvent]] = OrderedDict()
     places: dict[str, tuple[str | None, int | None]] = {}
+    steps: dict[str, int] = {}
     for event in events:
         if isinstance(event, TestStartEvent):
             phases.setdefault(event.nodeid, {})
             places[event.nodeid] = (event.path, event.line)
         elif isinstance(event, ReportEvent):
             phases.setdefault(event.nodeid, {})[event.when] = event
+        elif isinstance(event, TrainingEvent):
+            steps[event.nodeid] = steps.get(event.nodeid, 0) + event.optimizer_steps
         else:
             _take_event(result, event)
     for nodeid, by_phase in phases.items():
         path, line = places.get(nodeid, (nodeid.split("::", 1)[0], None))
         result.tests.append(_fold(nodeid, by_phase, path, line, result.finished))
+        result.tests[-1].optimizer_steps = steps.get(nodeid, 0)
     return result
 
 

@@ -336,21 +336,7 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     result: dict[str, Any] = {"ok": False, "exception": None, "returned": None, "phase": "setup"}
     started = time.perf_counter()
     try:
-        if request.script is not None:
-            run_script_entrypoint(request, root, result)
-            returned = None
-        else:
-            # Setup first: it may prepare what the entrypoint's module reads when imported.
-            made = resolve(request.setup)() if request.setup else None
-            result["phase"] = "import"
-            target = resolve(request.call or "")
-            result["phase"] = "setup"
-            func, kwargs = bind_setup(request.call or "", target, made, request.setup)
-            kwargs.update(request.kwargs)
-            if request.amp_flag and request.amp is not None:
-                kwargs[request.amp_flag] = request.amp
-            result["phase"] = "call"
-            returned = func(**kwargs)
+        returned = call_entrypoint(request, root, result)
         result["ok"] = True  # it returned: whatever its value does while summarised is not a crash
         result["returned"], result["returned_truncated"] = summarise_returned(returned)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are crashes too
@@ -368,6 +354,31 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
     if budget is not None:
         result["budget"] = budget.record()
     return result
+
+
+def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, Any]) -> Any:
+    """Run the entrypoint's shape (a test, a script or a call) and return what it returned;
+    `result["phase"]` says how far it got when it raises."""
+    if request.test is not None:
+        from traingate.stages.harness.test_call import run_test
+
+        result["phase"] = "call"
+        run_test(request.test, request.test_args)
+        return None
+    if request.script is not None:
+        run_script_entrypoint(request, root, result)
+        return None
+    # Setup first: it may prepare what the entrypoint's module reads when imported.
+    made = resolve(request.setup)() if request.setup else None
+    result["phase"] = "import"
+    target = resolve(request.call or "")
+    result["phase"] = "setup"
+    func, kwargs = bind_setup(request.call or "", target, made, request.setup)
+    kwargs.update(request.kwargs)
+    if request.amp_flag and request.amp is not None:
+        kwargs[request.amp_flag] = request.amp
+    result["phase"] = "call"
+    return func(**kwargs)
 
 
 def collect_payload(instrument: Any) -> dict[str, Any]:

@@ -68,7 +68,9 @@ def main() -> None:
     accountant = TestAccountant(recorder.emit, root)
     recorder.phase_facts = accountant.phase_facts
     install_warning_sites()
-    plugins: list[Any] = [recorder, accountant]
+    from traingate.stages.harness.pytest_steps import StepCounter
+
+    plugins: list[Any] = [recorder, accountant, StepCounter(recorder.emit)]
     if request.coverage is not None:
         plugins.append(CoverageWindow(request.coverage))
     # What `python -m pytest` in the target's root gives its tests: the root first on sys.path

@@ -1,0 +1,90 @@
+"""What observing the tests' training costs against the entrypoint runs it replaces.
+
+    .venv/bin/python benchmarks/observed_tests_cost.py [TARGET] [--entrypoint TOML] [--repeat N]
+
+TARGET (default tests/targets/observe_clean) configures no entrypoint: its test that trains is
+observed. A copy gets the hand-written entrypoint that makes the same call (`--entrypoint`, the
+body of `[tool.traingate.entrypoint]`; the default is observe_clean's). Both are run with every
+stage, alternating, N times; printed per stage (medians of the stage's own duration, as
+report.json gives it) and for the whole run (wall, CLI start-up included), with the ratio
+observed / configured. The execution stage runs the suite in both; with an entrypoint it also
+makes the smoke call. Each run of the test starts pytest and collects the test's module: the
+pytest plugins installed in the environment are loaded into every run (`--no-plugin-autoload`
+leaves them out, as the test suite's gate runs do). Asserts nothing; docs/stages.md says what
+is observed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TRAINGATE = str(Path(sys.executable).with_name("traingate"))
+DEFAULT_ENTRYPOINT = 'call = "trainer:Trainer.fit"\nsetup = "traingate_setup:trainer"\nkwargs = { epochs = 1 }'
+STAGES = ("execution", "performance", "concurrency", "correctness")
+
+
+def gate(root: Path, out: Path) -> tuple[float, dict[str, float], str]:
+    """Wall time of one run, each stage's duration, and the decision."""
+    started = time.perf_counter()
+    subprocess.run([TRAINGATE, "run", str(root), "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - started
+    report = json.loads((out / "report.json").read_text())
+    return wall, {s["name"]: s["duration_s"] for s in report["stages"]}, report["decision"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", nargs="?", default=str(REPO / "tests" / "targets" / "observe_clean"))
+    parser.add_argument("--entrypoint", default=DEFAULT_ENTRYPOINT)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--no-plugin-autoload", action="store_true",
+        help="PYTEST_DISABLE_PLUGIN_AUTOLOAD=1, as the test suite's gate runs have it: the pytest plugins of this environment "
+        "(hypothesis's imports hypothesis at each run's summary) are not loaded into each run of the test",
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.no_plugin_autoload:
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        observed, configured = scratch / "observed", scratch / "configured"
+        shutil.copytree(Path(args.target), observed, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        shutil.copytree(observed, configured)
+        with (configured / "pyproject.toml").open("a") as toml:
+            toml.write(f"\n[tool.traingate.entrypoint]\n{args.entrypoint}\n")
+        walls: dict[str, list[float]] = {"observed": [], "configured": []}
+        stages: dict[str, dict[str, list[float]]] = {"observed": {}, "configured": {}}
+        decisions: dict[str, set[str]] = {"observed": set(), "configured": set()}
+        for i in range(args.repeat):
+            for kind, root in (("observed", observed), ("configured", configured)):
+                wall, per_stage, decision = gate(root, scratch / f"{kind}-{i}")
+                walls[kind].append(wall)
+                decisions[kind].add(decision)
+                for name, seconds in per_stage.items():
+                    stages[kind].setdefault(name, []).append(seconds)
+    autoload = "off" if args.no_plugin_autoload else "on"
+    print(f"target: {args.target}  repeats: {args.repeat}  device: cpu  OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}  pytest plugin autoload: {autoload}")
+    print(f"decisions: observed {sorted(decisions['observed'])}, configured {sorted(decisions['configured'])}")
+    print(f"{'':14} {'observed (s)':>13} {'configured (s)':>15} {'ratio':>7}")
+    for name in STAGES:
+        a, b = stages["observed"].get(name), stages["configured"].get(name)
+        if a and b:
+            ma, mb = statistics.median(a), statistics.median(b)
+            print(f"{name:14} {ma:13.2f} {mb:15.2f} {ma / mb:7.2f}")
+    ma, mb = statistics.median(walls["observed"]), statistics.median(walls["configured"])
+    print(f"{'whole run':14} {ma:13.2f} {mb:15.2f} {ma / mb:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

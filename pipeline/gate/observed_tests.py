@@ -1,0 +1,52 @@
+"""With no entrypoint configured, the training inside the tests is observed: the execution
+stage names the test (`StageOutcome.observed_training`), and the stages after it that run
+the training function get it as their entrypoint, a test run by pytest under their probes.
+
+With an entrypoint configured, nothing here applies: the configuration is handed on as it is.
+"""
+
+from __future__ import annotations
+
+from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
+from traingate.pipeline.model.schema import Finding, ObservedTraining, StageReport
+
+# `evidence.data[TRAINING_TEST_KEY]`: the test whose training a finding was observed in.
+TRAINING_TEST_KEY = "training_test"
+
+
+def fact(reports: list[StageReport]) -> ObservedTraining | None:
+    """The observed training the stages so far named (the first one that did)."""
+    return next((r.observed_training for r in reports if r.observed_training is not None), None)
+
+
+def stage_config(config: TargetConfig, purpose: str | None, reports: list[StageReport]) -> TargetConfig:
+    """The configuration a stage runs with: the target's, or, for a stage that runs the
+    training function (`purpose`) where none is configured, the target's with the observed
+    test as its entrypoint."""
+    observed = fact(reports)
+    if purpose is None or config.entrypoint is not None or observed is None or observed.test is None:
+        return config
+    files = next((r.observed_files for r in reports if r.observed_training is not None), {})
+    entrypoint = EntrypointConfig(test=observed.test, test_files=files)
+    return config.model_copy(update={"entrypoint": entrypoint})
+
+
+def not_measured(config: TargetConfig, purpose: str | None, reports: list[StageReport]) -> str | None:
+    """Why a stage that runs the training function is not run, when the only training there
+    is made too few optimizer steps for a verdict: it is not measured, never passed."""
+    observed = fact(reports)
+    if purpose is None or config.entrypoint is not None or observed is None or observed.test is not None:
+        return None
+    if observed.optimizer_steps is None:
+        return None  # no test trained at all: the stage says there is no entrypoint
+    return observed.reason
+
+
+def with_test_named(findings: list[Finding], config: TargetConfig) -> list[Finding]:
+    """`findings` of a stage that observed a test's training, each naming that test in its
+    evidence (the id does not change: it never depends on the evidence)."""
+    ep = config.entrypoint
+    if ep is None or ep.test is None:
+        return findings
+    named = {TRAINING_TEST_KEY: ep.test, **({"baseline_form": True} if ep.test_files else {})}
+    return [f.model_copy(update={"evidence": f.evidence.model_copy(update={"data": {**f.evidence.data, **named}})}) for f in findings]

@@ -1,0 +1,7 @@
+"""Used only when the same repo is checked with a hand-written entrypoint (the comparison test)."""
+
+from pkg.trainer import Trainer
+
+
+def trainer() -> Trainer:
+    return Trainer(batch_size=16)
