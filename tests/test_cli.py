@@ -95,7 +95,11 @@ def test_a_real_report_is_accepted_as_a_baseline(tmp_path: Path) -> None:
     assert first.returncode == 0, first.stderr
     second = run_gate(target, tmp_path / "second", "--stages", "execution", "--baseline", str(tmp_path / "first" / "report.json"))
     assert second.returncode == 0, second.stderr
-    assert second.report["baseline"]["new_findings"] == []
+    # The one new finding: a baseline report that records no commit (the target is no git
+    # repository) cannot have its configuration compared; medium, and it does not block.
+    [new] = second.report["baseline"]["new_findings"]
+    [finding] = [f for s in second.report["stages"] for f in s["findings"] if f["id"] == new]
+    assert finding["rule"] == "verification-narrowed/not-compared" and not finding["blocking"]
 
 
 def test_an_out_that_is_a_file_or_cannot_be_written_is_refused(tmp_path: Path) -> None:

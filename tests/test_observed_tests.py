@@ -38,7 +38,7 @@ CASES: dict[str, tuple[str, str, str, list[tuple[str, str, str]]]] = {
         "execution,correctness",
         'call = "pkg.trainer:Trainer.fit"\nsetup = "traingate_setup:trainer"\nkwargs = { epochs = 3 }',
         "tests/test_trainer.py::test_fit_three_epochs",
-        [("train-eval-mode", "pkg/trainer.py", "marker: forward")],
+        [("train-eval-mode", "pkg/trainer.py", "marker: eval")],
     ),
     "observe_module_softmax": (
         "execution,correctness",

@@ -185,7 +185,9 @@ def test_bounded_cache_is_no_leak_and_a_larger_baseline_peak_is_a_regression(tmp
     assert set(regressions) == {"memory.peak.live_tensors"}
     assert {f["evidence"]["data"]["metric"] for f in regressions.values()} == {"peak live tensor memory (instrumented run)"}
     assert all(f["severity"] == "high" and f["blocking"] and f["location"] is None for f in regressions.values())
-    assert run.categories() == {"perf-regression"}
+    # The baseline records no commit: its configuration could not be compared (medium, never blocking).
+    assert run.categories() == {"perf-regression", "verification-narrowed"}
+    assert [(f["rule"], f["blocking"]) for f in run.findings("verification-narrowed")] == [("verification-narrowed/not-compared", False)]
     regression = run.stage("performance")["details"]["regression"]
     assert [r["metric_id"] for r in regression["not_comparable"]] == ["step_time.median.default"]
     assert "older gate" in regression["not_comparable"][0]["reason"] and "records no commit" in regression["side_by_side_note"]
