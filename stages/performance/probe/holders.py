@@ -22,6 +22,7 @@ import gc
 import sys
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -122,7 +123,12 @@ def find_holders(samples: list[torch.Tensor], stack: list[FrameType], frames: Fr
 
 def reach(container: Any, max_items: int = MAX_REACH) -> int:
     """Tensors reachable from `container` through nested lists, dicts, tuples, sets and deques."""
-    count = 0
+    return sum(1 for _ in _tensors_in(container, max_items))
+
+
+def _tensors_in(container: Any, max_items: int) -> Iterator[torch.Tensor]:
+    """The tensors inside `container` (through nested lists, dicts, tuples, sets and deques),
+    each object visited once, at most `max_items` objects."""
     todo: list[Any] = [container]
     seen: set[int] = set()
     while todo and len(seen) < max_items:
@@ -131,13 +137,12 @@ def reach(container: Any, max_items: int = MAX_REACH) -> int:
             continue
         seen.add(id(obj))
         if isinstance(obj, torch.Tensor):
-            count += 1
+            yield obj
         elif isinstance(obj, dict):
             todo.extend(obj.values())
         elif isinstance(obj, _CONTAINERS):
             todo.extend(obj)
     todo.clear()
-    return count
 
 
 def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]], frames: FrameIndex) -> list[Holder]:
@@ -409,20 +414,7 @@ def _attribute(owner: Any, child: Any, sample: Any, chain: list[Any]) -> tuple[t
 def held_graph_nodes(container: Any, limit: int, max_items: int = 100_000) -> int:
     """Autograd nodes kept alive by the tensors inside `container` (through nested lists,
     dicts, tuples, sets and deques), shared nodes counted once, up to `limit`."""
-    tensors: list[Any] = []
-    todo: list[Any] = [container]
-    seen: set[int] = set()
-    while todo and len(seen) < max_items:
-        obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if _has_graph(obj):
-            tensors.append(obj)
-        elif isinstance(obj, dict):
-            todo.extend(obj.values())
-        elif isinstance(obj, _CONTAINERS):
-            todo.extend(obj)
+    tensors = [t for t in _tensors_in(container, max_items) if _has_graph(t)]
     try:
         return graphs_size(tensors, limit)
     finally:
