@@ -24,7 +24,7 @@ from traingate.pipeline.model import findings
 from traingate.pipeline.model.findings import hang_finding as hang_finding
 from traingate.pipeline.model.config import EntrypointConfig, SectionT, TargetConfig
 from traingate.pipeline.model.registry import build_registry, parts
-from traingate.pipeline.supervision import disguise
+from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.isolation import ChildResult, child_environment, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.model.schema import (
@@ -39,12 +39,12 @@ from traingate.pipeline.model.schema import (
     TrainingStopped,
 )
 from traingate.stages.contract import instruments
-from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
-from traingate.stages.contract.reads import FilesRead
-from traingate.stages.contract.target_env import target_env
+from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_single
+from traingate.stages.common.reads import FilesRead
+from traingate.pipeline.supervision.target_env import target_env
 from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, BudgetRecord, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
 from traingate.stages.contract.payloads.base import Site
-from traingate.stages.observed_test import TestTree, location_of_test, observed_test_tree
+from traingate.stages.agent.observed_test import TestTree, location_of_test, observed_test_tree
 
 
 PayloadModel = TypeVar("PayloadModel", bound=BaseModel)
@@ -73,6 +73,9 @@ class StageContext:
     # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.supervision.warm`); None: every
     # run starts a fresh interpreter. The stage agent sets it and closes it at the stage's end.
     warm: WarmPool | None = field(default=None, repr=False)
+    # The run's copy of the child side the target's processes start from (`pipeline/supervision/disguise.py`);
+    # None: the installed modules. The stage agent sets it from its request.
+    disguise: Disguise | None = field(default=None, repr=False)
     # The models of the stage's instruments' payloads (spec -> model), against which every
     # harness result is checked when it is read; by default the registered stage's.
     payload_models: Mapping[str, type[BaseModel]] | None = field(default=None, repr=False)
@@ -141,7 +144,7 @@ class StageContext:
         return findings.stage_error(self.stage, what, reason=reason, block_on=self.config.policy.block_on, **details)
 
     def child_env(self, **extra: str) -> dict[str, str]:
-        """Environment of a child that runs target code (`contract.target_env`)."""
+        """Environment of a child that runs target code (`pipeline/supervision/target_env.py`)."""
         return target_env(os.environ, self.device, **extra)
 
     def next_name(self, label: str) -> str:
@@ -272,7 +275,7 @@ def run_entrypoint(
     every rank's record).
 
     The request goes on the child's stdin, the result comes back over a pipe (see
-    `traingate.stages.contract.channel`); the copy of the request left in the scratch
+    `traingate.stages.common.channel`); the copy of the request left in the scratch
     folder is for people, holds no nonce, and is never read back.
     """
     with observed_test_tree(ctx) as tree:
@@ -289,17 +292,19 @@ def _run_entrypoint(
     name = ctx.next_name(label)
     nonce = new_nonce()
 
-    # The instruments under the names the child's modules have (`pipeline.disguise`).
-    mask = disguise.active()
+    # The instruments (and a distributed run's launcher) under the names the child's modules have.
+    mask = ctx.disguise
     sent = {mask.spec(spec) if mask is not None else spec: spec for spec in fields["instruments"]}
+    ranks = fields.get("distributed")
+    launcher = {"distributed": {**ranks, "launcher": mask.spec(ranks["launcher"])}} if mask is not None and ranks is not None else {}
 
     def request(fd: int) -> bytes:
-        return EntrypointRequest(**{**fields, "instruments": list(sent)}, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+        return EntrypointRequest(**{**fields, "instruments": list(sent), **launcher}, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
 
     ctx.scratch.mkdir(parents=True, exist_ok=True)
     (ctx.scratch / f"{name}.request.json").write_text(json.dumps(fields, default=repr, indent=1))
     child = run_child(
-        python_argv("traingate.stages.harness.entrypoint"),
+        python_argv("traingate.stages.harness.entrypoint", disguise=ctx.disguise),
         cwd=tree.root if tree is not None else ctx.root,
         budget_s=min(budget_s, ctx.child_budget()) if budget_s else ctx.child_budget(),
         scratch=ctx.scratch,
@@ -362,7 +367,7 @@ def read_harness_result(
 ) -> tuple[HarnessResult | None, str | None]:
     """The harness's record, validated, or why there is none that can be trusted (None,
     None: the child handed back nothing, it died first). `sent`: the instrument specs as the
-    child named them -> as the stage does (`pipeline.disguise`), so every payload is checked
+    child named them -> as the stage does (`pipeline/supervision/disguise.py`), so every payload is checked
     against its model (`models`, the stage's) under its real name."""
     if child.channel_problem:
         return None, child.channel_problem

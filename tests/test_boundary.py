@@ -15,10 +15,10 @@ import pytest
 
 from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.supervision.isolation import ChildResult, run_child
-from traingate.stages.contract.stacks import crash_frames
+from traingate.stages.common.stacks import crash_frames
 from traingate.stages.base import StageContext
-from traingate.stages.contract import stacks
-from traingate.stages.contract.channel import ChannelError, new_nonce, read_records, read_single
+from traingate.stages.common import stacks
+from traingate.stages.common.channel import ChannelError, new_nonce, read_records, read_single
 from traingate.stages.contract.pytest_events import PYTEST_EVENTS
 from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.suite import SuiteRun, inconsistencies, parse_events
@@ -68,7 +68,7 @@ def test_stream_drops_only_a_cut_off_last_record() -> None:
 
 def _child(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "child.py"
-    path.write_text("from traingate.stages.contract import guard\nguard.install()\n" + textwrap.dedent(body))
+    path.write_text("from traingate.stages.common import guard\nguard.install()\n" + textwrap.dedent(body))
     return [sys.executable, str(path)]
 
 

@@ -235,7 +235,7 @@ def test_csan_report_printed_to_stderr_becomes_a_stream_race(ctx: StageContext) 
 def test_nonblocking_watch_pending_copy_read_before_and_after_sync(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from traingate.stages.concurrency.probe.cuda import NonBlockingWatch
-    from traingate.stages.contract.sites import SiteTable
+    from traingate.stages.harness.sites import SiteTable
 
     watch = NonBlockingWatch()
     watch.sites = SiteTable(Path(__file__).resolve().parent)
@@ -270,7 +270,7 @@ def test_cuda_instruments_run_their_cpu_paths_without_recording_anything(tmp_pat
     import traceback
 
     from traingate.stages.concurrency.probe.cuda import NonBlockingWatch, StreamSanitizer, _mode_class
-    from traingate.stages.contract.sites import SiteTable
+    from traingate.stages.harness.sites import SiteTable
 
     watch = NonBlockingWatch()
     watch.sites = SiteTable(tmp_path)

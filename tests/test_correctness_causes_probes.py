@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from traingate.stages.correctness.probe.payloads import StepsPayload  # noqa: E402
 from traingate.stages.correctness.probe.causes import StepCauses  # noqa: E402
 from traingate.stages.correctness.probe.loss_feeds import LossFeeds  # noqa: E402
-from traingate.stages.contract.sites import SiteTable  # noqa: E402
+from traingate.stages.harness.sites import SiteTable  # noqa: E402
 from traingate.stages.correctness.probe.steps import StepWatch  # noqa: E402
 
 HERE = Path(__file__).parent

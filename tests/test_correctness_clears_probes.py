@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from traingate.stages.contract.sites import SiteTable  # noqa: E402
+from traingate.stages.harness.sites import SiteTable  # noqa: E402
 from traingate.stages.correctness.probe.clears import ClearWatch, _module_params, _optimizer_params  # noqa: E402
 from traingate.stages.correctness.skipped_clears import skipped_clears  # noqa: E402
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from traingate.stages.contract.sites import SiteTable
+from traingate.stages.harness.sites import SiteTable
 from traingate.stages.correctness.probe.evaluation import MAX_CHECKS, EvaluationWatch
 
 

@@ -22,7 +22,7 @@ from traingate.stages.correctness.mixing import mixing_check  # noqa: E402
 from traingate.stages.correctness.probe.loss_inputs import CALLS_PER_SITE, LossInputWatch, classify  # noqa: E402
 from traingate.stages.correctness.probe.mixing import Capture  # noqa: E402
 from traingate.stages.correctness.probe.mixing_replay import judge  # noqa: E402
-from traingate.stages.contract.sites import SiteTable  # noqa: E402
+from traingate.stages.harness.sites import SiteTable  # noqa: E402
 
 HERE = Path(__file__).parent
 F = torch.nn.functional

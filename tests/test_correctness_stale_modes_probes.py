@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from traingate.stages.correctness.probe.payloads import GradientsPayload, ModesPayload  # noqa: E402
 from traingate.stages.correctness.probe.gradients import StaleGradientWatch  # noqa: E402
 from traingate.stages.correctness.probe.modes import ModeWatch  # noqa: E402
-from traingate.stages.contract.sites import SiteTable  # noqa: E402
+from traingate.stages.harness.sites import SiteTable  # noqa: E402
 
 HERE = Path(__file__).parent
 

@@ -1,5 +1,6 @@
-"""The child-side modules under one run's names (`pipeline.disguise`, docs/edited-tests.md):
-nothing in the copy, its names, the command lines or the environment names the gate."""
+"""The child-side modules under one run's name (`pipeline/supervision/disguise.py`, docs/edited-tests.md):
+nothing in the copy, its names, the command lines or the environment names the gate, and the
+copy is a plain copy of the files."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import pytest
 
 from traingate.pipeline.supervision import disguise
 from traingate.pipeline.supervision.disguise import Disguise
-from traingate.stages.contract.target_env import target_env
+from traingate.pipeline.supervision.isolation import python_argv
+from traingate.pipeline.supervision.target_env import target_env
 
 MARKER = "traingate"
+REPO = Path(__file__).resolve().parent.parent
+LAUNCHER = "traingate.stages.execution.probe.pytest_launcher"
 
 
 @pytest.fixture(scope="module")
@@ -30,16 +34,30 @@ def test_the_copy_names_the_gate_nowhere(mask: Disguise) -> None:
     files = [p for p in folder.rglob("*") if p.is_file()]
     assert files and all(MARKER not in str(p.relative_to(folder)).lower() for p in files)
     assert all(MARKER not in p.read_bytes().decode("utf-8", "replace").lower() for p in files if p.suffix == ".py")
-    assert len(mask.modules) == len(set(mask.modules.values()))
-    assert all(MARKER not in name.lower() for name in [*mask.modules.values(), mask.stacks_env, mask.tag_env, mask.folder])
-    assert "traingate.stages.harness.pytest_launcher" in mask.modules
+    assert all(MARKER not in name.lower() for name in [mask.package, mask.stacks_env, mask.tag_env, mask.folder])
+    assert mask.holds(LAUNCHER) and not mask.holds("traingate.stages.agent") and not mask.holds("traingate.stages.correctness.stage")
+    assert mask.module(LAUNCHER) == f"{mask.package}.execution.probe.pytest_launcher"
+
+
+def test_the_copy_is_a_plain_copy_of_the_child_side(mask: Disguise) -> None:
+    """Every child-side module is copied byte for byte; of the parent side, nothing."""
+    copy = Path(mask.folder) / mask.package
+    copied = sorted(p.relative_to(copy) for p in copy.rglob("*.py"))
+    between = {Path("__init__.py"), *(Path(stage, "__init__.py") for stage in ("execution", "performance", "concurrency", "correctness"))}
+    for relative in copied:
+        if relative in between:  # the copy's own package and each stage's: empty
+            assert (copy / relative).read_text() == ""
+        else:
+            assert (copy / relative).read_bytes() == (REPO / "stages" / relative).read_bytes(), relative
+    names = {str(p) for p in copied}
+    assert {"harness/entrypoint.py", "common/guard.py", "contract/messages.py", "contract/payloads/base.py", "execution/probe/pytest_launcher.py", "correctness/probe/distributed.py"} <= names
+    assert not {"base.py", "agent/__main__.py", "correctness/stage.py", "correctness/spec.py"} & names
 
 
 def test_two_runs_get_different_names() -> None:
     first, second = disguise.build(), disguise.build()
     try:
-        assert first.package != second.package and first.stacks_env != second.stacks_env
-        assert set(first.modules.values()).isdisjoint(second.modules.values())
+        assert first.package != second.package and first.stacks_env != second.stacks_env and first.folder != second.folder
     finally:
         disguise.remove(first)
         disguise.remove(second)
@@ -47,18 +65,22 @@ def test_two_runs_get_different_names() -> None:
 
 @pytest.mark.slow
 def test_a_child_side_module_runs_from_the_copy_and_the_gate_keeps_its_own(mask: Disguise) -> None:
-    disguise.activate(mask)
-    try:
-        child = disguise.module_argv("traingate.stages.contract.pytest_events")
-        agent = disguise.module_argv("traingate.stages.agent")
-        names = (disguise.stacks_env(), disguise.tag_env(), disguise.stacks_env("traingate.stages.agent"))
-    finally:
-        disguise.activate(None)
+    command = python_argv("traingate.stages.contract.pytest_events", disguise=mask)
+    child, agent = command.argv, python_argv("traingate.stages.agent", disguise=mask).argv
+    names = (disguise.stacks_env(LAUNCHER, mask), disguise.tag_env(LAUNCHER, mask), disguise.stacks_env("traingate.stages.agent", mask))
     assert MARKER not in " ".join(child).lower() and MARKER not in " ".join(agent).lower()
     assert names == (mask.stacks_env, mask.tag_env, "TRAINGATE_STACKS_FILE")  # an agent is the gate's own process
-    assert disguise.argv_module(child) == "traingate.stages.contract.pytest_events"
-    # The copy imports (its imports rewritten to the copy's names) and loads nothing of the real package.
-    probe = child[:2] + [child[2] + "; import sys; assert not [m for m in sys.modules if m.startswith('train' + 'gate')], sorted(sys.modules)"]
+    assert command.started_as == f"{mask.package}.contract.pytest_events"
+    # The copy is chosen by the command, not by the process: without one the module runs as installed.
+    assert "traingate.stages.contract.pytest_events" in python_argv("traingate.stages.contract.pytest_events").argv
+    assert disguise.stacks_env(LAUNCHER, None) == "TRAINGATE_STACKS_FILE"
+    # The copy imports (its imports are relative) and loads nothing of the real package; its
+    # modules name the variables after the copy's package.
+    check = (
+        "; import sys, importlib; assert not [m for m in sys.modules if m.startswith('train' + 'gate')], sorted(sys.modules)"
+        f"; stacks = importlib.import_module('{mask.package}.common.stacks'); assert (stacks.STACKS_ENV, stacks.RUN_TAG_ENV) == ({mask.stacks_env!r}, {mask.tag_env!r})"
+    )
+    probe = child[:2] + [child[2] + check]
     done = subprocess.run(probe, capture_output=True, text=True, timeout=120, env=target_env({"PATH": "/usr/bin:/bin"}, "cpu"))
     assert done.returncode == 0, done.stderr[-2000:]
 

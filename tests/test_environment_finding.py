@@ -13,9 +13,9 @@ from traingate.pipeline.model.config import PolicyConfig, TargetConfig
 from traingate.pipeline.model.schema import Category
 from traingate.stages.base import StageContext
 from traingate.stages.contract.messages import ExceptionRecord
-from traingate.stages.declared import declared_requirements, distributions_of
-from traingate.stages.environment import MissingPackages, environment_finding, install_advice, missing_module, missing_packages
-from traingate.stages.imports import own_modules, required_imports
+from traingate.stages.agent.declared import declared_requirements, distributions_of
+from traingate.stages.agent.environment import MissingPackages, environment_finding, install_advice, missing_module, missing_packages
+from traingate.stages.agent.imports import own_modules, required_imports
 
 FIXTURE = TARGETS / "env_missing_package"
 FIRST, SECOND, TEST_ONLY = "traingate_absent_pkg_xyz", "traingate_absent_pkg_second", "traingate_absent_plot_pkg"

@@ -18,10 +18,10 @@ from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.coverage import body_lines, entrypoint_source
 from traingate.stages.execution.suite import SuiteRun, counts, decode_events, find_pytest_config, group_skips, parse_events, skip_reason
 from traingate.stages.execution.deprecations import WarningSite, gather
-from traingate.stages.contract.channel import ChannelError
+from traingate.stages.common.channel import ChannelError
 from traingate.stages.contract.messages import WarningRecord
 from traingate.stages.contract.pytest_events import PYTEST_EVENTS, PytestEvent, WarningEvent
-from traingate.stages.harness.pytest_plugin import describe_exception
+from traingate.stages.execution.probe.pytest_plugin import describe_exception
 
 
 def ctx_for(root: Path) -> StageContext:

@@ -1,4 +1,4 @@
-"""The record of what the target's processes read (`traingate.stages.contract.reads`): the audit
+"""The record of what the target's processes read (`traingate.stages.common.reads`): the audit
 hook sees every way of opening a file for reading, in the process and the ones forked from it,
 and a stage's record is incomplete (the gate then fails closed) when a run handed back none."""
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from traingate.stages.contract.reads import FilesRead, combined, opens_for_reading
+from traingate.stages.common.reads import FilesRead, combined, opens_for_reading
 
 # Runs in a child: an audit hook cannot be removed, so it never goes into the test process.
 SCRIPT = textwrap.dedent(
     """
     import json, os, sys
-    from traingate.stages.contract import reads
+    from traingate.stages.common import reads
     root = sys.argv[1]
     collect = reads.install(root)
     os.chdir(root)
@@ -85,7 +85,7 @@ def test_a_stage_record_is_incomplete_when_a_run_handed_back_none() -> None:
 FILL = textwrap.dedent(
     """
     import os, sys
-    from traingate.stages.contract import reads
+    from traingate.stages.common import reads
     root = sys.argv[1]
     collect = reads.install(root, pipe_bytes=4096)
     pid = os.fork()

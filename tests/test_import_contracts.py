@@ -20,8 +20,8 @@ else:  # pragma: no cover - Python 3.10
 
 REPO = Path(__file__).resolve().parent.parent
 FOLDERS = ("pipeline", "stages", "reports")
-# The packages a stage's probes and the gate share with every stage: not stages themselves.
-SHARED_STAGE_PACKAGES = {"contract", "harness"}
+# The packages beside the stages (the agent's, and those every stage shares): not stages themselves.
+SHARED_STAGE_PACKAGES = {"agent", "common", "contract", "harness"}
 
 
 def contracts() -> list[dict]:
@@ -97,7 +97,7 @@ def test_every_stage_module_is_checked_as_the_child_or_the_parent_side() -> None
     stage_modules = {module for module in modules_on_disk() if module.startswith("traingate.stages.")}
     assert uncovered(stage_modules, [child, parent]) == []
     # The modules the hand-written lists had left out are among those checked.
-    for module in ("traingate.stages.correctness.divergence", "traingate.stages.execution.accounting_checks", "traingate.stages.session"):
+    for module in ("traingate.stages.correctness.divergence", "traingate.stages.execution.accounting_checks", "traingate.stages.agent.session"):
         assert module in stage_modules and uncovered({module}, [parent]) == []
 
 
@@ -112,5 +112,5 @@ def test_a_module_outside_every_contract_is_reported() -> None:
     contract_list = [{"type": "forbidden", "source_modules": ["traingate.pipeline", "traingate.stages.*.probe"]}]
     modules = {"traingate.pipeline.gate.cli", "traingate.stages.correctness.probe.steps", "traingate.stages.correctness.stale", "traingate.reports.render"}
     assert uncovered(modules, contract_list) == ["traingate.reports.render", "traingate.stages.correctness.stale"]
-    assert covers("traingate.**", "traingate.stages.contract.text")
+    assert covers("traingate.**", "traingate.pipeline.model.text")
     assert not covers("traingate.stages.*.probe", "traingate.stages.probe")

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 from traingate.pipeline.supervision.isolation import run_child
-from traingate.stages.contract.stacks import crash_frames, main_thread_frames
+from traingate.stages.common.stacks import crash_frames, main_thread_frames
 from tests.conftest import REPO, line_of
 
 
 def _script(tmp_path: Path, body: str) -> list[str]:
     path = tmp_path / "child.py"
-    path.write_text("from traingate.stages.contract import guard\nguard.install()\n" + textwrap.dedent(body))
+    path.write_text("from traingate.stages.common import guard\nguard.install()\n" + textwrap.dedent(body))
     return [sys.executable, str(path)]
 
 

@@ -128,7 +128,7 @@ def test_a_forging_daemon_is_killed_reported_and_cannot_rewrite_the_verdict(gate
         # A daemon caught between its fork and its exec still shows the harness's command line;
         # one caught inside its exec, none yet (the new image's arguments are not laid out).
         cmdlines = [p["cmdline"] for p in processes]
-        assert cmdlines and all(FORGE_MARKER in c or "traingate.stages.harness" in c or c == "" for c in cmdlines), cmdlines
+        assert cmdlines and all(FORGE_MARKER in c or ".harness.entrypoint" in c or ".execution.probe.pytest_launcher" in c or c == "" for c in cmdlines), cmdlines
         assert all(p["escaped"] == "started its own session (setsid)" for p in processes)
     # The test run starts two daemons (one test directly, one through train()).
     assert len(by_run["The test run"]["evidence"]["data"]["processes"]) == 2

@@ -29,7 +29,7 @@ from traingate.pipeline.model.schema import (
 from traingate.stages.base import StageContext
 from traingate.stages.execution.observed import MIN_OBSERVED_STEPS, choose, training_tests
 from traingate.stages.execution.replay import NotReplayed, ReplayPlan
-from traingate.stages.observed_test import location_of_test, observed_test_tree
+from traingate.stages.agent.observed_test import location_of_test, observed_test_tree
 
 
 def _record(nodeid: str, steps: int, outcome: str = "passed", duration: float = 1.0) -> TestRecord:

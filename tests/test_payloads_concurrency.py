@@ -23,7 +23,7 @@ from traingate.stages.base import EntrypointRun, StageContext, read_harness_resu
 from traingate.stages.concurrency import stage as concurrency_stage
 from traingate.stages.concurrency.probe.params import DETAILED_STEPS
 from traingate.stages.concurrency.spec import ConcurrencyStage
-from traingate.stages.contract.channel import ChannelSpec, ChannelWriter, new_nonce
+from traingate.stages.common.channel import ChannelSpec, ChannelWriter, new_nonce
 from traingate.stages.contract.messages import HARNESS_RESULT, HarnessResult
 from traingate.stages.concurrency.probe.payloads import MODELS as CONCURRENCY_MODELS
 from traingate.stages.contract.messages import MODELS_CONTEXT
@@ -179,7 +179,7 @@ def test_cuda_path_records_validate(tmp_path: Path) -> None:
     from torch.cuda._sanitizer import Access, AccessType, UnsynchronizedAccessError
 
     from traingate.stages.concurrency.probe.cuda import NonBlockingWatch, StreamSanitizer
-    from traingate.stages.contract.sites import SiteTable
+    from traingate.stages.harness.sites import SiteTable
 
     here = Path(__file__).resolve()
     watch = NonBlockingWatch()

@@ -28,7 +28,7 @@ from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import EntrypointRun, StageContext, read_harness_result
 from traingate.stages.contract import instruments
-from traingate.stages.contract.channel import ChannelSpec
+from traingate.stages.common.channel import ChannelSpec
 from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult, RankResult
 from traingate.stages.correctness.probe.payloads import FirstUpdatePayload, OneBatchPayload
 from traingate.stages.correctness import stage as correctness_stage

@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 
 from traingate.stages.concurrency.probe.params import ParamFingerprints  # noqa: E402
 from traingate.stages.concurrency.probe.trace import LossTrace  # noqa: E402
-from traingate.stages.contract.tensors import exact_norm, exact_sum  # noqa: E402
+from traingate.stages.harness.tensors import exact_norm, exact_sum  # noqa: E402
 from traingate.stages.correctness.probe.losses import _value  # noqa: E402
-from traingate.stages.contract.sites import SiteTable  # noqa: E402
+from traingate.stages.harness.sites import SiteTable  # noqa: E402
 from traingate.stages.correctness.probe.steps import StepWatch  # noqa: E402
 from traingate.stages.correctness.probe.update import FirstStepReached, FirstUpdate  # noqa: E402
 from traingate.stages.performance.probe.clock import _mean_loss  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from traingate.stages.concurrency.probe.cuda import NonBlockingWatch  # noqa: E402
-from traingate.stages.contract.sites import SiteTable  # noqa: E402
+from traingate.stages.harness.sites import SiteTable  # noqa: E402
 from traingate.stages.concurrency.probe.trace import ProtocolTrace  # noqa: E402
 from traingate.stages.correctness.probe.gradients import StaleGradientWatch  # noqa: E402
 from traingate.stages.harness.identity import ObjectMap  # noqa: E402

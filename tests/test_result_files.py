@@ -14,7 +14,7 @@ from traingate.pipeline.gate.once_per_run import OncePerRun
 from traingate.pipeline.model.schema import Category, Severity
 from traingate.pipeline.gate.snapshot import Changes, modification_finding
 from traingate.pipeline.gate.written_files import RESULT_FILES_RULE, GateInputs, ResultWrites, is_gate_input, named_paths
-from traingate.stages.contract.reads import FilesRead
+from traingate.stages.common.reads import FilesRead
 
 STAGES = ("execution", "performance", "concurrency", "correctness")
 # A pip-freeze dump named like an input is still a result: no run reads it.

@@ -10,8 +10,8 @@ import pytest
 
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.concurrency.determinism import Divergence
-from traingate.stages.contract.text import clip_text, first_line, strip_ansi
-from traingate.stages.harness.pytest_plugin import environment_cause
+from traingate.pipeline.model.text import clip_text, first_line, strip_ansi
+from traingate.stages.execution.probe.pytest_plugin import environment_cause
 
 
 def test_escape_codes_are_stripped():
@@ -96,7 +96,7 @@ def test_a_child_run_sees_nothing_of_an_enclosing_pytest_run(monkeypatch: pytest
     # itself runs inside a test job; every child run (smoke, profile, suite) gets this environment.
     from traingate.pipeline.model.config import TargetConfig
     from traingate.stages.base import StageContext
-    from traingate.stages.contract.target_env import FOREIGN_PYTEST_ENV
+    from traingate.pipeline.supervision.target_env import FOREIGN_PYTEST_ENV
 
     for name in FOREIGN_PYTEST_ENV:
         monkeypatch.setenv(name, "outer")

@@ -63,7 +63,7 @@ AGENT = textwrap.dedent('''
     from pathlib import Path
     from traingate.pipeline.supervision.isolation import python_argv, run_child
     from traingate.pipeline.supervision.warm_pool import WarmPool
-    from traingate.stages.contract import inherited
+    from traingate.stages.common import inherited
 
     handed = inherited.take()
     scratch = Path(os.environ.pop("AGENT_SCRATCH"))
@@ -111,7 +111,7 @@ def test_a_forked_run_has_its_own_session_descriptors_environment_and_folder(tmp
     try:
         first = _run(pool, tmp_path, probe_env, "facts")
         second = _run(pool, tmp_path, probe_env, "facts")
-        [warm_pid] = {p.pid for p in descendants(os.getpid()) if p.alive and "traingate.stages.harness.warm" in p.cmdline}
+        [warm_pid] = {p.pid for p in descendants(os.getpid()) if p.alive and "traingate.stages.harness.fork_server" in p.cmdline}
     finally:
         pool.close()
     facts, again = _facts(first), _facts(second)
@@ -144,7 +144,7 @@ def test_exit_codes_the_budget_and_leftovers_are_the_runs_own(tmp_path: Path, pr
     # reported as that run's, killed; the interpreter itself is not.
     [left] = daemon.leftovers
     assert left["escaped"] == "started its own session (setsid)" and left["tagged_by_this_run"]
-    assert "traingate.stages.harness.warm" in left["cmdline"]
+    assert "traingate.stages.harness.fork_server" in left["cmdline"]
     assert _facts(after)["preloaded"]
 
 

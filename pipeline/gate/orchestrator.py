@@ -13,7 +13,7 @@ import platform
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +27,7 @@ from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.gate.gitinfo import rev_parse
 from traingate.pipeline.gate.init_propose import hint as init_hint
 from traingate.pipeline.supervision import disguise, warm
+from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.isolation import ChildResult, child_environment, dump_allowance, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.gate.policy import decide, stage_score, stage_status
@@ -56,9 +57,9 @@ from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
 from traingate.pipeline.gate.verification import CONFIGURATION_STAGE, added_waivers, review, summary, waiver_findings
-from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_single
+from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
-from traingate.stages.contract.target_env import target_env
+from traingate.pipeline.supervision.target_env import target_env
 
 from traingate import __version__
 
@@ -90,6 +91,8 @@ class RunRequest:
     # `module:function` building the stage registry inside each agent process.
     registry_factory: str = "traingate.pipeline.model.registry:build_registry"
     policy: PolicyProvenance | None = None  # where each policy value came from, for the report
+    # The run's copy of the child side, which the target's processes start from (`run_pipeline`).
+    disguise: Disguise | None = None
 
     @cached_property
     def baseline_report(self) -> PipelineReport | None:
@@ -98,14 +101,12 @@ class RunRequest:
 
 
 def run_pipeline(request: RunRequest, config: TargetConfig, registry: dict[str, Stage]) -> PipelineReport:
-    """Run the stages. The processes that run the target's code run the gate's child-side
-    modules under names of this run only (`pipeline.disguise`, docs/edited-tests.md)."""
+    """Run the stages. The processes that run the target's code run a copy of the gate's
+    child-side modules under a name of this run only (`pipeline/supervision/disguise.py`, docs/edited-tests.md)."""
     mask = disguise.build()
-    disguise.activate(mask)
     try:
-        return _run_stages(request, config, registry)
+        return _run_stages(replace(request, disguise=mask), config, registry)
     finally:
-        disguise.activate(None)
         disguise.remove(mask)
 
 
@@ -259,7 +260,7 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     if warm.folder_dependent(runs_env.get("PYTHONPATH")):
         return None
     scratch = (request.out / "work" / "agents").resolve()
-    pool = WarmPool(scratch)
+    pool = WarmPool(scratch, disguise=request.disguise)
     pool.host_agents(runs_env, agent_env, cwd=scratch)
     return pool
 
@@ -368,7 +369,7 @@ def run_stage_agent(
         return AgentRequest[TargetConfig, PipelineReport](
             stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
-            origin=str(request.root), disguise=active.model_dump() if (active := disguise.active()) is not None else None,
+            origin=str(request.root), disguise=request.disguise.model_dump() if request.disguise is not None else None,
             baseline_entrypoint=baseline_entrypoint.model_dump(mode="json") if baseline_entrypoint is not None else None,
         )
 
@@ -380,7 +381,7 @@ def run_stage_agent(
     (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
 
     child = run_child(
-        python_argv("traingate.stages.agent"), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True, warm=agents,
+        python_argv("traingate.stages.agent", disguise=request.disguise), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True, warm=agents,
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)

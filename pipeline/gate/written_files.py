@@ -5,7 +5,7 @@ rewritten file changed what is checked, `target-modified` and always blocking, w
 of the stage or the gate reads it: Python sources and binaries, the configuration the gate and
 pytest parse, the requirements files the gate reads, the paths the entrypoint and `tests` name, and every file the stage's runs of
 target code opened for reading (recorded by an audit hook in those processes,
-`traingate.stages.contract.reads`). A file the run read and then rewrote (a config it edits)
+`traingate.stages.common.reads`). A file the run read and then rewrote (a config it edits)
 blocks too. Everything else the training only wrote (a reproducibility snapshot, a pip-freeze
 dump, a results table) changed nothing the gate runs: one low `target-modified/result-files`
 finding per run, whichever stage saw it first, and never blocking. Where the record of what the
@@ -24,7 +24,7 @@ from typing import Any
 from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.model.findings import finding
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding
-from traingate.stages.contract.reads import FilesRead
+from traingate.stages.common.reads import FilesRead
 
 # Executed by Python or loaded by it: sources, stubs, path hooks, extension modules, bytecode.
 CODE_SUFFIXES = frozenset({".py", ".pyi", ".pyw", ".pyx", ".pxd", ".pth", ".so", ".pyd", ".dylib", ".dll", ".pyc"})
@@ -36,7 +36,7 @@ RESULT_FILES_RULE = "target-modified/result-files"
 
 def read_by_the_gate(path: PurePosixPath) -> bool:
     """The requirements files the gate reads for an `environment` finding (what the target
-    declares, `traingate.stages.declared`): `requirements*.txt` at the root and
+    declares, `traingate.stages.agent.declared`): `requirements*.txt` at the root and
     `requirements/*.txt`. A `requirements.txt` elsewhere (a pip-freeze snapshot) is not."""
     if path.suffix != ".txt":
         return False

@@ -24,7 +24,7 @@ ChecksT = TypeVar("ChecksT")
 
 class SessionDetails(Detail, Generic[RunT, ChecksT]):
     """The envelope of the details of a stage that runs as a session of child runs
-    (`traingate.stages.session`): where it ran, its budget, its runs, its checks and why it
+    (`traingate.stages.agent.session`): where it ran, its budget, its runs, its checks and why it
     stopped early. Each stage gives its own run and checks records."""
 
     device: str | None = None

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from traingate.pipeline.supervision.isolation import ChildResult
-from traingate.stages.contract.stacks import Frame
+from traingate.stages.common.stacks import Frame
 from traingate.pipeline.model.registry import rule_table
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.stages.contract.frames import is_target_file, relative
+from traingate.stages.common.frames import is_target_file, relative
 
 # `evidence.data["run"]` of a hang in the entrypoint's smoke call (its fingerprint key too).
 SMOKE_CALL_RUN = "smoke-call"

@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, model_validator
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import core_schema
-from traingate.stages.contract.reads import FilesRead
-from traingate.stages.contract.text import strip_ansi
+from traingate.stages.common.reads import FilesRead
+from traingate.pipeline.model.text import strip_ansi
 
 SCHEMA_VERSION = "1.2"
 

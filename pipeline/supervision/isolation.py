@@ -1,7 +1,7 @@
 """Run a child process in its own process group, under a wall budget.
 
 On overrun every process of the group is asked to dump the stacks of all its threads
-(faulthandler on SIGUSR1, installed by `traingate.stages.contract.guard`), the state of each process is
+(faulthandler on SIGUSR1, installed by `traingate.stages.common.guard`), the state of each process is
 read from /proc, and the whole group is killed, DataLoader workers included. After a normal
 exit the group is killed too, so no orphaned worker outlives its run. Processes that left the
 group (a double-forked `setsid` daemon) come back to this process, a child subreaper
@@ -25,11 +25,12 @@ from typing import IO, TYPE_CHECKING, Any
 from traingate.pipeline.supervision.processes import ProcessInfo, environment_value, kill_descendants, kill_group, process_table
 from traingate.pipeline.supervision.warm import ForkedChild, WarmInterpreter, read_tag
 from traingate.pipeline.supervision import disguise, spawned
+from traingate.pipeline.supervision.disguise import Disguise, module_argv
 
 if TYPE_CHECKING:  # the pool starts its interpreters with this module's help
     from traingate.pipeline.supervision.warm_pool import WarmPool
-from traingate.stages.contract.procstat import send_signal
-from traingate.stages.contract.stacks import Frame, main_thread_frames
+from traingate.stages.common.procstat import send_signal
+from traingate.stages.common.stacks import Frame, main_thread_frames
 
 # RUN_TAG_ENV names the run_child call a process descends from, read back from
 # /proc/<pid>/environ to tell whose orphan a process is when several children run at once (a
@@ -69,15 +70,34 @@ class ChildResult:
         return main_thread_frames(self.stacks)
 
 
-def python_argv(module: str, *args: str) -> list[str]:
-    """The command line that runs `module` in a fresh interpreter of this environment, with the
+@dataclass(frozen=True)
+class ModuleCommand:
+    """A module to run in a fresh interpreter of this environment (`python_argv`), and the run's
+    copy of the child side it starts from when it is a child-side module (`pipeline/supervision/disguise.py`)."""
+
+    module: str
+    args: tuple[str, ...] = ()
+    disguise: Disguise | None = None
+
+    @property
+    def argv(self) -> list[str]:
+        return module_argv(self.module, *self.args, disguise=self.disguise)
+
+    @property
+    def started_as(self) -> str:
+        """The module's name in the process: the copy's for a child-side module under a disguise."""
+        return self.disguise.module(self.module) if self.disguise is not None else self.module
+
+
+def python_argv(module: str, *args: str, disguise: Disguise | None = None) -> ModuleCommand:
+    """The command that runs `module` in a fresh interpreter of this environment, with the
     target root (its cwd) off sys.path; the target's own paths are added by the harness. A
-    child-side module runs from the disguised copy while one is active (`pipeline.disguise`)."""
-    return disguise.module_argv(module, *args)
+    child-side module runs from the run's copy when `disguise` is given."""
+    return ModuleCommand(module, args, disguise)
 
 
 def run_child(
-    argv: list[str],
+    command: list[str] | ModuleCommand,
     *,
     cwd: Path,
     budget_s: float,
@@ -88,22 +108,24 @@ def run_child(
     channel: bool = False,
     warm: WarmPool | None = None,
 ) -> ChildResult:
-    """Run argv with its own process group; kill the group at the budget.
+    """Run the command (an argv, or a module: `python_argv`) with its own process group; kill
+    the group at the budget.
 
     `stdin_data` is written to the child's stdin (then closed); a callable is given the
     number of the channel's write end. `channel`: the child gets the write end of a pipe
     (`pass_fds`); what it wrote is `ChildResult.channel`, complete only once the child, its
     group and its leftovers are dead, so nothing can write to it after the child is gone.
-    `warm`: fork the child from the pool's warm interpreter for its environment when argv is
-    `python_argv(module)` and that interpreter can serve it, else start a fresh one.
+    `warm`: fork the child from the pool's warm interpreter for its environment when the
+    command is a module (`python_argv`) and that interpreter can serve it, else start a fresh one.
     """
     scratch.mkdir(parents=True, exist_ok=True)
-    module = _module_of(argv)
+    module, argv = (command, command.argv) if isinstance(command, ModuleCommand) else (None, command)
+    mask = module.disguise if module is not None else None
     stacks_path = _stacks_path(scratch, name, module)
     stacks_path.unlink(missing_ok=True)
     out_path, err_path = scratch / f"{name}.stdout", scratch / f"{name}.stderr"
-    child_env = {**child_environment(env), disguise.stacks_env(module or ""): str(stacks_path)}
-    tag = child_env[disguise.tag_env(module or "")] = f"{os.getpid()}:{name}:{next(spawned.RUN_NUMBERS)}"
+    child_env = {**child_environment(env), disguise.stacks_env(module.module if module else "", mask): str(stacks_path)}
+    tag = child_env[disguise.tag_env(module.module if module else "", mask)] = f"{os.getpid()}:{name}:{next(spawned.RUN_NUMBERS)}"
     pipe = _ChannelPipe() if channel else None
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
@@ -121,7 +143,7 @@ def run_child(
         if stdin_data is not None:
             _feed_stdin(proc, stdin_data)
         timed_out, processes = _wait_within_budget(proc, budget_s, spent_s=time.monotonic() - started)
-    leftovers = _kill_leftovers(proc.pid, tag)
+    leftovers = _kill_leftovers(proc.pid, tag, disguise.tag_names(mask))
     channel_data, channel_problem = pipe.collect() if pipe else (b"", None)
     return ChildResult(
         argv=argv,
@@ -138,12 +160,11 @@ def run_child(
     )
 
 
-def _stacks_path(scratch: Path, name: str, module: str | None) -> Path:
+def _stacks_path(scratch: Path, name: str, module: ModuleCommand | None) -> Path:
     """Where the child writes its stacks: the work folder, or for a child-side module under a
     disguise a neutral file in the copy's folder (the path is in the child's environment)."""
-    active = disguise.active()
-    if active is not None and module in active.modules:
-        return Path(active.folder) / f".{secrets.token_hex(6)}"
+    if module is not None and module.disguise is not None and module.disguise.holds(module.module):
+        return Path(module.disguise.folder) / f".{secrets.token_hex(6)}"
     return scratch / f"{name}.stacks"
 
 
@@ -166,12 +187,12 @@ def child_environment(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _start(
-    argv: list[str], module: str | None, cwd: Path, env: dict[str, str], out: IO[bytes], err: IO[bytes], stdin: bool,
+    argv: list[str], module: ModuleCommand | None, cwd: Path, env: dict[str, str], out: IO[bytes], err: IO[bytes], stdin: bool,
     pipe: _ChannelPipe | None, warm: WarmInterpreter | None, tag: str,
 ) -> subprocess.Popen[bytes] | ForkedChild:
     """A fork of `warm` running `module` when it can serve this run now, else a fresh interpreter."""
     if warm is not None and module is not None:
-        forked = warm.launch(module, env, cwd, out, err, stdin=stdin, channel_fd=pipe.write_fd if pipe else None, run_tag=tag)
+        forked = warm.launch(module.started_as, env, cwd, out, err, stdin=stdin, channel_fd=pipe.write_fd if pipe else None, run_tag=tag)
         if forked is not None:
             return forked
     return subprocess.Popen(
@@ -179,11 +200,6 @@ def _start(
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         pass_fds=(pipe.write_fd,) if pipe else (), start_new_session=True,
     )
-
-
-def _module_of(argv: list[str]) -> str | None:
-    """The module `python_argv(module)` runs, when argv is exactly that."""
-    return disguise.argv_module(argv)
 
 
 def dump_allowance(budget_s: float) -> float:
@@ -218,7 +234,7 @@ def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: f
 
 # Children run_child is waiting on right now in this process (pid -> run tag): several run at
 # once in one stage agent, and one run's cleanup must not touch another's processes.
-def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
+def _kill_leftovers(child_pid: int, tag: str, tag_names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Kill and reap every process the ended child left behind; return those that had left
     its process group or session (a setsid daemon), which the stage reports.
 
@@ -234,7 +250,7 @@ def _kill_leftovers(child_pid: int, tag: str) -> list[dict[str, Any]]:
             if info.pid in running_pids:
                 return True
             if info.pid not in tags:
-                found = next((v for n in disguise.tag_names() if (v := environment_value(info.pid, n)) is not None), None)
+                found = next((v for n in tag_names if (v := environment_value(info.pid, n)) is not None), None)
                 tags[info.pid] = read_tag(found) if found is not None else None
             return tags[info.pid] in running_tags
 

@@ -1,4 +1,4 @@
-"""The parent side of a warm interpreter (`traingate.stages.harness.warm`): start it once per
+"""The parent side of a warm interpreter (`traingate.stages.harness.fork_server`): start it once per
 environment, then launch each child run as a fork of it that behaves, for `run_child`, like the
 process `subprocess.Popen` would have started.
 
@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import IO
 
 from traingate.pipeline.supervision.processes import kill, kill_group
-from traingate.stages.contract.inherited import InheritedWarm
+from traingate.stages.common.inherited import InheritedWarm
 from traingate.pipeline.supervision import disguise
+from traingate.pipeline.supervision.disguise import Disguise
 
-WARM_MODULE = "traingate.stages.harness.warm"
+WARM_MODULE = "traingate.stages.harness.fork_server"
 # How long the first launch waits for the interpreter's imports (a fresh child would spend
 # the same time importing inside its own budget).
 READY_TIMEOUT_S = 120.0
@@ -101,8 +102,13 @@ class WarmInterpreter:
     # Whether each fork gets a warm interpreter of its own (`AgentHost`).
     hands_down = False
 
-    def __init__(self, env: dict[str, str], cwd: Path, sock: socket.socket, process: subprocess.Popen[bytes] | _OwnFork) -> None:
-        self.env = _shared(env)
+    def __init__(
+        self, env: dict[str, str], cwd: Path, sock: socket.socket, process: subprocess.Popen[bytes] | _OwnFork, mask: Disguise | None = None,
+    ) -> None:
+        # The run's copy of the child side this interpreter runs (`pipeline/supervision/disguise.py`): the
+        # names of the variables that differ between runs are its.
+        self.disguise = mask
+        self.env = _shared(env, mask)
         self.cwd = cwd
         self._sock = sock
         self._proc = process
@@ -111,15 +117,15 @@ class WarmInterpreter:
         self._broken = False
 
     @classmethod
-    def start(cls, env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> WarmInterpreter:
-        sock, process = _start_process(env, cwd, scratch, tag)
-        return cls(env, cwd, sock, process)
+    def start(cls, env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None) -> WarmInterpreter:
+        sock, process = _start_process(env, cwd, scratch, tag, mask)
+        return cls(env, cwd, sock, process, mask)
 
     @classmethod
-    def adopt(cls, handed: InheritedWarm) -> WarmInterpreter:
+    def adopt(cls, handed: InheritedWarm, mask: Disguise | None = None) -> WarmInterpreter:
         """The interpreter forked for this process before its code ran (a stage agent forked
         from an `AgentHost`): its child, with the host's imports and environment."""
-        return cls(handed.env, Path(handed.cwd), socket.socket(fileno=handed.socket_fd), _OwnFork(handed.pid))
+        return cls(handed.env, Path(handed.cwd), socket.socket(fileno=handed.socket_fd), _OwnFork(handed.pid), mask)
 
     @property
     def pid(self) -> int:
@@ -129,13 +135,14 @@ class WarmInterpreter:
         """Whether a run with this environment and folder would have started as this interpreter
         did. The folder only counts through PYTHONPATH: a relative entry (or an empty one) is
         made absolute against the folder an interpreter starts in; with `-P` nothing else is."""
-        return _shared(env) == self.env and (cwd == self.cwd or not folder_dependent(self.env.get("PYTHONPATH")))
+        return _shared(env, self.disguise) == self.env and (cwd == self.cwd or not folder_dependent(self.env.get("PYTHONPATH")))
 
     def launch(
         self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes], *,
         stdin: bool, channel_fd: int | None, run_tag: str,
     ) -> ForkedChild | None:
-        """Fork a child that runs `module`; None when this interpreter cannot serve it."""
+        """Fork a child that runs `module` (its name in the process: the copy's for a child-side
+        module); None when this interpreter cannot serve it."""
         if len(run_tag.encode()) > TAG_WIDTH or not self.wait_ready():
             return None
         with self._lock:
@@ -170,8 +177,7 @@ class WarmInterpreter:
         status, status_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         read_end, write_end = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), -1)
         fds = [status_end.fileno(), read_end, out.fileno(), err.fileno(), *([channel_fd] if channel_fd is not None else [])]
-        active = disguise.active()
-        request = {"module": active.module(module) if active is not None else module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd, "hand_down": self.hands_down}
+        request = {"module": module, "env": env, "cwd": str(cwd), "channel_fd": channel_fd, "hand_down": self.hands_down}
         reply = b""
         try:
             socket.send_fds(self._sock, [json.dumps(request).encode()], fds)
@@ -205,19 +211,19 @@ class AgentHost(WarmInterpreter):
     """The warm interpreter of a gate run's stage agents: torch imported once, with the
     environment the target's runs get (`target_env`), for every stage. Each agent is a fork of
     it, with the agent's own environment, and gets a fork of its own for its runs
-    (`traingate.stages.contract.inherited`), so no stage agent imports torch again for runs in
+    (`traingate.stages.common.inherited`), so no stage agent imports torch again for runs in
     that environment (the concurrency stage's other hash seed still starts one)."""
 
     hands_down = True
 
-    def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> None:
-        sock, process = _start_process(target_env, cwd, scratch, tag)
-        super().__init__(target_env, cwd, sock, process)
-        self.agent_env = _shared(agent_env)
+    def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None) -> None:
+        sock, process = _start_process(target_env, cwd, scratch, tag, mask)
+        super().__init__(target_env, cwd, sock, process, mask)
+        self.agent_env = _shared(agent_env, mask)
 
     def accepts(self, env: dict[str, str], cwd: Path) -> bool:
         """An agent's environment is the gate's own, never folder-dependent (`-P`)."""
-        return _shared(env) == self.agent_env
+        return _shared(env, self.disguise) == self.agent_env
 
 
 class _OwnFork:
@@ -251,26 +257,26 @@ class _OwnFork:
             self._code = os.waitstatus_to_exitcode(status)
 
 
-def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str) -> tuple[socket.socket, subprocess.Popen[bytes]]:
-    """A warm interpreter started with `env` (and the tag, padded) in `cwd`: this end of its
-    socket, and the process."""
+def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """A warm interpreter started with `env` (and the tag, padded) in `cwd`, from the run's copy
+    of the child side when `mask` is given: this end of its socket, and the process."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     scratch.mkdir(parents=True, exist_ok=True)
     # Its own files: it checks that its imports printed nothing.
     name = f"warm-{tag.rsplit(':', 1)[-1]}"
     with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
         process = subprocess.Popen(
-            disguise.module_argv(WARM_MODULE, str(child_end.fileno())),
-            cwd=cwd, env={**_shared(env), disguise.tag_env(): tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            disguise.module_argv(WARM_MODULE, str(child_end.fileno()), disguise=mask),
+            cwd=cwd, env={**_shared(env, mask), disguise.tag_env(WARM_MODULE, mask): tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             pass_fds=(child_end.fileno(),),
         )
     child_end.close()
     return parent_end, process
 
 
-def _shared(env: dict[str, str]) -> dict[str, str]:
+def _shared(env: dict[str, str], mask: Disguise | None) -> dict[str, str]:
     """An environment without what differs between runs (their tag and stack file)."""
-    per_run = disguise.per_run_names()
+    per_run = disguise.per_run_names(mask)
     return {k: v for k, v in env.items() if k not in per_run}
 
 

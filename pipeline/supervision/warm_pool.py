@@ -9,27 +9,30 @@ import threading
 from pathlib import Path
 
 from traingate.pipeline.supervision import spawned
+from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.warm import AgentHost, WarmInterpreter
-from traingate.stages.contract.inherited import InheritedWarm
+from traingate.stages.common.inherited import InheritedWarm
 
 
 class WarmPool:
     """The warm interpreters (`traingate.pipeline.supervision.warm`) of one stage: one per environment and
-    folder its runs ask for, started at the first such run, all stopped by `close`."""
+    folder its runs ask for, started at the first such run, all stopped by `close`. They run the
+    run's copy of the child side (`disguise`: `pipeline/supervision/disguise.py`) when one is given."""
 
-    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None) -> None:
+    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None, disguise: Disguise | None = None) -> None:
         self.scratch = scratch
+        self.disguise = disguise
         self._started: list[WarmInterpreter] = []
         self._lock = threading.Lock()  # the execution stage asks from two threads at once
         if handed_down is not None:
             with spawned.LOCK:
-                self._add(WarmInterpreter.adopt(handed_down))
+                self._add(WarmInterpreter.adopt(handed_down, disguise))
 
     def host_agents(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path) -> None:
         """Start the gate run's `AgentHost` now, so its imports overlap the work before the
         first stage (stage agents launched with this pool are forks of it)."""
         with self._lock, spawned.LOCK:
-            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag()))
+            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise))
 
     def _add(self, warm: WarmInterpreter) -> None:
         spawned.WARM[warm.pid] = warm
@@ -53,7 +56,7 @@ class WarmPool:
             warm = next((w for w in self._started if w.accepts(env, cwd)), None)
             if warm is None:
                 with spawned.LOCK:
-                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag())
+                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise)
                     self._add(warm)
             return warm
 

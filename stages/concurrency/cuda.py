@@ -122,7 +122,7 @@ def stream_findings(ctx: StageContext, sanitizer: StreamPayload, stderr: str, fa
 
 def _from_stderr(ctx: StageContext, block: str) -> _Race:
     """A CSAN report printed to stderr, located at its first stack's innermost target frame."""
-    from traingate.stages.contract.frames import is_target_file, relative
+    from traingate.stages.common.frames import is_target_file, relative
 
     first_stack = block.split("Previous access")[0]
     site = None

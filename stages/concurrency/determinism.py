@@ -27,7 +27,7 @@ from traingate.stages.concurrency.details import CurveRow
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, SiteRecord, StageContext, site_record
 from traingate.stages.concurrency.probe.payloads import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
-from traingate.stages.contract.text import clip_line, strip_ansi
+from traingate.pipeline.model.text import clip_line, strip_ansi
 
 CATEGORY = Category.NONDETERMINISM
 # Returned values that legitimately differ between two identical runs.

@@ -31,8 +31,8 @@ from traingate.stages.concurrency.details import (
 )
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, start_warm_early, with_leftover_findings
-from traingate.stages.session import StageSession, run_outcome
-from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
+from traingate.stages.agent.session import StageSession, run_outcome
+from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.concurrency.determinism import (
     Divergence,

@@ -3,7 +3,7 @@
 Every model forbids unknown keys: a misspelt key, a missing field or a record of the wrong
 shape is a validation error, which the reading side turns into a stage error (fail closed),
 never a silent default. Requests reach a child on stdin; results come back over the
-channel (`traingate.stages.contract.channel`) inside an envelope that carries the run's nonce.
+channel (`stages/common/channel.py`) inside an envelope that carries the run's nonce.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from traingate.stages.contract.channel import ChannelSpec
-from traingate.stages.contract.reads import FilesRead
+from ..common.channel import ChannelSpec
+from ..common.reads import FilesRead
 
 # Envelope kinds on the channel.
 AGENT_REPLY = "agent-reply"
@@ -28,7 +28,7 @@ class Strict(BaseModel):
 # -- the stage agent (pipeline.orchestrator <-> stages.agent) ------------------------------
 
 
-# The gate's own models (TargetConfig, PipelineReport, StageOutcome) live in traingate.pipeline,
+# The gate's own models (TargetConfig, PipelineReport, StageOutcome) live in pipeline/,
 # which this contract may not import: the envelope names them by type parameters, and both
 # ends use it parameterized (`AgentRequest[TargetConfig, PipelineReport]`, `AgentReply[StageOutcome]`).
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
@@ -47,9 +47,9 @@ class AgentRequest(Strict, Generic[ConfigT, BaselineT]):
     baseline: BaselineT | None  # the --baseline report
     registry: str  # `module:function` building the stage registry
     channel: ChannelSpec
-    # The gate started an agents' host for this run (`traingate.pipeline.supervision.warm.AgentHost`).
+    # The gate started an agents' host for this run (`pipeline/supervision/warm.py: AgentHost`).
     agents_host: bool = False
-    # The child-side modules under this run's names (`traingate.pipeline.supervision.disguise.Disguise`);
+    # The child-side modules under this run's names (`pipeline/supervision/disguise.py: Disguise`);
     # None: the children run the real modules.
     disguise: dict[str, Any] | None = None
     # The user's tree the stage's root was copied from (it holds the git history the
@@ -78,11 +78,14 @@ class AgentReply(Strict, Generic[OutcomeT]):
 
 class DistributedSpec(Strict):
     """Run the entrypoint under torchrun with `nproc` ranks on this machine instead of calling
-    it in the harness's own process (`traingate.stages.harness.distributed`)."""
+    it in the harness's own process (`stages/correctness/probe/distributed.py`)."""
 
     nproc: int = Field(ge=2)
     timeout_s: float = Field(gt=0)  # the whole run, from the launch; past it the ranks still running hang
     backend: Literal["gloo", "nccl"]  # given to an init_process_group call that names none
+    # `module:function` that launches the ranks, resolved in the harness as an instrument is (the
+    # stage that runs distributed names its own: the harness names no stage).
+    launcher: str
 
 
 class EntrypointRequest(Strict):
@@ -100,7 +103,7 @@ class EntrypointRequest(Strict):
     amp: bool | None
     seed: int
     device: Literal["cpu", "cuda"]
-    instruments: list[str]  # specs from traingate.stages.contract.instruments
+    instruments: list[str]  # specs from stages/contract/instruments.py
     instrument_options: dict[str, Any]
     deterministic: bool
     channel: ChannelSpec
@@ -163,14 +166,14 @@ def _check_payloads(value: dict[str, dict[str, Any]], info: ValidationInfo) -> d
     if not value or not models:
         return value  # nothing to check: a run without instruments never imports the models
     # Imported here: the payload models import this module's neighbours, not the reverse.
-    from traingate.stages.contract.payloads import check_instruments
+    from .payloads import check_instruments
 
     return check_instruments(value, models)
 
 
 class CollectiveCall(Strict):
     """A calling line of one of torch.distributed's collectives and how often a rank called it
-    there (`traingate.stages.harness.distributed`'s counter, counted as each call begins)."""
+    there (`stages/correctness/probe/distributed.py`'s counter, counted as each call begins)."""
 
     function: str  # the collective: all_reduce, barrier, ...
     path: str  # the target's calling line, relative to the target root
@@ -286,7 +289,7 @@ class HarnessResult(Strict):
         return self
 
 
-# -- the test suite (stages.execution.suite <-> stages.harness.pytest_launcher) ------------
+# -- the test suite (stages.execution.suite <-> stages.execution.probe.pytest_launcher) ------------
 
 
 class CoverageSpec(Strict):

@@ -1,7 +1,7 @@
 """The events the pytest plugin hands back over the channel, one model per kind.
 
-`traingate.stages.harness.pytest_plugin` (`EventRecorder`) and `pytest_accounting`
-(`TestAccountant`) build them in the pytest child; `traingate.stages.execution.suite` validates
+`stages/execution/probe/pytest_plugin.py` (`EventRecorder`) and `pytest_accounting`
+(`TestAccountant`) build them in the pytest child; `stages/execution/suite.py` validates
 every record against `PytestEvent` (discriminated by `event`) and reads the models. A record
 that does not validate is a channel problem: the stage fails closed.
 """
@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from traingate.stages.contract.messages import Strict, TargetFrame
-from traingate.stages.contract.reads import FilesRead
+from .messages import Strict, TargetFrame
+from ..common.reads import FilesRead
 
 # -- parts ---------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from traingate.pipeline.model.findings import hang
-from traingate.stages.contract.stacks import main_thread_frames
+from traingate.stages.common.stacks import main_thread_frames
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, innermost_target_frame, location_of
 from traingate.stages.contract.messages import CollectiveCall, DistributedRecord, RankResult

@@ -76,8 +76,8 @@ from traingate.stages.correctness import discarded
 from traingate.stages.correctness import loss_inputs, mixing
 from traingate.stages.correctness import baseline, clipping, leakage
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
-from traingate.stages.session import StageSession, run_outcome
-from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
+from traingate.stages.agent.session import StageSession, run_outcome
+from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 
 MIXING = CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
 FIRST_STEP_REACHED = "FirstStepReached"

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
-from traingate.stages.contract.text import clip_line
-from traingate.stages.crash import entrypoint_crash_finding
+from traingate.pipeline.model.text import clip_line
+from traingate.stages.agent.crash import entrypoint_crash_finding
 from traingate.stages.execution.coverage import entrypoint_source
 from traingate.stages.execution.smoke import SmokeResult
 

@@ -8,12 +8,12 @@ record of a test having run, the stage fails closed with `no-tests`.
 from __future__ import annotations
 
 from pathlib import Path
-from traingate.stages.contract.stacks import crash_frames
+from traingate.stages.common.stacks import crash_frames
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame
 from traingate.stages.contract.pytest_events import CollectErrorEvent, EnvironmentCause, InternalErrorEvent, MissingPackage
-from traingate.stages.contract.text import clip_line, clip_text, first_line
-from traingate.stages.environment import environment_finding, missing_module
+from traingate.pipeline.model.text import clip_line, clip_text, first_line
+from traingate.stages.agent.environment import environment_finding, missing_module
 from traingate.stages.execution.accounting import site_location
 from traingate.stages.execution.suite import SuiteResult, SuiteRun, TestOutcome, exit_meaning, group_skips, inconsistencies
 

@@ -22,7 +22,7 @@ from traingate.pipeline.model.schema import TestRecord
 from traingate.pipeline.model.tomlcompat import tomllib
 from traingate.stages.execution.accounting import TEST_FILE
 # The folder the baseline's tests run in (shared with the stages that observe a test's training).
-from traingate.stages.tree_view import build_view as build_view, remove_view as remove_view
+from traingate.stages.agent.tree_view import build_view as build_view, remove_view as remove_view
 
 # Folders that hold only tests: their helper modules are part of the test, not of the code.
 TEST_FOLDERS = frozenset({"tests", "test", "testing"})

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from traingate.stages.execution.details import ReplayDetails, ReplayRow
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, TestRecord
 from traingate.stages.base import StageContext
-from traingate.stages.contract.text import clip_line, first_line
+from traingate.pipeline.model.text import clip_line, first_line
 from traingate.stages.execution.replay import NotReplayed, ReplayPlan, build_view, open_tree, plan_replay, remove_view
 from traingate.stages.execution.suite import SuiteResult, SuiteRun, parse_events, run_suite
 

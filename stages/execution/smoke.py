@@ -17,7 +17,7 @@ from traingate.pipeline.model.findings import SMOKE_CALL_RUN
 from traingate.pipeline.model.schema import Category, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
 from traingate.stages.contract.messages import ExceptionRecord
-from traingate.stages.crash import entrypoint_crash_finding, head
+from traingate.stages.agent.crash import entrypoint_crash_finding, head
 from traingate.stages.execution.coverage import EntrypointSource
 
 _SYNTAX_AT = re.compile(r"\((?P<file>[^()]+), line (?P<line>\d+)\)")
@@ -74,7 +74,7 @@ def _add_crash(result: SmokeResult, finding: Finding, label: str) -> None:
 
 def crash_finding(ctx: StageContext, run: EntrypointRun, what: str, source: EntrypointSource | None) -> Finding:
     """`entrypoint-crash`: the smoke call raised or its process died (see
-    `traingate.stages.crash`); a module that does not parse is located from the message, and
+    `traingate.stages.agent.crash`); a module that does not parse is located from the message, and
     a process that left no trace at all at the entrypoint's `def` line, saying so."""
     fallback = None
     if source is not None:

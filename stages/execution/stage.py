@@ -31,7 +31,7 @@ from traingate.stages.execution.details import (
 from traingate.pipeline.model.schema import Finding, Metric, StageOutcome, TestRecord
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
 from traingate.stages.contract.messages import WarningRecord
-from traingate.stages.contract.text import first_line
+from traingate.pipeline.model.text import first_line
 from traingate.stages.execution.accounting import Selection, test_records
 from traingate.stages.execution.accounting_checks import (
     baseline_records,

@@ -5,7 +5,7 @@ configuration, or an empty one) and `--confcutdir` keep any enclosing project's
 configuration and conftest files out of it; the cache, the coverage data and pytest's
 temporary folders go to the stage's scratch folder, never into the target. The request goes
 on the child's stdin and the plugin's events come back over a pipe with this run's nonce
-(`traingate.stages.contract.channel`), so no test can find a file of events to rewrite.
+(`traingate.stages.common.channel`), so no test can find a file of events to rewrite.
 The parsing half of this module is pure: it turns the plugin's events into outcomes, and
 says where pytest's exit status and its events disagree (`inconsistencies`).
 """
@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from traingate.stages.execution.details import SkipGroup, SuiteCounts
 from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
 from traingate.stages.base import StageContext
-from traingate.stages.pytest_config import find_pytest_config
-from traingate.stages.contract.channel import ChannelError, ChannelSpec, new_nonce, read_records
+from traingate.stages.agent.pytest_config import find_pytest_config
+from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_records
 from traingate.stages.contract.messages import PYTEST_EVENT, CoverageSpec, PytestRequest
 from traingate.stages.contract.pytest_events import (
     PYTEST_EVENTS,
@@ -56,7 +56,7 @@ from traingate.stages.contract.pytest_events import (
     WarningEvent,
     XdistDisabledEvent,
 )
-from traingate.stages.contract.text import clip_line, first_line, strip_ansi
+from traingate.pipeline.model.text import clip_line, first_line, strip_ansi
 
 EXIT_MEANING = {
     0: "all tests passed",
@@ -145,7 +145,7 @@ def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root:
     (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))
     env = ctx.child_env()
     child = run_child(
-        python_argv("traingate.stages.harness.pytest_launcher"),
+        python_argv("traingate.stages.execution.probe.pytest_launcher", disguise=ctx.disguise),
         cwd=root,
         budget_s=ctx.child_budget(),
         scratch=ctx.scratch,

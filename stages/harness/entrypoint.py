@@ -1,16 +1,16 @@
 """Call the target's entrypoint once, in this (child) process, and hand back what happened.
 
-    python -P -m traingate.stages.harness.entrypoint < EntrypointRequest (JSON on stdin)
+    python -P -m stages/harness/entrypoint.py < EntrypointRequest (JSON on stdin)
 
 With `distributed` in the request, this process launches the ranks under torchrun instead of
 calling the entrypoint itself, and hands back their combined result
-(`traingate.stages.harness.distributed`).
+(`stages/correctness/probe/distributed.py`).
 
-The request (`traingate.stages.contract.messages.EntrypointRequest`) names the target root,
+The request (`stages/contract/messages.py: EntrypointRequest`) names the target root,
 the entrypoint — a `module:function` or `module:Class.method` to call, with the optional
 `setup` callable (run before the entrypoint's module is imported), literal kwargs and the AMP
 flag and its value; or a `script` run as `__main__` with its arguments, after the optional
-`setup` (whose return value is not used) — the seed, the instruments to install (`traingate.stages.contract.instruments`,
+`setup` (whose return value is not used) — the seed, the instruments to install (`stages/contract/instruments.py`,
 each giving an object with `install(ctx)` and `collect() -> dict`) and the channel to hand the
 result back on. It comes on stdin, so the target finds no request file; the channel's
 descriptor is moved out of sight before any target code runs. Instruments are installed
@@ -39,12 +39,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from traingate.stages.contract.channel import receive_request
-from traingate.stages.contract.frames import innermost_target, is_target_file, relative
-from traingate.stages.contract.instruments import ERROR_KEY
-from traingate.stages.contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
-from traingate.stages.contract import guard, reads
-from traingate.stages.harness import budget as step_budget
+from ..common.channel import receive_request
+from ..common.frames import innermost_target, is_target_file, relative
+from ..contract.instruments import ERROR_KEY
+from ..contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
+from ..common import guard, reads
+from . import budget as step_budget
 
 MAX_WARNINGS = 200
 # The return value's summary: no string longer than this, and the whole summary at most
@@ -360,7 +360,7 @@ def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, An
     """Run the entrypoint's shape (a test, a script or a call) and return what it returned;
     `result["phase"]` says how far it got when it raises."""
     if request.test is not None:
-        from traingate.stages.harness.test_call import run_test
+        from .test_call import run_test
 
         result["phase"] = "call"
         run_test(request.test, request.test_args)
@@ -414,7 +414,7 @@ def main() -> None:
     # Before any target code runs: what the run reads tells its inputs from its results.
     files_read = reads.install(request.target_root)
     if request.distributed is not None:
-        from traingate.stages.harness.distributed import launch
+        launch = resolve(request.distributed.launcher)
 
         def send(combined: dict[str, Any]) -> None:
             channel.send(HARNESS_RESULT, {**combined, "reads": files_read().model_dump(mode="json")})

@@ -47,7 +47,7 @@ from traingate.stages.performance.probe.payloads import FullPayload, LightPayloa
 from traingate.stages.performance import baseline_code as perf_baseline_code, load as perf_load, notice as perf_notice, side_by_side as perf_side
 from traingate.stages.performance.baseline_code import BaselineCode
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
-from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
+from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
 
 

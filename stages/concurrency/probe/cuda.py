@@ -20,8 +20,8 @@ import traceback
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import reference
+from ...harness.sites import SiteTable
+from ...harness.identity import reference
 
 MAX_RECORDS = 50
 
@@ -102,7 +102,7 @@ class NonBlockingWatch:
         assert self.sites is not None
         read_site = self.sites.site(self.sites.innermost())
         if read_site is None:
-            return  # read by traingate or torch after the entrypoint returned
+            return  # read by the gate or torch after the entrypoint returned
         marker = ((copy["copy_site"] or {}).get("path"), (copy["copy_site"] or {}).get("line"), read_site["line"])
         if marker in self._reported or len(self.races) >= MAX_RECORDS:
             return
@@ -110,7 +110,7 @@ class NonBlockingWatch:
         self.races.append({**copy, "read_site": read_site, "read_by": how})
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.concurrency.probe.payloads import NonBlockingPayload  # at collect(): no start-up cost
+        from .payloads import NonBlockingPayload  # at collect(): no start-up cost
 
         return NonBlockingPayload.sent({"available": self.available, "copies": self.copies, "races": self.races})
 
@@ -216,6 +216,6 @@ class StreamSanitizer:
         )
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.concurrency.probe.payloads import StreamPayload  # at collect(): no start-up cost
+        from .payloads import StreamPayload  # at collect(): no start-up cost
 
         return StreamPayload.sent({"available": self.available, "reports": self.reports, "total": self.total})

@@ -19,7 +19,7 @@ import time
 import weakref
 from typing import Any
 
-from traingate.stages.contract.sites import SiteTable
+from ...harness.sites import SiteTable
 
 MAX_ERRORS = 20
 MAX_PROBED_SITES = 3
@@ -101,7 +101,7 @@ class LoaderWatch:
             if record is not None:
                 record["iterations"] += 1
                 try:
-                    iterator._traingate_site = site
+                    iterator._watched_loader_site = site
                 except AttributeError:
                     pass
                 if loader.num_workers > 0 and len(record["live_workers"]) < 50:
@@ -123,9 +123,9 @@ class LoaderWatch:
             except StopIteration:
                 raise
             except Exception as exc:
-                watch._iteration_failed(getattr(iterator, "_traingate_site", None), exc)
+                watch._iteration_failed(getattr(iterator, "_watched_loader_site", None), exc)
                 raise
-            record = watch.by_site.get(getattr(iterator, "_traingate_site", -1))
+            record = watch.by_site.get(getattr(iterator, "_watched_loader_site", -1))
             if record is not None:
                 record["batches"] += 1
             return batch
@@ -314,7 +314,7 @@ class LoaderWatch:
         return {"ok": False, "error": message[:3000], "kind": error_kind(message), "worker_site": self._worker_site(message), "seconds": seconds}
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.concurrency.probe.payloads import LoaderPayload  # at collect(): no start-up cost
+        from .payloads import LoaderPayload  # at collect(): no start-up cost
 
         checks = self._probe_start_methods()
         return LoaderPayload.sent({

@@ -17,7 +17,7 @@ import warnings
 import weakref
 from typing import Any
 
-from traingate.stages.contract.tensors import real_values
+from ...harness.tensors import real_values
 
 MAX_STEPS = 20_000
 DETAILED_STEPS = 20

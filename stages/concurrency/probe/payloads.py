@@ -1,7 +1,7 @@
 """Payloads of the concurrency stage's instruments.
 
-The probes live in `traingate.stages.concurrency.probe`; the analyses that read them in
-`traingate.stages.concurrency` (protocol, determinism, loaders, cuda). The parameter
+The probes live in `stages/concurrency/probe/`; the analyses that read them in
+`stages/concurrency/` (protocol, determinism, loaders, cuda). The parameter
 fingerprints (`probe/params.py`) are not an instrument of their own: both loss recorders hand
 them back under `params`.
 """
@@ -12,15 +12,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, StrictFloat, StringConstraints, model_validator
 
-from traingate.stages.contract.payloads.base import Payload, Site
+from ...contract.payloads.base import Payload, Site
 
 # The stage's instruments: `module:factory` specs the entrypoint harness resolves in the target's process.
-CONCURRENCY_TRACE = "traingate.stages.concurrency.probe.trace:ProtocolTrace"
-CONCURRENCY_LOSSES = "traingate.stages.concurrency.probe.trace:LossTrace"
-CONCURRENCY_RNG = "traingate.stages.concurrency.probe.rng:RngSites"
-CONCURRENCY_LOADERS = "traingate.stages.concurrency.probe.loaders:LoaderWatch"
-CONCURRENCY_NONBLOCKING = "traingate.stages.concurrency.probe.cuda:NonBlockingWatch"
-CONCURRENCY_STREAMS = "traingate.stages.concurrency.probe.cuda:StreamSanitizer"
+# This package under the name it runs as (the gate's own, or a run's copy: docs/edited-tests.md).
+_PROBES = __name__.rpartition(".")[0]
+CONCURRENCY_TRACE = f"{_PROBES}.trace:ProtocolTrace"
+CONCURRENCY_LOSSES = f"{_PROBES}.trace:LossTrace"
+CONCURRENCY_RNG = f"{_PROBES}.rng:RngSites"
+CONCURRENCY_LOADERS = f"{_PROBES}.loaders:LoaderWatch"
+CONCURRENCY_NONBLOCKING = f"{_PROBES}.cuda:NonBlockingWatch"
+CONCURRENCY_STREAMS = f"{_PROBES}.cuda:StreamSanitizer"
 
 
 # -- the loss per optimizer step and the parameters after it (probe/trace.py, probe/params.py) --

@@ -15,8 +15,8 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.contract.frames import relative
+from ...harness.sites import SiteTable
+from ...common.frames import relative
 
 MAX_RECORDS = 500
 
@@ -99,7 +99,7 @@ class RngSites:
         nprandom.RandomState = RandomState
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.concurrency.probe.payloads import RngPayload  # at collect(): no start-up cost
+        from .payloads import RngPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         files = {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}

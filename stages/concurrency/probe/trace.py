@@ -20,14 +20,14 @@ import weakref
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.concurrency.probe.params import ParamFingerprints
-from traingate.stages.contract.tensors import exact_sum
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from .params import ParamFingerprints
+from ...harness.tensors import exact_sum
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 MAX_EVENTS = 50_000
 MAX_STEPS = 20_000
-SCALER_TAG = "_traingate_scaled_by"
+SCALER_TAG = "_scaled_by_watched_scaler"
 _CLIP_FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm")
 
 
@@ -100,7 +100,7 @@ class LossTrace:
         self._pending = []
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.concurrency.probe.payloads import LossTracePayload  # at collect(): no start-up cost
+        from .payloads import LossTracePayload  # at collect(): no start-up cost
 
         return LossTracePayload.sent(self._record())
 
@@ -303,7 +303,7 @@ class ProtocolTrace(LossTrace):
         return owners
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.concurrency.probe.payloads import ProtocolTracePayload  # at collect(): no start-up cost
+        from .payloads import ProtocolTracePayload  # at collect(): no start-up cost
 
         return ProtocolTracePayload.sent(self._record())
 

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, InitErrorDetails
 
-from traingate.stages.contract import instruments
+from .. import instruments
 
 
 def check_instruments(payloads: dict[str, dict[str, Any]], models: Mapping[str, type[BaseModel]]) -> dict[str, dict[str, Any]]:

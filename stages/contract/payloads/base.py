@@ -29,7 +29,7 @@ class Payload(BaseModel):
 
 class Site(Payload):
     """A line of the target's code with its source text, as the probes record it
-    (`traingate.stages.contract.frames.site_fields`): the one site model of every stage's payloads."""
+    (`stages/common/frames.py: site_fields`): the one site model of every stage's payloads."""
 
     path: str  # relative to the target root
     line: int

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 MAX_DISCARD_SITES = 50
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.correctness.probe.causes import StepCauses
-from traingate.stages.contract.sites import SiteTable
+from .causes import StepCauses
+from ...harness.sites import SiteTable
 
 FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
 MAX_RECORDS = 50

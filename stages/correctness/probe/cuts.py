@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from traingate.stages.contract.sites import SiteTable
+from ...harness.sites import SiteTable
 
 REFRESHES = 3  # steps at which the parameters without a gradient are looked for
 MAX_NODES = 256  # autograd nodes walked from a detached tensor

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from traingate.stages.correctness.probe.evaluation import EvaluationWatch
+from .evaluation import EvaluationWatch
 
 MAX_STEPS = 500  # steps recorded; the rest are counted
 MAX_COPIED = 20_000_000  # elements: the step buffers and the first step's copy together
@@ -43,7 +43,7 @@ class FactsWatch:
         import torch
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-        from traingate.stages.contract.sites import SiteTable
+        from ...harness.sites import SiteTable
 
         self.torch = torch
         self.sites = SiteTable(ctx.root)
@@ -139,7 +139,7 @@ class FactsWatch:
         })
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import FactsPayload  # at collect(): no start-up cost
+        from .payloads import FactsPayload  # at collect(): no start-up cost
 
         return FactsPayload.sent({
             "steps": self.steps,

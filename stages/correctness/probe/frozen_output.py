@@ -24,9 +24,9 @@ import weakref
 from types import FrameType
 from typing import Any
 
-from traingate.stages.contract.frames import is_target_file
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from ...common.frames import is_target_file
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 MAX_OUTPUTS = 64  # module outputs remembered; the oldest are dropped past it
 MAX_RECORDS = 20

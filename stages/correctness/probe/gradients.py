@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.contract.tensors import exact_norm
-from traingate.stages.correctness.probe.clears import ClearWatch
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from ...harness.tensors import exact_norm
+from .clears import ClearWatch
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 MAX_STEP_RECORDS = 10_000  # steps judged; past it, counted as dropped
 # An optimizer still unstepped after this many backward calls is no longer observed (its next
@@ -196,7 +196,7 @@ class StaleGradientWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import GradientsPayload  # at collect(): no start-up cost
+        from .payloads import GradientsPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         stale: list[dict[str, Any]] = []

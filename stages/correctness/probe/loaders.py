@@ -21,7 +21,7 @@ import functools
 import weakref
 from typing import Any
 
-from traingate.stages.contract.sites import SiteTable
+from ...harness.sites import SiteTable
 
 MAX_LOADERS = 200
 SAMPLED = 64  # elements of a sample its fingerprint reads
@@ -132,7 +132,7 @@ class LoaderWatch:
             self.current["steps"] += 1
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import LoadersPayload  # at collect(): no start-up cost
+        from .payloads import LoadersPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         for loader in self._kept:

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.correctness.probe import evaluation
-from traingate.stages.correctness.probe.frozen_output import FrozenOutputWatch
-from traingate.stages.contract.sites import SiteTable
+from . import evaluation
+from .frozen_output import FrozenOutputWatch
+from ...harness.sites import SiteTable
 
 FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
 SHAPE_FUNCTIONS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits")
@@ -300,7 +300,7 @@ class LossInputWatch:
         return (kept[1], kept[2]) if kept is not None and output is not None and output.grad_fn is node else (None, None)
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import LossInputsPayload  # at collect(): no start-up cost
+        from .payloads import LossInputsPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         records = [judge_site(self.torch, r) for r in self.records.values()]

@@ -18,11 +18,11 @@ import threading
 from typing import Any
 from collections.abc import Callable
 
-from traingate.stages.contract.tensors import exact_sum
-from traingate.stages.contract.sites import SiteTable
+from ...harness.tensors import exact_sum
+from ...harness.sites import SiteTable
 
 MAX_CALLS = 20_000
-UNSCALED_TAG = "_traingate_unscaled_loss"
+UNSCALED_TAG = "_unscaled_loss_watched"
 
 
 class LossWatch:
@@ -83,7 +83,7 @@ class LossWatch:
             self._tls.inside = False
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import LossesPayload  # at collect(): no start-up cost
+        from .payloads import LossesPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         values: list[float | None] = []

@@ -25,9 +25,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from traingate.stages.correctness.probe import mixing_replay
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from . import mixing_replay
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 MAX_CAPTURES = 4
 
@@ -108,7 +108,7 @@ class BatchMixingWatch:
                 handle.remove()
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import MixingPayload  # at collect(): no start-up cost
+        from .payloads import MixingPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         capture = self._model_capture()

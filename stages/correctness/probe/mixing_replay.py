@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator
 
-from traingate.stages.contract.sites import SiteTable
+from ...harness.sites import SiteTable
 
 MAX_LISTED = 16  # samples listed per dependency
 MASK_BUDGET = 50_000_000  # NaN-mask elements kept for the first NaN run
@@ -119,7 +119,7 @@ def replay_mode(torch: Any, model: Any, autocast: list[tuple[str, Any]]) -> Iter
 def judge(torch: Any, capture: Any, sites: SiteTable) -> dict[str, Any]:
     """The check's record: applicable or why not, each judged sample's dependencies, and where
     the samples first mix."""
-    from traingate.stages.correctness.probe import mixing_trace
+    from . import mixing_trace
 
     model = capture.module
     batch = find_batch(torch, capture.args, capture.kwargs, capture.batch_size, capture.loader_shapes)

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Iterator
 
-from traingate.stages.correctness.probe.mixing_replay import MASK_BUDGET, MAX_LISTED, Batch, batch_dim, copy_tensors, find_batch, leaves
-from traingate.stages.contract.sites import SiteTable
+from .mixing_replay import MASK_BUDGET, MAX_LISTED, Batch, batch_dim, copy_tensors, find_batch, leaves
+from ...harness.sites import SiteTable
 
 
 @dataclass

@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from traingate.stages.contract.frames import is_target_file
-from traingate.stages.correctness.probe import evaluation
-from traingate.stages.correctness.probe.loss_feeds import LossFeeds
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from ...common.frames import is_target_file
+from . import evaluation
+from .loss_feeds import LossFeeds
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 MAX_RECORDS = 50  # distinct (line, model) pairs kept per direction
 MAX_MODULES = 20  # modules named per record
@@ -364,7 +364,7 @@ class ModeWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import ModesPayload  # at collect(): no start-up cost
+        from .payloads import ModesPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         if self.feeds is not None:

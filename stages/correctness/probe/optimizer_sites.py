@@ -13,8 +13,8 @@ import sys
 from types import FrameType
 from typing import Any
 
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 
 class OptimizerSites:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from traingate.stages.harness.identity import ObjectMap
+from ...harness.identity import ObjectMap
 
 STOP = "OverfitStepsDone"
 
@@ -64,6 +64,6 @@ class OneBatch:
             raise OverfitStepsDone(f"{self.steps} optimizer steps on one batch")
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import OneBatchPayload  # at collect(): no start-up cost
+        from .payloads import OneBatchPayload  # at collect(): no start-up cost
 
         return OneBatchPayload.sent({"steps": self.steps, "limit": self.limit, "loaders": self.loaders, "batches_repeated": self.batches_repeated, "stop": STOP})

@@ -1,4 +1,4 @@
-"""Payloads of the correctness stage's instruments (`traingate.stages.correctness.probe`).
+"""Payloads of the correctness stage's instruments (`stages/correctness/probe/`).
 
 Every probe interns the target's lines in its own table (`sites`, a list of `Site`); the
 records refer to a line by its index there, `None` where no frame of the target was on the
@@ -14,20 +14,24 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from traingate.stages.contract.payloads.base import Payload, Site
+from ...contract.payloads.base import Payload, Site
 
 # The stage's instruments: `module:factory` specs the entrypoint harness resolves in the target's process.
-CORRECTNESS_STEPS = "traingate.stages.correctness.probe.steps:StepWatch"
-CORRECTNESS_LOSSES = "traingate.stages.correctness.probe.losses:LossWatch"
-CORRECTNESS_LOADERS = "traingate.stages.correctness.probe.loaders:LoaderWatch"
-CORRECTNESS_FIRST_UPDATE = "traingate.stages.correctness.probe.update:FirstUpdate"
-CORRECTNESS_ONE_BATCH = "traingate.stages.correctness.probe.overfit:OneBatch"
-CORRECTNESS_RANKS = "traingate.stages.correctness.probe.ranks:RankWatch"
-CORRECTNESS_GRADIENTS = "traingate.stages.correctness.probe.gradients:StaleGradientWatch"
-CORRECTNESS_MODES = "traingate.stages.correctness.probe.modes:ModeWatch"
-CORRECTNESS_LOSS_INPUTS = "traingate.stages.correctness.probe.loss_inputs:LossInputWatch"
-CORRECTNESS_MIXING = "traingate.stages.correctness.probe.mixing:BatchMixingWatch"
-CORRECTNESS_FACTS = "traingate.stages.correctness.probe.facts:FactsWatch"
+# This package under the name it runs as (the gate's own, or a run's copy: docs/edited-tests.md).
+_PROBES = __name__.rpartition(".")[0]
+CORRECTNESS_STEPS = f"{_PROBES}.steps:StepWatch"
+CORRECTNESS_LOSSES = f"{_PROBES}.losses:LossWatch"
+CORRECTNESS_LOADERS = f"{_PROBES}.loaders:LoaderWatch"
+CORRECTNESS_FIRST_UPDATE = f"{_PROBES}.update:FirstUpdate"
+CORRECTNESS_ONE_BATCH = f"{_PROBES}.overfit:OneBatch"
+CORRECTNESS_RANKS = f"{_PROBES}.ranks:RankWatch"
+CORRECTNESS_GRADIENTS = f"{_PROBES}.gradients:StaleGradientWatch"
+CORRECTNESS_MODES = f"{_PROBES}.modes:ModeWatch"
+CORRECTNESS_LOSS_INPUTS = f"{_PROBES}.loss_inputs:LossInputWatch"
+CORRECTNESS_MIXING = f"{_PROBES}.mixing:BatchMixingWatch"
+CORRECTNESS_FACTS = f"{_PROBES}.facts:FactsWatch"
+# Not an instrument: what the entrypoint harness calls to launch a distributed run's ranks.
+CORRECTNESS_LAUNCHER = f"{_PROBES}.distributed:launch"
 
 # How `_value`/`_values` in the probes write a loss or a tensor element that is not finite.
 NonFiniteRepr = Literal["nan", "inf", "-inf"]

@@ -24,8 +24,8 @@ import weakref
 from types import FrameType
 from typing import Any
 
-from traingate.stages.contract.tensors import even_indexes
-from traingate.stages.contract.sites import SiteTable
+from ...harness.tensors import even_indexes
+from ...harness.sites import SiteTable
 
 EXACT_NUMEL = 4096
 SAMPLES = 1024
@@ -195,7 +195,7 @@ class RankWatch:
         return found
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import RanksPayload  # at collect(): no start-up cost
+        from .payloads import RanksPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         return RanksPayload.sent({
@@ -210,7 +210,7 @@ class RankWatch:
 
 
 def _is_target(sites: SiteTable, frame: FrameType) -> bool:
-    from traingate.stages.contract.frames import is_target_file
+    from ...common.frames import is_target_file
 
     return is_target_file(frame.f_code.co_filename, sites.root)
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from traingate.stages.contract.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
-from traingate.stages.correctness.probe.causes import StepCauses
-from traingate.stages.correctness.probe.clipping import ClipWatch
-from traingate.stages.correctness.probe.cuts import CutWatch
-from traingate.stages.correctness.probe.optimizer_sites import OptimizerSites
-from traingate.stages.contract.sites import SiteTable
-from traingate.stages.harness.identity import ObjectMap
+from ...harness.tensors import even_indexes, exact_dtype, exact_norm, exact_sum, real_values
+from .causes import StepCauses
+from .clipping import ClipWatch
+from .cuts import CutWatch
+from .optimizer_sites import OptimizerSites
+from ...harness.sites import SiteTable
+from ...harness.identity import ObjectMap
 
 SAMPLES = 32
 MAX_STEP_RECORDS = 200  # ineffective steps kept in full; the rest are counted
@@ -213,7 +213,7 @@ class StepWatch:
 
     # -- the result ----------------------------------------------------------------------------------
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import StepsPayload  # at collect(): no start-up cost
+        from .payloads import StepsPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
         self._note_foreign_grads()

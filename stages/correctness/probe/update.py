@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traingate.stages.contract.tensors import even_indexes, real_values
+from ...harness.tensors import even_indexes, real_values
 
 SAMPLES = 64
 STOP = "FirstStepReached"
@@ -69,7 +69,7 @@ class FirstUpdate:
         raise FirstStepReached("the first optimizer step was recorded")
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.correctness.probe.payloads import FirstUpdatePayload  # at collect(): no start-up cost
+        from .payloads import FirstUpdatePayload  # at collect(): no start-up cost
 
         return FirstUpdatePayload.sent({"stepped": self.done, "params": self.params, "stop": STOP})
 

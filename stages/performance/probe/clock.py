@@ -29,10 +29,10 @@ import torch.nn.modules.module as module_hooks
 import torch.utils.data.dataloader as dataloader_module
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from traingate.stages.contract.frames import relative
-from traingate.stages.contract.tensors import exact_dtype
-from traingate.stages.performance.probe.frame_index import FrameIndex, Site, caller_frame, graph_size
-from traingate.stages.performance.probe.graph_span import sequence_number
+from ...common.frames import relative
+from ...harness.tensors import exact_dtype
+from .frame_index import FrameIndex, Site, caller_frame, graph_size
+from .graph_span import sequence_number
 
 PHASES = ("data", "forward", "backward", "optimizer")
 INSTRUMENT = "instrument"  # time the instruments spend at step boundaries: not the target's

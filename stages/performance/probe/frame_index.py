@@ -14,7 +14,7 @@ from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
 
-from traingate.stages.contract.frames import is_target_file, relative, site_fields
+from ...common.frames import is_target_file, relative, site_fields
 
 Site = tuple[str, int, str]  # (path relative to the target root, line, function)
 

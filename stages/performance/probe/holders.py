@@ -27,11 +27,13 @@ from typing import Any
 
 import torch
 
-from traingate.stages.contract.frames import relative
-from traingate.stages.performance.probe.frame_index import FrameIndex, Site, graph_size, graphs_size
-from traingate.stages.performance.probe.graph_span import steps_held
+from ...common.frames import relative
+from .frame_index import FrameIndex, Site, graph_size, graphs_size
+from .graph_span import steps_held
 
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
+# The gate's own objects, under the name its modules run as (its own, or a run's copy).
+_OWN_ROOT = __name__.split(".")[0] + "."
 _CO_OPTIMIZED = 0x0001  # a function frame: its f_locals is a snapshot, not a namespace
 MAX_LEVELS = 5
 MAX_FRONTIER = 200
@@ -214,7 +216,7 @@ def _referrer_level(
                 chains[id(ref)] = (sample, [*chain, ref])
                 next_level.append(ref)
             continue
-        if type(ref).__module__.startswith("traingate."):
+        if type(ref).__module__.startswith(_OWN_ROOT):
             continue
         held, links = _attribute(ref, child, sample, chain)
         if held is not None and links:

@@ -30,14 +30,14 @@ from typing import Any
 
 import torch
 
-from traingate.stages.performance.probe.clock import StepClock
-from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES, FrameIndex, site_with_code
-from traingate.stages.performance.probe.host_memory import HostMemory
-from traingate.stages.performance.probe.graph_span import SPAN_BUDGET
-from traingate.stages.performance.probe.holders import GrowthTracer, Holder, find_holders, graph_spans, held_graph_nodes, live_tensors_with, named_graphs, target_stack
-from traingate.stages.performance.probe.sampler import Sampler
-from traingate.stages.performance.probe.syncs import SyncCounter
-from traingate.stages.performance.probe.tracker import Entry, Tracker
+from .clock import StepClock
+from .frame_index import MAX_WALK_NODES, FrameIndex, site_with_code
+from .host_memory import HostMemory
+from .graph_span import SPAN_BUDGET
+from .holders import GrowthTracer, Holder, find_holders, graph_spans, held_graph_nodes, live_tensors_with, named_graphs, target_stack
+from .sampler import Sampler
+from .syncs import SyncCounter
+from .tracker import Entry, Tracker
 
 # Post-warm-up step counts at which retained tensors are attributed (each costs a few
 # gc scans, so only a handful per run).
@@ -85,7 +85,7 @@ class LightProbe:
         self.clock.install()
 
     def collect(self) -> dict[str, Any]:
-        from traingate.stages.performance.probe.payloads import LightPayload  # at collect(): no start-up cost
+        from .payloads import LightPayload  # at collect(): no start-up cost
 
         assert self.clock is not None
         clock = self.clock.collect()
@@ -288,7 +288,7 @@ class FullProbe:
         if self._tracer is not None:
             self._tracer.disarm()
         # Imported here, once the instruments stopped: no start-up cost, nothing sampled or tracked.
-        from traingate.stages.performance.probe.payloads import FullPayload
+        from .payloads import FullPayload
 
         clock = self.clock.collect()
         steps = clock["steps"]

@@ -16,11 +16,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, StringConstraints, model_validator
 
-from traingate.stages.contract.payloads.base import Payload, Site
+from ...contract.payloads.base import Payload, Site
 
 # The stage's instruments: `module:factory` specs the entrypoint harness resolves in the target's process.
-PERFORMANCE_FULL = "traingate.stages.performance.probe.instrument:full"
-PERFORMANCE_LIGHT = "traingate.stages.performance.probe.instrument:light"
+# This package under the name it runs as (the gate's own, or a run's copy: docs/edited-tests.md).
+_PROBES = __name__.rpartition(".")[0]
+PERFORMANCE_FULL = f"{_PROBES}.instrument:full"
+PERFORMANCE_LIGHT = f"{_PROBES}.instrument:light"
 
 # A code location as `FrameIndex.site` makes it: (path, line, function); a list in JSON. The
 # compact key of the hot paths' records; where a record carries the source line it is a `Site`.

@@ -14,8 +14,8 @@ import sys
 import threading
 from typing import Any
 
-from traingate.stages.performance.probe.clock import INSTRUMENT, StepClock
-from traingate.stages.performance.probe.frame_index import FrameIndex, Site
+from .clock import INSTRUMENT, StepClock
+from .frame_index import FrameIndex, Site
 
 INTERVAL_S = 0.002
 
@@ -28,7 +28,7 @@ class Sampler:
         self.counts: dict[tuple[str, Site | None, int], int] = {}
         self.taken = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="traingate-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-from traingate.stages.performance.probe.clock import StepClock
-from traingate.stages.performance.probe.frame_index import FrameIndex, Site, caller_frame
+from .clock import StepClock
+from .frame_index import FrameIndex, Site, caller_frame
 
 aten = torch.ops.aten
 

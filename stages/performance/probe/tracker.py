@@ -39,10 +39,10 @@ import torch
 import torch.nn.modules.module as module_hooks
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
-from traingate.stages.performance.probe.clock import StepClock
-from traingate.stages.performance.probe.frame_index import FrameIndex, Site
-from traingate.stages.performance.probe.syncs import WATCHED_PACKETS, SyncCounter
-from traingate.stages.harness.identity import ObjectMap
+from .clock import StepClock
+from .frame_index import FrameIndex, Site
+from .syncs import WATCHED_PACKETS, SyncCounter
+from ...harness.identity import ObjectMap
 
 aten = torch.ops.aten
 _MATMULS = {

@@ -1,5 +1,5 @@
-"""The stack-dump file every child writes (`traingate.stages.contract.guard`) and the parent
-reads (`traingate.pipeline.supervision.isolation`): faulthandler's format, with traingate's own header
+"""The stack-dump file every child writes (`stages/common/guard.py`) and the parent
+reads (`pipeline/supervision/isolation.py`): faulthandler's format, with the gate's own header
 lines, and its parser. Both sides take the format from here, so it lives in one place.
 """
 
@@ -8,12 +8,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# The environment variable naming the file a child appends its stack dumps to.
-STACKS_ENV = "TRAINGATE_STACKS_FILE"
-# The environment variable naming the run_child call a process descends from
-# (`traingate.pipeline.supervision.isolation`); a fork of a warm interpreter writes its own into its
-# environment block (`traingate.stages.harness.warm`).
-RUN_TAG_ENV = "TRAINGATE_RUN_TAG"
+
+
+def stacks_env_of(root: str) -> str:
+    """The environment variable naming the file a child appends its stack dumps to, in a
+    process that runs these modules under the package `root`."""
+    return f"{root.upper()}_STACKS_FILE"
+
+
+def run_tag_env_of(root: str) -> str:
+    """The environment variable naming the run_child call a process descends from
+    (`pipeline/supervision/isolation.py`; a fork of a warm interpreter writes its own into its
+    environment block, `stages/harness/fork_server.py`), as `stacks_env_of` names it."""
+    return f"{root.upper()}_RUN_TAG"
+
+
+# Named after the package these modules run as: the gate's own in its processes, the random
+# name of a run's copy in the target's (docs/edited-tests.md), so a plain copy names no gate.
+STACKS_ENV = stacks_env_of(__name__.split(".")[0])
+RUN_TAG_ENV = run_tag_env_of(__name__.split(".")[0])
 
 # No name of the gate in it: the target's processes write it (docs/edited-tests.md).
 _PREFIX = "# dump"

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from traingate.stages.contract.frames import is_target_file, site_fields
+from ..common.frames import is_target_file, site_fields
 
 
 class SiteTable:

@@ -21,7 +21,7 @@ could not become the run), then `status N` when it ends (the exit code as `subpr
 it: negative for a signal). Runs may overlap. A request with `hand_down` (a stage agent's, from
 the gate's agents' host) has the fork fork once more before it becomes the run: an interpreter
 with these imports for the agent's runs (`_hand_down`). The main socket closing ends the
-interpreter. The parent side is `traingate.pipeline.supervision.warm`.
+interpreter. The parent side is `pipeline/supervision/warm.py`.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import sys
 import warnings
 from typing import Any
 
-from traingate.stages.contract import inherited
-from traingate.stages.contract.procstat import read_stat
-from traingate.stages.contract.stacks import RUN_TAG_ENV
+from ..common import inherited
+from ..common.procstat import read_stat
+from ..common.stacks import RUN_TAG_ENV
 
 _MAX_FDS = 5
 _MAX_MESSAGE = 1 << 20
@@ -70,7 +70,7 @@ def _preload_harness() -> None:
     """What the entrypoint harness imports before any target code (pydantic, the contract):
     imported here once, the harness module itself then forgotten, so that each fork runs it
     as `__main__` afresh (runpy warns about a module run that is already imported)."""
-    name = "traingate.stages.harness.entrypoint"
+    name = f"{__package__}.entrypoint"  # under the name this package runs as (the copy's in a run)
     importlib.import_module(name)
     del sys.modules[name]
     package, _, attr = name.rpartition(".")
@@ -157,7 +157,7 @@ def _become_run(request: dict[str, Any], fds: list[int], held_sockets: list[sock
 def _hand_down(address: tuple[int, int], run_fds: list[int], floor: int) -> str | None:
     """In a fork that becomes a stage agent: fork once more, before the agent's code runs, an
     interpreter that keeps this one's imports and environment and serves the agent's runs
-    (`traingate.stages.contract.inherited`). Returns in the agent (None) and in each run of
+    (`stages/common/inherited.py`). Returns in the agent (None) and in each run of
     that interpreter (the module the run runs); the interpreter itself ends here."""
     home_cwd = os.getcwd()
     agent_end, interpreter_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

@@ -5,7 +5,7 @@ With no entrypoint configured, the gate hands the stages that observe training t
 trained in the execution stage's run (`EntrypointConfig.test`). Its pytest run is pinned to
 the target as the suite's is (`--rootdir`, `-c`, `--confcutdir`, its own temporary folder),
 and, in its baseline form, runs in a view of the stage's tree with the baseline's test files
-laid over it (`EntrypointConfig.test_files`, `traingate.stages.tree_view`).
+laid over it (`EntrypointConfig.test_files`, `traingate.stages.agent.tree_view`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from traingate.pipeline.model.schema import Location
-from traingate.stages.pytest_config import find_pytest_config
-from traingate.stages.tree_view import build_view, remove_view
+from traingate.stages.agent.pytest_config import find_pytest_config
+from traingate.stages.agent.tree_view import build_view, remove_view
 
 if TYPE_CHECKING:
     from traingate.stages.base import StageContext

@@ -1,10 +1,10 @@
 """A warm interpreter handed down to a stage agent that was itself forked from one.
 
 The gate's process starts one warm interpreter for the stage agents of a run
-(`traingate.pipeline.supervision.warm.AgentHost`): torch is imported there once, with the environment the
+(`pipeline/supervision/warm.py: AgentHost`): torch is imported there once, with the environment the
 target's runs get, and each agent is a fork of it. Before the agent's code runs, the fork makes
 a second fork of itself, which keeps torch and serves the agent's runs as a warm interpreter of
-its own (`traingate.stages.harness.warm`): a child of the agent, so the orphans of the runs come
+its own (`stages/harness/fork_server.py`): a child of the agent, so the orphans of the runs come
 back to the agent, a subreaper, as with an interpreter the agent started. This module carries
 that interpreter from the fork's code to the agent's, in the same process's memory.
 """

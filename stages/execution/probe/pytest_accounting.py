@@ -18,7 +18,7 @@ outcome. This plugin records, beside `EventRecorder`'s reports:
   wrapper could rewrite it.
 
 The parent compares those observations with the reports pytest finally logs
-(`traingate.stages.execution.accounting`).
+(`stages/execution/accounting.py`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import Any
 import pytest
 from _pytest.nodes import Node
 
-from traingate.stages.contract.frames import innermost_target, is_target_file, relative
-from traingate.stages.contract.pytest_events import (
+from ...common.frames import innermost_target, is_target_file, relative
+from ...contract.pytest_events import (
     CollectSkipEvent,
     DeselectedEvent,
     IgnoredEvent,

@@ -7,7 +7,7 @@
   no other trace of where it came from. `os._exit(0)` counts too until the harness has
   handed back its result: the target ending the process "successfully" is still a crash.
 All dumps go to the file named by STACKS_ENV, in faulthandler's format, with the header
-lines of `traingate.stages.contract.stacks`.
+lines of `stages/common/stacks.py`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import signal
 import threading
 from typing import Any, NoReturn, TextIO
 
-from traingate.stages.contract.stacks import STACKS_ENV, main_header, self_signal_header
+from .stacks import STACKS_ENV, main_header, self_signal_header
 
 _stream: TextIO | None = None
 _real_exit = os._exit

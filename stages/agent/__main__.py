@@ -1,7 +1,7 @@
 """The agent process of one stage: `python -P -m traingate.stages.agent < AgentRequest (JSON on stdin)`.
 
 It runs the stage and hands the stage's outcome back over the channel named in the request
-(`traingate.stages.contract.channel`: a pipe, with the run's nonce); the parent validates it
+(`traingate.stages.common.channel`: a pipe, with the run's nonce); the parent validates it
 and computes status, score and decision itself. An exception here is handed back as an error
 record so the parent can report it; the parent fails closed on anything else.
 """
@@ -13,7 +13,6 @@ import traceback
 from pathlib import Path
 from pkgutil import resolve_name
 
-from traingate.pipeline.supervision import disguise
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.warm_pool import WarmPool
@@ -22,18 +21,18 @@ from traingate.pipeline.supervision.processes import become_subreaper
 from traingate.pipeline.model.registry import build_registry, load_stage, parts
 from traingate.pipeline.model.schema import PipelineReport, StageOutcome
 from traingate.stages.base import StageContext
-from traingate.stages.contract.channel import receive_request
+from traingate.stages.common.channel import receive_request
 from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
-from traingate.stages.contract import guard, inherited
-from traingate.stages.contract.reads import combined
+from traingate.stages.common import guard, inherited
+from traingate.stages.common.reads import combined
 
 
 def _handed_down(mask: Disguise | None) -> inherited.InheritedWarm | None:
     """The interpreter handed down to this agent: the fork's code that hands it down is the
-    disguised copy's (`pipeline.disguise`) when the gate's host ran one, so its record is in
+    run's copy's (`pipeline/supervision/disguise.py`) when the gate's host ran one, so its record is in
     that copy's module, in this process's memory."""
     found = inherited.take()
-    copy = sys.modules.get(mask.module("traingate.stages.contract.inherited")) if mask is not None else None
+    copy = sys.modules.get(mask.module(inherited.__name__)) if mask is not None else None
     if found is None and copy is not None:
         found = copy.take()
     return found
@@ -43,16 +42,15 @@ def main() -> None:
     become_subreaper()  # the target's setsid daemons come back here to be killed, not to init
     guard.install()
     request, channel = receive_request(AgentRequest[TargetConfig, PipelineReport])
-    # Before any child (or warm interpreter) starts: they run the gate's disguised copy.
+    # The run's copy of the child side, which every child (and warm interpreter) of this agent runs.
     mask = Disguise.model_validate(request.disguise) if request.disguise is not None else None
-    disguise.activate(mask)
     # A warm interpreter forked for this agent before its code ran (when the gate started the
     # agent as a fork of its `AgentHost`), else one started at the agent's first run. An agent
     # the gate meant to fork but that got none (the host's imports warned, or it died) runs its
     # runs fresh: an interpreter of its own would import the same way, only to be unusable.
     handed_down = _handed_down(mask)
     own_start = warm_start_enabled() and not request.agents_host
-    warm = WarmPool(Path(request.scratch), handed_down=handed_down) if handed_down is not None or own_start else None
+    warm = WarmPool(Path(request.scratch), handed_down=handed_down, disguise=mask) if handed_down is not None or own_start else None
     try:
         factory = resolve_name(request.registry)
         # The installed stages: only this agent's own is imported (the others cost ~0.15 s).
@@ -69,6 +67,7 @@ def main() -> None:
             origin=Path(request.origin) if request.origin else None,
             baseline_entrypoint=EntrypointConfig.model_validate(request.baseline_entrypoint) if request.baseline_entrypoint else None,
             warm=warm,
+            disguise=mask,
             payload_models=parts(stage).payload_models,
         )
         outcome = stage.run(ctx)

@@ -4,16 +4,16 @@ Every stage calls the entrypoint; when the target's code crashes there, the fix 
 target, so the finding is an `entrypoint-crash` at the target's line (with the run named in
 its title), not a `stage-error`, which stays for failures of the gate itself. A call that
 failed only because a package the target imports is not installed here is an `environment`
-finding instead (`traingate.stages.environment`).
+finding instead (`traingate.stages.agent.environment`).
 """
 
 from __future__ import annotations
 
 import linecache
-from traingate.stages.contract.stacks import crash_frames
+from traingate.stages.common.stacks import crash_frames
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, innermost_target_frame, location_of
-from traingate.stages.environment import ENTRYPOINT_RUN, environment_finding, missing_module
+from traingate.stages.agent.environment import ENTRYPOINT_RUN, environment_finding, missing_module
 
 _STDOUT_LINES = 20
 _PHASES = {"import": "importing its module", "setup": "running its setup"}

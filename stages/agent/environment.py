@@ -21,8 +21,8 @@ from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Fi
 from traingate.stages.base import StageContext
 from traingate.stages.contract.messages import ExceptionRecord
 from traingate.stages.contract.pytest_events import CollectErrorEvent, DescribedException, MissingPackage
-from traingate.stages.declared import Declared, declared_requirements, distributions_of, normalise
-from traingate.stages.imports import ImportSite, is_installed, is_stdlib, own_modules, required_imports
+from traingate.stages.agent.declared import Declared, declared_requirements, distributions_of, normalise
+from traingate.stages.agent.imports import ImportSite, is_installed, is_stdlib, own_modules, required_imports
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 # evidence.data["run"] of a finding raised by a call of the entrypoint (else "collection", "conftest").

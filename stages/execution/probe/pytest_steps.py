@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from traingate.stages.contract.pytest_events import PytestEvent, TrainingEvent
+from ...contract.pytest_events import PytestEvent, TrainingEvent
 
 
 class StepCounter:

@@ -40,11 +40,11 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
-from traingate.stages.contract import guard
-from traingate.stages.contract.channel import new_nonce
-from traingate.stages.contract.frames import innermost_target
-from traingate.stages.contract.procstat import read_stat, send_signal
-from traingate.stages.contract.messages import DistributedRecord, EntrypointRequest, HarnessResult, RankResult
+from ...common import guard
+from ...common.channel import new_nonce
+from ...common.frames import innermost_target
+from ...common.procstat import read_stat, send_signal
+from ...contract.messages import DistributedRecord, EntrypointRequest, HarnessResult, RankResult
 
 # A rank that failed while others still run: how long they get to finish before the launcher
 # stops them (they normally wait in a collective the failed rank never reaches).
@@ -87,12 +87,12 @@ def launch(request: EntrypointRequest, send: Callable[[dict[str, Any]], None]) -
     spec = request.distributed
     assert spec is not None
     reporter = _Reporter(send)
-    folder = Path(tempfile.mkdtemp(prefix="traingate-ranks-"))  # mode 0700: only this user reads it
+    folder = Path(tempfile.mkdtemp(prefix="ranks-"))  # mode 0700: only this user reads it
     nonce = new_nonce()
     start_method = "spawn" if request.device == "cuda" else "fork"
     started = time.monotonic()
     state = _LaunchState(request, folder, nonce, start_method, started)
-    watchdog = threading.Thread(target=_watch, args=(state, reporter), name="traingate-ranks-watchdog", daemon=True)
+    watchdog = threading.Thread(target=_watch, args=(state, reporter), name="ranks-watchdog", daemon=True)
     watchdog.start()
     launcher_error: str | None = None
     failures: dict[int, int] = {}
@@ -212,7 +212,7 @@ class _LaunchState:
                 ranks.append(got.model_copy(update={"stacks": _read_tail(_rank_file(self.folder, rank, "stacks"), MAX_STACKS)}) if dumped else got)
                 continue
             if isinstance(got, str):
-                ending = f"handed back a record traingate did not write: {got}"
+                ending = f"handed back a record the gate did not write: {got}"
             elif running is not None and rank in running:
                 ending = "still running at the timeout" if timed_out else f"still running {FAILURE_GRACE_S:.0f}s after rank {stopped_after_failure} failed"
             elif rank in failures:
@@ -321,7 +321,7 @@ def _read_collectives(folder: Path, rank: int) -> list[dict[str, Any]]:
 
 def rank_main(request: EntrypointRequest, folder: str, nonce: str) -> None:
     """Call the entrypoint as this rank and write the result for the launcher."""
-    from traingate.stages.harness.entrypoint import as_sent, run
+    from ...harness.entrypoint import as_sent, run
 
     assert request.distributed is not None
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
@@ -426,7 +426,7 @@ class _CollectiveCounter:
             original = getattr(dist, name, None)
             if callable(original):
                 setattr(dist, name, wrap(name, original))
-        threading.Thread(target=self._keep_written, name="traingate-collectives", daemon=True).start()
+        threading.Thread(target=self._keep_written, name="collectives", daemon=True).start()
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [

@@ -1,7 +1,7 @@
 """Run the target's test suite in this (child) process:
-`python -P -m traingate.stages.harness.pytest_launcher < PytestRequest (JSON on stdin)`.
+`python -P -m stages/execution/probe/pytest_launcher.py < PytestRequest (JSON on stdin)`.
 
-The request (`traingate.stages.contract.messages.PytestRequest`) names the target root, the
+The request (`stages/contract/messages.py: PytestRequest`) names the target root, the
 pytest arguments, the channel the injected plugin hands its events back on, and optionally
 a coverage data file with the files to measure. It comes on stdin, and the channel is moved
 out of sight before pytest imports any of the target's code: no test finds a file to append
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from traingate.stages.contract.channel import receive_request
-from traingate.stages.contract.messages import CoverageSpec, PytestRequest
-from traingate.stages.contract import guard, reads
-from traingate.stages.contract.pytest_events import ReadsEvent
+from ...common.channel import receive_request
+from ...contract.messages import CoverageSpec, PytestRequest
+from ...common import guard, reads
+from ...contract.pytest_events import ReadsEvent
 
 
 class CoverageWindow:
@@ -61,20 +61,20 @@ def main() -> None:
     # Before pytest imports any of the target's code: what the run reads tells its inputs from its results.
     files_read = reads.install(str(root))
 
-    from traingate.stages.harness.pytest_accounting import TestAccountant
-    from traingate.stages.harness.pytest_plugin import EventRecorder, install_warning_sites
+    from .pytest_accounting import TestAccountant
+    from .pytest_plugin import EventRecorder, install_warning_sites
 
     recorder = EventRecorder(channel, root)
     accountant = TestAccountant(recorder.emit, root)
     recorder.phase_facts = accountant.phase_facts
     install_warning_sites()
-    from traingate.stages.harness.pytest_steps import StepCounter
+    from .pytest_steps import StepCounter
 
     plugins: list[Any] = [recorder, accountant, StepCounter(recorder.emit)]
     if request.coverage is not None:
         plugins.append(CoverageWindow(request.coverage))
     # What `python -m pytest` in the target's root gives its tests: the root first on sys.path
-    # (this process started without it, so that nothing there could shadow traingate).
+    # (this process started without it, so that nothing there could shadow the gate's modules).
     sys.path.insert(0, str(root))
     try:
         code = int(pytest.main(list(request.args), plugins=plugins))

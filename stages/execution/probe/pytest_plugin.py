@@ -1,7 +1,7 @@
 """The pytest plugin injected into the target's test run: one record per event, on the channel.
 
 It runs inside the pytest child (never in the stage agent). Every event is handed back
-over the channel (`traingate.stages.contract.channel`) as it happens, so a run that dies half-way (a test that calls `os._exit`, a
+over the channel (`stages/common/channel.py`) as it happens, so a run that dies half-way (a test that calls `os._exit`, a
 conftest that kills the process, a hang killed at the budget) still leaves what it did and
 which test was running; a run that leaves no `finish` line did not complete.
 
@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 
-from traingate.stages.contract.channel import ChannelWriter
-from traingate.stages.contract.frames import innermost_target, is_target_file, relative
-from traingate.stages.contract.messages import PYTEST_EVENT, TargetFrame
-from traingate.stages.contract.pytest_events import (
+from ...common.channel import ChannelWriter
+from ...common.frames import innermost_target, is_target_file, relative
+from ...contract.messages import PYTEST_EVENT, TargetFrame
+from ...contract.pytest_events import (
     CollectedEvent,
     CollectErrorEvent,
     ConftestErrorEvent,
@@ -63,7 +63,7 @@ class _SitedWarningMessage(warnings.WarningMessage):
         while frame is not None:
             stack.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
             frame = frame.f_back  # type: ignore[assignment]
-        self.traingate_stack = stack
+        self.recorded_stack = stack
 
 
 def install_warning_sites() -> None:
@@ -289,7 +289,7 @@ class EventRecorder:
         self._warnings += 1
         if self._warnings > MAX_WARNINGS:
             return
-        stack: list[tuple[str, int, str]] = getattr(warning_message, "traingate_stack", [])
+        stack: list[tuple[str, int, str]] = getattr(warning_message, "recorded_stack", [])
         site = innermost_target(stack, self.root, innermost_first=True) if stack else None
         filename = str(warning_message.filename)
         if site is None and is_target_file(filename, self.root):
