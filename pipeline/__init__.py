@@ -1,1 +1,3 @@
-"""The gate's own process: schema, configuration, policy, isolation, orchestration, CLI."""
+"""The gate: its own process (`gate/`: the command line, the run of the stages, policy,
+outputs), and what every stage agent uses with it: the report model (`model/`) and process
+supervision (`supervision/`)."""

@@ -1,1 +1,2 @@
-"""Instruments of the correctness stage; they run inside the target's child process."""
+"""Instruments of the correctness stage, and the torchrun launcher of its distributed runs
+(`distributed`); they run inside the target's child processes."""
