@@ -58,6 +58,10 @@ def test_two_runs_get_different_names() -> None:
     first, second = disguise.build(), disguise.build()
     try:
         assert first.package != second.package and first.stacks_env != second.stacks_env and first.folder != second.folder
+        # Which copy a child starts from is its command's, so two runs' commands in one process keep theirs.
+        one, other = python_argv(LAUNCHER, disguise=first).argv, python_argv(LAUNCHER, disguise=second).argv
+        assert first.folder in one[2] and f"{first.package}.execution" in one[2] and second.folder not in one[2]
+        assert second.folder in other[2] and f"{second.package}.execution" in other[2] and first.folder not in other[2]
     finally:
         disguise.remove(first)
         disguise.remove(second)
