@@ -71,7 +71,6 @@ class Stage(StageDeclaration):
 
 
 def __getattr__(name: str) -> Any:
-    module = _AGENT_SIDE.get(name)
-    if module is None:
+    if name not in _AGENT_SIDE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module(_AGENT_SIDE[name]), name)

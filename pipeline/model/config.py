@@ -336,13 +336,13 @@ class TargetConfig(BaseModel):
         from traingate.pipeline.model.registry import config_sections, extra_sections  # the registry loads the stages, which import this module
 
         sections = config_sections()
-        optional = extra_sections()
+        known = {**sections, **extra_sections()}  # the sections a stage declares under keys of their own are optional
         checked = dict(data)
         errors: list[InitErrorDetails] = []
         for key, value in data.items():
             if key in cls.model_fields:
                 continue
-            model = sections.get(key) or optional.get(key)
+            model = known.get(key)
             if model is None:
                 errors.append({"type": "extra_forbidden", "loc": (key,), "input": value})
             elif not isinstance(value, model):
