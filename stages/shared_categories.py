@@ -7,7 +7,7 @@ owns it (`Rule.reported_by_any_stage`).
 
 from __future__ import annotations
 
-from traingate.pipeline.model.schema import Category
+from traingate.stages.api import Category
 
 # The target's own code raised or died in a run of the training function: any stage that runs
 # it may report it; the execution stage owns the rule (stages/execution/rules.py).

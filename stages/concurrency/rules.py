@@ -5,8 +5,7 @@ Ids, severities and texts are the report's contract (docs/categories.md is gener
 
 from __future__ import annotations
 
-from traingate.pipeline.model.rules import Blocks, Rule
-from traingate.pipeline.model.schema import Category, Severity
+from traingate.stages.api import Blocks, Category, Rule, Severity
 
 STAGE = "concurrency"
 
