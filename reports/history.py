@@ -1,24 +1,32 @@
-"""Markdown for `traingate history`: a table of a task's versions and Mermaid charts of them."""
+"""Markdown for `traingate history`: a table of a task's versions and Mermaid charts of them.
+
+The columns after the findings, and the charts after the score's, are the registered stages'
+history metrics (`traingate.pipeline.model.history.HistoryMetric`), in the stages' order."""
 
 from __future__ import annotations
 
-from traingate.pipeline.model.history import History, VersionRow
+from traingate.pipeline.model.history import History, HistoryMetric, MetricValue, VersionRow
 from traingate.reports.render import table_cell
 
 DECISION_MARK = {"PASS": "✅ PASS", "BLOCK": "⛔ BLOCK"}
 
 
 def render_history_md(history: History) -> str:
+    shown = [value.metric for value in history.rows[0].metrics] if history.rows else []
+    header = ["Version", "Date", "Decision", "Score", "Findings (blocking)", "New", "Resolved", "Persisting", *(m.column for m in shown), "Device"]
     lines = [
         f"# traingate history — {history.task}",
         "",
         f"{len(history.rows)} version(s), oldest first. New, resolved and persisting findings are counted by finding id against the version before.",
         "",
-        "| Version | Date | Decision | Score | Tests passed | Findings (blocking) | New | Resolved | Persisting | Step time | Memory growth | AMP speedup | Device |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
     ]
     lines += [_table_row(row) for row in history.rows]
-    lines += ["", *_score_chart(history), *_step_time_chart(history)]
+    lines += ["", *_score_chart(history)]
+    for index, metric in enumerate(shown):
+        if metric.chart:
+            lines += _metric_chart(history, index, metric)
     if history.skipped:
         lines += ["", "Left out (no usable report.json):", *(f"- {s}" for s in history.skipped)]
     return "\n".join(lines).rstrip("\n") + "\n"
@@ -28,25 +36,32 @@ def _table_row(row: VersionRow) -> str:
     def count(value: int | None) -> str:
         return "—" if value is None else str(value)
 
-    step = "—" if row.step_time_ms is None else f"{_fmt(row.step_time_ms)} ms ({row.step_time_id.rsplit('.', 1)[-1] if row.step_time_id else ''})"
-    growth = "—" if row.memory_growth_bytes_per_step is None else f"{_fmt(row.memory_growth_bytes_per_step)} B/step"
-    speedup = "—" if row.amp_speedup is None else f"{_fmt(row.amp_speedup)}x"
     cells = [
         f"{row.version}" + (f" (`{row.folder}/`)" if row.folder != row.version else ""),
         row.started_at,
         DECISION_MARK.get(row.decision, row.decision),
         str(row.score),
-        "—" if row.tests_collected is None else f"{row.tests_passed if row.tests_passed is not None else '—'} of {row.tests_collected}",
         f"{row.findings} ({row.blocking})",
         count(row.new),
         count(row.resolved),
         count(row.persisting),
-        step,
-        growth,
-        speedup,
+        *(_cell(value) for value in row.metrics),
         row.device,
     ]
     return "| " + " | ".join(table_cell(c) for c in cells) + " |"
+
+
+def _cell(value: MetricValue) -> str:
+    metric = value.metric
+    if metric.total:
+        if value.total is None:
+            return "—"
+        # A count of a total (tests passed of those collected): whole numbers.
+        return f"{int(value.value) if value.value is not None else '—'} of {int(value.total)}"
+    if value.value is None:
+        return "—"
+    variant = f" ({value.id.rsplit('.', 1)[-1]})" if metric.variant and value.id else ""
+    return f"{_fmt(value.value)}{metric.unit}{variant}"
 
 
 def _fmt(value: float) -> str:
@@ -73,20 +88,20 @@ def _score_chart(history: History) -> list[str]:
     ]
 
 
-def _step_time_chart(history: History) -> list[str]:
-    # Only versions whose step time was measured: a missing value is not a zero.
-    timed = [r for r in history.rows if r.step_time_ms is not None]
-    if not timed:
-        return ["_No version has a measured step time (the performance stage did not run or measured none)._"]
-    top = max(r.step_time_ms or 0.0 for r in timed)
+def _metric_chart(history: History, index: int, metric: HistoryMetric) -> list[str]:
+    # Only versions where it was measured: a missing value is not a zero.
+    measured = [(row, value) for row in history.rows if (value := row.metrics[index].value) is not None]
+    if not measured:
+        return [f"_No version has a measured {metric.column.lower()} (the {metric.stage} stage did not run or measured none)._"]
+    top = max(value for _, value in measured)
     return [
-        "## Step time by version",
+        f"## {metric.column} by version",
         "",
         "```mermaid",
         "xychart-beta",
-        f'    title "{history.task}: median step time (ms) by version"',
-        f"    x-axis {_labels(timed)}",
-        f'    y-axis "step time (ms)" 0 --> {_fmt(top * 1.2) if top > 0 else 1}',
-        f"    line [{', '.join(_fmt(r.step_time_ms or 0.0) for r in timed)}]",
+        f'    title "{history.task}: {metric.chart_title or metric.chart} by version"',
+        f"    x-axis {_labels([row for row, _ in measured])}",
+        f'    y-axis "{metric.chart}" 0 --> {_fmt(top * 1.2) if top > 0 else 1}',
+        f"    line [{', '.join(_fmt(value) for _, value in measured)}]",
         "```",
     ]

@@ -97,6 +97,11 @@ class StageContext:
         """This stage's section of the target's configuration, as its model."""
         return self.config.section(self.stage, model)
 
+    def thresholds(self, model: type[SectionT]) -> SectionT:
+        """This stage's thresholds (its `policy_model`) as the policy resolved them: the CI's
+        floor, tightened by the target where it asked."""
+        return self.config.policy.thresholds(model)
+
     @property
     def block_on(self) -> set[Severity]:
         return set(self.config.policy.block_on)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
+from traingate.pipeline.model.registry import rule_for
 from traingate.stages.base import StageContext
+from traingate.stages.execution.rules import TEST_FAILURE
+from traingate.stages.performance.rules import MEMORY_LEAK
 
 
 class _Fake:
-    categories = frozenset({Category.TEST_FAILURE})
-
     def __init__(self, name: str) -> None:
         self.name = name
+        self.order = 0
+        # Its categories are its rules': the one rule it may report (as the execution stage's is).
+        self.rules = (replace(rule_for(TEST_FAILURE), stage=name),)
 
 
 class Clean(_Fake):
@@ -36,7 +41,7 @@ class Liar(_Fake):
 
     def run(self, ctx: StageContext) -> StageOutcome:
         finding = Finding.model_construct(
-            id="x", stage=ctx.stage, category=Category.TEST_FAILURE, severity=Severity.LOW, title="t",
+            id="x", stage=ctx.stage, category=TEST_FAILURE, severity=Severity.LOW, title="t",
             location=Location(path="a.py", line=1), problem="p", impact="i", fix="f",
             evidence=Evidence(kind=EvidenceKind.OBSERVED), blocking=True,
         )
@@ -48,7 +53,7 @@ class Trespasser(_Fake):
 
     def run(self, ctx: StageContext) -> StageOutcome:
         return StageOutcome(summary="x", findings=[ctx.finding(
-            category=Category.MEMORY_LEAK, severity=Severity.HIGH, title="t", location=None,
+            category=MEMORY_LEAK, severity=Severity.HIGH, title="t", location=None,
             problem="p", impact="i", fix="f", evidence=Evidence(kind=EvidenceKind.MEASURED),
         )])
 

@@ -11,7 +11,6 @@ import pytest
 
 from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.supervision.isolation import ChildResult
-from traingate.pipeline.model.schema import Category
 from traingate.stages.base import EntrypointRun, StageContext
 from traingate.stages.concurrency.cuda import nonblocking_observed, stream_findings
 from traingate.stages.concurrency.determinism import RunData, comparable_leaves, compare, deterministic_op, rng_causes, same_value, side_by_side
@@ -19,8 +18,9 @@ from traingate.stages.concurrency.loaders import loader_findings
 from traingate.stages.base import entrypoint_location
 from traingate.stages.concurrency.static import nonblocking_reads, set_iterations
 from traingate.stages.concurrency.spec import ConcurrencyStage
-from traingate.pipeline.model.registry import build_registry
+from traingate.pipeline.model.registry import build_registry, parts
 from traingate.stages.concurrency.probe.payloads import LoaderPayload, NonBlockingPayload, RngPayload, StreamPayload
+from traingate.stages.concurrency.rules import DATALOADER_HAZARD, NONBLOCKING_RACE, STREAM_RACE
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ def test_loader_observations_become_hazards_with_their_severity(ctx: StageContex
         ],
     )
     findings = loader_findings(ctx, observed, None)
-    assert all(f.category is Category.DATALOADER_HAZARD for f in findings)
+    assert all(f.category is DATALOADER_HAZARD for f in findings)
     summary = sorted((f.location.line if f.location else 0, f.severity.value, f.blocking, f.title.split(" ")[0]) for f in findings)
     assert summary == [(12, "high", True, "A"), (30, "high", True, "A"), (30, "high", True, "DataLoader"), (30, "high", True, "DataLoader"), (30, "high", True, "Persistent")]
     assert len({f.id for f in findings}) == len(findings)
@@ -206,7 +206,7 @@ def test_observed_nonblocking_race_is_located_at_the_copy(ctx: StageContext) -> 
     read = {"path": "eval.py", "line": 9, "function": "evaluate", "code": "preds = host.argmax(-1)"}
     races = [{"copy_site": copy, "read_site": read, "read_by": "argmax"}] * 2
     [finding] = nonblocking_observed(ctx, NonBlockingPayload.model_validate({"available": True, "copies": 2, "races": races}), None)
-    assert finding.category is Category.NONBLOCKING_RACE and finding.location is not None and finding.location.line == 8
+    assert finding.category is NONBLOCKING_RACE and finding.location is not None and finding.location.line == 8
     assert finding.blocking and finding.evidence.kind.value == "observed"
 
 
@@ -227,7 +227,7 @@ def test_csan_report_printed_to_stderr_becomes_a_stream_race(ctx: StageContext) 
           File "{target}", line 17, in overlap
     """)
     [finding] = stream_findings(ctx, StreamPayload.model_validate({"available": True, "reports": [], "total": 0}), stderr, None)
-    assert finding.category is Category.STREAM_RACE
+    assert finding.category is STREAM_RACE
     assert finding.location is not None and (finding.location.path, finding.location.line) == ("side.py", 21)
     assert finding.blocking
 
@@ -256,7 +256,7 @@ def test_nonblocking_watch_pending_copy_read_before_and_after_sync(tmp_path: Pat
 def test_stage_declares_only_concurrency_categories_and_is_registered() -> None:
     stage = build_registry()["concurrency"]
     assert isinstance(stage, ConcurrencyStage)
-    assert {c.value for c in stage.categories} == {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"}
+    assert {c.value for c in parts(stage).categories} == {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"}
 
 
 def test_stage_without_entrypoint_is_skipped_with_a_reason(ctx: StageContext) -> None:

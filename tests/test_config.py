@@ -8,6 +8,7 @@ import pytest
 
 from traingate.pipeline.model.config import check_safe_name, safe_name_from
 from traingate.pipeline.gate.config_file import ConfigError, load_config
+from traingate.stages.correctness.config import DISTRIBUTED, DistributedConfig
 
 
 def _target(tmp_path: Path, pyproject: str = "", traingate: str | None = None) -> Path:
@@ -147,11 +148,14 @@ def test_a_default_task_from_an_odd_folder_name_is_made_safe() -> None:
 def test_distributed_section_in_pyproject_and_in_traingate_toml(tmp_path: Path) -> None:
     for name in "abc":
         (tmp_path / name).mkdir()
+    # The correctness stage's section under a key of its own, read as it always was.
     config, _ = load_config(_target(tmp_path / "a", "[tool.traingate.distributed]\nnproc = 2\n"))
-    assert config.distributed is not None and (config.distributed.nproc, config.distributed.timeout_s) == (2, 120)
+    distributed = config.optional_section(DISTRIBUTED, DistributedConfig)
+    assert distributed is not None and (distributed.nproc, distributed.timeout_s) == (2, 120)
     config, source = load_config(_target(tmp_path / "b", traingate="timeout_s = 90\n\n[distributed]\nnproc = 4\ntimeout_s = 30\n"))
-    assert source == "traingate.toml" and config.distributed is not None and (config.distributed.nproc, config.distributed.timeout_s) == (4, 30)
-    assert load_config(_target(tmp_path / "c"))[0].distributed is None
+    distributed = config.optional_section(DISTRIBUTED, DistributedConfig)
+    assert source == "traingate.toml" and distributed is not None and (distributed.nproc, distributed.timeout_s) == (4, 30)
+    assert load_config(_target(tmp_path / "c"))[0].optional_section(DISTRIBUTED, DistributedConfig) is None
 
 
 @pytest.mark.parametrize(

@@ -132,7 +132,7 @@ def test_the_stage_is_skipped_after_the_entrypoint_hung_in_the_execution_stage(t
     hang = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on={Severity.CRITICAL, Severity.HIGH}), child, "The entrypoint smoke call", run=SMOKE_CALL_RUN)
     stopped = [TrainingStopped(finding=hang.id, reason="hang")]
     done = [StageReport(name="execution", status=StageStatus.BLOCKED, score=60, duration_s=1.0, summary="", findings=[hang], training_stopped=stopped)]
-    assert "nothing to observe" in (_skip_reason(parts(build_registry()["correctness"]).purpose, done) or "")
+    assert "nothing to observe" in (_skip_reason(parts(build_registry()["correctness"]), done) or "")
 
 
 def test_an_overflow_the_scaler_skips_is_not_a_loss_that_cannot_go_down(tmp_path: Path) -> None:

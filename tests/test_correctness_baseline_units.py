@@ -8,9 +8,10 @@ from typing import Any
 
 from tests.test_perf_units import make_ctx
 from traingate.stages.correctness.details import TrainingFacts
-from traingate.pipeline.model.schema import Category, Location
+from traingate.pipeline.model.schema import Location
 from traingate.stages.correctness.probe.payloads import FactsPayload
 from traingate.stages.correctness import baseline
+from traingate.stages.correctness.rules import LOSS_INPUT_MISMATCH
 
 FALLBACK = Location(path="train.py", line=1)
 STEPS = 20
@@ -121,7 +122,7 @@ def test_a_loss_given_the_kind_it_does_not_expect_blocks_unless_its_named_rule_f
     assert "`cross_entropy` was given logits of shape [32, 4] (float32) in the baseline and probabilities of shape [32, 4] (float32) now" in finding.title
     stage = {"name": "correctness", "details": {"checks": {"training_facts": then.model_dump(mode="json")}}, "metrics": []}
     ctx = make_ctx(tmp_path, {"version": "v1", "environment": {"device": "cpu"}, "stages": [stage]})
-    found, check = baseline.compare(ctx, with_facts(BASE, loss_inputs=loss_input("probabilities")), PAYLOAD, FALLBACK, {Category.LOSS_INPUT_MISMATCH})
+    found, check = baseline.compare(ctx, with_facts(BASE, loss_inputs=loss_input("probabilities")), PAYLOAD, FALLBACK, {LOSS_INPUT_MISMATCH})
     assert found == [] and check is not None and any("stated in the loss-input-mismatch finding" in r for r in check.regressions)
 
 

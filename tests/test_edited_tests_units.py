@@ -7,9 +7,10 @@ import subprocess
 from pathlib import Path
 
 from traingate.pipeline.model.registry import rule_for, rule_table
-from traingate.pipeline.model.schema import Category, Severity, TestRecord
+from traingate.pipeline.model.schema import Severity, TestRecord
 from traingate.stages.execution.replay import GitTree, NotReplayed, build_view, open_tree, plan_replay, remove_view
 from traingate.stages.execution.replay_checks import function_source
+from traingate.stages.execution.rules import TEST_WEAKENED
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
 FILES = {
@@ -96,7 +97,7 @@ def test_the_source_of_a_test_function_or_method_with_its_decorators() -> None:
 
 
 def test_explain_names_the_replay_and_its_sub_rules() -> None:
-    rule = rule_for(Category.TEST_WEAKENED)
+    rule = rule_for(TEST_WEAKENED)
     assert rule.severity is Severity.HIGH and rule.stage == "execution"
     text = rule_table().explain(rule)
     assert "baseline form" in text and "Sub-rules: test-weakened/interface-changed, test-weakened/not-replayed" in text

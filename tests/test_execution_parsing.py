@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.registry import parts
 from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import StageContext
 from traingate.stages.execution.spec import ExecutionStage
@@ -309,7 +310,7 @@ def test_syntax_error_is_located_in_the_file_that_does_not_parse(tmp_path: Path)
 
 
 def test_stage_declares_exactly_the_execution_categories():
-    assert {c.value for c in ExecutionStage.categories} == {
+    assert {c.value for c in parts(ExecutionStage()).categories} == {
         "test-failure", "collection-error", "no-tests", "skipped-tests", "test-selection", "test-disabled", "test-weakened", "test-environment",
         "entrypoint-crash", "entrypoint-untested", "deprecated-api",
     }

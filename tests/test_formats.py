@@ -43,6 +43,9 @@ from traingate.reports.github import escape_data, escape_property, render_annota
 from traingate.reports.junit import render_junit
 from traingate.reports.sarif import render_sarif
 from traingate.reports.step_summary import render_step_summary
+from traingate.stages.execution.rules import ENTRYPOINT_UNTESTED, NO_TESTS, SKIPPED_TESTS, TEST_FAILURE
+from traingate.stages.performance.rules import INPUT_STALL
+from traingate.stages.shared_categories import ENTRYPOINT_CRASH
 
 RULES = rule_table().rules
 
@@ -57,7 +60,7 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not i
 
 
 def finding(
-    category: Category = Category.TEST_FAILURE,
+    category: Category = TEST_FAILURE,
     severity: Severity = Severity.HIGH,
     path: str | None = "utils/tier3_training_utilities.py",
     line: int | None = 265,
@@ -94,11 +97,11 @@ def report(*stages: StageReport, decision: Decision | None = None) -> PipelineRe
 
 
 def mixed_report() -> PipelineReport:
-    crash = finding(Category.ENTRYPOINT_CRASH, Severity.CRITICAL, key="crash", title="crash, with: punctuation")
-    failure = finding(Category.TEST_FAILURE, Severity.HIGH, path="tests/test_a.py", line=3, key="fail", title="test fails")
-    skipped = finding(Category.SKIPPED_TESTS, Severity.LOW, path="tests/test_a.py", line=9, key="skip", title="skipped")
-    no_tests = finding(Category.NO_TESTS, Severity.HIGH, path=None, line=None, key="none", title="no test ran")
-    stall = finding(Category.INPUT_STALL, Severity.MEDIUM, stage="performance", key="stall", title="input stall")
+    crash = finding(ENTRYPOINT_CRASH, Severity.CRITICAL, key="crash", title="crash, with: punctuation")
+    failure = finding(TEST_FAILURE, Severity.HIGH, path="tests/test_a.py", line=3, key="fail", title="test fails")
+    skipped = finding(SKIPPED_TESTS, Severity.LOW, path="tests/test_a.py", line=9, key="skip", title="skipped")
+    no_tests = finding(NO_TESTS, Severity.HIGH, path=None, line=None, key="none", title="no test ran")
+    stall = finding(INPUT_STALL, Severity.MEDIUM, stage="performance", key="stall", title="input stall")
     return report(
         stage("execution", [crash, failure, skipped, no_tests]),
         stage("performance", [stall]),
@@ -178,7 +181,7 @@ def test_sarif_is_valid_and_paths_are_relative_to_the_repository_root(tmp_path: 
     assert [r["id"] for r in rules] == [rule.id for rule in RULES]
     assert "gradscaler-protocol/missing-update" in {r["id"] for r in rules}
     by_id = {r["id"]: r for r in rules}
-    crash_rule = next(rule for rule in RULES if rule.category is Category.ENTRYPOINT_CRASH)
+    crash_rule = next(rule for rule in RULES if rule.category is ENTRYPOINT_CRASH)
     assert by_id["entrypoint-crash"]["shortDescription"]["text"] == crash_rule.description
     assert crash_rule.check in by_id["entrypoint-crash"]["fullDescription"]["text"]
     assert crash_rule.fix in by_id["entrypoint-crash"]["help"]["text"]
@@ -193,7 +196,7 @@ def test_sarif_is_valid_and_paths_are_relative_to_the_repository_root(tmp_path: 
     assert location["artifactLocation"]["uri"] == "examples/amp-trainer/utils/tier3_training_utilities.py"
     assert location["region"] == {"startLine": 265}
     assert crash["level"] == "error" and crash["properties"]["blocking"] is True
-    [original] = [f for f in rep.findings() if f.category is Category.ENTRYPOINT_CRASH]
+    [original] = [f for f in rep.findings() if f.category is ENTRYPOINT_CRASH]
     assert crash["partialFingerprints"] == {"traingate/v1": original.id}
     assert by_rule["skipped-tests"]["level"] == "note"
     assert by_rule["input-stall"]["level"] == "warning"
@@ -246,10 +249,10 @@ def test_annotations_are_worst_first_escaped_and_repository_relative(tmp_path: P
 
 
 def test_annotations_respect_githubs_ten_per_type_and_say_what_was_left_out() -> None:
-    blocking = [finding(Category.TEST_FAILURE, Severity.HIGH, key=f"b{i}", title=f"fail {i}") for i in range(11)]
-    blocking.append(finding(Category.ENTRYPOINT_CRASH, Severity.CRITICAL, key="c", title="crash"))
-    warnings = [finding(Category.ENTRYPOINT_UNTESTED, Severity.MEDIUM, key=f"w{i}") for i in range(12)]
-    notices = [finding(Category.SKIPPED_TESTS, Severity.LOW, key=f"n{i}") for i in range(12)]
+    blocking = [finding(TEST_FAILURE, Severity.HIGH, key=f"b{i}", title=f"fail {i}") for i in range(11)]
+    blocking.append(finding(ENTRYPOINT_CRASH, Severity.CRITICAL, key="c", title="crash"))
+    warnings = [finding(ENTRYPOINT_UNTESTED, Severity.MEDIUM, key=f"w{i}") for i in range(12)]
+    notices = [finding(SKIPPED_TESTS, Severity.LOW, key=f"n{i}") for i in range(12)]
     lines = annotations(render_annotations(report(stage("execution", blocking + warnings + notices)), RunFacts()))
     kinds = [kind for kind, _, _ in lines]
     assert kinds == ["error"] * 10 + ["warning"] * 10 + ["notice"] * 10
@@ -261,7 +264,7 @@ def test_annotations_respect_githubs_ten_per_type_and_say_what_was_left_out() ->
 
 
 def test_exactly_ten_notices_need_no_summary() -> None:
-    notices = [finding(Category.SKIPPED_TESTS, Severity.LOW, key=f"n{i}") for i in range(10)]
+    notices = [finding(SKIPPED_TESTS, Severity.LOW, key=f"n{i}") for i in range(10)]
     lines = annotations(render_annotations(report(stage("execution", notices)), RunFacts()))
     assert [kind for kind, _, _ in lines] == ["notice"] * 10 and not any("more findings" in p.get("title", "") for _, p, _ in lines)
 
@@ -320,11 +323,11 @@ def test_report_md_fits_a_pull_request_comment_by_cutting_evidence_only() -> Non
     huge_data = {"call_sites": [{"site": f"train.py:{i}", "count": i, "stack": "frame\n" * 40} for i in range(4000)], "note": "x" * 200_000}
     huge_traceback = "Traceback (most recent call last):\n" + "  frame line\n" * 50_000 + "KeyError: 'train_data'\n"
     findings = [
-        finding(Category.ENTRYPOINT_CRASH, Severity.CRITICAL, key=f"c{i}", title=f"crash number {i}",
+        finding(ENTRYPOINT_CRASH, Severity.CRITICAL, key=f"c{i}", title=f"crash number {i}",
                 evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="s" * 20_000, traceback=huge_traceback, data=huge_data))
         for i in range(5)
     ]
-    small = finding(Category.SKIPPED_TESTS, Severity.LOW, key="small", title="small one",
+    small = finding(SKIPPED_TESTS, Severity.LOW, key="small", title="small one",
                     evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="tiny", data={"reason": "CUDA not available"}))
     rep = report(stage("execution", [*findings, small]))
     text = render_report_md(rep)

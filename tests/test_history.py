@@ -8,7 +8,9 @@ from pathlib import Path
 from tests.conftest import cli_in_process
 from tests.report_builders import measured, report, stage, write
 from traingate.pipeline.model.history import load_history
-from traingate.pipeline.model.schema import Category, Metric, Severity
+from traingate.pipeline.model.registry import history_metrics
+from traingate.pipeline.model.schema import Metric, Severity
+from traingate.stages.performance.rules import HOST_SYNC, INPUT_STALL, MEMORY_LEAK
 
 
 def history(*args: str) -> subprocess.CompletedProcess[str]:
@@ -26,9 +28,9 @@ def _perf_metrics(step_ms: float, growth: float, speedup: float) -> list[Metric]
 
 def _versions(folder: Path) -> None:
     """Three versions whose folder names sort differently from their dates."""
-    leak = measured("performance", Category.MEMORY_LEAK, Severity.HIGH, "loop.py", "cache")
-    sync = measured("performance", Category.HOST_SYNC, Severity.MEDIUM, "loop.py", "loss.item()")
-    stall = measured("performance", Category.INPUT_STALL, Severity.MEDIUM, "data.py", "loader")
+    leak = measured("performance", MEMORY_LEAK, Severity.HIGH, "loop.py", "cache")
+    sync = measured("performance", HOST_SYNC, Severity.MEDIUM, "loop.py", "loss.item()")
+    stall = measured("performance", INPUT_STALL, Severity.MEDIUM, "data.py", "loader")
     versions = [
         ("z-first", "v6", "2026-11-01T09:00:00+00:00", [leak, sync], _perf_metrics(12.0, 4096.0, 1.1)),
         ("a-second", "v7", "2026-11-02T09:00:00+00:00", [sync, stall], _perf_metrics(10.0, 0.0, 1.6)),
@@ -41,13 +43,19 @@ def _versions(folder: Path) -> None:
 def test_versions_are_ordered_by_date_and_compared_with_the_previous_one(tmp_path: Path) -> None:
     _versions(tmp_path / "T1")
     (tmp_path / "T1" / "notes").mkdir()  # a folder without a report is not a version
-    rows = load_history(tmp_path / "T1").rows
+    rows = load_history(tmp_path / "T1", history_metrics()).rows
     assert [r.version for r in rows] == ["v6", "v7", "v8"]
     assert [(r.new, r.resolved, r.persisting) for r in rows] == [(None, None, None), (1, 1, 1), (0, 1, 1)]
     assert [r.decision for r in rows] == ["BLOCK", "PASS", "PASS"]
-    assert rows[0].step_time_ms == 12.0 and rows[0].step_time_id == "step_time.median.fp32"
-    assert rows[1].memory_growth_bytes_per_step == 0.0 and rows[1].amp_speedup == 1.6
-    assert rows[2].step_time_ms is None and rows[2].amp_speedup is None
+    def value(row: int, column: str) -> tuple[float | None, str | None]:
+        found = rows[row].metric(column)
+        assert found is not None, column
+        return found.value, found.id
+
+    # The stages' history metrics: the performance stage's step time (its full-precision run's), memory growth, AMP speedup.
+    assert value(0, "Step time") == (12.0, "step_time.median.fp32")
+    assert value(1, "Memory growth") == (0.0, "memory.held_growth") and value(1, "AMP speedup") == (1.6, "amp.speedup")
+    assert value(2, "Step time") == (None, None) and value(2, "AMP speedup") == (None, None)
 
 
 def test_history_prints_a_table_and_mermaid_charts(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ from tests.conftest import TARGETS, cli_in_process, run_gate
 from tests.report_builders import measured, report, stage, write
 from traingate.pipeline.gate.merge import MergeError, merge_reports
 from traingate.pipeline.gate.policy import decide
-from traingate.pipeline.model.schema import Acceptance, BaselineComparison, Category, PipelineReport, Severity, WaiverEntry
+from traingate.pipeline.model.schema import Acceptance, BaselineComparison, PipelineReport, Severity, WaiverEntry
+from traingate.stages.performance.rules import HOST_SYNC
 
 KNOWN = ["execution", "performance", "concurrency", "correctness"]
 
@@ -23,7 +24,7 @@ def merge(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _split_run(tmp_path: Path) -> tuple[Path, Path]:
     cpu = report([stage("execution")], device="cpu")
-    sync = measured("performance", Category.HOST_SYNC, Severity.HIGH, "loop.py", "loss.item()")
+    sync = measured("performance", HOST_SYNC, Severity.HIGH, "loop.py", "loss.item()")
     gpu = report([stage("performance", [sync]), stage("concurrency"), stage("correctness")], device="cuda")
     return write(cpu, tmp_path / "cpu" / "report.json"), write(gpu, tmp_path / "gpu" / "report.json")
 

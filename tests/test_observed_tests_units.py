@@ -98,16 +98,16 @@ def _execution(observed: ObservedTraining | None, files: dict[str, str | None] |
 def test_the_gate_hands_the_test_to_the_stages_that_run_the_training_function() -> None:
     observed = ObservedTraining(test="t.py::fit", optimizer_steps=8, reason="r", min_steps=3)
     reports = [_execution(observed, {"t.py": "old"})]
-    config = observed_tests.stage_config(TargetConfig(), "observe", reports)
+    config = observed_tests.stage_config(TargetConfig(), True, reports)
     assert config.entrypoint is not None and config.entrypoint.test == "t.py::fit" and config.entrypoint.test_files == {"t.py": "old"}
     assert config.entrypoint.label == "pytest t.py::fit (its baseline form)"
-    assert observed_tests.stage_config(TargetConfig(), None, reports).entrypoint is None  # the execution stage itself
+    assert observed_tests.stage_config(TargetConfig(), False, reports).entrypoint is None  # the execution stage itself
     configured = TargetConfig(entrypoint=EntrypointConfig(call="train:train"))
-    assert observed_tests.stage_config(configured, "observe", reports) is configured
-    assert observed_tests.not_measured(TargetConfig(), "observe", reports) is None
+    assert observed_tests.stage_config(configured, True, reports) is configured
+    assert observed_tests.not_measured(TargetConfig(), True, reports) is None
     too_few = [_execution(ObservedTraining(test=None, optimizer_steps=1, reason="not measured: one step", min_steps=3))]
-    assert observed_tests.not_measured(TargetConfig(), "observe", too_few) == "not measured: one step"
-    assert observed_tests.not_measured(TargetConfig(), "observe", [_execution(ObservedTraining(test=None, reason="none", min_steps=3))]) is None
+    assert observed_tests.not_measured(TargetConfig(), True, too_few) == "not measured: one step"
+    assert observed_tests.not_measured(TargetConfig(), True, [_execution(ObservedTraining(test=None, reason="none", min_steps=3))]) is None
 
 
 def test_findings_name_the_test_without_changing_their_id() -> None:

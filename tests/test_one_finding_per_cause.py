@@ -15,10 +15,11 @@ from tests.conftest import TARGETS, GateRun, run_gate
 from traingate.pipeline.model.findings import locations_data
 from traingate.pipeline.gate.policy import PASS_SCORE_FLOOR
 from traingate.pipeline.model.config import TargetConfig
-from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Evidence, EvidenceKind, Finding, Location, Severity, TakenOut, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting_checks import module_skips
 from traingate.stages.execution.environment_groups import one_per_need
+from traingate.stages.execution.rules import TEST_ENVIRONMENT, TEST_FAILURE, TEST_SELECTION
 
 NARROWED = TARGETS / "exec_narrowed_suite"
 LEFT_OUT = [f"tests/test_m{n:02d}.py" for n in range(2, 22)]
@@ -59,7 +60,7 @@ def test_the_sarif_result_carries_every_left_out_file(narrowed_gate: GateRun) ->
 def _grouped(location: Location | None, places: list[object]) -> Finding:
     evidence = Evidence(kind=EvidenceKind.OBSERVED, data={LOCATIONS_KEY: places})
     return Finding.create(
-        stage="execution", category=Category.TEST_SELECTION, severity=Severity.LOW, title="t", location=location,
+        stage="execution", category=TEST_SELECTION, severity=Severity.LOW, title="t", location=location,
         problem="p", impact="i", fix="f", evidence=evidence, block_on=set(),
     )
 
@@ -92,7 +93,7 @@ def test_modules_skipped_for_one_reason_are_one_finding(tmp_path: Path) -> None:
 
 def _needs(ctx: StageContext, nodeid: str, environment: dict[str, str]) -> Finding:
     return ctx.finding(
-        category=Category.TEST_ENVIRONMENT, title=f"{nodeid} could not run here", location=Location(path=nodeid.split("::")[0], line=1),
+        category=TEST_ENVIRONMENT, title=f"{nodeid} could not run here", location=Location(path=nodeid.split("::")[0], line=1),
         problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED, data={"nodeid": nodeid, "environment": environment}),
         severity=Severity.LOW, key=nodeid,
     )
@@ -103,7 +104,7 @@ def test_tests_that_need_the_same_package_are_one_finding(tmp_path: Path) -> Non
     hub = {"kind": "missing-package", "module": "transformers", "package": "transformers", "detail": "d"}
     network = {"kind": "network", "type": "socket.gaierror", "detail": "d"}
     found = [_needs(ctx, f"tests/test_{n}.py", hub) for n in "abc"] + [_needs(ctx, "tests/test_net.py::test_fetch", network)]
-    other = found[0].model_copy(update={"category": Category.TEST_FAILURE})
+    other = found[0].model_copy(update={"category": TEST_FAILURE})
     kept, merged, net = one_per_need(ctx, [other, *found])
     assert kept is other and net is found[3]
     assert merged.title == "3 tests or test modules could not run here: they need 'transformers'" and not merged.blocking

@@ -11,6 +11,7 @@ import pytest
 
 from tests.test_perf_units import MACHINE, QUIET_RUN, as_report, baseline_with, quiet_timings
 from traingate.stages.performance import baseline_code, load as perf_load, regression as perf_regression, side_by_side as perf_side
+from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.performance.details import MachineRecord, NotComparable, RegressionDetails
 from traingate.stages.performance.notice import timing_notice
 
@@ -216,7 +217,7 @@ def test_an_amp_speedup_under_the_floor_within_its_noise_is_not_measured(tmp_pat
     from traingate.stages.performance import amp as perf_amp
 
     ctx = make_ctx(tmp_path)
-    policy = ctx.config.policy
+    policy = ctx.thresholds(PerformancePolicy)
     # Loud steps: the speedup's point estimate is under the floor, its interval reaches it.
     loud = perf_amp.compare(clock(noisy(10.0 * policy.amp_speedup_min * 0.95, 40, 0.8, 7)), clock(noisy(10.0, 40, 0.8, 8)), 3, 8, "cuda", active=True)
     assert loud.speedup is not None and loud.speedup < policy.amp_speedup_min and perf_amp.under_floor_within_noise(perf_amp._speedup_spread(loud), policy.amp_speedup_min)

@@ -14,6 +14,7 @@ from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Fi
 from traingate.stages.performance.consistency import missed_without_finding, undecided_misses
 from traingate.stages.performance.leak import decide
 from traingate.stages.performance.sign_test import sign_test
+from traingate.stages.performance.rules import MEMORY_LEAK
 
 
 def test_five_of_five_above_is_decisive_and_four_of_five_is_not() -> None:
@@ -51,7 +52,7 @@ def test_a_missed_metric_without_its_finding_is_shown_undecided() -> None:
         Metric(id="data_wait.share.default", name="data wait", value=0.9, threshold=0.5, passed=False, note="n"),
         Metric(id="memory.held_growth", name="growth", value=10.0, threshold=64, passed=False),
     ]
-    leak = _finding(Category.MEMORY_LEAK)
+    leak = _finding(MEMORY_LEAK)
     assert [m.id for m in missed_without_finding(metrics, [leak])] == ["data_wait.share.default"]
     lines = undecided_misses(metrics, [leak])
     assert len(lines) == 1 and metrics[0].passed is None and metrics[1].passed is False

@@ -12,6 +12,7 @@ from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.model.schema import Metric, PipelineReport, Severity
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.base import StageContext
+from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.performance.details import MachineRecord
 from traingate.stages.performance.probe.payloads import AmpCounts, FullPayload, MemoryRecord, StepClockRecord, SyncRecords
 from traingate.stages.performance.spec import PerformanceStage
@@ -138,13 +139,13 @@ def test_amp_targets_are_not_applicable_on_cpu_and_gate_on_cuda(tmp_path: Path) 
     fp32 = clock([10.0] * 20, losses=[1.0] * 20)
     amp = clock([12.0] * 20, losses=[1.001] * 20)
     cpu = perf_amp.compare(fp32, amp, 3, 8, "cpu")
-    speed = next(m for m in perf_amp.metrics(cpu, ctx.config.policy, None) if m.name.startswith("AMP speedup"))
+    speed = next(m for m in perf_amp.metrics(cpu, ctx.thresholds(PerformancePolicy), None) if m.name.startswith("AMP speedup"))
     assert speed.value == pytest.approx(10 / 12, rel=1e-3) and speed.passed is None and "not applicable on cpu" in speed.note
-    assert perf_amp.target_findings(ctx, cpu, ctx.config.policy, None) == []
+    assert perf_amp.target_findings(ctx, cpu, ctx.thresholds(PerformancePolicy), None) == []
     fp32, amp = fp32.model_copy(update={"peak_memory_bytes": 1000}), amp.model_copy(update={"peak_memory_bytes": 900})
     cuda = perf_amp.compare(fp32, amp, 3, 8, "cuda")
-    assert {f.category.value for f in perf_amp.target_findings(ctx, cuda, ctx.config.policy, None)} == {"amp-speedup", "amp-memory"}
-    assert perf_amp.accuracy_finding(ctx, cpu, ctx.config.policy, None) is None  # 0.1 % drift
+    assert {f.category.value for f in perf_amp.target_findings(ctx, cuda, ctx.thresholds(PerformancePolicy), None)} == {"amp-speedup", "amp-memory"}
+    assert perf_amp.accuracy_finding(ctx, cpu, ctx.thresholds(PerformancePolicy), None) is None  # 0.1 % drift
 
 
 def loader(wait_ms: float, steps: int = 20, fed: int = 20, name: str = "t.Slow") -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of
+from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.performance.details import RegressionRow
 from traingate.pipeline.model.schema import Metric
 from traingate.stages.performance.probe.payloads import AmpCounts, StepClockRecord
@@ -71,7 +72,7 @@ def test_a_ratio_from_quartiles_only() -> None:
 
 
 def test_amp_speedup_carries_its_interval_and_says_within_noise(tmp_path: Path) -> None:
-    policy = make_ctx(tmp_path).config.policy
+    policy = make_ctx(tmp_path).thresholds(PerformancePolicy)
     like = perf_amp.compare(clock(noisy(10.0, 40, 0.3, 5)), clock(noisy(10.0, 40, 0.3, 6)), 3, 8, "cpu", active=True)
     [speed] = [m for m in perf_amp.metrics(like, policy, ACTIVE) if m.id == "amp.speedup"]
     assert like.speedup_spread is not None and like.speedup_spread.within_noise and "within noise" in (speed.note or "")

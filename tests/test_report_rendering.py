@@ -27,7 +27,7 @@ from traingate.pipeline.model.findings import finding
 from traingate.pipeline.gate.outputs import write_reports
 from traingate.pipeline.gate.outputs import stage_pages
 from traingate.pipeline.model.registry import rule_table
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Metric, PipelineReport, Severity, StageReport
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Location, Metric, PipelineReport, Severity, StageReport
 from traingate.reports.facts import RunFacts
 from traingate.reports.render import render_report_md, render_stage_md, render_summary, table_cell
 from traingate.reports.github import render_annotations
@@ -35,6 +35,8 @@ from traingate.reports.junit import render_junit
 from traingate.reports.minimal import render_minimal_md
 from traingate.reports.sarif import render_sarif
 from traingate.reports.step_summary import render_step_summary
+from traingate.stages.performance.rules import HOST_SYNC
+from traingate.stages.shared_categories import ENTRYPOINT_CRASH
 
 SCHEMAS = Path(__file__).parent / "schemas"
 PAGES = stage_pages()
@@ -44,7 +46,7 @@ FACTS = RunFacts(target_prefix="", config_file=None, rules=rule_table().rules, p
 
 def nasty_finding(stage_name: str, text: str) -> Any:
     return finding(
-        stage=stage_name, category=Category.ENTRYPOINT_CRASH, severity=Severity.CRITICAL, title=f"crash: {text}",
+        stage=stage_name, category=ENTRYPOINT_CRASH, severity=Severity.CRITICAL, title=f"crash: {text}",
         location=Location(path=f"src/{text}.py", line=3, function=text), problem=text,
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=text, traceback=text), block_on={Severity.CRITICAL}, key=text,
     )
@@ -152,7 +154,7 @@ def test_the_cell_filter_drops_escape_sequences_and_joins_lines() -> None:
 
 
 def _parts_to_merge(tmp_path: Path) -> list[str]:
-    sync = measured("performance", Category.HOST_SYNC, Severity.HIGH, "loop.py", "loss.item()")
+    sync = measured("performance", HOST_SYNC, Severity.HIGH, "loop.py", "loss.item()")
     whole = report([stage("execution"), stage("performance", [sync]), stage("concurrency"), stage("correctness")])
     return [str(write(whole, tmp_path / "part" / "report.json"))]
 

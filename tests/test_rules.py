@@ -17,12 +17,16 @@ from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.model.findings import SMOKE_CALL_RUN, hang_finding, stage_error
 from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.pipeline.gate.orchestrator import ANY_STAGE_CATEGORIES, RunRequest, _skip_reason, compare_baseline
-from traingate.pipeline.model.registry import build_registry
+from traingate.pipeline.model.registry import build_registry, parts
 from traingate.pipeline.model.registry import rule_for, rule_table
 from traingate.pipeline.model.rules import ANY_STAGE
 from traingate.pipeline.model.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus, TrainingStopped
 from traingate.stages.base import StageContext
 from tests.conftest import REPO, TARGETS, cli_in_process, line_of, run_gate
+from traingate.stages.concurrency.rules import GRADSCALER_PROTOCOL
+from traingate.stages.execution.rules import DEPRECATED_API
+from traingate.stages.performance.rules import INPUT_STALL, MEMORY_LEAK
+from traingate.stages.shared_categories import ENTRYPOINT_CRASH
 
 RULES = rule_table().rules
 sub_rules = rule_table().sub_rules
@@ -31,39 +35,39 @@ BLOCK_ON = {Severity.CRITICAL, Severity.HIGH}
 
 
 def test_every_category_has_exactly_one_rule_and_every_rule_a_stable_id() -> None:
-    assert sorted(r.category.value for r in RULES if not r.sub) == sorted(c.value for c in Category.builtin())
+    assert sorted(r.category.value for r in RULES if not r.sub) == sorted({c.value for c in Category.builtin()} | {c.value for stage in build_registry().values() for c in parts(stage).categories})
     assert len({r.id for r in RULES}) == len(RULES)
     for rule in RULES:
         assert rule.description and rule.check and rule.measure and rule.blocks_text and rule.impact and rule.fix
         assert rule.doc == "docs/categories.md"
         assert rule.id == (f"{rule.category.value}/{rule.sub}" if rule.sub else rule.category.value)
     # GradScaler's protocol rules are rules of their own, each with its id.
-    assert {r.sub for r in sub_rules(Category.GRADSCALER_PROTOCOL)} == {
+    assert {r.sub for r in sub_rules(GRADSCALER_PROTOCOL)} == {
         "clip-before-unscale", "step-bypasses-scaler", "missing-update", "unscale-twice", "unscale-after-step", "stale-gradients",
     }
-    assert all(r.stage == "concurrency" for r in sub_rules(Category.GRADSCALER_PROTOCOL))
+    assert all(r.stage == "concurrency" for r in sub_rules(GRADSCALER_PROTOCOL))
 
 
 def test_when_a_rule_blocks_is_the_rules_mode_and_the_policy() -> None:
-    never, always = rule_for(Category.DEPRECATED_API), rule_for(Category.STAGE_ERROR)
+    never, always = rule_for(DEPRECATED_API), rule_for(Category.STAGE_ERROR)
     assert never.blocks is Blocks.NEVER and always.blocks is Blocks.ALWAYS
     assert not never.blocking(Severity.CRITICAL, EvidenceKind.OBSERVED, BLOCK_ON)
     assert always.blocking(Severity.LOW, EvidenceKind.OBSERVED, set())
     assert not always.blocking(Severity.CRITICAL, EvidenceKind.STATIC, BLOCK_ON)  # static evidence never blocks
-    policy = rule_for(Category.MEMORY_LEAK)
+    policy = rule_for(MEMORY_LEAK)
     assert policy.blocking(Severity.HIGH, EvidenceKind.MEASURED, BLOCK_ON) and not policy.blocking(Severity.MEDIUM, EvidenceKind.MEASURED, BLOCK_ON)
 
 
 def test_a_finding_is_built_from_its_rule(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
-    plain = ctx.finding(category=Category.INPUT_STALL, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED))
-    assert plain.rule == "input-stall" and plain.severity is rule_for(Category.INPUT_STALL).severity
-    sub = ctx.finding(category=Category.GRADSCALER_PROTOCOL, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
+    plain = ctx.finding(category=INPUT_STALL, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED))
+    assert plain.rule == "input-stall" and plain.severity is rule_for(INPUT_STALL).severity
+    sub = ctx.finding(category=GRADSCALER_PROTOCOL, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
     assert sub.rule == "gradscaler-protocol/missing-update" and sub.blocking
-    deprecated = ctx.finding(category=Category.DEPRECATED_API, severity=Severity.CRITICAL, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
+    deprecated = ctx.finding(category=DEPRECATED_API, severity=Severity.CRITICAL, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
     assert not deprecated.blocking
     with pytest.raises(ValueError):
-        ctx.finding(category=Category.MEMORY_LEAK, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
+        ctx.finding(category=MEMORY_LEAK, rule="gradscaler-protocol/missing-update", title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.OBSERVED))
 
 
 def test_the_stages_build_findings_one_way() -> None:
@@ -86,9 +90,9 @@ def _line_of_ctx_finding() -> int:
 
 
 def test_a_rules_stage_is_the_stage_that_reports_its_category() -> None:
-    owners = {c: name for name, stage in build_registry().items() for c in stage.categories if c not in ANY_STAGE_CATEGORIES}
+    owners = {c: name for name, stage in build_registry().items() for c in parts(stage).categories if c not in ANY_STAGE_CATEGORIES}
     for rule in RULES:
-        assert build_registry()[rule.stage].categories >= {rule.category} if rule.stage != ANY_STAGE else True
+        assert parts(build_registry()[rule.stage]).categories >= {rule.category} if rule.stage != ANY_STAGE else True
         if rule.category in ANY_STAGE_CATEGORIES:
             assert rule.stage == ANY_STAGE, rule.category
         else:
@@ -118,7 +122,7 @@ def _explain(*args: str) -> subprocess.CompletedProcess[str]:
 def test_explain_prints_a_rule_in_full() -> None:
     done = _explain("memory-leak")
     assert done.returncode == 0
-    rule = rule_for(Category.MEMORY_LEAK)
+    rule = rule_for(MEMORY_LEAK)
     for label, text in [("What it checks", rule.check), ("How it measures", rule.measure), ("What blocks", rule.blocks_text), ("How to fix", rule.fix)]:
         assert f"{label}: {text}" in done.stdout
     sub = _explain("gradscaler-protocol/missing-update")
@@ -146,10 +150,10 @@ def _ctx(tmp_path: Path) -> StageContext:
 
 def test_a_finding_without_impact_or_fix_gets_the_rules(tmp_path: Path) -> None:
     ctx = _ctx(tmp_path)
-    generic = ctx.finding(category=Category.INPUT_STALL, severity=Severity.HIGH, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED))
-    rule = rule_for(Category.INPUT_STALL)
+    generic = ctx.finding(category=INPUT_STALL, severity=Severity.HIGH, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED))
+    rule = rule_for(INPUT_STALL)
     assert (generic.impact, generic.fix) == (rule.impact, rule.fix)
-    specific = ctx.finding(category=Category.INPUT_STALL, severity=Severity.HIGH, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED), fix="do this")
+    specific = ctx.finding(category=INPUT_STALL, severity=Severity.HIGH, title="t", location=None, problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED), fix="do this")
     assert specific.fix == "do this" and specific.impact == rule.impact
 
 
@@ -166,7 +170,7 @@ def test_the_orchestrator_builds_its_findings_without_the_stages() -> None:
 
 def _create(title: str, problem: str, line: int) -> Finding:
     return Finding.create(
-        stage="execution", category=Category.ENTRYPOINT_CRASH, severity=Severity.CRITICAL, title=title,
+        stage="execution", category=ENTRYPOINT_CRASH, severity=Severity.CRITICAL, title=title,
         location=Location(path="train.py", line=line, function="fit"), problem=problem, impact="i", fix="f",
         evidence=Evidence(kind=EvidenceKind.OBSERVED), block_on=BLOCK_ON, key="KeyError\x1fbatch = data['train']",
     )
@@ -182,7 +186,7 @@ def test_a_finding_id_survives_reworded_prose_and_moved_lines() -> None:
 
 def _create_kwargs() -> dict[str, object]:
     return {
-        "stage": "execution", "category": Category.ENTRYPOINT_CRASH, "severity": Severity.CRITICAL, "title": "t",
+        "stage": "execution", "category": ENTRYPOINT_CRASH, "severity": Severity.CRITICAL, "title": "t",
         "location": Location(path="train.py", line=12, function="fit"), "problem": "p", "impact": "i", "fix": "f",
         "evidence": Evidence(kind=EvidenceKind.OBSERVED), "block_on": BLOCK_ON,
     }
@@ -215,9 +219,10 @@ def test_later_stages_skip_on_the_smoke_call_hang_by_its_data_not_its_title(tmp_
     # a hang of the test suite, says nothing to the stages after it.
     smoke = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "A call with no telling title", run=SMOKE_CALL_RUN)
     suite = hang_finding(SimpleNamespace(stage="execution", root=tmp_path, block_on=BLOCK_ON), _child(), "The smoke call test suite", run="pytest")
-    assert "did not finish" in (_skip_reason("profile", report_with(smoke, stopped=True)) or "")
-    assert _skip_reason("profile", report_with(suite, stopped=False)) is None
-    assert _skip_reason(None, report_with(smoke, stopped=True)) is None  # a stage that does not run the function
+    profiler, executor = parts(build_registry()["performance"]), parts(build_registry()["execution"])
+    assert "did not finish" in (_skip_reason(profiler, report_with(smoke, stopped=True)) or "") and "nothing to profile" in (_skip_reason(profiler, report_with(smoke, stopped=True)) or "")
+    assert _skip_reason(profiler, report_with(suite, stopped=False)) is None
+    assert _skip_reason(executor, report_with(smoke, stopped=True)) is None  # a stage that does not run the function
 
 
 def _ids(report: dict[str, Any]) -> dict[str, list[str]]:

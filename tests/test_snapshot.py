@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import REPO, TARGETS, TRAINGATE, cli_env
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, StageOutcome
 from traingate.pipeline.gate.snapshot import Changes, Snapshot, SnapshotError, modification_finding, with_user_paths
+from traingate.stages.shared_categories import ENTRYPOINT_CRASH
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -106,7 +107,7 @@ def test_copies_are_removed_even_when_the_target_locked_them_and_on_errors(tmp_p
 def test_findings_name_the_users_files_never_the_copy(tmp_path: Path) -> None:
     copy, user = tmp_path / "snap" / "proj", Path("/home/me/proj")
     finding = Finding.create(
-        stage="execution", category=Category.ENTRYPOINT_CRASH, severity=Severity.CRITICAL,
+        stage="execution", category=ENTRYPOINT_CRASH, severity=Severity.CRITICAL,
         title="raised at trainer.py:3", location=Location(path="trainer.py", line=3), problem="p", impact="i", fix="f",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, traceback=f'File "{copy}/trainer.py", line 3'), block_on={Severity.CRITICAL},
     )

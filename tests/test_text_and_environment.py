@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.concurrency.determinism import Divergence
 from traingate.pipeline.model.text import clip_text, first_line, strip_ansi
 from traingate.stages.execution.probe.pytest_plugin import environment_cause
+from traingate.stages.execution.rules import TEST_FAILURE
 
 
 def test_escape_codes_are_stripped():
@@ -34,7 +35,7 @@ def test_an_over_long_line_is_cut_between_words():
 
 def test_findings_never_carry_escape_codes():
     f = Finding.create(
-        stage="execution", category=Category.TEST_FAILURE, severity=Severity.HIGH, title="\x1b[1mt\x1b[0m", location=None,
+        stage="execution", category=TEST_FAILURE, severity=Severity.HIGH, title="\x1b[1mt\x1b[0m", location=None,
         problem="p \x1b[31mred\x1b[0m", impact="i", fix="f",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary="\x1b[1ms\x1b[0m", traceback="E   \x1b[1massert\x1b[0m"), block_on={Severity.HIGH},
     )

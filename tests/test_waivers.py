@@ -13,8 +13,9 @@ from traingate.pipeline.model.config import PolicyConfig, TargetConfig
 from traingate.pipeline.gate.config_file import ConfigError, load_config
 from traingate.pipeline.model.findings import finding, stage_error
 from traingate.pipeline.gate.policy_source import load_ci_policy, resolve_policy
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.pipeline.gate.waivers import Adjudicator, scan_inline_waivers
+from traingate.stages.performance.rules import HOST_SYNC, MEMORY_LEAK
 
 WAIVE = TARGETS / "waive_findings"
 HIGH = {Severity.CRITICAL, Severity.HIGH}
@@ -130,7 +131,7 @@ def test_traingate_toml_uses_a_bare_waive_table(tmp_path: Path) -> None:
     (root / "traingate.toml").write_text('[[waive]]\ncategory = "host-sync"\npath = "loop.py"\nline = 4\nreason = "measured once per epoch"\nexpires = 2999-01-01\n')
     config, source = load_config(root)
     [waiver] = config.waive
-    assert source == "traingate.toml" and waiver.category is Category.HOST_SYNC and waiver.line == 4 and waiver.expires == date(2999, 1, 1)
+    assert source == "traingate.toml" and waiver.category is HOST_SYNC and waiver.line == 4 and waiver.expires == date(2999, 1, 1)
     assert config.config_file == "traingate.toml"
 
 
@@ -154,12 +155,12 @@ def test_only_comments_are_inline_waivers(tmp_path: Path) -> None:
     root = _target(tmp_path, "[tool.traingate]\n", {"loop.py": text, ".venv/lib/x.py": "# traingate: ignore[bogus]\n"})
     [inline] = scan_inline_waivers(root)
     assert (inline.path, inline.line, inline.reason) == ("loop.py", 2, "logged once per epoch")
-    assert inline.categories == (Category.HOST_SYNC, Category.MEMORY_LEAK)
+    assert inline.categories == (HOST_SYNC, MEMORY_LEAK)
 
 
 def _sync_finding(path: str = "loop.py", line: int = 7, block_on: set[Severity] = HIGH) -> Finding:
     return finding(
-        stage="performance", category=Category.HOST_SYNC, severity=Severity.HIGH, title="sync", location=Location(path=path, line=line, function="train"),
+        stage="performance", category=HOST_SYNC, severity=Severity.HIGH, title="sync", location=Location(path=path, line=line, function="train"),
         problem="p", evidence=Evidence(kind=EvidenceKind.MEASURED, summary="s"), block_on=block_on, key="loss.item()",
     )
 

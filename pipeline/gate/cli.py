@@ -34,7 +34,7 @@ from traingate.pipeline.gate.orchestrator import RunRequest, config_error_report
 from traingate.pipeline.gate.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
 from traingate.pipeline.gate.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.supervision.processes import become_subreaper, kill_descendants
-from traingate.pipeline.model.registry import RegistryError, build_registry, rule_table, stage_names
+from traingate.pipeline.model.registry import RegistryError, build_registry, history_metrics, rule_table, stage_names
 from traingate.pipeline.model.schema import PipelineReport, PolicyProvenance, StageReport
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.reports import render_summary
@@ -263,7 +263,7 @@ def merge_command(args: argparse.Namespace) -> int:
 def history_command(folder: Path, out: Path | None) -> int:
     """`traingate history DIR`: markdown to stdout, or to `--out`."""
     try:
-        text = render_history_md(load_history(folder))
+        text = render_history_md(load_history(folder, history_metrics()))
     except HistoryError as exc:
         print(f"traingate: error: {exc}", file=sys.stderr)
         return ExitCode.USAGE

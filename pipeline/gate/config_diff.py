@@ -2,28 +2,31 @@
 verified, what only widens it (docs/configuration.md, "The baseline's verification is the floor").
 
 Compared: `tests`, the entrypoint (`call`, `script`, `setup`, `args`, `amp_args`, `kwargs` key by
-key, `amp_flag`, `seed`), `timeout_s`, `[distributed]`, every stage's section, and which file
-holds them. Not compared here: `[policy]` (the target may only tighten the CI's floor,
+key, `amp_flag`, `seed`), `timeout_s`, every section of a stage (its own and those it declares
+under keys of their own, such as `[distributed]`), and which file holds them. Not compared here: `[policy]` (the target may only tighten the CI's floor,
 `policy_source`), the waivers (`waivers`, by the Adjudicator) and `task` (a name).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.gate.config_file import unresolved
-from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
+from traingate.pipeline.model.config import EntrypointConfig, Stricter, TargetConfig, stricter_of
+from traingate.pipeline.model.registry import config_sections, extra_sections
 
 NARROWS = "narrows"
 WIDENS = "widens"
 NEUTRAL = "neutral"
 FILE_KEY = "(file)"
 _NOT_COMPARED = frozenset({"task", "policy", "waive", "entrypoint", "tests"})
-# Numbers whose larger value verifies more (more runs, more ranks, a larger budget).
-_MORE_IS_WIDER = frozenset({"timeout_s", "distributed.nproc", "distributed.timeout_s", "performance.timing_runs", "concurrency.determinism_runs"})
+# Numbers whose larger value verifies more (a larger budget); in the stages' sections, the
+# fields they mark `Stricter.HIGHER` (more runs, more ranks: `_more_is_wider`).
+_MORE_IS_WIDER = frozenset({"timeout_s"})
 # Entrypoint keys that switch a comparison on when set (mixed precision on vs off).
 _TURNS_ON = frozenset({"entrypoint.amp_flag", "entrypoint.amp_args"})
 
@@ -116,9 +119,17 @@ def _effect(key: str, base: Any, current: Any) -> str:
         return NARROWS
     if isinstance(base, list) and isinstance(current, list):
         return WIDENS if set(map(str, base)) <= set(map(str, current)) else NARROWS
-    if key in _MORE_IS_WIDER and isinstance(base, (int, float)) and isinstance(current, (int, float)):
+    if key in _more_is_wider() and isinstance(base, (int, float)) and isinstance(current, (int, float)):
         return WIDENS if current > base else NARROWS
     return NARROWS
+
+
+@functools.cache
+def _more_is_wider() -> frozenset[str]:
+    """`_MORE_IS_WIDER` and the registered stages' section fields a larger value of which verifies more."""
+    sections = {**config_sections(), **extra_sections()}
+    marked = {f"{key}.{name}" for key, model in sections.items() for name, field in model.model_fields.items() if stricter_of(field) is Stricter.HIGHER}
+    return _MORE_IS_WIDER | marked
 
 
 def baseline_entrypoint_gone(root: Path, ep: EntrypointConfig) -> str | None:

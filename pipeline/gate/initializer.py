@@ -20,7 +20,7 @@ from traingate.pipeline.gate.init_scan import Found, scan
 from traingate.pipeline.gate.init_toml import check_written, render
 from traingate.pipeline.gate.orchestrator import RunRequest, run_pipeline
 from traingate.pipeline.model.config import TargetConfig
-from traingate.pipeline.model.registry import build_registry, step_checking_stage
+from traingate.pipeline.model.registry import build_registry, rule_table, step_checking_stage
 from traingate.pipeline.model.schema import PipelineReport
 from traingate.pipeline.model.tomlcompat import tomllib
 
@@ -124,7 +124,9 @@ def check_run(root: Path, candidate: Candidate, device: str, budget_s: float) ->
 def read_check(report: PipelineReport) -> CheckResult:
     [stage] = report.stages
     steps = next((m.value for m in stage.metrics if m.id == "steps.observed"), None)
-    stopping = {"entrypoint-crash", "hang", "stage-error", "environment", "leftover-process"}
+    # What stops the training run: the target's code crashing in the stage's run (the categories
+    # any stage may report), a hang, the stage failing, packages missing, processes left behind.
+    stopping = {c.value for c in rule_table().reported_by_any_stage()} | {"hang", "stage-error", "environment", "leftover-process"}
     problems = [
         f"{f.category}: {f.title}" + (f" ({f.location.path}:{f.location.line})" if f.location and f.location.line else "")
         for f in stage.findings if str(f.category) in stopping

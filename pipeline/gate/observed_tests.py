@@ -19,23 +19,23 @@ def fact(reports: list[StageReport]) -> ObservedTraining | None:
     return next((r.observed_training for r in reports if r.observed_training is not None), None)
 
 
-def stage_config(config: TargetConfig, purpose: str | None, reports: list[StageReport]) -> TargetConfig:
+def stage_config(config: TargetConfig, needs_training: bool, reports: list[StageReport]) -> TargetConfig:
     """The configuration a stage runs with: the target's, or, for a stage that runs the
-    training function (`purpose`) where none is configured, the target's with the observed
-    test as its entrypoint."""
+    training function (`needs_training`) where none is configured, the target's with the
+    observed test as its entrypoint."""
     observed = fact(reports)
-    if purpose is None or config.entrypoint is not None or observed is None or observed.test is None:
+    if not needs_training or config.entrypoint is not None or observed is None or observed.test is None:
         return config
     files = next((r.observed_files for r in reports if r.observed_training is not None), {})
     entrypoint = EntrypointConfig(test=observed.test, test_files=files)
     return config.model_copy(update={"entrypoint": entrypoint})
 
 
-def not_measured(config: TargetConfig, purpose: str | None, reports: list[StageReport]) -> str | None:
+def not_measured(config: TargetConfig, needs_training: bool, reports: list[StageReport]) -> str | None:
     """Why a stage that runs the training function is not run, when the only training there
     is made too few optimizer steps for a verdict: it is not measured, never passed."""
     observed = fact(reports)
-    if purpose is None or config.entrypoint is not None or observed is None or observed.test is not None:
+    if not needs_training or config.entrypoint is not None or observed is None or observed.test is not None:
         return None
     if observed.optimizer_steps is None:
         return None  # no test trained at all: the stage says there is no entrypoint

@@ -31,7 +31,7 @@ from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.isolation import ChildResult, child_environment, dump_allowance, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.gate.policy import decide, stage_score, stage_status
-from traingate.pipeline.model.registry import Stage, parts, rule_table
+from traingate.pipeline.model.registry import Stage, StageParts, parts, rule_table
 from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES
 from traingate.pipeline.model.schema import (
     BaselineComparison,
@@ -64,9 +64,6 @@ from traingate.pipeline.supervision.target_env import target_env
 from traingate import __version__
 
 AgentDevice = Literal["cpu", "cuda"]  # RunRequest.device, resolved; the agent's request validates it again
-# Owned by one stage (its rule, its JUnit case), yet any stage that runs the target's code may
-# report it: a crash of the target in a stage's own run is the target's defect, not the gate's.
-TARGET_CODE_CATEGORIES = frozenset({Category.ENTRYPOINT_CRASH})
 
 
 class Observer(Protocol):
@@ -180,7 +177,7 @@ def _run_group(
 
     def launch(name: str) -> AgentRun:
         # With no entrypoint configured, a stage that runs the training function observes a test's.
-        stage_config = observed_tests.stage_config(config, parts(registry[name]).purpose, reports)
+        stage_config = observed_tests.stage_config(config, parts(registry[name]).needs_training, reports)
         return run_stage_agent(name, registry[name], request, stage_config, snapshot, agents, baseline_entrypoint)
 
     runs = _run_agents(launched, launch)
@@ -202,8 +199,8 @@ def _run_group(
 def _group_skip(stage: Stage, config: TargetConfig, reports: list[StageReport]) -> str | None:
     """Why a stage is not run after the reports so far: an earlier stage's outcome, or the only
     training in the tests made too few optimizer steps for a verdict."""
-    purpose = parts(stage).purpose
-    return _skip_reason(purpose, reports) or observed_tests.not_measured(config, purpose, reports)
+    found = parts(stage)
+    return _skip_reason(found, reports) or observed_tests.not_measured(config, found.needs_training, reports)
 
 
 def _run_agents(names: list[str], run: Callable[[str], AgentRun]) -> dict[str, AgentRun]:
@@ -301,12 +298,13 @@ def assemble(
     )
 
 
-def _skip_reason(purpose: str | None, done: list[StageReport]) -> str | None:
+def _skip_reason(stage: StageParts, done: list[StageReport]) -> str | None:
     """Profiling a training function that crashes or hangs in its smoke call measures nothing,
-    and running it again would only spend the budget a second time. `purpose`: what the stage
-    does with the function (`Stage.purpose`); None: it runs whatever happened before."""
-    if purpose is None:
+    and running it again would only spend the budget a second time: a stage that needs the
+    function (`Stage.needs_training`) is skipped, saying what it would have done (`Stage.purpose`)."""
+    if not stage.needs_training:
         return None
+    purpose = stage.purpose
     for report in done:
         blocking = {f.id: f for f in report.findings if f.blocking}
         for stopped in report.training_stopped:
@@ -481,7 +479,8 @@ def _read_outcome(ctx: GateView, stage: Stage, child: ChildResult, nonce: str) -
 
 
 def _inconsistency(ctx: GateView, stage: Stage, outcome: StageOutcome) -> str | None:
-    allowed = stage.categories | ANY_STAGE_CATEGORIES | TARGET_CODE_CATEGORIES
+    # A stage's own categories, the gate's, and those any stage may report (their rules say so).
+    allowed = parts(stage).categories | ANY_STAGE_CATEGORIES | rule_table().reported_by_any_stage()
     for f in outcome.findings:
         if f.stage != ctx.stage:
             return f"finding {f.id} claims stage {f.stage!r}"

@@ -6,8 +6,11 @@ allowed to make the gate more lenient. The floor is the CI policy file (`--polic
 target may only tighten that floor:
 
 - `block_on`: the union (the target can add severities that block, never remove one);
-- `amp_speedup_min`, `amp_memory_reduction_min`, `overfit_min_reduction`: the larger value;
-- `amp_accuracy_tolerance`, `grad_accumulation_tolerance`: the smaller value;
+- each registered stage's thresholds (`Stage.policy_model`): the stricter value, as the stage
+  marks its field (`Stricter.HIGHER`: the larger, a minimum such as `amp_speedup_min`, or true
+  for a flag that blocks; `Stricter.LOWER`: the smaller, a tolerance such as
+  `amp_accuracy_tolerance`);
+- `interface_changes_block`: true over false;
 - `block`: "all" over "new" (only the CI can let persisting findings through);
 - `allow_waivers`: false over true (only the CI can allow the target's waivers, and it may forbid them);
 - `tests`: the CI may pin the suite (its pytest arguments replace the target's `tests`); the
@@ -28,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from traingate.pipeline.model.config import PolicyConfig, TargetConfig
+from traingate.pipeline.model.config import PolicyConfig, Stricter, TargetConfig, stricter_of
+from traingate.pipeline.model.registry import policy_models
 from traingate.pipeline.model.schema import IgnoredPolicySetting, PolicyProvenance, PolicySetting, Severity
 from traingate.pipeline.model.tomlcompat import tomllib
 
@@ -38,15 +42,9 @@ DEFAULT = "default"
 CI = "ci-policy"
 TARGET = "target"
 
-# For each threshold: which of two values is the stricter one.
+# For each of the gate's own keys the target may tighten: which of two values is the stricter one.
 _STRICTER: dict[str, Callable[[Any, Any], Any]] = {
-    "amp_speedup_min": max,
-    "amp_memory_reduction_min": max,
-    "amp_accuracy_tolerance": min,
-    "grad_accumulation_tolerance": min,
-    "overfit_min_reduction": max,
-    "test_environment_blocks": max,  # True (blocking) is the stricter
-    "interface_changes_block": max,
+    "interface_changes_block": max,  # True (blocking) is the stricter
     "block": lambda a, b: "all" if "all" in (a, b) else "new",
     "allow_waivers": lambda a, b: bool(a and b),
 }
@@ -96,21 +94,42 @@ def load_ci_policy(path: Path) -> CiPolicy:
     return CiPolicy(path=str(path), policy=policy)
 
 
+_BY_DIRECTION: dict[Stricter, Callable[[Any, Any], Any]] = {Stricter.HIGHER: max, Stricter.LOWER: min}
+
+
+@dataclass(frozen=True)
+class _Threshold:
+    default: Any
+    stricter: Callable[[Any, Any], Any]
+
+
+def _thresholds() -> dict[str, _Threshold]:
+    """The registered stages' thresholds, in the stages' order: each one's default and which
+    of two values is the stricter (the registry checked that each field says)."""
+    return {
+        key: _Threshold(field.get_default(call_default_factory=True), _BY_DIRECTION[stricter_of(field) or Stricter.HIGHER])
+        for model in policy_models().values()
+        for key, field in model.model_fields.items()
+    }
+
+
 def resolve_policy(target: PolicyConfig, target_file: str | None, ci: CiPolicy | None) -> tuple[PolicyConfig, PolicyProvenance]:
     """The policy the decision uses, and the provenance of each of its values."""
     defaults = PolicyConfig()
+    thresholds = _thresholds()
+    keys = [*thresholds, *PolicyConfig.model_fields]
     floor: dict[str, tuple[Any, str]] = {}
-    for key in PolicyConfig.model_fields:
+    for key in keys:
         if ci is not None and key in ci.policy.model_fields_set:
             floor[key] = (getattr(ci.policy, key), CI)
         else:
-            floor[key] = (getattr(defaults, key), DEFAULT)
+            floor[key] = (thresholds[key].default if key in thresholds else getattr(defaults, key), DEFAULT)
 
     chosen: dict[str, Any] = {}
     settings: list[PolicySetting] = []
     ignored: list[IgnoredPolicySetting] = []
     asked = target.model_fields_set if target_file is not None else set()
-    for key in PolicyConfig.model_fields:
+    for key in keys:
         base, source = floor[key]
         if key not in asked:
             value = base
@@ -128,7 +147,7 @@ def resolve_policy(target: PolicyConfig, target_file: str | None, ci: CiPolicy |
                 ignored.append(_ignored(key, target.block_on, target_file, f"would stop {names} from blocking; the target may only add severities"))
         else:
             mine = getattr(target, key)
-            value = _STRICTER[key](base, mine)
+            value = (thresholds[key].stricter if key in thresholds else _STRICTER[key])(base, mine)
             if value != base:
                 source = TARGET
             elif mine != base:

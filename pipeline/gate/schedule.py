@@ -52,7 +52,7 @@ def stage_groups(names: Sequence[str], registry: dict[str, Stage], width: int) -
     group: list[str] = []
     for name in names:
         stage = parts(registry[name])
-        if width < 2 or stage.purpose is None or stage.times_runs:
+        if width < 2 or not stage.needs_training or stage.times_runs:
             groups += [group] if group else []
             groups.append([name])
             group = []

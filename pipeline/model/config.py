@@ -9,9 +9,11 @@ from __future__ import annotations
 import re
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from enum import Enum
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, InitErrorDetails
 from traingate.pipeline.model.schema import Category, Severity
 
@@ -149,24 +151,36 @@ class EntrypointConfig(BaseModel):
         return [*self.args, *extra]
 
 
+SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
 def _dotted(text: str) -> bool:
     return bool(text) and all(part.isidentifier() for part in text.split("."))
 
 
+class Stricter(str, Enum):
+    """Which way a stage's value is stricter, marked on its field (`Annotated[float,
+    Stricter.HIGHER]`). On a threshold (`Stage.policy_model`): the CI's floor (or the default)
+    holds that way, and the target's own `[policy]` may only move it further
+    (`traingate.pipeline.gate.policy_source`). On a field of a configuration section: a value
+    moved the other way than the baseline's narrows what is verified (`config_diff`)."""
+
+    HIGHER = "higher"  # a minimum (a speedup to reach); for a flag, True (it blocks)
+    LOWER = "lower"  # a tolerance
+
+
+def stricter_of(field: FieldInfo) -> Stricter | None:
+    """The direction marked on a threshold's field, None when it has none."""
+    return next((m for m in field.metadata if isinstance(m, Stricter)), None)
+
+
 class PolicyConfig(BaseModel):
-    model_config = _STRICT
-    amp_speedup_min: float = 1.5
-    amp_memory_reduction_min: float = 0.40
-    amp_accuracy_tolerance: float = 0.01
-    # grad-accumulation: relative difference of the gradient of k accumulated micro-batches
-    # from that of one batch k times as large.
-    grad_accumulation_tolerance: float = 0.05
-    # no-learning with overfit_steps: the fraction by which the loss must fall on one batch.
-    overfit_min_reduction: float = 0.5
+    """`[tool.traingate.policy]`: the gate's own keys below, and the thresholds of the registered
+    stages (`Stage.policy_model`), at the same level, each validated by its stage's model."""
+
+    # Extra keys are allowed only as the registered stages' thresholds (`_stage_thresholds`).
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     block_on: list[Severity] = Field(default_factory=lambda: [Severity.CRITICAL, Severity.HIGH])
-    # A test that could not run here (network, missing package): high (blocks) when true,
-    # low otherwise; the stage's summary says the suite was incomplete either way.
-    test_environment_blocks: bool = False
     # A test whose baseline form stops at an interface change (TypeError, ImportError, ...)
     # on this version: high (blocks) when true, medium otherwise (docs/edited-tests.md).
     interface_changes_block: bool = False
@@ -182,6 +196,37 @@ class PolicyConfig(BaseModel):
     # trusted pull request: the change under review would otherwise accept its own.
     allow_config_changes: bool = False
     allow_new_waivers: bool = False
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _stage_thresholds(cls, data: Any, handler: ModelWrapValidatorHandler[PolicyConfig]) -> PolicyConfig:
+        """Each registered stage's thresholds validated by its model, and those not given at
+        their defaults; the keys set (`model_fields_set`) stay those the data gave."""
+        if not isinstance(data, dict):
+            return handler(data)
+        from traingate.pipeline.model.registry import policy_models  # the registry loads the stages, which import this module
+
+        models = policy_models().values()
+        owners = {key: model for model in models for key in model.model_fields}
+        unknown = [key for key in data if key not in cls.model_fields and key not in owners]
+        errors: list[InitErrorDetails] = [{"type": "extra_forbidden", "loc": (key,), "input": data[key]} for key in unknown]
+        checked = dict(data)
+        for model in models:
+            try:
+                valid = model.model_validate({key: value for key, value in data.items() if owners.get(key) is model})
+            except ValidationError as exc:
+                errors += [_under(None, error) for error in exc.errors()]
+            else:
+                checked.update(valid.model_dump())
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        policy = handler(checked)
+        policy.__pydantic_fields_set__ &= set(data)
+        return policy
+
+    def thresholds(self, model: type[SectionT]) -> SectionT:
+        """A stage's thresholds (its `policy_model`), as set here or by default."""
+        return model.model_validate({key: value for key, value in (self.__pydantic_extra__ or {}).items() if key in model.model_fields})
 
     @field_validator("tests")
     @classmethod
@@ -235,24 +280,6 @@ class WaiverConfig(BaseModel):
         return self
 
 
-# More ranks than this on one machine is not a check any more but a job.
-MAX_NPROC = 8
-
-
-class DistributedConfig(BaseModel):
-    """`[tool.traingate.distributed]`: run the entrypoint under torchrun with `nproc` ranks on
-    this machine (gloo on the CPU, NCCL on CUDA, one GPU a rank) and compare the ranks."""
-
-    model_config = _STRICT
-    nproc: int = Field(ge=2, le=MAX_NPROC)
-    # Seconds the whole distributed run may take; past it, the ranks still running are a `hang`
-    # (all ranks' stacks are dumped first). Must leave the stage budget room to report.
-    timeout_s: float = Field(default=120, gt=0, le=MAX_TIMEOUT_S)
-
-
-SectionT = TypeVar("SectionT", bound=BaseModel)
-
-
 class TargetConfig(BaseModel):
     """The target's configuration: the gate's own keys below, and one section for each
     registered stage that has one (`Stage.config_model`, under the stage's name), validated by
@@ -266,7 +293,6 @@ class TargetConfig(BaseModel):
     timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
     entrypoint: EntrypointConfig | None = None
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    distributed: DistributedConfig | None = None
     waive: list[WaiverConfig] = Field(default_factory=list)
     # Filled by load_config, never from TOML: the configuration file and the inline
     # `# traingate: ignore[...]` comments found in the target's sources.
@@ -291,12 +317,11 @@ class TargetConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _distributed_fits_the_budget(self) -> TargetConfig:
-        if self.distributed is not None and self.distributed.timeout_s >= self.timeout_s:
-            raise ValueError(
-                f"distributed.timeout_s ({self.distributed.timeout_s:g}) must be below timeout_s ({self.timeout_s:g}): "
-                "the correctness stage runs the entrypoint once on its own first, then the distributed run within the same budget"
-            )
+    def _sections_fit_the_budget(self) -> TargetConfig:
+        for value in (self.__pydantic_extra__ or {}).values():
+            problem = value.over_budget(self.timeout_s) if isinstance(value, BudgetedSection) else None
+            if problem:
+                raise ValueError(problem)
         return self
 
     @property
@@ -308,15 +333,16 @@ class TargetConfig(BaseModel):
     def _stage_sections(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        from traingate.pipeline.model.registry import config_sections  # the registry loads the stages, which import this module
+        from traingate.pipeline.model.registry import config_sections, extra_sections  # the registry loads the stages, which import this module
 
         sections = config_sections()
+        known = {**sections, **extra_sections()}  # the sections a stage declares under keys of their own are optional
         checked = dict(data)
         errors: list[InitErrorDetails] = []
         for key, value in data.items():
             if key in cls.model_fields:
                 continue
-            model = sections.get(key)
+            model = known.get(key)
             if model is None:
                 errors.append({"type": "extra_forbidden", "loc": (key,), "input": value})
             elif not isinstance(value, model):
@@ -330,11 +356,14 @@ class TargetConfig(BaseModel):
 
     def section(self, name: str, model: type[SectionT]) -> SectionT:
         """The stage `name`'s section, as its model (defaults where the target's file has none)."""
-        value = (self.__pydantic_extra__ or {}).get(name)
-        if value is None:
-            return model()
-        if not isinstance(value, model):
-            raise TypeError(f"the {name!r} section is a {type(value).__name__}, not a {model.__name__}")
+        return self.optional_section(name, model) or model()
+
+    def optional_section(self, key: str, model: type[SectionT]) -> SectionT | None:
+        """A section a stage declares under a key of its own (`Stage.extra_sections`), as its
+        model; None where the target's file has none."""
+        value = (self.__pydantic_extra__ or {}).get(key)
+        if value is not None and not isinstance(value, model):
+            raise TypeError(f"the {key!r} section is a {type(value).__name__}, not a {model.__name__}")
         return value
 
     @field_validator("task")
@@ -343,8 +372,17 @@ class TargetConfig(BaseModel):
         return None if value is None else check_safe_name(value)
 
 
-def _under(key: str, error: ErrorDetails) -> InitErrorDetails:
-    details: InitErrorDetails = {"type": error["type"], "loc": (key, *error["loc"]), "input": error["input"]}
+@runtime_checkable
+class BudgetedSection(Protocol):
+    """A section whose own budget must fit within the stage's (`timeout_s`)."""
+
+    def over_budget(self, timeout_s: float) -> str | None:
+        """Why it does not fit within `timeout_s`; None when it does."""
+
+
+def _under(key: str | None, error: ErrorDetails) -> InitErrorDetails:
+    loc = error["loc"] if key is None else (key, *error["loc"])
+    details: InitErrorDetails = {"type": error["type"], "loc": loc, "input": error["input"]}
     if "ctx" in error:
         details["ctx"] = error["ctx"]
     return details

@@ -2,25 +2,46 @@
 
 DIR holds one folder per version (`traingate-reports/T035/v6`, `.../v7`), each with the
 `report.json` of a run; versions are ordered by `started_at`. Findings are followed by id and
-metrics by metric id, so reworded titles and labels never break the comparison.
+metrics by metric id, so reworded titles and labels never break the comparison. Which metrics
+the table shows is the registered stages' to say (`Stage.history_metrics`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
 from traingate.pipeline.model.schema import PipelineReport
 
-# The metrics the table shows, by id; step time prefers the full-precision run.
-STEP_TIME_IDS = ("step_time.median.fp32", "step_time.median.amp")
-STEP_TIME_PREFIX = "step_time.median."
-MEMORY_GROWTH_ID = "memory.held_growth"
-AMP_SPEEDUP_ID = "amp.speedup"
-TESTS_PASSED_ID = "tests.passed"
-TESTS_COLLECTED_ID = "tests.collected"
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryMetric:
+    """A metric a stage shows in `traingate history` (`Stage.history_metrics`): a column of the
+    table and, with `chart`, a chart by version."""
+
+    column: str  # the table's header, "Step time"
+    ids: tuple[str, ...]  # the metric ids it reads, the first a report has
+    prefix: str = ""  # else the first id (in sorted order) starting with this
+    unit: str = ""  # after the value: " ms", "x"
+    variant: bool = False  # the id's last part after the value, in parentheses: "12 ms (fp32)"
+    total: str = ""  # the id of a total: the cell reads "value of total", "—" without the total
+    chart: str = ""  # the chart's y axis ("step time (ms)"); "" for no chart
+    chart_title: str = ""  # what the chart's title says it shows ("median step time (ms)")
+    stage: str = ""  # the stage that declares it (the registry fills it in)
+
+
+@dataclass(frozen=True)
+class MetricValue:
+    """One history metric of one version: its value and the id it was read from (None: the
+    report has none), and its total when it has one."""
+
+    metric: HistoryMetric
+    value: float | None
+    id: str | None
+    total: float | None = None
 
 
 class HistoryError(Exception):
@@ -42,12 +63,11 @@ class VersionRow:
     new: int | None  # None for the first version: nothing to compare with
     resolved: int | None
     persisting: int | None
-    step_time_ms: float | None
-    step_time_id: str | None
-    memory_growth_bytes_per_step: float | None
-    amp_speedup: float | None
-    tests_passed: int | None = None  # None: the execution stage did not run a suite
-    tests_collected: int | None = None
+    metrics: tuple[MetricValue, ...] = ()  # the registered stages' history metrics, in their order
+
+    def metric(self, column: str) -> MetricValue | None:
+        """The value of the metric shown under `column`."""
+        return next((m for m in self.metrics if m.metric.column == column), None)
 
 
 @dataclass(frozen=True)
@@ -57,7 +77,8 @@ class History:
     skipped: list[str]  # sub-folders without a usable report.json, with the reason
 
 
-def load_history(folder: Path) -> History:
+def load_history(folder: Path, metrics: Sequence[HistoryMetric]) -> History:
+    """The task's versions in `folder`, with `metrics` (the registered stages': `registry.history_metrics`)."""
     if not folder.is_dir():
         raise HistoryError(f"{folder} is not a folder")
     reports: list[tuple[str, PipelineReport]] = []
@@ -78,14 +99,13 @@ def load_history(folder: Path) -> History:
     previous: set[str] | None = None
     for name, report in reports:
         ids = {f.id for f in report.findings()}
-        rows.append(_row(name, report, ids, previous))
+        rows.append(_row(name, report, ids, previous, metrics))
         previous = ids
     return History(task=", ".join(tasks), rows=rows, skipped=skipped)
 
 
-def _row(folder: str, report: PipelineReport, ids: set[str], previous: set[str] | None) -> VersionRow:
+def _row(folder: str, report: PipelineReport, ids: set[str], previous: set[str] | None, shown: Sequence[HistoryMetric]) -> VersionRow:
     metrics = {m.id: m.value for s in report.stages for m in s.metrics if m.id}
-    step_id = next((i for i in STEP_TIME_IDS if i in metrics), None) or next((i for i in sorted(metrics) if i.startswith(STEP_TIME_PREFIX)), None)
     return VersionRow(
         version=report.version,
         folder=folder,
@@ -98,18 +118,16 @@ def _row(folder: str, report: PipelineReport, ids: set[str], previous: set[str] 
         new=None if previous is None else len(ids - previous),
         resolved=None if previous is None else len(previous - ids),
         persisting=None if previous is None else len(ids & previous),
-        step_time_ms=_number(metrics.get(step_id)) if step_id else None,
-        step_time_id=step_id,
-        memory_growth_bytes_per_step=_number(metrics.get(MEMORY_GROWTH_ID)),
-        amp_speedup=_number(metrics.get(AMP_SPEEDUP_ID)),
-        tests_passed=_count(metrics.get(TESTS_PASSED_ID)),
-        tests_collected=_count(metrics.get(TESTS_COLLECTED_ID)),
+        metrics=tuple(_value(metric, metrics) for metric in shown),
     )
 
 
-def _count(value: object) -> int | None:
-    number = _number(value)
-    return None if number is None else int(number)
+def _value(metric: HistoryMetric, metrics: Mapping[str, object]) -> MetricValue:
+    found = next((i for i in metric.ids if i in metrics), None)
+    if found is None and metric.prefix:
+        found = next((i for i in sorted(metrics) if i.startswith(metric.prefix)), None)
+    value = _number(metrics.get(found)) if found else None
+    return MetricValue(metric, value, found if value is not None else None, _number(metrics.get(metric.total)) if metric.total else None)
 
 
 def _number(value: object) -> float | None:

@@ -1,73 +1,100 @@
 """The stages the gate knows: the classes registered in the `traingate.stages` entry-point group.
 
 pyproject.toml is the one place that lists them. Everything that makes a stage comes from its
-class (`Stage`): its place in the order, its rules (and so its categories), its configuration
-section, the model of its details and the template of its page, the models of its
-instruments' payloads. The gate assembles the rule table, the configuration and the report
-pages from the registered stages at start-up and names none of them; a team adds a stage of
-its own by registering a class in the same group from its own installed package
-(docs/architecture.md).
+class (`traingate.stages.api.Stage`, declaring `StageDeclaration`'s attributes): its place in
+the order, its rules (and so its categories), its configuration sections, its thresholds under
+the policy, the model of its details and the template of its page, the models of its
+instruments' payloads, the metrics of its history. The gate assembles the rule table, the
+configuration, the policy and its CI floor, the history table and the report pages from the
+registered stages at start-up and names none of them; a team adds a stage of its own by
+registering a class in the same group from its own installed package (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 import functools
 from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol, cast
 
 from pydantic import BaseModel
 
-from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES, GATE_RULES, VERIFICATION_RULES, Rule, RuleTable
+from traingate.pipeline.model.config import PolicyConfig, stricter_of
+from traingate.pipeline.model.history import HistoryMetric
+from traingate.pipeline.model.rules import GATE_RULES, VERIFICATION_RULES, Rule, RuleTable
 from traingate.pipeline.model.schema import Category, StageOutcome
 
 ENTRY_POINT_GROUP = "traingate.stages"
 # Keys of the configuration that are the gate's own: no stage may take one as its name.
-GATE_KEYS = frozenset({"task", "tests", "timeout_s", "entrypoint", "policy", "distributed", "waive"})
+GATE_KEYS = frozenset({"task", "tests", "timeout_s", "entrypoint", "policy", "waive"})
+
+
+class StageDeclaration:
+    """Everything a stage may declare besides `name`, `order` and `run`, with its default: the
+    one list of a stage's attributes (`traingate.stages.api.Stage` builds on it; a stage that
+    declares any other public attribute does not load).
+
+    - `rules`: its rules, each category it emits with one; its categories are theirs.
+    - `config_model`: its `[tool.traingate.<name>]` section; `extra_sections`: sections of
+      its own under another key (absent from a configuration: None).
+    - `policy_model`: its thresholds, keys of `[tool.traingate.policy]`, each a field marked
+      with the direction in which a value is stricter (`Stricter`): the CI's floor applies that way.
+    - `details_model`, `template`: what its page reads from `details`, and the Jinja2 file of
+      its page (else the generic one); `payload_models`: instrument spec -> the model of what it
+      hands back.
+    - `history_metrics`: the metrics of its own `traingate history` shows, a column each.
+    - `needs_training`: True: a run where the training function cannot be called skips the
+      stage; False: it runs whatever happened before. `purpose`: what it does with the function,
+      a verb for the reason it was skipped ("profile": "nothing to profile").
+    - `times_runs`: its runs are timed, so no other stage runs beside it.
+    - `checks_steps`: it reports the optimizer steps it observed as the `steps.observed` metric,
+      so `traingate init` can run it alone to check a proposed configuration.
+    """
+
+    rules: tuple[Rule, ...] = ()
+    config_model: type[BaseModel] | None = None
+    extra_sections: Mapping[str, type[BaseModel]] = MappingProxyType({})
+    policy_model: type[BaseModel] | None = None
+    details_model: type[BaseModel] | None = None
+    template: Path | None = None
+    payload_models: Mapping[str, type[BaseModel]] = MappingProxyType({})
+    history_metrics: tuple[HistoryMetric, ...] = ()
+    needs_training: bool = True
+    purpose: str = "observe"
+    times_runs: bool = False
+    checks_steps: bool = False
+
+
+_DECLARED = tuple(a for a in vars(StageDeclaration) if not a.startswith("_"))
 # Every public attribute a stage class may declare: anything else is a misspelling that would
 # otherwise be read as "not declared" and silently ignored (as pytest rejects unknown hooks).
-STAGE_ATTRIBUTES = frozenset(
-    {"name", "order", "categories", "run", "rules", "config_model", "details_model", "template", "payload_models", "purpose", "times_runs", "checks_steps"}
-)
+STAGE_ATTRIBUTES = frozenset({"name", "order", "run", *_DECLARED})
 
 
 class Stage(Protocol):
-    """A stage: its name, its place in the order, the categories it may emit, and `run`.
-
-    `run` receives a `traingate.stages.base.StageContext` inside the stage's agent process.
-    Optional attributes (read through `parts`): `rules` (its rules: each category it emits
-    needs one), `config_model` (its `[tool.traingate.<name>]` section), `details_model` (what
-    its page reads from `details`), `template` (a Jinja2 file for its page; else the generic
-    one), `payload_models` (instrument spec -> the model of what it hands back) and `purpose`
-    (what it does with the training function, such as "profile" or "observe": a run where the
-    function cannot be called skips the stage; None: the stage runs whatever happened before)
-    and `times_runs` (True: its runs are timed, so no other stage runs beside it; default False),
-    `checks_steps` (True: it reports the optimizer steps it observed as the `steps.observed`
-    metric, so `traingate init` can run it alone to check a proposed configuration).
-    """
+    """A stage as the gate sees it: its name, its place in the order, and `run`, which receives
+    a `traingate.stages.api.StageContext` inside the stage's agent process (the gate never
+    calls it). Its other attributes are `StageDeclaration`'s, read through `parts`."""
 
     name: str
     order: int
-    categories: frozenset[Category]
 
     def run(self, ctx: Any) -> StageOutcome: ...
 
 
-class StageParts:
-    """A stage's optional attributes, with their defaults."""
+class StageParts(StageDeclaration):
+    """A stage's declarations, with the defaults of what it does not declare, and its categories."""
 
     def __init__(self, stage: Stage) -> None:
-        self.rules: tuple[Rule, ...] = tuple(getattr(stage, "rules", ()))
-        self.config_model: type[BaseModel] | None = getattr(stage, "config_model", None)
-        self.details_model: type[BaseModel] | None = getattr(stage, "details_model", None)
-        template = getattr(stage, "template", None)
-        self.template: Path | None = Path(template) if template is not None else None
-        self.payload_models: Mapping[str, type[BaseModel]] = getattr(stage, "payload_models", None) or {}
-        self.purpose: str | None = getattr(stage, "purpose", "observe")
-        self.times_runs: bool = bool(getattr(stage, "times_runs", False))
-        self.checks_steps: bool = bool(getattr(stage, "checks_steps", False))
+        for attribute in _DECLARED:
+            setattr(self, attribute, getattr(stage, attribute, getattr(StageDeclaration, attribute)))
+        self.rules = tuple(self.rules)
+        self.template = Path(self.template) if self.template is not None else None
+        self.categories: frozenset[Category] = frozenset(rule.category for rule in self.rules)
 
 
 def parts(stage: Stage) -> StageParts:
@@ -85,6 +112,7 @@ def build_registry() -> dict[str, Stage]:
     if not stages:
         raise RegistryError(f"no stage is registered in the {ENTRY_POINT_GROUP!r} entry-point group: is traingate installed?")
     rule_table_of(stages)  # two stages claiming one rule id: the gate cannot start
+    _check_apart(stages)
     return {s.name: s for s in sorted(stages, key=lambda s: (s.order, s.name))}
 
 
@@ -121,6 +149,21 @@ def config_sections() -> dict[str, type[BaseModel]]:
     return {name: model for name, stage in build_registry().items() if (model := parts(stage).config_model) is not None}
 
 
+def extra_sections() -> dict[str, type[BaseModel]]:
+    """The sections registered stages declare under keys of their own (`extra_sections`)."""
+    return {key: model for stage in build_registry().values() for key, model in parts(stage).extra_sections.items()}
+
+
+def policy_models() -> dict[str, type[BaseModel]]:
+    """Each registered stage's thresholds (`policy_model`), by the stage's name, in stage order."""
+    return {name: model for name, stage in build_registry().items() if (model := parts(stage).policy_model) is not None}
+
+
+def history_metrics() -> tuple[HistoryMetric, ...]:
+    """The metrics `traingate history` shows, the registered stages' in stage order."""
+    return tuple(replace(metric, stage=name) for name, stage in build_registry().items() for metric in parts(stage).history_metrics)
+
+
 def step_checking_stage() -> str:
     """The first registered stage that reports the optimizer steps it observed (`checks_steps`)."""
     found = [name for name, stage in build_registry().items() if parts(stage).checks_steps]
@@ -143,11 +186,38 @@ def _load(ep: EntryPoint) -> Stage:
     if ep.name in GATE_KEYS:
         raise RegistryError(f"stage {ep.name!r} takes the name of a key of the gate's configuration")
     _check_attributes(ep, stage)
-    ruled = {rule.category for rule in parts(stage).rules} | ANY_STAGE_CATEGORIES
-    unruled = sorted(c.value for c in set(stage.categories) - ruled)
-    if unruled:
-        raise RegistryError(f"stage {ep.name!r} emits categories it has no rule for: {', '.join(unruled)}")
+    found = parts(stage)
+    foreign = sorted(rule.id for rule in found.rules if rule.stage != ep.name)
+    if foreign:
+        raise RegistryError(f"stage {ep.name!r} ({ep.value}) declares rules of another stage: {', '.join(foreign)}")
+    taken = sorted(GATE_KEYS & set(found.extra_sections))
+    if taken:
+        raise RegistryError(f"stage {ep.name!r} ({ep.value}) declares a section under a key of the gate's configuration: {', '.join(taken)}")
+    _check_thresholds(ep, found)
     return stage
+
+
+def _check_thresholds(ep: EntryPoint, found: StageParts) -> None:
+    """Each threshold is a key the gate's policy does not have, marked with the direction in
+    which it is stricter (the CI's floor applies that way)."""
+    fields = found.policy_model.model_fields if found.policy_model is not None else {}
+    for key, field in fields.items():
+        if key in PolicyConfig.model_fields:
+            raise RegistryError(f"stage {ep.name!r} ({ep.value}) declares a threshold {key!r} that is a key of the gate's policy")
+        if stricter_of(field) is None:
+            raise RegistryError(f"stage {ep.name!r} ({ep.value}) declares a threshold {key!r} without the direction it is stricter in (Annotated[..., Stricter.HIGHER] or Stricter.LOWER)")
+
+
+def _check_apart(stages: list[Stage]) -> None:
+    """No two stages declare one threshold or one configuration key."""
+    owners: dict[str, str] = {}
+    for stage in stages:
+        found = parts(stage)
+        keys = [*(found.policy_model.model_fields if found.policy_model is not None else ()), *found.extra_sections]
+        for key in (stage.name, *keys):
+            if key in owners:
+                raise RegistryError(f"stages {owners[key]!r} and {stage.name!r} both declare {key!r}")
+            owners[key] = stage.name
 
 
 def _check_attributes(ep: EntryPoint, stage: Stage) -> None:
@@ -156,5 +226,8 @@ def _check_attributes(ep: EntryPoint, stage: Stage) -> None:
     if unknown:
         name = unknown[0]
         close = difflib.get_close_matches(name, sorted(STAGE_ATTRIBUTES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else f" (a stage declares only: {', '.join(sorted(STAGE_ATTRIBUTES))})"
+        if name == "categories":
+            hint = " (a stage's categories are those of its `rules`)"
+        else:
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (a stage declares only: {', '.join(sorted(STAGE_ATTRIBUTES))})"
         raise RegistryError(f"stage {ep.name!r} ({ep.value}) declares an unknown attribute {name!r}{hint}")

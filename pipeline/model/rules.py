@@ -30,8 +30,10 @@ _BLOCKS_TEXT = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Rule:
+    """One rule, every field named (`Rule(category=..., stage=..., ...)`)."""
+
     category: Category
     stage: str  # the stage that owns it, or "any"
     severity: Severity  # the default severity; a finding may be milder or graver with its evidence
@@ -44,6 +46,9 @@ class Rule:
     note: str = ""  # more on when it blocks (a severity the policy or the evidence changes)
     sub: str = ""  # the sub-rule's name within its category; "" for the category's own rule
     doc: str = DOCS
+    # True: any stage that runs the target's code may report it, not only the stage that owns it
+    # (the target's own code crashing in that stage's run is the target's defect, not the stage's).
+    reported_by_any_stage: bool = False
 
     @property
     def id(self) -> str:
@@ -63,82 +68,82 @@ class Rule:
 # The gate's own rules: what any stage (or the gate itself) may report.
 GATE_RULES: tuple[Rule, ...] = (
     Rule(
-        Category.HANG, ANY_STAGE, Severity.CRITICAL,
-        "a run did not finish within its budget; the stacks of every thread in the evidence",
-        "Runs every child process (and every stage) under a wall-clock budget.",
-        "Past the budget, the stacks of every thread are dumped and the process group is killed.",
-        Blocks.POLICY,
-        "A training job that hangs holds its machine until someone kills it; in CI it never reports.",
-        "Find what the main thread waits for in the stacks below (a lock, an event, a queue, a worker) and make sure it is always released or give the wait a timeout.",
+        category=Category.HANG, stage=ANY_STAGE, severity=Severity.CRITICAL,
+        description="a run did not finish within its budget; the stacks of every thread in the evidence",
+        check="Runs every child process (and every stage) under a wall-clock budget.",
+        measure="Past the budget, the stacks of every thread are dumped and the process group is killed.",
+        blocks=Blocks.POLICY,
+        impact="A training job that hangs holds its machine until someone kills it; in CI it never reports.",
+        fix="Find what the main thread waits for in the stacks below (a lock, an event, a queue, a worker) and make sure it is always released or give the wait a timeout.",
     ),
     Rule(
-        Category.STAGE_ERROR, ANY_STAGE, Severity.CRITICAL,
-        "a stage itself failed; the gate fails closed",
-        "Validates what each stage hands back and whether it observed what it must (a test, an optimizer step).",
-        "The stage's exit, its result file and its consistency with the policy.",
-        Blocks.ALWAYS,
-        "The gate cannot vouch for this version, so it blocks (fail closed).",
-        "Read the traceback below; if it is a defect of traingate, report it with this report.json.",
+        category=Category.STAGE_ERROR, stage=ANY_STAGE, severity=Severity.CRITICAL,
+        description="a stage itself failed; the gate fails closed",
+        check="Validates what each stage hands back and whether it observed what it must (a test, an optimizer step).",
+        measure="The stage's exit, its result file and its consistency with the policy.",
+        blocks=Blocks.ALWAYS,
+        impact="The gate cannot vouch for this version, so it blocks (fail closed).",
+        fix="Read the traceback below; if it is a defect of traingate, report it with this report.json.",
     ),
     Rule(
-        Category.CONFIG_ERROR, ANY_STAGE, Severity.CRITICAL,
-        "the target's configuration is invalid",
-        "Reads `[tool.traingate]` of pyproject.toml or traingate.toml and validates every key.",
-        "Unknown keys, wrong types and entrypoints that do not resolve, named with the file and key.",
-        Blocks.ALWAYS,
-        "traingate cannot run this target as configured, so nothing was checked.",
-        "Correct the key named in the finding (see traingate's docs/configuration.md).",
+        category=Category.CONFIG_ERROR, stage=ANY_STAGE, severity=Severity.CRITICAL,
+        description="the target's configuration is invalid",
+        check="Reads `[tool.traingate]` of pyproject.toml or traingate.toml and validates every key.",
+        measure="Unknown keys, wrong types and entrypoints that do not resolve, named with the file and key.",
+        blocks=Blocks.ALWAYS,
+        impact="traingate cannot run this target as configured, so nothing was checked.",
+        fix="Correct the key named in the finding (see traingate's docs/configuration.md).",
     ),
     Rule(
-        Category.LEFTOVER_PROCESS, ANY_STAGE, Severity.HIGH,
-        "a test or the entrypoint left a process running after it ended; the gate killed it",
-        "Looks for processes started by a test or the entrypoint that are still alive after it returned.",
-        "The processes left in the child's process group or session when it ended, before the gate kills them.",
-        Blocks.POLICY,
-        "Processes left behind hold memory, devices and ports after the run, and in CI they can outlive the job or keep writing files.",
-        "Stop what you start: join or terminate subprocesses and worker pools, shut DataLoader iterators down, and do it in a finally block or fixture teardown.",
+        category=Category.LEFTOVER_PROCESS, stage=ANY_STAGE, severity=Severity.HIGH,
+        description="a test or the entrypoint left a process running after it ended; the gate killed it",
+        check="Looks for processes started by a test or the entrypoint that are still alive after it returned.",
+        measure="The processes left in the child's process group or session when it ended, before the gate kills them.",
+        blocks=Blocks.POLICY,
+        impact="Processes left behind hold memory, devices and ports after the run, and in CI they can outlive the job or keep writing files.",
+        fix="Stop what you start: join or terminate subprocesses and worker pools, shut DataLoader iterators down, and do it in a finally block or fixture teardown.",
     ),
     Rule(
-        Category.TARGET_MODIFIED, ANY_STAGE, Severity.CRITICAL,
-        "the code under review changed its own tracked files while it was being checked",
-        "Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged. "
+        category=Category.TARGET_MODIFIED, stage=ANY_STAGE, severity=Severity.CRITICAL,
+        description="the code under review changed its own tracked files while it was being checked",
+        check="Runs each stage on a fresh copy of the target taken at the start, and compares the copy's source files before and after the stage; the user's own files are never run from, so they stay unchanged. "
         "It blocks on a file a later run or the gate reads, decided by observation: Python code and binaries, the configuration pytest and traingate parse, the requirements files the gate reads (root `requirements*.txt`, `requirements/*.txt`), "
         "anything under a path `tests` or the entrypoint names, and every file the stage's runs of target code opened for reading (a config it reads and rewrites); "
         "other tracked files the training only wrote are `target-modified/result-files`, reported once and never blocking. Without a complete record of the reads, every rewritten file blocks.",
-        "Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine. "
+        measure="Content hashes of the source files (in a git repo: tracked, or untracked and not ignored; else every file); new files are fine. "
         "The reads: an audit hook on `open` in the pytest and entrypoint children (and the processes forked from them), handed back with each run's result.",
-        Blocks.ALWAYS,
-        'What was checked is no longer the code under review, and the next run starts from different files.',
-        'Write outputs (checkpoints, logs, caches) to a temporary folder or an ignored path, never over tracked files.',
+        blocks=Blocks.ALWAYS,
+        impact='What was checked is no longer the code under review, and the next run starts from different files.',
+        fix='Write outputs (checkpoints, logs, caches) to a temporary folder or an ignored path, never over tracked files.',
         note='a version that rewrites itself while it is checked has not been checked.',
     ),
     Rule(
-        Category.TARGET_MODIFIED, ANY_STAGE, Severity.LOW,
-        "Training writes into tracked files the gate neither runs nor reads",
-        "Of the tracked files a stage's run rewrote or deleted, those that are not Python code or binaries, not configuration that "
+        category=Category.TARGET_MODIFIED, stage=ANY_STAGE, severity=Severity.LOW,
+        description="Training writes into tracked files the gate neither runs nor reads",
+        check="Of the tracked files a stage's run rewrote or deleted, those that are not Python code or binaries, not configuration that "
         "pytest or traingate parse (pyproject.toml, traingate.toml, pytest.ini, setup.cfg, tox.ini) or requirements files it reads, not under a path `tests` or the "
         "entrypoint names, and that no run of the stage opened for reading: results the training only wrote (a reproducibility snapshot, "
         "a `pip freeze` dump, a table, a log), whatever their names.",
-        "Content hashes of the stage's copy against the pristine copy; reported once per run, by the first stage that saw each file.",
-        Blocks.NEVER,
-        'Running the training changes files under version control: every run leaves the working tree dirty, and a result committed by mistake hides the one it replaced.',
-        'Write results to an ignored path or a folder given by a parameter (and add it to .gitignore), or leave the line be if the snapshot is meant to be committed.',
+        measure="Content hashes of the stage's copy against the pristine copy; reported once per run, by the first stage that saw each file.",
+        blocks=Blocks.NEVER,
+        impact='Running the training changes files under version control: every run leaves the working tree dirty, and a result committed by mistake hides the one it replaced.',
+        fix='Write results to an ignored path or a folder given by a parameter (and add it to .gitignore), or leave the line be if the snapshot is meant to be committed.',
         sub='result-files',
     ),
     Rule(
-        Category.ENVIRONMENT, ANY_STAGE, Severity.HIGH,
-        "the target's code imports packages this environment lacks; nothing that needs them could be verified",
-        "Classifies a run of the entrypoint (or an import of the target's code while pytest collects) that failed with an import "
+        category=Category.ENVIRONMENT, stage=ANY_STAGE, severity=Severity.HIGH,
+        description="the target's code imports packages this environment lacks; nothing that needs them could be verified",
+        check="Classifies a run of the entrypoint (or an import of the target's code while pytest collects) that failed with an import "
         "of a module neither installed nor part of the target's tree; then reads every import of the target's Python files and "
         "lists each top-level module that is neither in the standard library, nor the target's own, nor installed, with the "
         "requirements files (requirements*.txt) and pyproject.toml dependencies that declare it. A test module's own import of "
         "a missing package stays a `test-environment`.",
-        "The exception the harness recorded (ModuleNotFoundError), checked again by the gate with `importlib.util.find_spec` in "
+        measure="The exception the harness recorded (ModuleNotFoundError), checked again by the gate with `importlib.util.find_spec` in "
         "the interpreter the target runs in; the imports read with `ast` (those under `try: ... except ImportError` and "
         "`if TYPE_CHECKING:` are optional and left out). Reported once per run.",
-        Blocks.ALWAYS,
-        "The code under review did not run: none of its tests or training checks could be verified in this environment.",
-        "Install the missing packages in the environment the gate runs in (the finding gives the `pip install` line for all of them), "
+        blocks=Blocks.ALWAYS,
+        impact="The code under review did not run: none of its tests or training checks could be verified in this environment.",
+        fix="Install the missing packages in the environment the gate runs in (the finding gives the `pip install` line for all of them), "
         "and declare any the project does not declare yet in its requirements or pyproject.toml.",
         note="nothing that needs the missing packages was verified, so the gate cannot vouch for this version.",
     ),
@@ -148,58 +153,58 @@ GATE_RULES: tuple[Rule, ...] = (
 # "The baseline's verification is the floor"): reported by the gate, before and after the stages.
 VERIFICATION_RULES: tuple[Rule, ...] = (
     Rule(
-        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.HIGH,
-        "the change narrowed how it is verified: its gate configuration runs fewer or other tests, another entrypoint or other arguments, a check turned off or a smaller budget than the baseline's",
-        "With a `--baseline` whose report records its commit, reads the baseline's gate configuration (`[tool.traingate]` of "
+        category=Category.VERIFICATION_NARROWED, stage=ANY_STAGE, severity=Severity.HIGH,
+        description="the change narrowed how it is verified: its gate configuration runs fewer or other tests, another entrypoint or other arguments, a check turned off or a smaller budget than the baseline's",
+        check="With a `--baseline` whose report records its commit, reads the baseline's gate configuration (`[tool.traingate]` of "
         "pyproject.toml, or traingate.toml) from the git history of the target's checkout at that commit, and compares it key by "
         "key with the change's: `tests`, the entrypoint (`call`, `script`, `setup`, `args`, `kwargs`, `amp_flag`, `amp_args`, "
         "`seed`), `timeout_s`, `[distributed]` and every stage's section, and which file holds them. Each difference that narrows "
         "what is verified is a finding; one that only widens it (a test path added, a check turned on) is listed, not a finding. "
         "A waiver the change added that matched a finding is a finding too (`[[tool.traingate.waive]]` entries and inline "
         "`traingate: ignore[...]` comments the baseline's tree did not have apply only when the CI policy sets `allow_new_waivers = true`).",
-        "Both configurations are read as files in the gate's own process (TOML, never imported); the baseline's with `git cat-file` "
+        measure="Both configurations are read as files in the gate's own process (TOML, never imported); the baseline's with `git cat-file` "
         "at a commit id the report recorded. The evidence holds both values side by side and the diff of the two configurations.",
-        Blocks.POLICY,
-        "The version under review chose what the gate runs and what it accepts: a suite switched off, the entrypoint pointed at "
+        blocks=Blocks.POLICY,
+        impact="The version under review chose what the gate runs and what it accepts: a suite switched off, the entrypoint pointed at "
         "another function, a keyword that selects a path users never take, or a waiver for its own findings makes the verdict its own.",
-        "Restore the baseline's configuration for the key named (or remove the new waiver). A configuration change the team intends "
+        fix="Restore the baseline's configuration for the key named (or remove the new waiver). A configuration change the team intends "
         "is accepted by the CI: `allow_config_changes = true` (or `allow_new_waivers = true`) in the CI policy file, for a trusted pull request.",
         note="A difference the CI policy accepts (`allow_config_changes`) is `verification-narrowed/accepted`, info, never blocking. See docs/configuration.md.",
     ),
     Rule(
-        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.MEDIUM,
-        "the baseline's entrypoint no longer exists or no longer takes its arguments on this version; the change's own entrypoint ran",
-        "The change's entrypoint configuration differs from the baseline's, and the baseline's entrypoint, smoke-called on this "
+        category=Category.VERIFICATION_NARROWED, stage=ANY_STAGE, severity=Severity.MEDIUM,
+        description="the baseline's entrypoint no longer exists or no longer takes its arguments on this version; the change's own entrypoint ran",
+        check="The change's entrypoint configuration differs from the baseline's, and the baseline's entrypoint, smoke-called on this "
         "version, stopped at an ImportError, AttributeError, NameError or TypeError before any of the target's code ran (its "
         "module, function, method or setup renamed, a keyword no longer a parameter), or its script is not in this version.",
-        "The exception the harness recorded for the baseline entrypoint's smoke call, and whether a frame of the target's code "
+        measure="The exception the harness recorded for the baseline entrypoint's smoke call, and whether a frame of the target's code "
         "raised it. Where the files already say the baseline's entrypoint is gone (read with `ast`), the entrypoint's "
         "configuration differences are listed as an interface change instead of blocking.",
-        Blocks.POLICY,
-        "The entrypoint was renamed with its configuration; whether the renamed code behaves as the baseline's did is verified only by the change's own configuration.",
-        "Read the configuration diff: if only the names changed, nothing to do; `interface_changes_block = true` in the policy makes these block.",
+        blocks=Blocks.POLICY,
+        impact="The entrypoint was renamed with its configuration; whether the renamed code behaves as the baseline's did is verified only by the change's own configuration.",
+        fix="Read the configuration diff: if only the names changed, nothing to do; `interface_changes_block = true` in the policy makes these block.",
         note="Medium by default; `interface_changes_block = true` in the policy makes it high.",
         sub="interface-changed",
     ),
     Rule(
-        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.MEDIUM,
-        "the baseline's gate configuration could not be read; the change's configuration and waivers were not compared",
-        "A `--baseline` was given, but its report records no commit, the commit is not in this clone, or its configuration file does "
+        category=Category.VERIFICATION_NARROWED, stage=ANY_STAGE, severity=Severity.MEDIUM,
+        description="the baseline's gate configuration could not be read; the change's configuration and waivers were not compared",
+        check="A `--baseline` was given, but its report records no commit, the commit is not in this clone, or its configuration file does "
         "not validate with this version of traingate.",
-        "`git cat-file` in the target's checkout at the commit the baseline report recorded.",
-        Blocks.POLICY,
-        "Whether the change narrowed how it is verified, or waived its own findings, was not checked.",
-        "Fetch the history the baseline needs (actions/checkout `fetch-depth: 0`), and keep the baseline report of a committed version.",
+        measure="`git cat-file` in the target's checkout at the commit the baseline report recorded.",
+        blocks=Blocks.POLICY,
+        impact="Whether the change narrowed how it is verified, or waived its own findings, was not checked.",
+        fix="Fetch the history the baseline needs (actions/checkout `fetch-depth: 0`), and keep the baseline report of a committed version.",
         sub="not-compared",
     ),
     Rule(
-        Category.VERIFICATION_NARROWED, ANY_STAGE, Severity.INFO,
-        "a configuration change the CI policy accepts",
-        "A difference that narrows what is verified, in a run whose CI policy sets `allow_config_changes = true`.",
-        "As for `verification-narrowed`.",
-        Blocks.NEVER,
-        "None: a trusted pipeline accepted the change's configuration.",
-        "Nothing to do.",
+        category=Category.VERIFICATION_NARROWED, stage=ANY_STAGE, severity=Severity.INFO,
+        description="a configuration change the CI policy accepts",
+        check="A difference that narrows what is verified, in a run whose CI policy sets `allow_config_changes = true`.",
+        measure="As for `verification-narrowed`.",
+        blocks=Blocks.NEVER,
+        impact="None: a trusted pipeline accepted the change's configuration.",
+        fix="Nothing to do.",
         sub="accepted",
     ),
 )
@@ -256,6 +261,10 @@ class RuleTable:
     def categories_of(self, stage: str) -> frozenset[Category]:
         """The categories a stage owns (ANY_STAGE: the gate's)."""
         return frozenset(rule.category for rule in self.rules if rule.stage == stage)
+
+    def reported_by_any_stage(self) -> frozenset[Category]:
+        """The categories a stage other than their owner may report (`Rule.reported_by_any_stage`)."""
+        return frozenset(rule.category for rule in self.rules if rule.reported_by_any_stage)
 
     def explain(self, rule: Rule) -> str:
         """The text `traingate explain RULE` prints."""

@@ -21,55 +21,19 @@ SCHEMA_VERSION = "1.2"
 
 
 class Category(str):
-    """A finding's category: one of the built-in ones (docs/contract.md, section 4) or one a
-    registered stage declares in its rules (`traingate.pipeline.model.rules.Rule`).
+    """A finding's category: one of the gate's own (below: what any stage may report) or one a
+    registered stage declares beside its rules (`stages/<name>/rules.py`: `MEMORY_LEAK =
+    Category("memory-leak")`).
 
-    Instances are interned, so `finding.category is Category.HANG` holds for a category read
-    back from JSON as for one built in code; `value` is the name, as an enum member's would be.
-    Which categories exist is the rule table's to say: the gate checks every finding against it.
+    Instances are interned, so `finding.category is Category.HANG` (or `is MEMORY_LEAK`) holds
+    for a category read back from JSON as for one built in code; `value` is the name, as an
+    enum member's would be. Which categories exist is the rule table's to say: the gate checks
+    every finding against it.
     """
 
     _interned: ClassVar[dict[str, Category]] = {}
     _builtin: ClassVar[list[Category]] = []
 
-    TEST_FAILURE: ClassVar[Category]
-    COLLECTION_ERROR: ClassVar[Category]
-    NO_TESTS: ClassVar[Category]
-    SKIPPED_TESTS: ClassVar[Category]
-    TEST_SELECTION: ClassVar[Category]
-    TEST_DISABLED: ClassVar[Category]
-    TEST_WEAKENED: ClassVar[Category]
-    TEST_ENVIRONMENT: ClassVar[Category]
-    ENTRYPOINT_CRASH: ClassVar[Category]
-    ENTRYPOINT_UNTESTED: ClassVar[Category]
-    DEPRECATED_API: ClassVar[Category]
-    MEMORY_LEAK: ClassVar[Category]
-    HOST_SYNC: ClassVar[Category]
-    AMP_SPEEDUP: ClassVar[Category]
-    AMP_MEMORY: ClassVar[Category]
-    AMP_ACCURACY: ClassVar[Category]
-    AMP_INACTIVE: ClassVar[Category]
-    INPUT_STALL: ClassVar[Category]
-    PERF_REGRESSION: ClassVar[Category]
-    GRADSCALER_PROTOCOL: ClassVar[Category]
-    NONBLOCKING_RACE: ClassVar[Category]
-    NONDETERMINISM: ClassVar[Category]
-    DATALOADER_HAZARD: ClassVar[Category]
-    STREAM_RACE: ClassVar[Category]
-    INEFFECTIVE_STEP: ClassVar[Category]
-    UNUSED_PARAMETER: ClassVar[Category]
-    GRAD_ACCUMULATION: ClassVar[Category]
-    UNSHUFFLED_TRAINING: ClassVar[Category]
-    NO_LEARNING: ClassVar[Category]
-    DDP_DIVERGENCE: ClassVar[Category]
-    STALE_GRADIENTS: ClassVar[Category]
-    TRAIN_EVAL_MODE: ClassVar[Category]
-    LOSS_INPUT_MISMATCH: ClassVar[Category]
-    BATCH_MIXING: ClassVar[Category]
-    # Clipping that clips nothing; evaluation samples that were trained on (docs/correctness.md).
-    GRADIENT_CLIPPING: ClassVar[Category]
-    DATA_LEAKAGE: ClassVar[Category]
-    TRAINING_REGRESSION: ClassVar[Category]
     # A change that narrowed how it is verified, against its baseline (docs/configuration.md).
     VERIFICATION_NARROWED: ClassVar[Category]
     HANG: ClassVar[Category]
@@ -102,7 +66,7 @@ class Category(str):
 
     @classmethod
     def builtin(cls) -> list[Category]:
-        """The categories of the contract, in its order (a registered stage may add its own)."""
+        """The gate's own categories, in their order (the registered stages declare the others)."""
         return list(cls._builtin)
 
     @classmethod
@@ -111,48 +75,11 @@ class Category(str):
             cls,
             core_schema.str_schema(pattern=_CATEGORY_NAME.pattern),
             serialization=core_schema.plain_serializer_function_ser_schema(str.__str__, when_used="always"),
-            metadata={"pydantic_js_updates": {"description": "a built-in category (`examples`) or one a registered stage declares", "examples": [c.value for c in cls._builtin]}},
+            metadata={"pydantic_js_updates": {"description": "one of the gate's own categories (`examples`) or one a registered stage declares", "examples": [c.value for c in cls._builtin]}},
         )
 
 
 _CATEGORY_NAME = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
-Category.TEST_FAILURE = Category("test-failure")
-Category.COLLECTION_ERROR = Category("collection-error")
-Category.NO_TESTS = Category("no-tests")
-Category.SKIPPED_TESTS = Category("skipped-tests")
-Category.TEST_SELECTION = Category("test-selection")
-Category.TEST_DISABLED = Category("test-disabled")
-Category.TEST_WEAKENED = Category("test-weakened")
-Category.TEST_ENVIRONMENT = Category("test-environment")
-Category.ENTRYPOINT_CRASH = Category("entrypoint-crash")
-Category.ENTRYPOINT_UNTESTED = Category("entrypoint-untested")
-Category.DEPRECATED_API = Category("deprecated-api")
-Category.MEMORY_LEAK = Category("memory-leak")
-Category.HOST_SYNC = Category("host-sync")
-Category.AMP_SPEEDUP = Category("amp-speedup")
-Category.AMP_MEMORY = Category("amp-memory")
-Category.AMP_ACCURACY = Category("amp-accuracy")
-Category.AMP_INACTIVE = Category("amp-inactive")
-Category.INPUT_STALL = Category("input-stall")
-Category.PERF_REGRESSION = Category("perf-regression")
-Category.GRADSCALER_PROTOCOL = Category("gradscaler-protocol")
-Category.NONBLOCKING_RACE = Category("nonblocking-race")
-Category.NONDETERMINISM = Category("nondeterminism")
-Category.DATALOADER_HAZARD = Category("dataloader-hazard")
-Category.STREAM_RACE = Category("stream-race")
-Category.INEFFECTIVE_STEP = Category("ineffective-step")
-Category.UNUSED_PARAMETER = Category("unused-parameter")
-Category.GRAD_ACCUMULATION = Category("grad-accumulation")
-Category.UNSHUFFLED_TRAINING = Category("unshuffled-training")
-Category.NO_LEARNING = Category("no-learning")
-Category.DDP_DIVERGENCE = Category("ddp-divergence")
-Category.STALE_GRADIENTS = Category("stale-gradients")
-Category.TRAIN_EVAL_MODE = Category("train-eval-mode")
-Category.LOSS_INPUT_MISMATCH = Category("loss-input-mismatch")
-Category.BATCH_MIXING = Category("batch-mixing")
-Category.GRADIENT_CLIPPING = Category("gradient-clipping")
-Category.DATA_LEAKAGE = Category("data-leakage")
-Category.TRAINING_REGRESSION = Category("training-regression")
 Category.VERIFICATION_NARROWED = Category("verification-narrowed")
 Category.HANG = Category("hang")
 Category.STAGE_ERROR = Category("stage-error")

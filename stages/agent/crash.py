@@ -14,6 +14,7 @@ from traingate.stages.common.stacks import crash_frames
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, innermost_target_frame, location_of
 from traingate.stages.agent.environment import ENTRYPOINT_RUN, environment_finding, missing_module
+from traingate.stages.shared_categories import ENTRYPOINT_CRASH
 
 _STDOUT_LINES = 20
 _PHASES = {"import": "importing its module", "setup": "running its setup"}
@@ -86,7 +87,7 @@ def _crash_finding(
         no_trace = fallback_note
     where = f" at {location.path}:{location.line}" if location and location.line else ""
     return ctx.finding(
-        category=Category.ENTRYPOINT_CRASH,
+        category=ENTRYPOINT_CRASH,
         title=f"{what} {failure.split(':')[0]}{where}",
         location=location,
         problem=f"{what} {failure}{' while ' + _PHASES[phase] if phase != 'call' else ''}{(': `' + code + '`') if code else ''}.{no_trace}",

@@ -13,15 +13,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.concurrency.loaders import as_sent
 from traingate.stages.concurrency.static import SourceHit
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.concurrency.probe.payloads import NonBlockingPayload, StreamPayload, StreamReport
+from traingate.stages.concurrency.rules import NONBLOCKING_RACE, STREAM_RACE
 
-NONBLOCKING = Category.NONBLOCKING_RACE
-STREAMS = Category.STREAM_RACE
+NONBLOCKING = NONBLOCKING_RACE
+STREAMS = STREAM_RACE
 _CSAN_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$', re.M)
 
 

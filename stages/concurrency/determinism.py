@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from traingate.stages.concurrency.details import CurveRow
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import EntrypointRun, SiteRecord, StageContext, site_record
 from traingate.stages.concurrency.probe.payloads import Fingerprint, ParamFingerprints, ParamStep, RngPayload, SeedingRecord
 from traingate.pipeline.model.text import clip_line, strip_ansi
+from traingate.stages.concurrency.rules import NONDETERMINISM
 
-CATEGORY = Category.NONDETERMINISM
+CATEGORY = NONDETERMINISM
 # Returned values that legitimately differ between two identical runs.
 VOLATILE_KEY = re.compile(r"(time|duration|elapsed|latency|wall|clock|sec|_s$|_ms$|_us$|speed|throughput|per_s|fps|rate|util|mem|rss|bytes|date|stamp|pid|path|dir|host|uuid)", re.I)
 _DETERMINISTIC_OP = re.compile(r"^(.+?) does not have a deterministic implementation", re.M)

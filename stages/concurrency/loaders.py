@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from traingate.stages.concurrency.details import LoaderDetails, LoaderRow, StartMethodRow
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Payload
 from traingate.stages.contract.payloads.base import Site
@@ -31,8 +31,9 @@ from traingate.stages.concurrency.probe.payloads import (
     PickleFailed,
     StartMethodCheck,
 )
+from traingate.stages.concurrency.rules import DATALOADER_HAZARD
 
-CATEGORY = Category.DATALOADER_HAZARD
+CATEGORY = DATALOADER_HAZARD
 
 
 

@@ -23,7 +23,7 @@ from typing import TypeGuard
 from traingate.stages.concurrency.details import ProtocolDetails
 from traingate.pipeline.model.rules import Rule
 from traingate.stages.concurrency.rules import RULES as STAGE_RULES
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.concurrency.probe.payloads import (
@@ -39,13 +39,14 @@ from traingate.stages.concurrency.probe.payloads import (
     UpdateEvent,
     ZeroGradEvent,
 )
+from traingate.stages.concurrency.rules import GRADSCALER_PROTOCOL
 
-CATEGORY = Category.GRADSCALER_PROTOCOL
+CATEGORY = GRADSCALER_PROTOCOL
 READY, UNSCALED, STEPPED = "ready", "unscaled", "stepped"
 
 # Each violation kind is one sub-rule of the rule table (`gradscaler-protocol/<kind>`): its
 # description is the finding's title, its check what happened, then its impact and fix.
-RULES: dict[str, Rule] = {rule.sub: rule for rule in STAGE_RULES if rule.category is Category.GRADSCALER_PROTOCOL and rule.sub}
+RULES: dict[str, Rule] = {rule.sub: rule for rule in STAGE_RULES if rule.category is GRADSCALER_PROTOCOL and rule.sub}
 
 STEP_OPS = ("scaler.step", "optimizer.step")
 # The calls that name a GradScaler, and so whether it was enabled.

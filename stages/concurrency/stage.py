@@ -59,6 +59,7 @@ from traingate.stages.concurrency.probe.payloads import (
     RngPayload,
     StreamPayload,
 )
+from traingate.stages.concurrency.rules import DATALOADER_HAZARD, GRADSCALER_PROTOCOL, STREAM_RACE
 
 FIRST_HASH_SEED = "0"
 _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
@@ -327,11 +328,11 @@ class _Session(StageSession[ConcurrencyRun]):
         exc = first.raised
         message = exc.message if exc is not None else ""
         categories = {f.category for f in self.findings}
-        if Category.DATALOADER_HAZARD in categories and ("DataLoader" in message or "worker" in message or "prefetch_factor" in message or "persistent_workers" in message):
+        if DATALOADER_HAZARD in categories and ("DataLoader" in message or "worker" in message or "prefetch_factor" in message or "persistent_workers" in message):
             return False
-        if Category.GRADSCALER_PROTOCOL in categories and any(text in message for text in _SCALER_ERRORS):
+        if GRADSCALER_PROTOCOL in categories and any(text in message for text in _SCALER_ERRORS):
             return False
-        if Category.STREAM_RACE in categories and exc is not None and exc.type == "CUDASanitizerErrors":
+        if STREAM_RACE in categories and exc is not None and exc.type == "CUDASanitizerErrors":
             return False
         if any(f.category is Category.STAGE_ERROR for f in self.findings):
             return True

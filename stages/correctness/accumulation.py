@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 from typing import TypedDict
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import FirstUpdatePayload, LossesPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import GRAD_ACCUMULATION
+from traingate.stages.correctness.config import CorrectnessPolicy
 
-CATEGORY = Category.GRAD_ACCUMULATION
+CATEGORY = GRAD_ACCUMULATION
 
 
 class Setup(TypedDict):
@@ -84,7 +86,7 @@ def _finite_or_zero(value: float | None) -> float:
 def accumulation_finding(
     ctx: StageContext, comparison: Comparison, losses: LossesPayload | None, setup: Setup, fallback: Location
 ) -> list[Finding]:
-    tolerance = ctx.config.policy.grad_accumulation_tolerance
+    tolerance = ctx.thresholds(CorrectnessPolicy).grad_accumulation_tolerance
     difference = comparison["relative_difference"]
     if difference <= tolerance:
         return []

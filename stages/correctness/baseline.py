@@ -25,8 +25,9 @@ from traingate.stages.base import StageContext
 from traingate.stages.correctness.probe.payloads import FactsPayload, LoadersPayload, LossInputsPayload
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.correctness import baseline_observed, changed_lines, located
+from traingate.stages.correctness.rules import TRAINING_REGRESSION
 
-CATEGORY = Category.TRAINING_REGRESSION
+CATEGORY = TRAINING_REGRESSION
 LOSS_MIN_FALL = 0.2
 LOSS_KEPT = 0.25
 LR_COLLAPSE = 100.0

@@ -25,6 +25,7 @@ from traingate.stages.correctness.details import BaselineFactsCheck, LossInputFa
 from traingate.pipeline.model.schema import Category, Location
 from traingate.stages.correctness.probe.payloads import FactsPayload, LoadersPayload, LossInputsPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import LOSS_INPUT_MISMATCH, UNUSED_PARAMETER
 
 SAMPLES_KEPT = 0.5
 MODULE_KEPT = 0.01
@@ -89,7 +90,7 @@ def loss_inputs(judge: Judge, inputs: LossInputsPayload | None, explained: set[C
         statement = f"`{fact.function}` was given {old.kind} of shape {old.shape} ({old.dtype}) in the baseline and {fact.kind} of shape {fact.shape} ({fact.dtype}) now"
         wrong = WRONG_KINDS[fact.function]
         if old.kind not in wrong and fact.kind in wrong:
-            if Category.LOSS_INPUT_MISMATCH in explained:
+            if LOSS_INPUT_MISMATCH in explained:
                 judge.check.regressions.append(statement + " (stated in the loss-input-mismatch finding)")
                 elsewhere = True
                 continue
@@ -115,7 +116,7 @@ def modules(judge: Judge, explained: set[Category]) -> bool:
         new = now.get(old.module)
         if old.module not in now:
             statement = f"{name} changed by {old.change:.3g} over the run in the baseline and is held by no optimizer now"
-            if Category.UNUSED_PARAMETER in explained:
+            if UNUSED_PARAMETER in explained:
                 judge.check.regressions.append(statement + " (stated in the unused-parameter finding)")
                 elsewhere = True
             else:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import ClipRecord, StepsPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import GRADIENT_CLIPPING
 
-CATEGORY = Category.GRADIENT_CLIPPING
+CATEGORY = GRADIENT_CLIPPING
 
 
 def clipping_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) -> list[Finding]:

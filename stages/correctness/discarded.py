@@ -12,12 +12,13 @@ of an epoch cleared at the next one's start) is medium; a single one is not repo
 
 from __future__ import annotations
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness import located
 from traingate.stages.correctness.probe.payloads import DiscardSite, GradientsPayload
+from traingate.stages.correctness.rules import GRAD_ACCUMULATION
 
-CATEGORY = Category.GRAD_ACCUMULATION
+CATEGORY = GRAD_ACCUMULATION
 RULE = f"{CATEGORY.value}/discarded-backward"
 MIN_REPORTED = 2
 MIN_BLOCKING = 2

@@ -24,14 +24,15 @@ from pathlib import Path
 
 from traingate.pipeline.model.findings import hang
 from traingate.stages.common.stacks import main_thread_frames
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, innermost_target_frame, location_of
 from traingate.stages.contract.messages import CollectiveCall, DistributedRecord, RankResult
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.correctness.probe.payloads import RankLoader, RanksPayload, RankTensor
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import DDP_DIVERGENCE
 
-CATEGORY = Category.DDP_DIVERGENCE
+CATEGORY = DDP_DIVERGENCE
 BATCH_NORMS = frozenset({"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d"})
 MAX_NAMED = 20
 _STACKS_EVIDENCE = 40000

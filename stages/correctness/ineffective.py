@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import IneffectiveStep, SchedulerRecord, StepsPayload
 from traingate.stages.correctness import located, warmup
+from traingate.stages.correctness.rules import INEFFECTIVE_STEP
 
-CATEGORY = Category.INEFFECTIVE_STEP
+CATEGORY = INEFFECTIVE_STEP
 
 
 def ineffective_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) -> list[Finding]:

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import LoaderOverlap, LoadersPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import DATA_LEAKAGE
 
-CATEGORY = Category.DATA_LEAKAGE
+CATEGORY = DATA_LEAKAGE
 
 
 def leakage_findings(ctx: StageContext, loaders: LoadersPayload, fallback: Location) -> list[Finding]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from traingate.stages.correctness.details import LossInputsCheck, LossInputsNotApplicable, LossLine
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import LossInputSite, LossInputsPayload, LossShapeSite
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import LOSS_INPUT_MISMATCH
 
-CATEGORY = Category.LOSS_INPUT_MISMATCH
+CATEGORY = LOSS_INPUT_MISMATCH
 NOT_APPLICABLE = (
     "not applicable: no cross_entropy, nll_loss, binary_cross_entropy_with_logits, mse_loss, l1_loss, smooth_l1_loss, huber_loss "
     "or binary_cross_entropy call (nor their nn loss modules), nor any torch.distributions log_prob, was observed"

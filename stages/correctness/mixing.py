@@ -4,12 +4,13 @@ with gradients on a batch the run used and located at the first op mixing them (
 from __future__ import annotations
 
 from traingate.stages.correctness.details import MixingCheck, NotApplicable
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import MixingPayload, SampleDependency, TracedOp
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import BATCH_MIXING
 
-CATEGORY = Category.BATCH_MIXING
+CATEGORY = BATCH_MIXING
 
 
 def mixing_check(ctx: StageContext, data: MixingPayload | None, fallback: Location) -> tuple[list[Finding], MixingCheck | NotApplicable]:

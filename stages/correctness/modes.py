@@ -4,12 +4,13 @@ passes under no_grad/inference_mode with them in train mode (`probe.modes`)."""
 from __future__ import annotations
 
 from traingate.stages.correctness.details import ModesCheck, NotApplicable
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import EvalWhileTraining, FunctionalDropout, ModeModule, ModesPayload, TrainUnderNoGrad
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import TRAIN_EVAL_MODE
 
-CATEGORY = Category.TRAIN_EVAL_MODE
+CATEGORY = TRAIN_EVAL_MODE
 NOT_APPLICABLE = "not applicable: no Dropout (p > 0), MultiheadAttention with dropout, BatchNorm or other norm layer that tracks running statistics ran a forward"
 
 

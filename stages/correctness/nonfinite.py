@@ -7,12 +7,13 @@ reported when the run ends with a non-finite loss or with non-finite parameters.
 
 from __future__ import annotations
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import LossesPayload, StepsPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import NO_LEARNING
 
-CATEGORY = Category.NO_LEARNING
+CATEGORY = NO_LEARNING
 
 
 def nonfinite_findings(ctx: StageContext, losses: LossesPayload, steps: StepsPayload | None, fallback: Location) -> list[Finding]:

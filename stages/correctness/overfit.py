@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import LossesPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import NO_LEARNING
+from traingate.stages.correctness.config import CorrectnessPolicy
 
-CATEGORY = Category.NO_LEARNING
+CATEGORY = NO_LEARNING
 TAIL = 3
 
 
@@ -44,7 +46,7 @@ def reduction(curve: list[float]) -> float | None:
 
 
 def overfit_finding(ctx: StageContext, curve: list[float], fraction: float, losses: LossesPayload, steps: int, fallback: Location) -> list[Finding]:
-    required = ctx.config.policy.overfit_min_reduction
+    required = ctx.thresholds(CorrectnessPolicy).overfit_min_reduction
     if fraction >= required:
         return []
     sites = losses.backward_sites

@@ -3,12 +3,13 @@ DistributedSampler repeats one order every epoch. Observed; medium, so not block
 
 from __future__ import annotations
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.correctness.probe.payloads import LoaderOrdering, LoadersPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import UNSHUFFLED_TRAINING
 
-CATEGORY = Category.UNSHUFFLED_TRAINING
+CATEGORY = UNSHUFFLED_TRAINING
 
 
 def shuffling_findings(ctx: StageContext, watch: LoadersPayload, fallback: Location) -> list[Finding]:

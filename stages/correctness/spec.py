@@ -1,6 +1,6 @@
 """The correctness stage: training bugs that run fine and pass the tests, and (with a baseline) training that got worse than the baseline's.
 
-What the gate knows of it (`traingate.pipeline.model.registry.Stage`); its work is `stage.py`.
+What the gate knows of it (`traingate.stages.api.Stage`); its work is `stage.py`.
 """
 
 from __future__ import annotations
@@ -8,29 +8,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
-from traingate.stages.correctness.config import CorrectnessConfig
+from traingate.stages.api import Stage
+from traingate.stages.correctness.config import DISTRIBUTED, CorrectnessConfig, CorrectnessPolicy, DistributedConfig
 from traingate.stages.correctness.details import CorrectnessDetails
 from traingate.stages.correctness.probe.payloads import MODELS
-from traingate.stages.correctness.rules import CATEGORIES, RULES
+from traingate.stages.correctness.rules import RULES
 
 if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
-    from traingate.pipeline.model.schema import StageOutcome
-    from traingate.stages.base import StageContext
+    from traingate.stages.api import StageContext, StageOutcome
 
 
-class CorrectnessStage:
+class CorrectnessStage(Stage):
     name = "correctness"
     order = 40
     rules = RULES
-    categories = CATEGORIES
-    config_model: type[BaseModel] | None = CorrectnessConfig
-    details_model: type[BaseModel] | None = CorrectnessDetails
-    template: Path | None = Path(__file__).with_name("report.md.j2")
-    payload_models: dict[str, type[BaseModel]] = MODELS
-    # What it does with the training function: a run that cannot call it skips the stage.
-    purpose: str | None = "observe"
+    config_model = CorrectnessConfig
+    # Its torchrun run has a section of its own, `[tool.traingate.distributed]`.
+    extra_sections = {DISTRIBUTED: DistributedConfig}
+    policy_model = CorrectnessPolicy
+    details_model = CorrectnessDetails
+    template = Path(__file__).with_name("report.md.j2")
+    payload_models = MODELS
+    # A run that cannot call the training function skips the stage: nothing to observe.
+    purpose = "observe"
     # It reports `steps.observed` from its one instrumented run: `traingate init` checks with it alone.
     checks_steps = True
 

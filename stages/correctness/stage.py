@@ -52,7 +52,7 @@ from traingate.stages.correctness.details import (
     StaleCheck,
     TrainingFacts,
 )
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Location, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
@@ -78,6 +78,8 @@ from traingate.stages.correctness import baseline, clipping, leakage
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
 from traingate.stages.agent.session import StageSession, run_outcome
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
+from traingate.stages.correctness.rules import NO_LEARNING
+from traingate.stages.correctness.config import DISTRIBUTED, CorrectnessPolicy, DistributedConfig
 
 MIXING = CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
 FIRST_STEP_REACHED = "FirstStepReached"
@@ -151,7 +153,7 @@ class _Session(StageSession[CorrectnessRun]):
             else:
                 self._fail(first, f"the entrypoint {first.failure()}", reason="entrypoint-failed")
             return self._outcome()
-        if not first.ok and not any(f.category is Category.NO_LEARNING for f in self.findings):
+        if not first.ok and not any(f.category is NO_LEARNING for f in self.findings):
             self._fail(first, f"the entrypoint {first.failure()}", reason="entrypoint-failed")
             return self._outcome()
         self._accumulation(first)
@@ -194,7 +196,7 @@ class _Session(StageSession[CorrectnessRun]):
 
     # -- distributed data parallel ------------------------------------------------------------------
     def _distributed(self, first: EntrypointRun) -> None:
-        config = self.ctx.config.distributed
+        config = self.ctx.config.optional_section(DISTRIBUTED, DistributedConfig)
         if config is None:
             self.distributed = CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]")
             return
@@ -299,7 +301,7 @@ class _Session(StageSession[CorrectnessRun]):
             steps=watch.steps,
             limit=limit,
             reduction=fraction,
-            required=self.ctx.config.policy.overfit_min_reduction,
+            required=self.ctx.thresholds(CorrectnessPolicy).overfit_min_reduction,
             first_loss=curve[0] if curve else None,
             last_losses=list(curve[-overfit.TAIL:]),
             note=None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
@@ -348,7 +350,7 @@ class _Session(StageSession[CorrectnessRun]):
         losses = accumulated.payload(LOSSES, LossesPayload)
         calls = losses.calls if losses is not None else None
         self.grad_accumulation = AccumulationCheck(
-            ran=True, **setup, **comparison, tolerance=self.ctx.config.policy.grad_accumulation_tolerance, backward_calls_before_step=calls
+            ran=True, **setup, **comparison, tolerance=self.ctx.thresholds(CorrectnessPolicy).grad_accumulation_tolerance, backward_calls_before_step=calls
         )
         self.findings += accumulation.accumulation_finding(self.ctx, comparison, losses, setup, self.fallback)
 

@@ -8,13 +8,14 @@ the fix is to take the clear out from under its condition, not to add another.""
 from __future__ import annotations
 
 from traingate.stages.correctness.details import NotApplicable, StaleCheck
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import GradientsPayload, StaleStep
 from traingate.stages.correctness import located
 from traingate.stages.correctness.skipped_clears import SkippedClear, skipped_clears
+from traingate.stages.correctness.rules import STALE_GRADIENTS
 
-CATEGORY = Category.STALE_GRADIENTS
+CATEGORY = STALE_GRADIENTS
 PER_STEP = {"step", "carried_norm", "applied_norm", "carried_share", "params_carrying", "params"}  # of a stale step, in the evidence
 NOT_APPLICABLE = "not applicable: no optimizer step followed a backward call made after that optimizer's previous step (fewer than two steps to compare)"
 

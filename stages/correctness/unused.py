@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, site_record
 from traingate.stages.correctness.probe.payloads import FrozenOutput, GroupParameter, LossInputsPayload, ParameterDescription, StepsPayload
 from traingate.stages.correctness import located
+from traingate.stages.correctness.rules import UNUSED_PARAMETER
 
-CATEGORY = Category.UNUSED_PARAMETER
+CATEGORY = UNUSED_PARAMETER
 
 
 def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) -> list[Finding]:

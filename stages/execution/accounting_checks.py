@@ -9,10 +9,11 @@ from collections import OrderedDict
 from pathlib import Path
 from traingate.stages.execution.details import BaselineTests
 from traingate.pipeline.model.findings import locations_data
-from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity, TestRecord
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Evidence, EvidenceKind, Finding, Location, PipelineReport, Severity, TestRecord
 from traingate.stages.base import StageContext
 from traingate.stages.execution.accounting import Selection, hook_location, hook_site, repo_test_files
 from traingate.stages.execution.suite import PhaseRewrite, SuiteResult, SuiteRun
+from traingate.stages.execution.rules import SKIPPED_TESTS, TEST_DISABLED, TEST_SELECTION
 
 MAX_NAMED = 20
 # Options after which pytest runs no test at all: the gate cannot observe the suite.
@@ -115,7 +116,7 @@ def selection_findings(ctx: StageContext, result: SuiteResult, selection: Select
 def _selection_finding(ctx: StageContext, what: str, source: str, where: Location | None, removed: list[str], *, key: str) -> Finding:
     took = f"it took {len(removed)} test(s) or test file(s) out of the run: {_named(removed)}" if removed else "it took no test out of this run"
     return ctx.finding(
-        category=Category.TEST_SELECTION,
+        category=TEST_SELECTION,
         severity=Severity.MEDIUM,
         title=f"The run was narrowed by {what}" + (f" ({source})" if source else "") + (f": {len(removed)} taken out" if removed else ""),
         location=where,
@@ -144,7 +145,7 @@ def hidden_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
         verb = "xfailed" if outcome == "xfailed" else "skipped by a hook or fixture"
         found.append(
             ctx.finding(
-                category=Category.SKIPPED_TESTS,
+                category=SKIPPED_TESTS,
                 severity=Severity.MEDIUM,
                 title=f"{len(group)} test(s) {verb}: {reason or 'no reason given'}",
                 location=taken.where,
@@ -173,7 +174,7 @@ def module_skips(ctx: StageContext, records: list[TestRecord]) -> list[Finding]:
         one = len(group) == 1
         found.append(
             ctx.finding(
-                category=Category.SKIPPED_TESTS,
+                category=SKIPPED_TESTS,
                 severity=Severity.LOW,
                 title=(f"{modules[0]} skipped" if one else f"{len(group)} test modules skipped") + f" at collection: {reason}",
                 location=places[0] if one else None,
@@ -215,7 +216,7 @@ def left_out_files(ctx: StageContext, result: SuiteResult, records: list[TestRec
     places = [Location(path=path, line=None) for path in left]
     return [
         ctx.finding(
-            category=Category.TEST_SELECTION,
+            category=TEST_SELECTION,
             severity=Severity.LOW,
             title=f"{len(left)} test file{'s are' if len(left) > 1 else ' is'} not part of the test run: {first}",
             location=None,  # the cause is the configuration; the files are the evidence's locations
@@ -292,7 +293,7 @@ def _disabled(ctx: StageContext, old: TestRecord, current: TestRecord | None, ve
         how, where = _gone(ctx.root, old, ctx.config.tests or [], reached)
     name = current.nodeid if current is not None and current.nodeid != old.nodeid else old.nodeid
     return ctx.finding(
-        category=Category.TEST_DISABLED,
+        category=TEST_DISABLED,
         severity=Severity.HIGH,
         title=f"{old.nodeid} passed in the baseline ({version}) and is taken out here: {how}",
         location=where or Location(path=old.path or old.nodeid.split("::")[0], line=old.line, function=old.nodeid.split("::")[-1].split("[")[0]),

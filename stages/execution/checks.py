@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 from traingate.stages.common.stacks import crash_frames
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame
 from traingate.stages.contract.pytest_events import CollectErrorEvent, EnvironmentCause, InternalErrorEvent, MissingPackage
 from traingate.pipeline.model.text import clip_line, clip_text, first_line
 from traingate.stages.agent.environment import environment_finding, missing_module
 from traingate.stages.execution.accounting import site_location
 from traingate.stages.execution.suite import SuiteResult, SuiteRun, TestOutcome, exit_meaning, group_skips, inconsistencies
+from traingate.stages.execution.rules import COLLECTION_ERROR, NO_TESTS, SKIPPED_TESTS, TEST_ENVIRONMENT, TEST_FAILURE
+from traingate.stages.execution.config import ExecutionPolicy
 
 _TAIL = 6000
 
@@ -73,7 +75,7 @@ def conftest_errors(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> li
         return [environment_finding(ctx, err, missing, f"Importing {conftest or 'a conftest'}", location, run="conftest")]
     return [
         ctx.finding(
-            category=Category.COLLECTION_ERROR,
+            category=COLLECTION_ERROR,
             severity=Severity.CRITICAL,
             title=f"conftest {conftest or ''} cannot be imported: {err.type}".replace("  ", " "),
             location=location,
@@ -112,7 +114,7 @@ def collection_errors(ctx: StageContext, result: SuiteResult) -> list[Finding]:
         message = _first_line(err.message) or _first_line(err.longrepr)
         findings.append(
             ctx.finding(
-                category=Category.COLLECTION_ERROR,
+                category=COLLECTION_ERROR,
                 severity=Severity.HIGH,
                 title=f"{module} cannot be collected: {what}",
                 location=location,
@@ -144,7 +146,7 @@ def test_failures(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list
         verb = {"failed": "fails", "error": "errors", "crashed": "kills the test process", "interrupted": "stops the test run"}[test.outcome]
         findings.append(
             ctx.finding(
-                category=Category.TEST_FAILURE,
+                category=TEST_FAILURE,
                 severity=Severity.HIGH,
                 title=f"{test.nodeid} {verb}",
                 location=location,
@@ -176,9 +178,9 @@ def environment_failure(ctx: StageContext, run: SuiteRun, test: TestOutcome) -> 
             f"Install {env.package!r} in the CI environment if the test must run there; otherwise skip it when the package is missing "
             f"(`pytest.importorskip({env.package!r})`) or deselect it in `tests`."
         )
-    blocks = ctx.config.policy.test_environment_blocks
+    blocks = ctx.thresholds(ExecutionPolicy).test_environment_blocks
     return ctx.finding(
-        category=Category.TEST_ENVIRONMENT,
+        category=TEST_ENVIRONMENT,
         severity=Severity.HIGH if blocks else Severity.LOW,
         title=f"{test.nodeid} could not run here: it needs {_needed(env, key)}",
         location=location,
@@ -206,10 +208,10 @@ def _environment_module(ctx: StageContext, err: CollectErrorEvent, module: str, 
             f"Install {package!r} in the CI environment if these tests must run there; otherwise make the module skip without it "
             f"(`{package} = pytest.importorskip({package!r})` in place of the import) {leave_out}."
         )
-    blocks = ctx.config.policy.test_environment_blocks
+    blocks = ctx.thresholds(ExecutionPolicy).test_environment_blocks
     message = _first_line(err.message) or _first_line(err.longrepr)
     return ctx.finding(
-        category=Category.TEST_ENVIRONMENT,
+        category=TEST_ENVIRONMENT,
         severity=Severity.HIGH if blocks else Severity.LOW,
         title=f"{module} could not be imported here: it needs {_needed(env, key)}",
         location=location,
@@ -298,7 +300,7 @@ def _internal_error(ctx: StageContext, run: SuiteRun, err: InternalErrorEvent) -
         return ctx.stage_error(title, reason="pytest-internal-error", key=err.type, title=title, problem=problem, impact=impact, fix=fix, evidence=evidence)
     # Raised from the target's own hooks: its suite cannot be collected or run.
     return ctx.finding(
-        category=Category.COLLECTION_ERROR,
+        category=COLLECTION_ERROR,
         severity=Severity.CRITICAL,
         title=title,
         location=location,
@@ -328,7 +330,7 @@ def _ended_early(ctx: StageContext, run: SuiteRun, result: SuiteResult, location
     never = never_ran(result)
     named = f"; never ran: {_named_tests(never)}" if never else ""
     return ctx.finding(
-        category=Category.TEST_FAILURE,
+        category=TEST_FAILURE,
         severity=Severity.HIGH,
         title=clip_line(f"The test run ended early: {result.ran} of {total} tests ran{named}", 300),
         location=location,
@@ -384,7 +386,7 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
     location = site_location(result.interrupt.target_frame if result.interrupt is not None else None)
     return [
         ctx.finding(
-            category=Category.NO_TESTS,
+            category=NO_TESTS,
             severity=Severity.HIGH,
             title="No test ran",
             location=location,
@@ -413,7 +415,7 @@ def no_suite_finding(ctx: StageContext) -> Finding:
     defect the gate can hold against this version, but every report must show that no test
     verified it; a policy that blocks on `info` blocks on it."""
     return ctx.finding(
-        category=Category.NO_TESTS,
+        category=NO_TESTS,
         severity=Severity.INFO,
         title="No test suite declared (`tests = false`): pytest was not run",
         location=None,
@@ -435,7 +437,7 @@ def skipped_tests(ctx: StageContext, result: SuiteResult, hidden: frozenset[str]
     for group in group_skips([t for t in result.tests if t.nodeid not in hidden]):
         findings.append(
             ctx.finding(
-                category=Category.SKIPPED_TESTS,
+                category=SKIPPED_TESTS,
                 severity=Severity.LOW,
                 title=f"{group.count} test(s) skipped: {group.reason}",
                 location=Location(path=group.path, line=group.line) if group.path else None,

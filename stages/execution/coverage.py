@@ -23,8 +23,9 @@ from pathlib import Path
 
 from traingate.pipeline.model.config import EntrypointConfig
 from traingate.stages.execution.details import EntrypointCoverage, NoEntrypoint
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
+from traingate.stages.execution.rules import ENTRYPOINT_UNTESTED
 
 FuncNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -225,7 +226,7 @@ def untested_finding(ctx: StageContext, source: EntrypointSource, executed: set[
         code = f"{source.function}'s body ({source.rel})"
         fix = f"Add a test that calls {source.function} on tiny inputs (a few steps, a tiny model) and checks its result."
     return ctx.finding(
-        category=Category.ENTRYPOINT_UNTESTED,
+        category=ENTRYPOINT_UNTESTED,
         severity=Severity.MEDIUM,
         title=f"The test suite never executes {source.function}",
         location=Location(path=source.rel, line=source.first_line, function=None if source.script else source.function),

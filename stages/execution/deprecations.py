@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from traingate.stages.execution.details import WarningRow
 from traingate.pipeline.model.findings import locations_data
-from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.contract.messages import WarningRecord
 from traingate.stages.contract.pytest_events import WarningEvent
+from traingate.stages.execution.rules import DEPRECATED_API
 
 _DEPRECATION = ("DeprecationWarning", "PendingDeprecationWarning")
 
@@ -97,7 +98,7 @@ def _deprecation_finding(ctx: StageContext, group: list[WarningSite]) -> Finding
     more = f" and {len(group) - 1} more line(s)" if len(group) > 1 else ""
     lines = ", ".join(f"{s.path}:{s.line} ({s.count}x)" for s in group[:20]) + (f" and {len(group) - 20} more" if len(group) > 20 else "")
     return ctx.finding(
-        category=Category.DEPRECATED_API,
+        category=DEPRECATED_API,
         severity=Severity.LOW,
         title=f"Deprecated PyTorch API at {first.path}:{first.line}{more}" + (f": `{first.code[:80]}`" if first.code else ""),
         location=places[0],

@@ -8,8 +8,10 @@ from collections import OrderedDict
 from typing import Any
 
 from traingate.pipeline.model.findings import locations_data
-from traingate.pipeline.model.schema import LOCATIONS_KEY, Category, Evidence, EvidenceKind, Finding
+from traingate.pipeline.model.schema import LOCATIONS_KEY, Evidence, EvidenceKind, Finding
 from traingate.stages.base import StageContext
+from traingate.stages.execution.rules import TEST_ENVIRONMENT
+from traingate.stages.execution.config import ExecutionPolicy
 
 MAX_NAMED = 20
 
@@ -20,7 +22,7 @@ def one_per_need(ctx: StageContext, findings: list[Finding]) -> list[Finding]:
     kept: list[Finding] = []
     for f in findings:
         env = f.evidence.data.get("environment")
-        if f.category is Category.TEST_ENVIRONMENT and isinstance(env, dict):
+        if f.category is TEST_ENVIRONMENT and isinstance(env, dict):
             groups.setdefault(_need(env), []).append(f)
         else:
             kept.append(f)
@@ -47,13 +49,13 @@ def _merged(ctx: StageContext, need: str, group: list[Finding]) -> Finding:
         fix = first.fix
     places = [f.location for f in group if f.location is not None]
     return ctx.finding(
-        category=Category.TEST_ENVIRONMENT,
+        category=TEST_ENVIRONMENT,
         severity=first.severity,
         title=f"{len(group)} tests or test modules could not run here: they need {needed}",
         location=None,
         problem=f"{listed} could not run because they need {needed}. This is a limit of the environment the gate ran in, not a defect it found in the code.",
         impact="What these tests check was not verified in this run; the suite was incomplete."
-        + (" The policy (`test_environment_blocks = true`) blocks on it." if ctx.config.policy.test_environment_blocks else ""),
+        + (" The policy (`test_environment_blocks = true`) blocks on it." if ctx.thresholds(ExecutionPolicy).test_environment_blocks else ""),
         fix=fix,
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,

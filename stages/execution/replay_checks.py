@@ -17,11 +17,12 @@ import subprocess
 from dataclasses import dataclass
 
 from traingate.stages.execution.details import ReplayDetails, ReplayRow
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity, TestRecord
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity, TestRecord
 from traingate.stages.base import StageContext
 from traingate.pipeline.model.text import clip_line, first_line
 from traingate.stages.execution.replay import NotReplayed, ReplayPlan, build_view, open_tree, plan_replay, remove_view
 from traingate.stages.execution.suite import SuiteResult, SuiteRun, parse_events, run_suite
+from traingate.stages.execution.rules import TEST_WEAKENED
 
 # Exceptions that say the code's interface changed under the baseline's form of a test.
 INTERFACE_ERRORS = frozenset({"TypeError", "ImportError", "ModuleNotFoundError", "AttributeError", "NameError"})
@@ -131,13 +132,13 @@ def _replay_finding(ctx: StageContext, plan: ReplayPlan, verdict: Verdict, base:
     if verdict.verdict == "interface":
         severity = Severity.HIGH if ctx.config.policy.interface_changes_block else Severity.MEDIUM
         return ctx.finding(
-            category=Category.TEST_WEAKENED, rule=INTERFACE_RULE, severity=severity, location=where, evidence=evidence, key=old.nodeid,
+            category=TEST_WEAKENED, rule=INTERFACE_RULE, severity=severity, location=where, evidence=evidence, key=old.nodeid,
             title=clip_line(f"{old.nodeid}: the baseline's form no longer runs here ({verdict.error}); {new_form}", 300),
             problem=f"{ran} stops at {verdict.error}: the interface it calls changed, and the test was updated with it; {new_form}. Whether the behaviour it checks is the same is not verified by the baseline's form.",
         )
     did = "is skipped" if verdict.outcome in ("skipped", "xfailed") else f"fails ({verdict.error})" if verdict.outcome != "not-run" else f"did not finish ({verdict.error})"
     return ctx.finding(
-        category=Category.TEST_WEAKENED, location=where, evidence=evidence, key=old.nodeid,
+        category=TEST_WEAKENED, location=where, evidence=evidence, key=old.nodeid,
         title=clip_line(f"{old.nodeid} passed in the baseline ({version}); its baseline form {did} on this version", 300),
         problem=f"{ran} {did}; {new_form}. The change edited the test that its code now fails: what the test checked no longer holds.",
     )
@@ -146,7 +147,7 @@ def _replay_finding(ctx: StageContext, plan: ReplayPlan, verdict: Verdict, base:
 def _not_replayed(ctx: StageContext, plan: NotReplayed, changed: list[str]) -> Finding:
     shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
     return ctx.finding(
-        category=Category.TEST_WEAKENED, rule=NOT_REPLAYED_RULE, location=None, key="not-replayed",
+        category=TEST_WEAKENED, rule=NOT_REPLAYED_RULE, location=None, key="not-replayed",
         title=clip_line(f"baseline tests not replayed: {plan.reason}", 300),
         problem=f"{len(changed)} test(s) that passed in the baseline changed in this version ({shown}), and their baseline form could not be run on this version: {plan.reason}. Whether the change weakened them was not checked.",
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=plan.reason, data={"commit": plan.commit, "reason": plan.reason, "tests": changed[:200]}),

@@ -1,6 +1,6 @@
 """The execution stage: the test suite under coverage (with a baseline: the baseline's form of each test the change edited), and a smoke call of the entrypoint.
 
-What the gate knows of it (`traingate.pipeline.model.registry.Stage`); its work is `stage.py`.
+What the gate knows of it (`traingate.stages.api.Stage`); its work is `stage.py`.
 """
 
 from __future__ import annotations
@@ -8,27 +8,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
+from traingate.stages.api import HistoryMetric, Stage
+from traingate.stages.execution.config import ExecutionPolicy
 from traingate.stages.execution.details import ExecutionDetails
-from traingate.stages.execution.rules import CATEGORIES, RULES
+from traingate.stages.execution.rules import RULES
 
 if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
-    from traingate.pipeline.model.schema import StageOutcome
-    from traingate.stages.base import StageContext
+    from traingate.stages.api import StageContext, StageOutcome
 
 
-class ExecutionStage:
+class ExecutionStage(Stage):
     name = "execution"
     order = 10
     rules = RULES
-    categories = CATEGORIES
-    config_model: type[BaseModel] | None = None
-    details_model: type[BaseModel] | None = ExecutionDetails
-    template: Path | None = Path(__file__).with_name("report.md.j2")
-    payload_models: dict[str, type[BaseModel]] = {}
-    # What it does with the training function: a run that cannot call it skips the stage.
-    purpose: str | None = None  # it is what finds that out
+    policy_model = ExecutionPolicy
+    details_model = ExecutionDetails
+    template = Path(__file__).with_name("report.md.j2")
+    # It runs whatever happened before: it is what finds out whether the training function runs.
+    needs_training = False
+    history_metrics = (HistoryMetric(column="Tests passed", ids=("tests.passed",), total="tests.collected"),)
 
     def run(self, ctx: StageContext) -> StageOutcome:
         from traingate.stages.execution.stage import ExecutionWork  # its agent's work only

@@ -23,13 +23,14 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from traingate.pipeline.model.config import PolicyConfig
+from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.performance.details import AmpComparison, AmpSide, AmpSides
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Metric, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.probe.payloads import AmpCounts, SiteKey, StepClockRecord
 from traingate.stages.performance.spread import RatioSpread, ratio_of_medians
 from traingate.stages.performance.timing import step_stats, step_times
+from traingate.stages.performance.rules import AMP_ACCURACY, AMP_INACTIVE, AMP_MEMORY, AMP_SPEEDUP
 
 FINAL_STEPS = 5
 NOT_ON_CPU = "not applicable on cpu: gates on CUDA only"
@@ -92,7 +93,7 @@ def under_floor_within_noise(spread: RatioSpread | None, floor: float) -> bool:
     return spread is not None and spread.ratio < floor <= spread.high
 
 
-def metrics(comparison: AmpComparison, policy: PolicyConfig, amp_counts: AmpCounts | None) -> list[Metric]:
+def metrics(comparison: AmpComparison, policy: PerformancePolicy, amp_counts: AmpCounts | None) -> list[Metric]:
     device = comparison.device
     cuda = device == "cuda"
     out = []
@@ -396,7 +397,7 @@ def inactive_finding(
         cause = f"autocast was never entered: {switch} {'switch' if script else 'switches'} nothing on"
     location = location_of(site)
     return ctx.finding(
-        category=Category.AMP_INACTIVE,
+        category=AMP_INACTIVE,
         severity=Severity.HIGH,
         title="Mixed precision is switched on but no computation ran in reduced precision",
         location=location,
@@ -415,7 +416,7 @@ def _at(site: SiteKey | None) -> str:
     return f"{site[0]}:{site[1]}" if site else ""
 
 
-def accuracy_finding(ctx: StageContext, comparison: AmpComparison, policy: PolicyConfig, location: Location | None) -> Finding | None:
+def accuracy_finding(ctx: StageContext, comparison: AmpComparison, policy: PerformancePolicy, location: Location | None) -> Finding | None:
     drift = comparison.loss_drift
     sides = comparison.sides
     l32, lamp = sides.fp32.final_loss, sides.amp.final_loss
@@ -423,7 +424,7 @@ def accuracy_finding(ctx: StageContext, comparison: AmpComparison, policy: Polic
     if drift is None or drift <= policy.amp_accuracy_tolerance or l32 is None or lamp is None:
         return None
     return ctx.finding(
-        category=Category.AMP_ACCURACY,
+        category=AMP_ACCURACY,
         severity=Severity.HIGH,
         title=f"Mixed precision changes the final loss by {drift:.1%} (tolerance {policy.amp_accuracy_tolerance:.1%})",
         location=location,
@@ -449,7 +450,7 @@ def accuracy_finding(ctx: StageContext, comparison: AmpComparison, policy: Polic
     )
 
 
-def target_findings(ctx: StageContext, comparison: AmpComparison, policy: PolicyConfig, location: Location | None) -> list[Finding]:
+def target_findings(ctx: StageContext, comparison: AmpComparison, policy: PerformancePolicy, location: Location | None) -> list[Finding]:
     """`amp-speedup` and `amp-memory`: on CUDA only, where the targets gate."""
     if comparison.device != "cuda":
         return []
@@ -462,7 +463,7 @@ def target_findings(ctx: StageContext, comparison: AmpComparison, policy: Policy
     # A speedup whose interval reaches the target is not measured (noise), never a finding.
     if speedup is not None and speedup < policy.amp_speedup_min and fp32_step is not None and amp_step is not None and not under_floor_within_noise(spread, policy.amp_speedup_min):
         out.append(ctx.finding(
-            category=Category.AMP_SPEEDUP,
+            category=AMP_SPEEDUP,
             severity=Severity.HIGH,
             title=f"Mixed precision speeds a step up {speedup:.2f}x, under the {policy.amp_speedup_min}x target",
             location=location,
@@ -480,7 +481,7 @@ def target_findings(ctx: StageContext, comparison: AmpComparison, policy: Policy
     peak32, peak_amp = sides.fp32.peak_memory_bytes, sides.amp.peak_memory_bytes
     if reduction is not None and reduction < policy.amp_memory_reduction_min:
         out.append(ctx.finding(
-            category=Category.AMP_MEMORY,
+            category=AMP_MEMORY,
             severity=Severity.HIGH,
             title=f"Mixed precision saves {reduction:.0%} of peak memory, under the {policy.amp_memory_reduction_min:.0%} target",
             location=location,

@@ -8,17 +8,18 @@ verdict, so the metric is shown as undecided instead, with the reason."""
 from __future__ import annotations
 
 from traingate.pipeline.model.schema import Category, Finding, Metric
+from traingate.stages.performance.rules import AMP_ACCURACY, AMP_INACTIVE, AMP_MEMORY, AMP_SPEEDUP, HOST_SYNC, INPUT_STALL, MEMORY_LEAK, PERF_REGRESSION
 
 # Metric id prefix -> the categories whose finding explains a miss.
 CATEGORIES_BY_PREFIX: dict[str, frozenset[Category]] = {
-    "memory.held_growth": frozenset({Category.MEMORY_LEAK}),
-    "memory.graph_nodes_growth": frozenset({Category.MEMORY_LEAK}),
-    "memory.host_growth": frozenset({Category.MEMORY_LEAK}),
-    "memory.peak.": frozenset({Category.PERF_REGRESSION}),
-    "data_wait.": frozenset({Category.INPUT_STALL}),
-    "syncs.": frozenset({Category.HOST_SYNC}),
-    "step_time.": frozenset({Category.PERF_REGRESSION}),
-    "amp.": frozenset({Category.AMP_SPEEDUP, Category.AMP_MEMORY, Category.AMP_ACCURACY, Category.AMP_INACTIVE}),
+    "memory.held_growth": frozenset({MEMORY_LEAK}),
+    "memory.graph_nodes_growth": frozenset({MEMORY_LEAK}),
+    "memory.host_growth": frozenset({MEMORY_LEAK}),
+    "memory.peak.": frozenset({PERF_REGRESSION}),
+    "data_wait.": frozenset({INPUT_STALL}),
+    "syncs.": frozenset({HOST_SYNC}),
+    "step_time.": frozenset({PERF_REGRESSION}),
+    "amp.": frozenset({AMP_SPEEDUP, AMP_MEMORY, AMP_ACCURACY, AMP_INACTIVE}),
 }
 
 

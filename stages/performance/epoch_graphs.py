@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from itertools import pairwise
 from statistics import median
 
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.probe.payloads import GraphSteps, MemoryRecord
 from traingate.stages.performance.stores import storing_lines
+from traingate.stages.performance.rules import MEMORY_LEAK
 
-CATEGORY = Category.MEMORY_LEAK
+CATEGORY = MEMORY_LEAK
 GRAPH_STEPS = 3  # steps held before a drop that counts as a release
 RELEASED = 2  # at most this many steps held right after a release
 RISING_SHARE = 0.75  # of the boundaries between releases, those where the graph held one more step

@@ -58,15 +58,16 @@ from traingate.stages.performance.details import (
     StoredAt,
     TableRow,
 )
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.performance.probe.payloads import CheckHolder, GraphHolder, GrowthLine, HolderRecord, LeakCheck, MemoryRecord, RetainedSite
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
 from traingate.stages.performance.stores import storing_lines
 from traingate.stages.performance.epoch_graphs import epoch_finding, epoch_graphs
+from traingate.stages.performance.rules import MEMORY_LEAK
 
-CATEGORY = Category.MEMORY_LEAK
+CATEGORY = MEMORY_LEAK
 STEADY_R2 = 0.9
 MIN_R2 = 0.5
 STEADY_Z = 3.0  # Mann-Kendall: a rising trend at p < 0.003

@@ -19,12 +19,13 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from traingate.stages.performance.details import MachineRecord, NotComparable, PerformanceDetails, RegressionDetails, RegressionRow, SideBySide, SpreadRecord
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.base import StageContext
 from traingate.stages.performance.sign_test import sign_test
 from traingate.stages.performance.spread import ratio_from_iqr
+from traingate.stages.performance.rules import PERF_REGRESSION
 
-CATEGORY = Category.PERF_REGRESSION
+CATEGORY = PERF_REGRESSION
 # Metric ids of peak-memory measurements start with this.
 PEAK_MEMORY_PREFIX = "memory.peak."
 MIN_RELATIVE = 0.10

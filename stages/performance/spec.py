@@ -1,6 +1,6 @@
 """The performance stage: memory growth per optimizer step, host-device synchronisations, mixed precision on against off, data-loading stalls, and regressions against the baseline.
 
-What the gate knows of it (`traingate.pipeline.model.registry.Stage`); its work is `stage.py`.
+What the gate knows of it (`traingate.stages.api.Stage`); its work is `stage.py`.
 """
 
 from __future__ import annotations
@@ -8,31 +8,38 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
-from traingate.stages.performance.config import PerformanceConfig
+from traingate.stages.api import HistoryMetric, Stage
+from traingate.stages.performance.config import PerformanceConfig, PerformancePolicy
 from traingate.stages.performance.details import PerformanceDetails
 from traingate.stages.performance.probe.payloads import MODELS
-from traingate.stages.performance.rules import CATEGORIES, RULES
+from traingate.stages.performance.rules import RULES
 
 if TYPE_CHECKING:  # the agent's context: imported only where the stage runs
-    from traingate.pipeline.model.schema import StageOutcome
-    from traingate.stages.base import StageContext
+    from traingate.stages.api import StageContext, StageOutcome
 
 
-class PerformanceStage:
+class PerformanceStage(Stage):
     name = "performance"
     order = 20
     rules = RULES
-    categories = CATEGORIES
-    config_model: type[BaseModel] | None = PerformanceConfig
-    details_model: type[BaseModel] | None = PerformanceDetails
-    template: Path | None = Path(__file__).with_name("report.md.j2")
-    payload_models: dict[str, type[BaseModel]] = MODELS
-    # What it does with the training function: a run that cannot call it skips the stage.
-    purpose: str | None = "profile"
+    config_model = PerformanceConfig
+    policy_model = PerformancePolicy
+    details_model = PerformanceDetails
+    template = Path(__file__).with_name("report.md.j2")
+    payload_models = MODELS
+    # A run that cannot call the training function skips the stage: nothing to profile.
+    purpose = "profile"
     # Its timing runs are timed: no other stage runs beside it (`pipeline.gate.schedule`).
     times_runs = True
+    history_metrics = (
+        # The full-precision run's step time where there is one.
+        HistoryMetric(
+            column="Step time", ids=("step_time.median.fp32", "step_time.median.amp"), prefix="step_time.median.", unit=" ms", variant=True,
+            chart="step time (ms)", chart_title="median step time (ms)",
+        ),
+        HistoryMetric(column="Memory growth", ids=("memory.held_growth",), unit=" B/step"),
+        HistoryMetric(column="AMP speedup", ids=("amp.speedup",), unit="x"),
+    )
 
     def run(self, ctx: StageContext) -> StageOutcome:
         from traingate.stages.performance.stage import PerformanceWork  # its agent's work only

@@ -49,6 +49,7 @@ from traingate.stages.performance.baseline_code import BaselineCode
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
+from traingate.stages.performance.config import PerformancePolicy
 
 
 
@@ -391,7 +392,7 @@ def _amp_section(out: _Measured, profile: FullPayload, timings: dict[str, StepCl
         return None
     if "fp32" not in timings or "amp" not in timings:
         return None
-    ctx, policy, clock = out.ctx, out.ctx.config.policy, profile.clock
+    ctx, policy, clock = out.ctx, out.ctx.thresholds(PerformancePolicy), profile.clock
     amp_counts = profile.amp
     comparison = perf_amp.compare(timings["fp32"], timings["amp"], out.warmup, out.min_steps, out.device, perf_amp.amp_active(amp_counts))
     amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)

@@ -18,12 +18,13 @@ from collections.abc import Callable
 from typing import Literal
 
 from traingate.stages.performance.details import SyncRow, SyncSummary
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.probe.payloads import SiteKey, SyncRecords, SyncSiteRecord
 from traingate.stages.performance.sign_test import sign_test
+from traingate.stages.performance.rules import HOST_SYNC
 
-CATEGORY = Category.HOST_SYNC
+CATEGORY = HOST_SYNC
 PER_STEP_FRACTION = 0.5  # a site counts as "in the step" when it syncs in this share of steps
 SEVERAL = 2.0
 

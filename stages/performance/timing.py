@@ -12,15 +12,16 @@ from dataclasses import dataclass
 from statistics import median, quantiles
 
 from traingate.stages.performance.details import Breakdown, LoaderSummary, Phase, PhaseShare, SampledLine, StallDetails, StepRecord
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.performance.probe.payloads import FullPayload, LoaderRecord, PhaseTimes, StepClockRecord
 from traingate.stages.performance.sign_test import sign_test
+from traingate.stages.performance.rules import INPUT_STALL
 
 PHASES: tuple[Phase, ...] = ("data", "forward", "backward", "optimizer", "rest")
 STALL_SHARE = 0.5  # input-stall: the median step waits for data more than half its time
 STALL_HIGH_SHARE = 0.8
-CATEGORY = Category.INPUT_STALL
+CATEGORY = INPUT_STALL
 
 
 @dataclass(frozen=True)
