@@ -14,6 +14,7 @@ Reported only from observations of `traingate.stages.concurrency.probe.loaders.L
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from traingate.stages.concurrency.details import LoaderDetails, LoaderRow, StartMethodRow
@@ -135,63 +136,119 @@ def _culprit_of(check: StartMethodCheck) -> Culprit | None:
     return check.pickle.culprit if isinstance(check.pickle, PickleFailed) else None
 
 
-def _start_method_failure(ctx: StageContext, group: list[StartMethodCheck], loaders: list[LoaderRecord | None], fallback: Location | None) -> Finding:
-    check, loader = group[0], loaders[0]
-    pickled, batch = check.pickle, check.batch
-    assert isinstance(batch, BatchFailed)  # only failed checks are grouped
-    method, used = check.method, check.used or "fork"
-    methods = list(dict.fromkeys(c.method for c in group))
-    batches = loader.batches if loader else 0
-    works = f"it loaded {batches} batch(es) under `{used}` in the same run" if batches else f"the run used `{used}`"
-    sites = list(dict.fromkeys(_where(c.site) for c in group))
-    broken = f"the DataLoader built at {sites[0]}" if len(sites) == 1 else f"{len(sites)} DataLoaders (built at {', '.join(sites)})"
-    site = check.site
-    if isinstance(pickled, PickleFailed):
-        culprit = pickled.culprit
-        defined = culprit.defined_at if culprit else None
-        what = f"`{culprit.attribute}` ({culprit.type}{', defined at ' + _where(defined) if defined else ''})" if culprit else f"the {pickled.object}"
-        problem = (
-            f"Under the `{'`/`'.join(methods)}` start method each worker receives the {pickled.object} pickled, and {what} cannot be pickled: "
-            f"{pickled.error}. This breaks {broken}. Loading one batch with multiprocessing_context=\"{method}\" failed with {batch.error[:200]}. {works[0].upper() + works[1:]}."
+@dataclass(frozen=True)
+class _Broken:
+    """What one group of failed start-method checks broke: the start methods tried, the one the
+    run used, how many batches the loader loaded under it, and the loaders' lines."""
+
+    method: str  # the first start method that failed
+    methods: list[str]
+    used: str
+    batches: int
+    sites: list[str]
+
+    @classmethod
+    def of(cls, group: list[StartMethodCheck], loader: LoaderRecord | None) -> _Broken:
+        check = group[0]
+        return cls(
+            method=check.method, methods=list(dict.fromkeys(c.method for c in group)), used=check.used or "fork",
+            batches=loader.batches if loader else 0, sites=list(dict.fromkeys(_where(c.site) for c in group)),
         )
-        fix = "Replace lambdas and local functions held by the dataset (or passed as collate_fn/worker_init_fn) with module-level functions or callable classes, so the loader works under every start method."
-        error_text = pickled.error
-        location = location_of(defined) or location_of(site) or fallback
-        loaders_text = "its DataLoader fails" if len(sites) == 1 else f"{len(sites)} DataLoaders fail"
-        title = f"{what.split(' (')[0]} cannot be pickled: {loaders_text} under `{method}` (fine under `{used}`)"
-        key = f"start-method:unpicklable:{_code(defined) or culprit.attribute}" if culprit else f"start-method:{method}:{_code(site)}"
-    else:
-        problem = f"A worker started with `{method}` failed to load one batch ({batch.error[:300]}); {works}."
-        fix = "Make the dataset self-contained: state set up at run time in the main process (globals, open handles) is not there in a spawned worker; build it in __init__ or worker_init_fn."
-        error_text = batch.error
-        location = location_of(site) or fallback
-        title = f"DataLoader works under `{used}` but fails under `{method}`"
-        key = f"start-method:{method}:{_code(site)}"
+
+    def works(self) -> str:
+        return f"it loaded {self.batches} batch(es) under `{self.used}` in the same run" if self.batches else f"the run used `{self.used}`"
+
+    def loaders(self) -> str:
+        return f"the DataLoader built at {self.sites[0]}" if len(self.sites) == 1 else f"{len(self.sites)} DataLoaders (built at {', '.join(self.sites)})"
+
+
+@dataclass(frozen=True)
+class _Cause:
+    """Why the workers failed, as the finding says it."""
+
+    title: str
+    problem: str
+    fix: str
+    error: str  # the error the evidence summarises
+    location: Location | None
+    key: str
+
+
+def _start_method_failure(ctx: StageContext, group: list[StartMethodCheck], loaders: list[LoaderRecord | None], fallback: Location | None) -> Finding:
+    """One finding per group of loaders broken the same way under another start method: by an
+    object that cannot be pickled (at the line that defines it), or a worker that fails to load."""
+    check = group[0]
+    batch = check.batch
+    assert isinstance(batch, BatchFailed)  # only failed checks are grouped
+    broken = _Broken.of(group, loaders[0])
+    pickled = check.pickle
+    cause = _unpicklable(check, pickled, batch, broken, fallback) if isinstance(pickled, PickleFailed) else _worker_fails(check, batch, broken, fallback)
+    method = broken.method
     return ctx.finding(
         category=CATEGORY,
         severity=Severity.HIGH,
-        title=title,
-        location=location,
-        problem=problem,
+        title=cause.title,
+        location=cause.location,
+        problem=cause.problem,
         impact=f"The training crashes at its first batch wherever workers start with `{method}`: macOS and Windows by default, Python 3.14 on Linux (forkserver), and launchers that avoid fork with CUDA.",
-        fix=fix,
+        fix=cause.fix,
         evidence=Evidence(
             kind=EvidenceKind.OBSERVED,
-            summary=f"{method}: {error_text.splitlines()[0][:200] if error_text else 'failed'}",
+            summary=f"{method}: {cause.error.splitlines()[0][:200] if cause.error else 'failed'}",
             traceback=batch.error,
-            data={
-                "start_method": method,
-                "start_methods": methods,
-                "used": used,
-                "batches_under_used": batches,
-                "pickle": as_sent(pickled) or {"ok": True},
-                "batch": as_sent(batch),
-                "settings": as_sent(loader.settings) if loader else None,
-                "loaders": [{"site": as_sent(c.site), "method": c.method, "settings": as_sent(lo.settings) if lo else None} for c, lo in zip(group, loaders, strict=True)],
-            },
+            data=_start_method_data(group, loaders, broken),
         ),
-        key=key,
+        key=cause.key,
     )
+
+
+def _unpicklable(check: StartMethodCheck, pickled: PickleFailed, batch: BatchFailed, broken: _Broken, fallback: Location | None) -> _Cause:
+    """A worker receives the dataset (or collate_fn, worker_init_fn) pickled, and something it holds cannot be."""
+    culprit = pickled.culprit
+    defined = culprit.defined_at if culprit else None
+    what = f"`{culprit.attribute}` ({culprit.type}{', defined at ' + _where(defined) if defined else ''})" if culprit else f"the {pickled.object}"
+    works = broken.works()
+    problem = (
+        f"Under the `{'`/`'.join(broken.methods)}` start method each worker receives the {pickled.object} pickled, and {what} cannot be pickled: "
+        f"{pickled.error}. This breaks {broken.loaders()}. Loading one batch with multiprocessing_context=\"{broken.method}\" failed with {batch.error[:200]}. {works[0].upper() + works[1:]}."
+    )
+    loaders_text = "its DataLoader fails" if len(broken.sites) == 1 else f"{len(broken.sites)} DataLoaders fail"
+    return _Cause(
+        title=f"{what.split(' (')[0]} cannot be pickled: {loaders_text} under `{broken.method}` (fine under `{broken.used}`)",
+        problem=problem,
+        fix="Replace lambdas and local functions held by the dataset (or passed as collate_fn/worker_init_fn) with module-level functions or callable classes, so the loader works under every start method.",
+        error=pickled.error,
+        location=location_of(defined) or location_of(check.site) or fallback,
+        key=f"start-method:unpicklable:{_code(defined) or culprit.attribute}" if culprit else f"start-method:{broken.method}:{_code(check.site)}",
+    )
+
+
+def _worker_fails(check: StartMethodCheck, batch: BatchFailed, broken: _Broken, fallback: Location | None) -> _Cause:
+    """The dataset pickles, but a worker started another way fails to load a batch."""
+    method = broken.method
+    return _Cause(
+        title=f"DataLoader works under `{broken.used}` but fails under `{method}`",
+        problem=f"A worker started with `{method}` failed to load one batch ({batch.error[:300]}); {broken.works()}.",
+        fix="Make the dataset self-contained: state set up at run time in the main process (globals, open handles) is not there in a spawned worker; build it in __init__ or worker_init_fn.",
+        error=batch.error,
+        location=location_of(check.site) or fallback,
+        key=f"start-method:{method}:{_code(check.site)}",
+    )
+
+
+def _start_method_data(group: list[StartMethodCheck], loaders: list[LoaderRecord | None], broken: _Broken) -> dict[str, Any]:
+    """The evidence's data: the start methods, the first check's probes and every loader broken."""
+    check, loader = group[0], loaders[0]
+    return {
+        "start_method": broken.method,
+        "start_methods": broken.methods,
+        "used": broken.used,
+        "batches_under_used": broken.batches,
+        "pickle": as_sent(check.pickle) or {"ok": True},
+        "batch": as_sent(check.batch),
+        "settings": as_sent(loader.settings) if loader else None,
+        "loaders": [{"site": as_sent(c.site), "method": c.method, "settings": as_sent(lo.settings) if lo else None} for c, lo in zip(group, loaders, strict=True)],
+    }
 
 
 def _recreated_persistent(ctx: StageContext, loader: LoaderRecord, fallback: Location | None) -> Finding | None:

@@ -13,8 +13,7 @@ the non_blocking check on a CPU, where a copy cannot race, reads the source and 
 """
 
 from __future__ import annotations
-
-from typing import TypeVar
+from typing import Any
 
 from traingate.stages.concurrency.config import ConcurrencyConfig
 from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS as LOADERS, CONCURRENCY_LOSSES as LOSSES, CONCURRENCY_NONBLOCKING as NONBLOCKING, CONCURRENCY_RNG as RNG, CONCURRENCY_STREAMS as STREAMS, CONCURRENCY_TRACE as TRACE
@@ -25,15 +24,17 @@ from traingate.stages.concurrency.details import (
     ConcurrencyRun,
     DeterminismDetails,
     LoaderDetails,
-    NonBlockingDetails,
     ProtocolDetails,
-    SourceMatch,
 )
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Metric, StageOutcome
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, start_warm_early, with_leftover_findings
 from traingate.stages.agent.session import StageSession, run_outcome
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
+from traingate.stages.agent.checks import Check, Checked, run_checks
+from traingate.stages.agent.session import StageSession, run_outcome
+from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
+from traingate.stages.concurrency.checks import DataLoaderHazards, GradScalerProtocol, InstrumentedRun, NonBlockingCopies, StreamRaces
 from traingate.stages.concurrency.determinism import (
     Divergence,
     NondeterminismData,
@@ -46,24 +47,17 @@ from traingate.stages.concurrency.determinism import (
     rng_causes,
     side_by_side,
 )
-from traingate.stages.concurrency.loaders import loader_details, loader_findings
-from traingate.stages.concurrency.protocol import ProtocolCheck, protocol_details, protocol_findings
-from traingate.stages.concurrency.static import SourceHit, nonblocking_reads, set_iterations
-from traingate.stages.contract.payloads.base import Payload
+from traingate.stages.concurrency.static import set_iterations
 from traingate.stages.concurrency.probe.payloads import (
     MODELS,
-    LoaderPayload,
     LossTracePayload,
-    NonBlockingPayload,
     ProtocolTracePayload,
     RngPayload,
-    StreamPayload,
 )
 from traingate.stages.concurrency.rules import DATALOADER_HAZARD, GRADSCALER_PROTOCOL, STREAM_RACE
 
 FIRST_HASH_SEED = "0"
 _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
-P = TypeVar("P", bound=Payload)
 
 
 class ConcurrencyWork:
@@ -83,16 +77,8 @@ class _Session(StageSession[ConcurrencyRun]):
     def __init__(self, ctx: StageContext) -> None:
         super().__init__(ctx)
         self.cuda = ctx.device == "cuda"
-        # What the checks observed, typed, for the metrics and the summary; None: not run.
-        self.trace: ProtocolTracePayload | None = None
-        self.protocol: ProtocolCheck | None = None
-        self.loaders: LoaderPayload | None = None
-        self.determinism: DeterminismDetails | None = None
-        # Each check's record for the report; None: not reached (`_checks` says why).
-        self.gradscaler: ProtocolDetails | None = None
-        self.dataloader: LoaderDetails | None = None
-        self.nonblocking: NonBlockingDetails | None = None
-        self.streams: CheckNote | None = None
+        self.records: dict[str, Any] = {}  # each check's record for the report, by its name; absent: not reached
+        self.first: EntrypointRun | None = None  # the instrumented run, once its checks have read it
 
     # -- child runs --------------------------------------------------------------------------------
     def _run(self, label: str, purpose: str, instruments: list[str], hash_seed: str, deterministic: bool = False) -> EntrypointRun | None:
@@ -144,181 +130,17 @@ class _Session(StageSession[ConcurrencyRun]):
         if broken:
             self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument_error(broken[0]))
             return self._outcome(first)
-        self._protocol(first)
-        self._loaders(first)
-        self._nonblocking(first)
-        self._streams(first)
+        self.records.update(run_checks(CHECKS, InstrumentedRun(self.ctx, first, self.fallback), self.findings))
+        protocol, trace = self.records[GradScalerProtocol.name], first.payload(TRACE, ProtocolTracePayload)
+        if first.ok and protocol.steps == 0 and trace is not None and not trace.steps:
+            self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
         if self._unexplained_failure(first):
             self.stopped = "the instrumented run failed for a reason none of this stage's checks explains"
             return self._outcome(first)
-        self._determinism(first)
+        self.first = first
+        self.records.update(run_checks(OWN_RUN_CHECKS, self, self.findings))
         return self._outcome(first)
 
-    def _protocol(self, first: EntrypointRun) -> None:
-        trace = _observed(first, TRACE, ProtocolTracePayload)
-        findings, result = protocol_findings(self.ctx, trace, self.fallback)
-        self.findings += findings
-        self.trace, self.protocol = trace, result
-        self.gradscaler = protocol_details(trace, result)
-        if first.ok and result.steps == 0 and not trace.steps:
-            self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
-
-    def _loaders(self, first: EntrypointRun) -> None:
-        watch = self.loaders = _observed(first, LOADERS, LoaderPayload)
-        self.findings += loader_findings(self.ctx, watch, self.fallback)
-        self.dataloader = loader_details(watch, list(self.ctx.section(ConcurrencyConfig).dataloader_start_methods))
-
-    def _nonblocking(self, first: EntrypointRun) -> None:
-        hits = nonblocking_reads(self.ctx.root)
-        if self.cuda:
-            watch = _observed(first, NONBLOCKING, NonBlockingPayload)
-            self.findings += nonblocking_observed(self.ctx, watch, self.fallback)
-            self.nonblocking = NonBlockingDetails(
-                ran=True,
-                mode="observed",
-                note=f"observed at the dispatcher on {self.ctx.device}: {watch.copies} non_blocking device-to-host copies, {len(watch.races)} read before a synchronisation",
-                static_matches=_matches(hits),
-            )
-            return
-        self.findings += nonblocking_static(self.ctx, hits)
-        self.nonblocking = NonBlockingDetails(
-            ran=True,
-            mode="static",
-            note="on a CPU a device-to-host copy is synchronous and cannot race, so it was not observed; the source was read for host copies made with non_blocking=True and read before a synchronize() (static, never blocking)",
-            static_matches=_matches(hits),
-        )
-
-    def _streams(self, first: EntrypointRun) -> None:
-        if not self.cuda:
-            self.streams = CheckNote(ran=False, note=f"not run: the CUDA sanitizer watches CUDA streams, and this run was on {self.ctx.device}")
-            return
-        sanitizer = _observed(first, STREAMS, StreamPayload)
-        self.findings += stream_findings(self.ctx, sanitizer, first.child.stderr, self.fallback)
-        self.streams = CheckNote(ran=sanitizer.available, note=f"CUDA sanitizer (CSAN) over the instrumented run: {sanitizer.total} unsynchronised access(es) reported")
-
-    # -- determinism -------------------------------------------------------------------------------
-    def _determinism(self, first: EntrypointRun) -> None:
-        base = _run_data(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first)
-        # Set field by field as the check gets there: the fields never set stay out of the report.
-        details = self.determinism = DeterminismDetails(ran=False, compared=[])
-        divergence, other = None, None
-        for index in range(1, self.ctx.section(ConcurrencyConfig).determinism_runs):
-            if not self._budget_allows(first):
-                self._out_of_budget(first, "the determinism rerun", check="determinism-rerun")
-                return
-            seed = _rerun_hash_seed(index)
-            run = self._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
-            if run is None:
-                return
-            other = _run_data(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run)
-            details.compared.append(other.label)
-            divergence = compare(base, other)
-            if divergence is not None:
-                break
-        assert other is not None
-        details.ran = True
-        _kept, details.returned_ignored = comparable_leaves(first.record.returned if first.record is not None else None)
-        details.curves = side_by_side(base, other, divergence)
-        details.labels = [base.label, other.label]
-        fingerprinted = len(base.fingerprinted)
-        if divergence is None:
-            details.verdict = f"identical: {len(base.losses)} optimizer step losses, the parameters after {fingerprinted} steps and the returned values matched exactly"
-            return
-        if divergence.where == "returned" and base.trained and other.trained:
-            # Training computed the same thing; only something returned differs: worth saying, never a block.
-            details.verdict = f"identical training ({len(base.losses)} step losses, parameters after {fingerprinted} steps); returned values differ at {divergence.describe()}"
-            details.kind = "returned-only"
-            self.findings.append(returned_only_finding(self.ctx, divergence, (base, other), self.fallback))
-            return
-        details.verdict = f"diverged at {divergence.describe()}"
-        self._classify(first, base, other, divergence, details)
-
-    def _classify(self, first: EntrypointRun, base: RunData, other: RunData, divergence: Divergence, details: DeterminismDetails) -> None:
-        if not self._budget_allows(first):
-            details.kind = "unclassified"
-            self.findings.append(nondeterminism_finding(self.ctx, "unclassified", divergence, (base, other), self.fallback, "No budget was left for the run that tells hash order from an unseeded source.", {}))
-            return
-        run = self._run("rerun-same-hashseed", "determinism: same PYTHONHASHSEED as run 1", [LOSSES, RNG], FIRST_HASH_SEED)
-        if run is None:
-            return
-        same = _run_data(f"run {len(details.compared) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run)
-        details.compared.append(same.label)
-        same_divergence = compare(base, same)
-        if same_divergence is None:
-            self._hash_order(base, other, divergence, same, details)
-        else:
-            details.curves = side_by_side(base, same, same_divergence)
-            details.labels = [base.label, same.label]
-            self._same_hash(first, base, same, same_divergence, details)
-
-    def _hash_order(self, base: RunData, other: RunData, divergence: Divergence, same: RunData, details: DeterminismDetails) -> None:
-        details.kind = "hash-order"
-        executed = set(base.target_modules) or None
-        hints = set_iterations(self.ctx.root, executed)
-        location = hints[0].location() if hints else self.fallback
-        explanation = (
-            f"{same.label} reproduced run 1 exactly, so the difference follows PYTHONHASHSEED: the order of a set (or of a "
-            "dict built from one) of strings decides something the training depends on"
-            + (f"; the source iterates a set at {hints[0].path}:{hints[0].line} (`{hints[0].code}`)" if hints else "")
-            + "."
-        )
-        self.findings.append(
-            nondeterminism_finding(
-                self.ctx, "hash-order", divergence, (base, other), location, explanation,
-                NondeterminismData(reproduced_by=same.label, static_hint=[h.as_dict() for h in hints[:10]], site_code=hints[0].code if hints else ""),
-            )
-        )
-
-    def _same_hash(self, first: EntrypointRun, base: RunData, same: RunData, divergence: Divergence, details: DeterminismDetails) -> None:
-        causes = rng_causes(base, same)
-        data = NondeterminismData(seeding_calls=causes[:10])
-        if causes:
-            cause = causes[0]
-            site = cause["site"]  # a whole `Site`: the target's own calls are the ones recorded
-            details.kind = "unseeded-random"
-            location = location_of(site) if site["path"] else self.fallback
-            explanation = f"The hash seed was the same, so a random source differs: `{cause['api']}` at {site['path']}:{site['line']} was {cause['why']} (seeds {cause['seeds']})."
-            data["site_code"] = site["code"]
-            self.findings.append(nondeterminism_finding(self.ctx, "unseeded-random", divergence, (base, same), location, explanation, data))
-            return
-        op = None
-        if self._budget_allows(first):
-            run = self._run("deterministic", "determinism: torch.use_deterministic_algorithms(True)", [LOSSES], FIRST_HASH_SEED, deterministic=True)
-            if run is None:
-                return
-            op = deterministic_op(run)
-        if op is not None:
-            details.kind = "nondeterministic-op"
-            frame = op["site"]  # the exception's target frame, when it has one
-            location = location_of(frame) or self.fallback
-            data["deterministic_rerun"] = op
-            data["site_code"] = frame["code"] if frame is not None else op["op"]
-            explanation = f"The hash seed was the same and no seeding call differed; with torch.use_deterministic_algorithms(True) the run stopped at `{op['op']}`, which has no deterministic implementation."
-            self.findings.append(nondeterminism_finding(self.ctx, "nondeterministic-op", divergence, (base, same), location, explanation, data))
-            return
-        details.kind = "same-hash-unlocated"
-        hints = set_iterations(self.ctx.root, set(base.target_modules) or None)
-        data["static_hint"] = [h.as_dict() for h in hints[:10]]
-        explanation = "The hash seed was the same, no seeding call of the target differed and deterministic algorithms named no op; the source of the randomness was not observed."
-        self.findings.append(nondeterminism_finding(self.ctx, "same-hash-unlocated", divergence, (base, same), self.fallback, explanation, data))
-
-    # -- failing closed ----------------------------------------------------------------------------
-    def _out_of_budget(self, first: EntrypointRun, what: str, check: str) -> None:
-        """`check` names what did not run, for the fingerprint."""
-        left = self.ctx.child_budget()
-        self.stopped = f"no budget left for {what}"
-        self.findings.append(
-            self.ctx.stage_error(
-                f"no budget left for {what}",
-                reason="out-of-budget",
-                key=check,
-                title=f"The concurrency stage ran out of budget before {what}",
-                problem=f"The instrumented run took {first.child.duration_s:.1f}s and only {left:.1f}s of the {self.ctx.config.timeout_s:.0f}s budget were left, not enough for {what}; the check did not run.",
-                impact="Determinism was not checked, so the gate cannot vouch for it (fail closed).",
-                fix="Raise `timeout_s` in [tool.traingate] (the stage needs about three times one run), or make the entrypoint's smoke kwargs smaller.",
-                evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{left:.1f}s left, one run takes {first.child.duration_s:.1f}s", data={"left_s": round(left, 2), "run_s": round(first.child.duration_s, 2)}),
-            )
-        )
 
     def _unexplained_failure(self, first: EntrypointRun) -> bool:
         """The instrumented run failed and no finding of this stage explains why (then the
@@ -348,25 +170,28 @@ class _Session(StageSession[ConcurrencyRun]):
             return
         self._fail(run, f"the entrypoint {run.failure()}", reason="entrypoint-failed")
 
+
     # -- the outcome -------------------------------------------------------------------------------
     def _checks(self) -> ConcurrencyChecks:
         """Every check's record; one not reached says why it did not run."""
         not_run = CheckNote(ran=False, note=f"not run: {self.stopped or 'the instrumented run failed'}")
-        streams = self.streams or CheckNote(
+        streams = self.records.get(StreamRaces.name) or CheckNote(
             ran=False,
             note=f"not run: the CUDA sanitizer needs a CUDA device, and this run was on {self.ctx.device}" if not self.cuda else f"not run: {self.stopped}",
         )
         return ConcurrencyChecks(
-            gradscaler=self.gradscaler or not_run,
-            dataloader=self.dataloader or not_run,
-            nonblocking=self.nonblocking or not_run,
+            gradscaler=self.records.get(GradScalerProtocol.name) or not_run,
+            dataloader=self.records.get(DataLoaderHazards.name) or not_run,
+            nonblocking=self.records.get(NonBlockingCopies.name) or not_run,
             streams=streams,
-            determinism=self.determinism or not_run,
+            determinism=self.records.get(Determinism.name) or not_run,
         )
 
     def _outcome(self, first: EntrypointRun | None) -> StageOutcome:
-        protocol, determinism = self.protocol, self.determinism
-        loaders = self.loaders.loaders if self.loaders is not None else []
+        protocol: ProtocolDetails | None = self.records.get(GradScalerProtocol.name)
+        determinism: DeterminismDetails | None = self.records.get(Determinism.name)
+        watched: LoaderDetails | None = self.records.get(DataLoaderHazards.name)
+        loaders = watched.loaders if watched is not None else []
         metrics = [
             Metric(id="steps.observed", name="optimizer steps observed", value=protocol.steps if protocol else 0, note="in the instrumented run"),
             Metric(id="gradscaler.iterations_checked", name="GradScaler protocol iterations checked", value=protocol.iterations if protocol else 0),
@@ -384,30 +209,154 @@ class _Session(StageSession[ConcurrencyRun]):
 
     def _summary(self) -> str:
         parts = [f"{len(self.runs)} run(s) on {self.ctx.device}"]
-        if self.trace is not None and self.protocol is not None:
-            if self.trace.scalers:
-                parts.append(f"GradScaler protocol checked over {self.protocol.iterations} iteration(s)")
+        protocol: ProtocolDetails | None = self.records.get(GradScalerProtocol.name)
+        if protocol is not None:
+            if protocol.scalers:
+                parts.append(f"GradScaler protocol checked over {protocol.iterations} iteration(s)")
             else:
                 # Most training loops use no scaler; "protocol checked" would claim a check that had nothing to check.
-                parts.append(f"no GradScaler used ({self.protocol.steps} optimizer step(s) observed)")
-        if self.determinism is not None and self.determinism.ran:
-            parts.append("runs " + (self.determinism.verdict or "compared").split(":")[0])
+                parts.append(f"no GradScaler used ({protocol.steps} optimizer step(s) observed)")
+        determinism: DeterminismDetails | None = self.records.get(Determinism.name)
+        if determinism is not None and determinism.ran:
+            parts.append("runs " + (determinism.verdict or "compared").split(":")[0])
         if self.stopped:
             parts.append(f"stopped: {self.stopped}")
         if not self.cuda:
             parts.append("stream check not run (no CUDA)")
         return "; ".join(parts)
 
+class Determinism:
+    """nondeterminism: the instrumented run (the first determinism run) against reruns with
+    another PYTHONHASHSEED; after a divergence, reruns that tell hash order from an unseeded
+    source, and deterministic algorithms to name the op."""
 
-def _matches(hits: list[SourceHit]) -> list[SourceMatch]:
-    return [SourceMatch(path=h.path, line=h.line, function=h.function, code=h.code, detail=h.detail) for h in hits]
+    name = "determinism"
+    reads = (TRACE, LOSSES, RNG)
+
+    def evaluate(self, session: _Session) -> Checked:
+        first = session.first
+        assert first is not None  # it runs only after the instrumented run's checks
+        base = _run_data(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first)
+        # Set field by field as the check gets there: the fields never set stay out of the report.
+        details = DeterminismDetails(ran=False, compared=[])
+        divergence, other = None, None
+        for index in range(1, session.ctx.section(ConcurrencyConfig).determinism_runs):
+            if not session._budget_allows(first):
+                return Checked([_out_of_budget(session, first, "the determinism rerun", check="determinism-rerun")], details)
+            seed = _rerun_hash_seed(index)
+            run = session._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
+            if run is None:
+                return Checked(record=details)
+            other = _run_data(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run)
+            details.compared.append(other.label)
+            divergence = compare(base, other)
+            if divergence is not None:
+                break
+        assert other is not None
+        details.ran = True
+        _kept, details.returned_ignored = comparable_leaves(first.record.returned if first.record is not None else None)
+        details.curves = side_by_side(base, other, divergence)
+        details.labels = [base.label, other.label]
+        fingerprinted = len(base.fingerprinted)
+        if divergence is None:
+            details.verdict = f"identical: {len(base.losses)} optimizer step losses, the parameters after {fingerprinted} steps and the returned values matched exactly"
+            return Checked(record=details)
+        if divergence.where == "returned" and base.trained and other.trained:
+            # Training computed the same thing; only something returned differs: worth saying, never a block.
+            details.verdict = f"identical training ({len(base.losses)} step losses, parameters after {fingerprinted} steps); returned values differ at {divergence.describe()}"
+            details.kind = "returned-only"
+            return Checked([returned_only_finding(session.ctx, divergence, (base, other), session.fallback)], details)
+        details.verdict = f"diverged at {divergence.describe()}"
+        return Checked(self._classify(session, first, base, other, divergence, details), details)
+
+    def _classify(self, session: _Session, first: EntrypointRun, base: RunData, other: RunData, divergence: Divergence, details: DeterminismDetails) -> list[Finding]:
+        if not session._budget_allows(first):
+            details.kind = "unclassified"
+            return [nondeterminism_finding(session.ctx, "unclassified", divergence, (base, other), session.fallback, "No budget was left for the run that tells hash order from an unseeded source.", {})]
+        run = session._run("rerun-same-hashseed", "determinism: same PYTHONHASHSEED as run 1", [LOSSES, RNG], FIRST_HASH_SEED)
+        if run is None:
+            return []
+        same = _run_data(f"run {len(details.compared) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run)
+        details.compared.append(same.label)
+        same_divergence = compare(base, same)
+        if same_divergence is None:
+            return [self._hash_order(session, base, other, divergence, same, details)]
+        details.curves = side_by_side(base, same, same_divergence)
+        details.labels = [base.label, same.label]
+        return self._same_hash(session, first, base, same, same_divergence, details)
+
+    @staticmethod
+    def _hash_order(session: _Session, base: RunData, other: RunData, divergence: Divergence, same: RunData, details: DeterminismDetails) -> Finding:
+        details.kind = "hash-order"
+        executed = set(base.target_modules) or None
+        hints = set_iterations(session.ctx.root, executed)
+        location = hints[0].location() if hints else session.fallback
+        explanation = (
+            f"{same.label} reproduced run 1 exactly, so the difference follows PYTHONHASHSEED: the order of a set (or of a "
+            "dict built from one) of strings decides something the training depends on"
+            + (f"; the source iterates a set at {hints[0].path}:{hints[0].line} (`{hints[0].code}`)" if hints else "")
+            + "."
+        )
+        return nondeterminism_finding(
+            session.ctx, "hash-order", divergence, (base, other), location, explanation,
+            NondeterminismData(reproduced_by=same.label, static_hint=[h.as_dict() for h in hints[:10]], site_code=hints[0].code if hints else ""),
+        )
+
+    @staticmethod
+    def _same_hash(session: _Session, first: EntrypointRun, base: RunData, same: RunData, divergence: Divergence, details: DeterminismDetails) -> list[Finding]:
+        ctx = session.ctx
+        causes = rng_causes(base, same)
+        data = NondeterminismData(seeding_calls=causes[:10])
+        if causes:
+            cause = causes[0]
+            site = cause["site"]  # a whole `Site`: the target's own calls are the ones recorded
+            details.kind = "unseeded-random"
+            location = location_of(site) if site["path"] else session.fallback
+            explanation = f"The hash seed was the same, so a random source differs: `{cause['api']}` at {site['path']}:{site['line']} was {cause['why']} (seeds {cause['seeds']})."
+            data["site_code"] = site["code"]
+            return [nondeterminism_finding(ctx, "unseeded-random", divergence, (base, same), location, explanation, data)]
+        op = None
+        if session._budget_allows(first):
+            run = session._run("deterministic", "determinism: torch.use_deterministic_algorithms(True)", [LOSSES], FIRST_HASH_SEED, deterministic=True)
+            if run is None:
+                return []
+            op = deterministic_op(run)
+        if op is not None:
+            details.kind = "nondeterministic-op"
+            frame = op["site"]  # the exception's target frame, when it has one
+            location = location_of(frame) or session.fallback
+            data["deterministic_rerun"] = op
+            data["site_code"] = frame["code"] if frame is not None else op["op"]
+            explanation = f"The hash seed was the same and no seeding call differed; with torch.use_deterministic_algorithms(True) the run stopped at `{op['op']}`, which has no deterministic implementation."
+            return [nondeterminism_finding(ctx, "nondeterministic-op", divergence, (base, same), location, explanation, data)]
+        details.kind = "same-hash-unlocated"
+        hints = set_iterations(ctx.root, set(base.target_modules) or None)
+        data["static_hint"] = [h.as_dict() for h in hints[:10]]
+        explanation = "The hash seed was the same, no seeding call of the target differed and deterministic algorithms named no op; the source of the randomness was not observed."
+        return [nondeterminism_finding(ctx, "same-hash-unlocated", divergence, (base, same), session.fallback, explanation, data)]
 
 
-def _observed(run: EntrypointRun, spec: str, model: type[P]) -> P:
-    """A payload of the instrumented run, which `_Session.run` checked is there."""
-    payload = run.payload(spec, model)
-    assert payload is not None, spec
-    return payload
+def _out_of_budget(session: _Session, first: EntrypointRun, what: str, check: str) -> Finding:
+    """The stage-error of a check the budget left no time for; `check` names it, for the fingerprint."""
+    ctx = session.ctx
+    left = ctx.child_budget()
+    session.stopped = f"no budget left for {what}"
+    return ctx.stage_error(
+        f"no budget left for {what}",
+        reason="out-of-budget",
+        key=check,
+        title=f"The concurrency stage ran out of budget before {what}",
+        problem=f"The instrumented run took {first.child.duration_s:.1f}s and only {left:.1f}s of the {ctx.config.timeout_s:.0f}s budget were left, not enough for {what}; the check did not run.",
+        impact="Determinism was not checked, so the gate cannot vouch for it (fail closed).",
+        fix="Raise `timeout_s` in [tool.traingate] (the stage needs about three times one run), or make the entrypoint's smoke kwargs smaller.",
+        evidence=Evidence(kind=EvidenceKind.MEASURED, summary=f"{left:.1f}s left, one run takes {first.child.duration_s:.1f}s", data={"left_s": round(left, 2), "run_s": round(first.child.duration_s, 2)}),
+    )
+
+
+# Every check of the stage, in the order it runs: those that read the instrumented run
+# (`checks.py`), then the one that makes runs of its own.
+CHECKS: tuple[Check[InstrumentedRun], ...] = (GradScalerProtocol(), DataLoaderHazards(), NonBlockingCopies(), StreamRaces())
+OWN_RUN_CHECKS: tuple[Check[_Session], ...] = (Determinism(),)
 
 
 def _recorded(run: EntrypointRun) -> LossTracePayload | None:

@@ -27,61 +27,64 @@ is a stage-error (fail closed).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
+from typing import Any
 
 from traingate.stages.correctness.config import CorrectnessConfig
 from traingate.stages.correctness.rules import CATEGORIES
-from traingate.stages.correctness.probe.payloads import CORRECTNESS_FACTS as FACTS, CORRECTNESS_FIRST_UPDATE as FIRST_UPDATE, CORRECTNESS_GRADIENTS as GRADIENTS, CORRECTNESS_LOADERS as LOADERS, CORRECTNESS_LOSSES as LOSSES, CORRECTNESS_LOSS_INPUTS as LOSS_INPUTS, CORRECTNESS_MIXING, CORRECTNESS_MODES as MODES, CORRECTNESS_ONE_BATCH as ONE_BATCH, CORRECTNESS_RANKS as RANKS, CORRECTNESS_STEPS as STEPS
+from traingate.stages.correctness.probe.payloads import CORRECTNESS_FIRST_UPDATE as FIRST_UPDATE, CORRECTNESS_LOSSES as LOSSES, CORRECTNESS_MIXING as MIXING, CORRECTNESS_ONE_BATCH as ONE_BATCH, CORRECTNESS_RANKS as RANKS
 from traingate.stages.correctness.details import (
     AccumulationCheck,
-    BaselineFactsCheck,
     CheckNote,
     CorrectnessChecks,
     CorrectnessDetails,
     CorrectnessRun,
     DistributedCheck,
     LoaderRow,
-    LossInputsCheck,
-    LossInputsNotApplicable,
-    MixingCheck,
-    ModesCheck,
-    NotApplicable,
     Observed,
     OverfitCheck,
     RankLoaderRow,
     RankRow,
-    StaleCheck,
-    TrainingFacts,
 )
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Location, Metric, StageOutcome
+from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
+from traingate.stages.agent.checks import Check, Checked, run_checks
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
+from traingate.stages.correctness.checks import (
+    BatchMixing,
+    DataLeakage,
+    DiscardedBackward,
+    FrozenOutput,
+    GradientClipping,
+    IneffectiveStep,
+    InstrumentedRun,
+    LossInputMismatch,
+    NonFiniteLoss,
+    StaleGradients,
+    TrainEvalMode,
+    TrainingFactsRecord,
+    TrainingRegression,
+    UnshuffledTraining,
+    UnusedParameter,
+)
 from traingate.stages.correctness.probe.payloads import (
-    FactsPayload,
     FirstUpdatePayload,
-    GradientsPayload,
     LoaderOrdering,
     LoadersPayload,
     LossesPayload,
-    LossInputsPayload,
-    MixingPayload,
-    ModesPayload,
     OneBatchPayload,
     RanksPayload,
     StepsPayload,
 )
-from traingate.stages.correctness import accumulation, divergence, ineffective, located, nonfinite, overfit, shuffling, unused
-from traingate.stages.correctness import modes, stale
-from traingate.stages.correctness import discarded
-from traingate.stages.correctness import loss_inputs, mixing
-from traingate.stages.correctness import baseline, clipping, leakage
+from traingate.stages.correctness import accumulation, divergence, located, overfit
 from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_for, run_distributed
 from traingate.stages.agent.session import StageSession, run_outcome
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.correctness.rules import NO_LEARNING
 from traingate.stages.correctness.config import DISTRIBUTED, CorrectnessPolicy, DistributedConfig
 
-MIXING = CORRECTNESS_MIXING  # last: its replay of the model runs when the others have collected
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"
 
@@ -95,22 +98,21 @@ class CorrectnessWork:
         return with_leftover_findings(ctx, _Session(ctx).run())
 
 
+def instruments_read(checks: Iterable[Check[Any]]) -> list[str]:
+    """The instruments the checks read, in the order they first read them; the batch-mixing
+    replay last, as it runs the model once the others have collected."""
+    read = list(dict.fromkeys(spec for check in checks for spec in check.reads))
+    return [*(spec for spec in read if spec != MIXING), *([MIXING] if MIXING in read else [])]
+
+
 class _Session(StageSession[CorrectnessRun]):
     stage = "correctness"
 
     def __init__(self, ctx: StageContext) -> None:
         super().__init__(ctx)
-        # Each check's record for the report; None: not reached (`_checks` says why).
-        self.observed: Observed | None = None
-        self.stale_gradients: StaleCheck | NotApplicable | None = None
-        self.train_eval_mode: ModesCheck | NotApplicable | None = None
-        self.loss_input_mismatch: LossInputsCheck | LossInputsNotApplicable | None = None
-        self.batch_mixing: MixingCheck | NotApplicable | None = None
-        self.grad_accumulation: AccumulationCheck | CheckNote | None = None
-        self.overfit: OverfitCheck | CheckNote | None = None
-        self.distributed: DistributedCheck | CheckNote | None = None
-        self.training_facts: TrainingFacts | None = None
-        self.baseline_check: BaselineFactsCheck | None = None
+        self.observed: Observed | None = None  # None: no analysis read the instrumented run
+        self.records: dict[str, Any] = {}  # each check's record for the report, by its name; absent: not reached
+        self.first: EntrypointRun | None = None  # the instrumented run, once its checks have read it
 
     def _run(self, label: str, purpose: str, specs: list[str], kwargs: dict[str, int] | None = None, options: dict[str, dict[str, int]] | None = None) -> EntrypointRun | None:
         run = run_entrypoint(
@@ -120,7 +122,7 @@ class _Session(StageSession[CorrectnessRun]):
         return self._record_run(run, record)
 
     def run(self) -> StageOutcome:
-        specs = [STEPS, LOSSES, LOADERS, GRADIENTS, MODES, LOSS_INPUTS, FACTS, MIXING]
+        specs = instruments_read(CHECKS)
         first = self._run("instrumented", "optimizer steps, parameters, losses, DataLoaders", specs)
         if first is None:
             return self._outcome()
@@ -131,22 +133,10 @@ class _Session(StageSession[CorrectnessRun]):
         if broken:
             self._fail(first, f"instrument {broken[0]} failed", reason="instrument-failed", key=broken[0], detail=first.instrument_error(broken[0]))
             return self._outcome()
-        # None: the run ended before the instrument was installed (an import or setup failure).
-        steps, losses, loaders = first.payload(STEPS, StepsPayload), first.payload(LOSSES, LossesPayload), first.payload(LOADERS, LoadersPayload)
-        main_site = located.location(steps, located.main_step_site(steps), self.fallback)
-        if steps is not None:
-            self.findings += ineffective.ineffective_findings(self.ctx, steps, main_site)
-            self.findings += unused.unused_findings(self.ctx, steps, main_site)
-            self.findings += clipping.clipping_findings(self.ctx, steps, main_site)
-        if losses is not None:
-            self.findings += nonfinite.nonfinite_findings(self.ctx, losses, steps, main_site)
-        if loaders is not None:
-            self.findings += shuffling.shuffling_findings(self.ctx, loaders, main_site)
-            self.findings += leakage.leakage_findings(self.ctx, loaders, main_site)
-        self._gradients_and_modes(first, main_site)
-        self._loss_inputs_and_mixing(first, main_site)
-        self._training_facts(first, losses, loaders)
-        self.observed = _observed(steps, losses, loaders)
+        facts = InstrumentedRun(self.ctx, first, self.fallback, self.findings)
+        self.records.update(run_checks(CHECKS, facts, self.findings))
+        steps = facts.steps
+        self.observed = _observed(steps, facts.losses, facts.loaders)
         if steps is None or not steps.steps:
             if first.ok:
                 self._fail(first, "the instrumented run returned without a single optimizer step", reason="no-optimizer-step", observed_nothing=True)
@@ -156,219 +146,9 @@ class _Session(StageSession[CorrectnessRun]):
         if not first.ok and not any(f.category is NO_LEARNING for f in self.findings):
             self._fail(first, f"the entrypoint {first.failure()}", reason="entrypoint-failed")
             return self._outcome()
-        self._accumulation(first)
-        self._overfit(first)
-        self._distributed(first)
+        self.first = first
+        self.records.update(run_checks(OWN_RUN_CHECKS, self, self.findings))
         return self._outcome()
-
-    # -- stale-gradients, train-eval-mode: read from the instrumented run ----------------------------
-    def _gradients_and_modes(self, first: EntrypointRun, main_site: Location) -> None:
-        gradients = first.payload(GRADIENTS, GradientsPayload)
-        found, self.stale_gradients = stale.stale_gradient_check(self.ctx, gradients, main_site)
-        self.findings += found
-        self.findings += discarded.discarded_findings(self.ctx, gradients, main_site)
-        found, self.train_eval_mode = modes.mode_check(self.ctx, first.payload(MODES, ModesPayload), main_site)
-        self.findings += found
-
-    # -- training facts, training-regression against the baseline --------------------------------
-    def _training_facts(self, first: EntrypointRun, losses: LossesPayload | None, loaders: LoadersPayload | None) -> None:
-        payload, inputs = first.payload(FACTS, FactsPayload), first.payload(LOSS_INPUTS, LossInputsPayload)
-        if payload is not None:
-            self.training_facts = TrainingFacts(
-                steps=payload.steps, losses=list(overfit.step_losses(losses)[:500]), records=payload.records,
-                copied=payload.copied, modules=payload.modules, matrices=payload.matrices,
-            )
-            baseline.add_observed(self.training_facts, payload, loaders, inputs)
-        # A loss given the wrong kind of input has its own finding (loss-input-mismatch): one per cause.
-        explained = {f.category for f in self.findings}
-        executed = [site for p in (first.payload(STEPS, StepsPayload), losses, loaders, inputs) if p is not None for site in p.sites]
-        found, self.baseline_check = baseline.compare(self.ctx, self.training_facts, payload, self.fallback, explained, loaders, inputs, executed)
-        self.findings += found
-
-    # -- loss-input-mismatch, batch-mixing: read from the instrumented run ----------------------------
-    def _loss_inputs_and_mixing(self, first: EntrypointRun, main_site: Location) -> None:
-        inputs = first.payload(LOSS_INPUTS, LossInputsPayload)
-        found, self.loss_input_mismatch = loss_inputs.loss_input_check(self.ctx, inputs, main_site)
-        self.findings += found
-        self.findings += unused.frozen_output_findings(self.ctx, inputs, main_site)
-        found, self.batch_mixing = mixing.mixing_check(self.ctx, first.payload(MIXING, MixingPayload), main_site)
-        self.findings += found
-
-    # -- distributed data parallel ------------------------------------------------------------------
-    def _distributed(self, first: EntrypointRun) -> None:
-        config = self.ctx.config.optional_section(DISTRIBUTED, DistributedConfig)
-        if config is None:
-            self.distributed = CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]")
-            return
-        if self.entrypoint.test is not None:
-            self.distributed = CheckNote(ran=False, note=f"not run: the training observed is a test ({self.entrypoint.test}); configure an entrypoint to run it under torchrun")
-            return
-        if self.stopped:
-            return
-        timeout = min(config.timeout_s, self.ctx.child_budget() - REPORT_ALLOWANCE_S)
-        if timeout < first.child.duration_s + 2.0:
-            self._fail(first, "no budget left for the distributed run", reason="out-of-budget", key="distributed")
-            return
-        label = "distributed"
-        amp = True if self.entrypoint.amp_switch else None
-        run = run_distributed(self.ctx, label=label, nproc=config.nproc, timeout_s=timeout, instruments=[RANKS], amp=amp)
-        record = run.record.distributed if run.record is not None else None
-        self.runs.append(
-            CorrectnessRun(
-                label=label, purpose=f"ddp-divergence: {config.nproc} ranks under torchrun", kwargs={},
-                duration_s=round(run.child.duration_s, 2), outcome=_distributed_outcome(run, record),
-            )
-        )
-        # Set field by field as the run gets there: the fields never set stay out of the report.
-        check = self.distributed = DistributedCheck(ran=False, nproc=config.nproc, backend=backend_for(self.ctx.device), timeout_s=round(timeout, 2))
-        if run.child.timed_out or record is None:
-            # The harness reports the ranks' timeout itself; the child overrunning its own budget,
-            # or handing back nothing, is the gate's failure.
-            self.stopped = f"the {label} run handed back no result"
-            self._fail(run, f"the {label} run handed back no result", reason="distributed-no-result", key=label)
-            return
-        check.start_method = record.start_method
-        check.duration_s = round(record.duration_s, 2)
-        check.ranks = [RankRow(rank=r.rank, ending=r.ending, duration_s=r.duration_s) for r in record.ranks]
-        what = f"The correctness stage's distributed run ({config.nproc} ranks under torchrun) of {self.entrypoint.label}"
-        self._ranks(run, record, check, what)
-
-    def _ranks(self, run: EntrypointRun, record: DistributedRecord, check: DistributedCheck, what: str) -> None:
-        """What the ranks of the distributed run that handed back a result did: a launch
-        failure, a hang, a failed rank, or their payloads compared."""
-        label = "distributed"
-        if record.launcher_error:
-            self._fail(run, "torchrun could not launch the ranks", reason="distributed-launch", key=label, detail=record.launcher_error)
-            return
-        if record.timed_out:
-            self.stopped = f"the {label} run did not finish within {record.timeout_s:g}s"
-            self.findings.append(divergence.distributed_hang(self.ctx, record, self.fallback, what))
-            return
-        failed = _first_failure(record.ranks)
-        if failed is not None:
-            self.stopped = f"rank {failed.rank} of the {label} run {failed.ending}"
-            as_run = _rank_run(run, failed)
-            if is_target_crash(self.ctx, as_run):
-                self.findings.append(entrypoint_crash_finding(self.ctx, as_run, f"{what}, rank {failed.rank},", fallback=self.fallback))
-            else:
-                self._fail(as_run, f"rank {failed.rank} of the {label} run {failed.ending}", reason="distributed-rank-failed", key=label, detail=failed.stacks or None)
-            return
-        payloads = [r.instruments.get(RANKS, {}) for r in record.ranks]
-        broken = next((w for w in payloads if instruments.collect_error(w) is not None or "tensors" not in w), None)
-        if broken is not None:
-            self._fail(run, f"instrument {RANKS} failed in the {label} run", reason="instrument-failed", key=RANKS, detail=instruments.collect_error(broken))
-            return
-        watches = [RanksPayload.model_validate(w) for w in payloads]
-        if not all(w.steps for w in watches):
-            self._fail(run, f"a rank of the {label} run made no optimizer step", reason="no-optimizer-step", key=label)
-            return
-        found = divergence.divergence_findings(self.ctx, watches, self.fallback)
-        self.findings += found
-        check.ran = True
-        check.steps_per_rank = [w.steps for w in watches]
-        check.ddp_wrapped = bool(watches[0].ddp)
-        check.tensors_compared = len(watches[0].tensors)
-        check.parameters_differing = divergence.differing_parameters(watches)
-        check.loaders = [RankLoaderRow(sampler=loader.sampler, steps=loader.steps, batches=loader.batches) for loader in watches[0].loaders]
-        check.findings = len(found)
-
-    # -- overfit one batch --------------------------------------------------------------------------
-    def _overfit(self, first: EntrypointRun) -> None:
-        limit = self.ctx.section(CorrectnessConfig).overfit_steps
-        if limit is None:
-            self.overfit = CheckNote(ran=False, note="not configured: set overfit_steps in [tool.traingate.correctness]")
-            return
-        if self.stopped:
-            return
-        if self.ctx.child_budget() < first.child.duration_s + 2.0:
-            self._fail(first, "no budget left for the one-batch overfit run", reason="out-of-budget", key="overfit")
-            return
-        run = self._run("overfit-one-batch", f"no-learning: {limit} steps on one repeated batch", [ONE_BATCH, LOSSES], options={"correctness": {"overfit_steps": limit}})
-        if run is None:
-            return
-        watch, losses = run.payload(ONE_BATCH, OneBatchPayload), run.payload(LOSSES, LossesPayload)
-        stopped_here = run.raised is not None and run.raised.type == OVERFIT_STEPS_DONE
-        if not (run.ok or stopped_here) or run.instrument_error(ONE_BATCH) is not None:
-            self._fail(run, "the one-batch overfit run failed", reason="overfit-run-failed", key="overfit")
-            return
-        if watch is None or not watch.loaders or not watch.batches_repeated:
-            self._fail(run, "the one-batch overfit run repeated no DataLoader batch (the entrypoint feeds its batches without a DataLoader)", reason="overfit-no-dataloader", key="overfit")
-            return
-        curve = overfit.step_losses(losses)
-        fraction = overfit.reduction(curve)
-        self.overfit = OverfitCheck(
-            ran=fraction is not None,
-            steps=watch.steps,
-            limit=limit,
-            reduction=fraction,
-            required=self.ctx.thresholds(CorrectnessPolicy).overfit_min_reduction,
-            first_loss=curve[0] if curve else None,
-            last_losses=list(curve[-overfit.TAIL:]),
-            note=None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
-        )
-        if fraction is not None and losses is not None:  # a reduction is measured on the losses
-            self.findings += overfit.overfit_finding(self.ctx, curve, fraction, losses, watch.steps, self.fallback)
-
-    # -- grad-accumulation --------------------------------------------------------------------------
-    def _accumulation(self, first: EntrypointRun) -> None:
-        config = self.ctx.section(CorrectnessConfig)
-        if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
-            self.grad_accumulation = CheckNote(ran=False, note="not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]")
-            return
-        if self.entrypoint.test is not None:
-            self.grad_accumulation = CheckNote(ran=False, note=f"not run: the training observed is a test ({self.entrypoint.test}), whose keyword arguments the gate cannot set")
-            return
-        batch = self.entrypoint.kwargs.get(config.batch_size_kwarg)
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
-            self._config_error(f"[tool.traingate.entrypoint] kwargs sets no integer `{config.batch_size_kwarg}`: the micro-batch size b is unknown")
-            return
-        k = config.accumulation
-        setup: accumulation.Setup = {"accumulation_kwarg": config.accumulation_kwarg, "batch_size_kwarg": config.batch_size_kwarg, "accumulation": k, "batch_size": batch}
-        specs = [FIRST_UPDATE, LOSSES]
-        runs: list[tuple[EntrypointRun, FirstUpdatePayload]] = []
-        for label, kwargs in (
-            ("accumulated", {config.accumulation_kwarg: k, config.batch_size_kwarg: batch}),
-            ("large-batch", {config.accumulation_kwarg: 1, config.batch_size_kwarg: k * batch}),
-        ):
-            if self.ctx.child_budget() < first.child.duration_s + 2.0:
-                self.stopped = f"no budget left for the {label} run"
-                self._fail(first, f"no budget left for the gradient-accumulation {label} run", reason="out-of-budget", key="grad-accumulation")
-                return
-            run = self._run(label, "grad-accumulation: one update", specs, kwargs)
-            if run is None:
-                return
-            update = run.payload(FIRST_UPDATE, FirstUpdatePayload)
-            if run.raised is None or run.raised.type != FIRST_STEP_REACHED or update is None or not update.stepped:
-                self._fail(run, f"the gradient-accumulation {label} run made no optimizer step", reason="accumulation-run-failed", key=label)
-                return
-            runs.append((run, update))
-        (accumulated, accumulated_update), (_, large_update) = runs
-        comparison = accumulation.compare_first_updates(accumulated_update, large_update)
-        if comparison is None:
-            self._fail(accumulated, "the two gradient-accumulation runs' parameters do not line up, a first-step gradient is not finite, or the large batch's gradient is zero", reason="accumulation-incomparable")
-            return
-        losses = accumulated.payload(LOSSES, LossesPayload)
-        calls = losses.calls if losses is not None else None
-        self.grad_accumulation = AccumulationCheck(
-            ran=True, **setup, **comparison, tolerance=self.ctx.thresholds(CorrectnessPolicy).grad_accumulation_tolerance, backward_calls_before_step=calls
-        )
-        self.findings += accumulation.accumulation_finding(self.ctx, comparison, losses, setup, self.fallback)
-
-    # -- failing closed ----------------------------------------------------------------------------
-    def _config_error(self, what: str) -> None:
-        self.stopped = what
-        self.findings.append(
-            self.ctx.stage_error(
-                what,
-                reason="accumulation-setup",
-                key="grad-accumulation",
-                title="The correctness stage could not set up the gradient-accumulation check",
-                problem=f"{what}; the check did not run.",
-                impact="Gradient accumulation was not checked although the configuration asks for it, so the gate blocks (fail closed).",
-                fix="Give the micro-batch size in [tool.traingate.entrypoint] kwargs under the name `batch_size_kwarg` names.",
-                evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=what),
-            )
-        )
 
     def _fail(self, run: EntrypointRun, what: str, *, reason: str, key: str = "", detail: str | None = None, observed_nothing: bool = False) -> None:
         self.stopped = self.stopped or what
@@ -378,16 +158,16 @@ class _Session(StageSession[CorrectnessRun]):
     def _check_metrics(self) -> list[Metric]:
         """The opt-in checks' measurements against their policy thresholds, when they ran."""
         metrics = []
-        accumulation = self.grad_accumulation
-        if isinstance(accumulation, AccumulationCheck):
-            difference, tolerance = accumulation.relative_difference, accumulation.tolerance
+        accumulated = self.records.get(GradAccumulation.name)
+        if isinstance(accumulated, AccumulationCheck):
+            difference, tolerance = accumulated.relative_difference, accumulated.tolerance
             metrics.append(
                 Metric(
                     id="grad_accumulation.relative_difference", name="gradient: accumulated vs one large batch", value=round(difference, 6),
-                    threshold=tolerance, passed=difference <= tolerance, note=f"k={accumulation.accumulation}, b={accumulation.batch_size}",
+                    threshold=tolerance, passed=difference <= tolerance, note=f"k={accumulated.accumulation}, b={accumulated.batch_size}",
                 )
             )
-        overfit_check = self.overfit
+        overfit_check = self.records.get(OverfitOneBatch.name)
         if isinstance(overfit_check, OverfitCheck) and overfit_check.reduction is not None:  # measured: `ran`
             reduction, required = overfit_check.reduction, overfit_check.required
             metrics.append(
@@ -396,7 +176,7 @@ class _Session(StageSession[CorrectnessRun]):
                     threshold=required, passed=reduction >= required, note=f"{overfit_check.steps} steps",
                 )
             )
-        distributed = self.distributed
+        distributed = self.records.get(DistributedRun.name)
         if isinstance(distributed, DistributedCheck) and distributed.ran and distributed.parameters_differing is not None:
             differing = distributed.parameters_differing
             metrics.append(
@@ -410,19 +190,21 @@ class _Session(StageSession[CorrectnessRun]):
     def _checks(self) -> CorrectnessChecks:
         """Every check's record; one not reached says why it did not run."""
         not_run = CheckNote(ran=False, note=f"not run: {self.stopped or 'the instrumented run failed'}")
+        record = self.records.get
         checks = CorrectnessChecks(
-            stale_gradients=self.stale_gradients or not_run,
-            train_eval_mode=self.train_eval_mode or not_run,
-            loss_input_mismatch=self.loss_input_mismatch or not_run,
-            batch_mixing=self.batch_mixing or not_run,
-            grad_accumulation=self.grad_accumulation or not_run,
-            overfit=self.overfit or not_run,
-            distributed=self.distributed or not_run,
+            stale_gradients=record(StaleGradients.name) or not_run,
+            train_eval_mode=record(TrainEvalMode.name) or not_run,
+            loss_input_mismatch=record(LossInputMismatch.name) or not_run,
+            batch_mixing=record(BatchMixing.name) or not_run,
+            grad_accumulation=record(GradAccumulation.name) or not_run,
+            overfit=record(OverfitOneBatch.name) or not_run,
+            distributed=record(DistributedRun.name) or not_run,
         )
-        if self.training_facts is not None:
-            checks.training_facts = self.training_facts
-        if self.baseline_check is not None:
-            checks.baseline = self.baseline_check
+        # Left unset (out of the report) when not recorded: no facts handed back, no baseline.
+        if record(TrainingFactsRecord.name) is not None:
+            checks.training_facts = record(TrainingFactsRecord.name)
+        if record(TrainingRegression.name) is not None:
+            checks.baseline = record(TrainingRegression.name)
         if self.observed is not None:  # left unset (out of the report) when no analysis read the run
             checks.observed = self.observed
         return checks
@@ -441,8 +223,9 @@ class _Session(StageSession[CorrectnessRun]):
         ]
         summary = [f"{len(self.runs)} run(s) on {self.ctx.device}", f"{steps} optimizer step(s) observed"]
         summary += [f"{n} {c.value}" for c, n in sorted(counts.items(), key=lambda item: item[0].value) if n]
-        if isinstance(self.grad_accumulation, AccumulationCheck):
-            summary.append(f"gradient accumulation compared ({self.grad_accumulation.relative_difference:.2%} off)")
+        accumulated = self.records.get(GradAccumulation.name)
+        if isinstance(accumulated, AccumulationCheck):
+            summary.append(f"gradient accumulation compared ({accumulated.relative_difference:.2%} off)")
         if self.stopped:
             summary.append(f"stopped: {self.stopped}")
         details = CorrectnessDetails(device=self.ctx.device, budget_s=self.ctx.config.timeout_s, runs=self.runs, checks=self._checks(), stopped=self.stopped)
@@ -452,6 +235,223 @@ class _Session(StageSession[CorrectnessRun]):
             findings=self.findings,
             details=details.as_json(),  # `observed` and a distributed record's later fields only once reached
         )
+
+
+def _first_run(session: _Session) -> EntrypointRun:
+    assert session.first is not None  # the checks below run only after the instrumented run's
+    return session.first
+
+class GradAccumulation:
+    """grad-accumulation, opt-in (`accumulation_kwarg` and `batch_size_kwarg`): two runs ended
+    after the first optimizer step, one accumulating k micro-batches of b, one with a batch of
+    k*b; their first updates must agree."""
+
+    name = "grad_accumulation"
+    reads = (FIRST_UPDATE, LOSSES)
+
+    def evaluate(self, session: _Session) -> Checked:
+        config = session.ctx.section(CorrectnessConfig)
+        if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
+            return Checked(record=CheckNote(ran=False, note="not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]"))
+        if session.entrypoint.test is not None:
+            return Checked(record=CheckNote(ran=False, note=f"not run: the training observed is a test ({session.entrypoint.test}), whose keyword arguments the gate cannot set"))
+        batch = session.entrypoint.kwargs.get(config.batch_size_kwarg)
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            return Checked([_config_error(session, f"[tool.traingate.entrypoint] kwargs sets no integer `{config.batch_size_kwarg}`: the micro-batch size b is unknown")])
+        k = config.accumulation
+        setup: accumulation.Setup = {"accumulation_kwarg": config.accumulation_kwarg, "batch_size_kwarg": config.batch_size_kwarg, "accumulation": k, "batch_size": batch}
+        runs = self._first_updates(session, {
+            "accumulated": {config.accumulation_kwarg: k, config.batch_size_kwarg: batch},
+            "large-batch": {config.accumulation_kwarg: 1, config.batch_size_kwarg: k * batch},
+        })
+        if runs is None:
+            return Checked()
+        (accumulated, accumulated_update), (_, large_update) = runs
+        comparison = accumulation.compare_first_updates(accumulated_update, large_update)
+        if comparison is None:
+            session._fail(accumulated, "the two gradient-accumulation runs' parameters do not line up, a first-step gradient is not finite, or the large batch's gradient is zero", reason="accumulation-incomparable")
+            return Checked()
+        losses = accumulated.payload(LOSSES, LossesPayload)
+        calls = losses.calls if losses is not None else None
+        record = AccumulationCheck(
+            ran=True, **setup, **comparison, tolerance=session.ctx.config.policy.grad_accumulation_tolerance, backward_calls_before_step=calls
+        )
+        return Checked(accumulation.accumulation_finding(session.ctx, comparison, losses, setup, session.fallback), record)
+
+    @staticmethod
+    def _first_updates(session: _Session, settings: dict[str, dict[str, int]]) -> list[tuple[EntrypointRun, FirstUpdatePayload]] | None:
+        """One run per setting, each ended at its first optimizer step, with its first update;
+        None (failed closed) when the budget ran out or a run made no step."""
+        first = _first_run(session)
+        runs: list[tuple[EntrypointRun, FirstUpdatePayload]] = []
+        for label, kwargs in settings.items():
+            if session.ctx.child_budget() < first.child.duration_s + 2.0:
+                session.stopped = f"no budget left for the {label} run"
+                session._fail(first, f"no budget left for the gradient-accumulation {label} run", reason="out-of-budget", key="grad-accumulation")
+                return None
+            run = session._run(label, "grad-accumulation: one update", [FIRST_UPDATE, LOSSES], kwargs)
+            if run is None:
+                return None
+            update = run.payload(FIRST_UPDATE, FirstUpdatePayload)
+            if run.raised is None or run.raised.type != FIRST_STEP_REACHED or update is None or not update.stepped:
+                session._fail(run, f"the gradient-accumulation {label} run made no optimizer step", reason="accumulation-run-failed", key=label)
+                return None
+            runs.append((run, update))
+        return runs
+
+
+def _config_error(session: _Session, what: str) -> Finding:
+    """The stage-error of a gradient-accumulation check the configuration asks for and cannot set up."""
+    session.stopped = what
+    return session.ctx.stage_error(
+        what,
+        reason="accumulation-setup",
+        key="grad-accumulation",
+        title="The correctness stage could not set up the gradient-accumulation check",
+        problem=f"{what}; the check did not run.",
+        impact="Gradient accumulation was not checked although the configuration asks for it, so the gate blocks (fail closed).",
+        fix="Give the micro-batch size in [tool.traingate.entrypoint] kwargs under the name `batch_size_kwarg` names.",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=what),
+    )
+
+
+class OverfitOneBatch:
+    """no-learning, opt-in (`overfit_steps`): a run where every DataLoader repeats its first
+    batch, ended after that many optimizer steps; the loss must fall."""
+
+    name = "overfit"
+    reads = (ONE_BATCH, LOSSES)
+
+    def evaluate(self, session: _Session) -> Checked:
+        limit = session.ctx.section(CorrectnessConfig).overfit_steps
+        if limit is None:
+            return Checked(record=CheckNote(ran=False, note="not configured: set overfit_steps in [tool.traingate.correctness]"))
+        if session.stopped:
+            return Checked()
+        first = _first_run(session)
+        if session.ctx.child_budget() < first.child.duration_s + 2.0:
+            session._fail(first, "no budget left for the one-batch overfit run", reason="out-of-budget", key="overfit")
+            return Checked()
+        run = session._run("overfit-one-batch", f"no-learning: {limit} steps on one repeated batch", [ONE_BATCH, LOSSES], options={"correctness": {"overfit_steps": limit}})
+        if run is None:
+            return Checked()
+        watch, losses = run.payload(ONE_BATCH, OneBatchPayload), run.payload(LOSSES, LossesPayload)
+        stopped_here = run.raised is not None and run.raised.type == OVERFIT_STEPS_DONE
+        if not (run.ok or stopped_here) or run.instrument_error(ONE_BATCH) is not None:
+            session._fail(run, "the one-batch overfit run failed", reason="overfit-run-failed", key="overfit")
+            return Checked()
+        if watch is None or not watch.loaders or not watch.batches_repeated:
+            session._fail(run, "the one-batch overfit run repeated no DataLoader batch (the entrypoint feeds its batches without a DataLoader)", reason="overfit-no-dataloader", key="overfit")
+            return Checked()
+        curve = overfit.step_losses(losses)
+        fraction = overfit.reduction(curve)
+        record = OverfitCheck(
+            ran=fraction is not None,
+            steps=watch.steps,
+            limit=limit,
+            reduction=fraction,
+            required=session.ctx.config.policy.overfit_min_reduction,
+            first_loss=curve[0] if curve else None,
+            last_losses=list(curve[-overfit.TAIL:]),
+            note=None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
+        )
+        if fraction is None or losses is None:  # a reduction is measured on the losses
+            return Checked(record=record)
+        return Checked(overfit.overfit_finding(session.ctx, curve, fraction, losses, watch.steps, session.fallback), record)
+
+
+class DistributedRun:
+    """ddp-divergence, opt-in (`[tool.traingate.distributed] nproc`): a run under torchrun with
+    that many ranks, whose parameters, buffers and batches are compared across the ranks; ranks
+    still running at its timeout are a `hang` where the waiting rank waits."""
+
+    name = "distributed"
+    reads = (RANKS,)
+    label = "distributed"
+
+    def evaluate(self, session: _Session) -> Checked:
+        config = session.ctx.config.distributed
+        if config is None:
+            return Checked(record=CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]"))
+        if session.entrypoint.test is not None:
+            return Checked(record=CheckNote(ran=False, note=f"not run: the training observed is a test ({session.entrypoint.test}); configure an entrypoint to run it under torchrun"))
+        if session.stopped:
+            return Checked()
+        first, label = _first_run(session), self.label
+        timeout = min(config.timeout_s, session.ctx.child_budget() - REPORT_ALLOWANCE_S)
+        if timeout < first.child.duration_s + 2.0:
+            session._fail(first, "no budget left for the distributed run", reason="out-of-budget", key="distributed")
+            return Checked()
+        amp = True if session.entrypoint.amp_switch else None
+        run = run_distributed(session.ctx, label=label, nproc=config.nproc, timeout_s=timeout, instruments=[RANKS], amp=amp)
+        record = run.record.distributed if run.record is not None else None
+        session.runs.append(
+            CorrectnessRun(
+                label=label, purpose=f"ddp-divergence: {config.nproc} ranks under torchrun", kwargs={},
+                duration_s=round(run.child.duration_s, 2), outcome=_distributed_outcome(run, record),
+            )
+        )
+        # Set field by field as the run gets there: the fields never set stay out of the report.
+        check = DistributedCheck(ran=False, nproc=config.nproc, backend=backend_for(session.ctx.device), timeout_s=round(timeout, 2))
+        if run.child.timed_out or record is None:
+            # The harness reports the ranks' timeout itself; the child overrunning its own budget,
+            # or handing back nothing, is the gate's failure.
+            session.stopped = f"the {label} run handed back no result"
+            session._fail(run, f"the {label} run handed back no result", reason="distributed-no-result", key=label)
+            return Checked(record=check)
+        check.start_method = record.start_method
+        check.duration_s = round(record.duration_s, 2)
+        check.ranks = [RankRow(rank=r.rank, ending=r.ending, duration_s=r.duration_s) for r in record.ranks]
+        what = f"The correctness stage's distributed run ({config.nproc} ranks under torchrun) of {session.entrypoint.label}"
+        return Checked(self._ranks(session, run, record, check, what), check)
+
+    def _ranks(self, session: _Session, run: EntrypointRun, record: DistributedRecord, check: DistributedCheck, what: str) -> list[Finding]:
+        """What the ranks of the distributed run that handed back a result did: a launch
+        failure, a hang, a failed rank, or their payloads compared."""
+        label = self.label
+        if record.launcher_error:
+            session._fail(run, "torchrun could not launch the ranks", reason="distributed-launch", key=label, detail=record.launcher_error)
+            return []
+        if record.timed_out:
+            session.stopped = f"the {label} run did not finish within {record.timeout_s:g}s"
+            return [divergence.distributed_hang(session.ctx, record, session.fallback, what)]
+        failed = _first_failure(record.ranks)
+        if failed is not None:
+            session.stopped = f"rank {failed.rank} of the {label} run {failed.ending}"
+            as_run = _rank_run(run, failed)
+            if is_target_crash(session.ctx, as_run):
+                return [entrypoint_crash_finding(session.ctx, as_run, f"{what}, rank {failed.rank},", fallback=session.fallback)]
+            session._fail(as_run, f"rank {failed.rank} of the {label} run {failed.ending}", reason="distributed-rank-failed", key=label, detail=failed.stacks or None)
+            return []
+        payloads = [r.instruments.get(RANKS, {}) for r in record.ranks]
+        broken = next((w for w in payloads if instruments.collect_error(w) is not None or "tensors" not in w), None)
+        if broken is not None:
+            session._fail(run, f"instrument {RANKS} failed in the {label} run", reason="instrument-failed", key=RANKS, detail=instruments.collect_error(broken))
+            return []
+        watches = [RanksPayload.model_validate(w) for w in payloads]
+        if not all(w.steps for w in watches):
+            session._fail(run, f"a rank of the {label} run made no optimizer step", reason="no-optimizer-step", key=label)
+            return []
+        found = divergence.divergence_findings(session.ctx, watches, session.fallback)
+        check.ran = True
+        check.steps_per_rank = [w.steps for w in watches]
+        check.ddp_wrapped = bool(watches[0].ddp)
+        check.tensors_compared = len(watches[0].tensors)
+        check.parameters_differing = divergence.differing_parameters(watches)
+        check.loaders = [RankLoaderRow(sampler=loader.sampler, steps=loader.steps, batches=loader.batches) for loader in watches[0].loaders]
+        check.findings = len(found)
+        return found
+
+
+# Every check of the stage, in the order it runs: those that read the instrumented run
+# (`checks.py`; the instruments it installs are the ones they read), then those that make
+# runs of their own (above).
+CHECKS: tuple[Check[InstrumentedRun], ...] = (
+    IneffectiveStep(), UnusedParameter(), GradientClipping(), NonFiniteLoss(), UnshuffledTraining(), DataLeakage(),
+    StaleGradients(), DiscardedBackward(), TrainEvalMode(), LossInputMismatch(), FrozenOutput(), BatchMixing(),
+    TrainingFactsRecord(), TrainingRegression(),
+)
+OWN_RUN_CHECKS: tuple[Check[_Session], ...] = (GradAccumulation(), OverfitOneBatch(), DistributedRun())
 
 
 def _observed(steps: StepsPayload | None, losses: LossesPayload | None, loaders: LoadersPayload | None) -> Observed:

@@ -17,33 +17,46 @@ CATEGORY = UNUSED_PARAMETER
 def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) -> list[Finding]:
     if not steps.steps:
         return []
-    findings = []
-    outside = steps.not_in_optimizer
-    if outside:
-        built = _optimizer_site(steps)
-        left_out = f" The optimizer built at {_line(steps, built)} left them out." if built is not None else ""
-        findings.append(
-            _finding(
-                ctx, steps, outside, steps.not_in_optimizer_count, fallback,
-                reason="not-in-optimizer",
-                title="{count} trainable parameter(s) received gradients but are in no optimizer group, e.g. `{name}`"
-                + (f": the optimizer built at {_short(steps, built)} left them out" if built is not None else ""),
-                problem=(
-                    "{names} have requires_grad=True and received gradients during training, but no optimizer that stepped holds them "
-                    "({optimizers}): they keep their initial values." + left_out + " Their module was built at {site}."
-                ),
-                at=built,
-            )
-        )
+    findings = _not_in_optimizer(ctx, steps, fallback)
     # Every step changed nothing: `ineffective-step` says why no parameter had a gradient.
-    explained = steps.ineffective_count >= steps.steps
+    if steps.ineffective_count >= steps.steps:
+        return findings
+    return findings + _without_gradient(ctx, steps, fallback)
+
+
+def _not_in_optimizer(ctx: StageContext, steps: StepsPayload, fallback: Location) -> list[Finding]:
+    """Parameters that received gradients but that no optimizer holds: one finding for all."""
+    outside = steps.not_in_optimizer
+    if not outside:
+        return []
+    built = _optimizer_site(steps)
+    left_out = f" The optimizer built at {_line(steps, built)} left them out." if built is not None else ""
+    return [
+        _finding(
+            ctx, steps, outside, steps.not_in_optimizer_count, fallback,
+            reason="not-in-optimizer",
+            title="{count} trainable parameter(s) received gradients but are in no optimizer group, e.g. `{name}`"
+            + (f": the optimizer built at {_short(steps, built)} left them out" if built is not None else ""),
+            problem=(
+                "{names} have requires_grad=True and received gradients during training, but no optimizer that stepped holds them "
+                "({optimizers}): they keep their initial values." + left_out + " Their module was built at {site}."
+            ),
+            at=built,
+        )
+    ]
+
+
+def _without_gradient(ctx: StageContext, steps: StepsPayload, fallback: Location) -> list[Finding]:
+    """Parameters of an optimizer group that never received a gradient, one finding per why:
+    their module's output was cut from the loss, reaches no loss, or the module never ran."""
+    findings = []
     ran = [p for p in steps.no_gradient if p.forward_ran is not False]
     # Watched after a step found them without a gradient: ran with gradients recorded and met no cut.
     unreached = [p for p in ran if p.watched_forward and p.cut is None]
     cut = [p for p in ran if p not in unreached]
-    if cut and not explained:
+    if cut:
         findings.append(_cut_finding(ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback))
-    if unreached and not explained:
+    if unreached:
         findings.append(
             _finding(
                 ctx, steps, unreached, len(unreached), fallback,
@@ -60,7 +73,7 @@ def unused_findings(ctx: StageContext, steps: StepsPayload, fallback: Location) 
             )
         )
     never_called = [p for p in steps.no_gradient if p.forward_ran is False]
-    if never_called and not explained:
+    if never_called:
         findings.append(
             _finding(
                 ctx, steps, never_called, len(never_called), fallback,

@@ -3,14 +3,16 @@ tests reach the entrypoint, and report the deprecated PyTorch APIs they hit.
 
 The test suite and the smoke call run side by side in two child processes, each under the
 stage's remaining budget, so a hang in one never starves the other of time. Neither runs
-in this process. Categories: test-failure, collection-error, no-tests, skipped-tests,
-test-environment (`execution_checks`), entrypoint-crash (`execution_smoke`), entrypoint-untested
-(`execution_coverage`), deprecated-api (`execution_warnings`), plus hang and stage-error.
+in this process. Its checks read what the runs handed back, each in `CHECKS` below with the
+categories it finds (test-failure, collection-error, no-tests, skipped-tests, test-environment,
+the test accounting's, entrypoint-untested, entrypoint-crash, deprecated-api), plus hang and
+stage-error.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from traingate.stages.execution.details import (
     Accounting,
@@ -30,6 +32,7 @@ from traingate.stages.execution.details import (
 )
 from traingate.pipeline.model.schema import Finding, Metric, StageOutcome, TestRecord
 from traingate.stages.base import StageContext, entrypoint_leftover_findings, leftover_findings
+from traingate.stages.agent.checks import Check, Checked, run_checks
 from traingate.stages.contract.messages import WarningRecord
 from traingate.pipeline.model.text import first_line
 from traingate.stages.execution.accounting import Selection, test_records
@@ -45,7 +48,7 @@ from traingate.stages.execution.accounting_checks import (
     selection_findings,
 )
 from traingate.stages.execution.baseline_entry import baseline_smoke
-from traingate.stages.execution.replay import ReplayPlan
+from traingate.stages.execution.replay import NotReplayed, ReplayPlan
 from traingate.stages.execution.observed import choose as choose_observed
 from traingate.stages.execution.replay_checks import prepare_replay, replay_findings, run_replay
 from traingate.stages.execution.checks import NO_SUITE_NOTE, no_suite_finding, suite_findings
@@ -62,102 +65,184 @@ class ExecutionWork:
     """The stage's work, run in its agent (`traingate.stages.execution.spec.ExecutionStage` is what the gate registers)."""
 
     def run(self, ctx: StageContext) -> StageOutcome:
-        ep = ctx.config.entrypoint
-        source = entrypoint_source(ctx.root, ep) if ep else None
-        include = [str(source.file)] if source is not None and source.span else []
-        # `tests = false`: the repo declares it has no suite; pytest is not run, and every
-        # report says so (an info finding and the summary), so the stage is never silently green.
-        declared = ctx.config.has_test_suite
-        base, why_not = baseline_records(ctx.baseline)
-        # The baseline's form of every test whose test code changed, beside the suite (docs/edited-tests.md).
-        plan = prepare_replay(ctx, base) if declared else None
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            suite_future = pool.submit(run_suite, ctx, ctx.next_name("pytest"), include) if declared else None
-            smoke_future = pool.submit(smoke_calls, ctx, source) if ep else None
-            replay_future = pool.submit(run_replay, ctx, plan, ctx.next_name("replay")) if isinstance(plan, ReplayPlan) and plan.files else None
-            # The baseline's entrypoint, where the change's configuration of it differs (docs/configuration.md).
-            baseline_future = pool.submit(baseline_smoke, ctx) if ctx.baseline_entrypoint else None
-            suite = suite_future.result() if suite_future else None
-            smoke = with_baseline(smoke_future.result() if smoke_future else None, baseline_future.result() if baseline_future else None)
-            replay = replay_future.result() if replay_future else None
-        result = parse_events(suite.events) if suite else SuiteResult()
-        selection = Selection(result.selection, ctx.root, suite.config_file if suite else None)
-        records = test_records(result, selection, ctx.root) if suite else []
-        hidden = frozenset(r.nodeid for r in records if reported_apart(r))
-
-        findings = suite_findings(ctx, suite, result, hidden) if suite else [no_suite_finding(ctx)]
-        pytest: PytestDetails | NoSuite = NoSuite(declared=False, note=NO_SUITE_NOTE)
-        if suite is not None:
-            found, accounting = self._accounting(ctx, suite, result, selection, records, (base, why_not))
-            replayed, accounting.replay = replay_findings(ctx, plan, replay, records, base, _baseline_version(ctx))
-            findings += found + replayed
-            pytest = pytest_details(suite, result, accounting)
-        coverage = self._coverage(ctx, suite, result, source, findings)
-        if smoke is not None:
-            findings += smoke.findings
-        findings += (leftover_findings(ctx, suite.child, "The test run") if suite else []) + entrypoint_leftover_findings(ctx)
-        sites = gather(ctx.root, result.warnings, smoke_warnings(smoke))
-        findings = one_per_need(ctx, findings) + deprecated_api_findings(ctx, sites)
-
-        observed, observed_files = choose_observed(ctx, records, plan)
-        smoke_rows = smoke_details(ctx, smoke)
-        details = ExecutionDetails(
-            pytest=pytest,
-            smoke=smoke_rows,
-            coverage=coverage,
-            warnings=[s.row() for s in sorted(sites, key=lambda s: (not s.deprecated_torch_api, -s.count))][:100],
-        )
+        runs = _run_children(ctx)
+        checked = run_checks(CHECKS, runs, runs.findings)
+        # One finding per missing package or network need, however many tests it failed.
+        findings = one_per_need(ctx, runs.findings)
+        pytest: PytestDetails | NoSuite = checked[SuiteAccounting.name]
+        smoke_rows: SmokeDetails | SmokeNotConfigured = checked[SmokeCall.name]
+        coverage: EntrypointCoverage | NoEntrypoint = checked[EntrypointTested.name]
+        observed, observed_files = choose_observed(ctx, runs.records, runs.plan)
+        details = ExecutionDetails(pytest=pytest, smoke=smoke_rows, coverage=coverage, warnings=checked[DeprecatedApis.name])
         return StageOutcome(
-            summary=summary(suite, result, smoke_rows, coverage),
-            metrics=metrics(suite, result, smoke_rows, coverage),
+            summary=summary(runs.suite, runs.result, smoke_rows, coverage),
+            metrics=metrics(runs.suite, runs.result, smoke_rows, coverage),
             findings=findings,
-            tests=records,
+            tests=runs.records,
             details=details.model_dump(mode="json"),
             observed_training=observed,
             observed_files=observed_files,
         )
 
-    @staticmethod
-    def _accounting(
-        ctx: StageContext, suite: SuiteRun, result: SuiteResult, selection: Selection, records: list[TestRecord], baseline: tuple[list[TestRecord] | None, str]
-    ) -> tuple[list[Finding], Accounting]:
-        """Findings of the test accounting, and what the report shows of it."""
-        found = rewritten_outcomes(ctx, result, selection) + observation_stopped(ctx, suite, selection)
-        found += selection_findings(ctx, result, selection, records) + hidden_skips(ctx, records) + module_skips(ctx, records)
+
+@dataclass
+class ExecutionRuns:
+    """What the stage's child runs handed back, which its checks read, and what they found."""
+
+    ctx: StageContext
+    source: EntrypointSource | None  # the entrypoint's function in its module; None: none configured
+    suite: SuiteRun | None  # None: the repo declares no test suite (`tests = false`)
+    smoke: SmokeResult | None  # the entrypoint's smoke calls and the baseline entrypoint's
+    plan: ReplayPlan | NotReplayed | None  # the baseline's form of the tests whose code changed
+    replay: SuiteRun | None
+    baseline: tuple[list[TestRecord] | None, str]  # the baseline's per-test records, or None and why
+    result: SuiteResult = field(init=False)
+    selection: Selection = field(init=False)
+    records: list[TestRecord] = field(init=False)  # one per test, for the report
+    hidden: frozenset[str] = field(init=False)  # skipped tests the accounting reports on their own
+    findings: list[Finding] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        suite = self.suite
+        self.result = parse_events(suite.events) if suite else SuiteResult()
+        self.selection = Selection(self.result.selection, self.ctx.root, suite.config_file if suite else None)
+        self.records = test_records(self.result, self.selection, self.ctx.root) if suite else []
+        self.hidden = frozenset(r.nodeid for r in self.records if reported_apart(r))
+
+
+def _run_children(ctx: StageContext) -> ExecutionRuns:
+    """The test suite, the smoke calls, the replay of the baseline's tests and the baseline's
+    entrypoint, side by side, each in its own child process."""
+    ep = ctx.config.entrypoint
+    source = entrypoint_source(ctx.root, ep) if ep else None
+    include = [str(source.file)] if source is not None and source.span else []
+    # `tests = false`: the repo declares it has no suite; pytest is not run, and every
+    # report says so (an info finding and the summary), so the stage is never silently green.
+    declared = ctx.config.has_test_suite
+    base, why_not = baseline_records(ctx.baseline)
+    # The baseline's form of every test whose test code changed, beside the suite (docs/edited-tests.md).
+    plan = prepare_replay(ctx, base) if declared else None
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        suite_future = pool.submit(run_suite, ctx, ctx.next_name("pytest"), include) if declared else None
+        smoke_future = pool.submit(smoke_calls, ctx, source) if ep else None
+        replay_future = pool.submit(run_replay, ctx, plan, ctx.next_name("replay")) if isinstance(plan, ReplayPlan) and plan.files else None
+        # The baseline's entrypoint, where the change's configuration of it differs (docs/configuration.md).
+        baseline_future = pool.submit(baseline_smoke, ctx) if ctx.baseline_entrypoint else None
+        suite = suite_future.result() if suite_future else None
+        smoke = with_baseline(smoke_future.result() if smoke_future else None, baseline_future.result() if baseline_future else None)
+        replay = replay_future.result() if replay_future else None
+    return ExecutionRuns(ctx, source, suite, smoke, plan, replay, (base, why_not))
+
+
+class SuiteOutcomes:
+    """test-failure, collection-error, no-tests, skipped-tests, test-environment: what pytest
+    ran, failed, could not collect or skipped (`checks.py`); with no suite declared, one info
+    finding that says so."""
+
+    name = "suite"
+    reads = ("pytest",)
+
+    def evaluate(self, runs: ExecutionRuns) -> Checked:
+        if runs.suite is None:
+            return Checked([no_suite_finding(runs.ctx)])
+        return Checked(suite_findings(runs.ctx, runs.suite, runs.result, runs.hidden))
+
+
+class SuiteAccounting:
+    """test-selection, test-disabled, test-weakened: the tests the run left out, skipped by a
+    hook or rewrote, and, with a baseline, the tests it had that this version disabled or
+    weakened (its edited tests replayed in the baseline's form)."""
+
+    name = "pytest"
+    reads = ("pytest", "replay")
+
+    def evaluate(self, runs: ExecutionRuns) -> Checked:
+        ctx, suite, result, records = runs.ctx, runs.suite, runs.result, runs.records
+        if suite is None:
+            return Checked(record=NoSuite(declared=False, note=NO_SUITE_NOTE))
+        found = rewritten_outcomes(ctx, result, runs.selection) + observation_stopped(ctx, suite, runs.selection)
+        found += selection_findings(ctx, result, runs.selection, records) + hidden_skips(ctx, records) + module_skips(ctx, records)
         found += left_out_files(ctx, result, records)
-        base, why_not = baseline
+        base, why_not = runs.baseline
         comparison: BaselineTests | BaselineNotCompared = BaselineNotCompared(note=why_not)
         if base is not None:
             disabled, comparison = disabled_against_baseline(ctx, records, base, _baseline_version(ctx))
             found += disabled
-        details = Accounting(
+        accounting = Accounting(
             taken_out=[r for r in records if r.taken_out is not None][:MAX_TEST_ROWS],
             rewritten=[r for r in records if r.rewritten][:MAX_TEST_ROWS],
-            options={dest: selection.describe(dest) for dest in selection.effective},
+            options={dest: runs.selection.describe(dest) for dest in runs.selection.effective},
             xdist_disabled=XdistDisabled.model_validate(result.xdist_disabled.model_dump()) if result.xdist_disabled else None,
             baseline=comparison,
         )
-        return found, details
+        replayed, accounting.replay = replay_findings(ctx, runs.plan, runs.replay, records, base, _baseline_version(ctx))
+        return Checked(found + replayed, pytest_details(suite, result, accounting))
 
-    @staticmethod
-    def _coverage(ctx: StageContext, suite: SuiteRun | None, result: SuiteResult, source: EntrypointSource | None, findings: list[Finding]) -> EntrypointCoverage | NoEntrypoint:
+
+class EntrypointTested:
+    """entrypoint-untested: no statement of the entrypoint's body ran while the tests ran
+    (measured with coverage of its file); not measured is said, never passed."""
+
+    name = "coverage"
+    reads = ("pytest",)
+
+    def evaluate(self, runs: ExecutionRuns) -> Checked:
+        ctx, suite, result, source = runs.ctx, runs.suite, runs.result, runs.source
         if ctx.config.entrypoint is None:
-            return coverage_details(None, None, "no entrypoint configured")
+            return Checked(record=coverage_details(None, None, "no entrypoint configured"))
         if source is None or not source.span:
-            return coverage_details(source, None, "the entrypoint's body could not be read from its module file")
+            return Checked(record=coverage_details(source, None, "the entrypoint's body could not be read from its module file"))
         if suite is None:
-            return coverage_details(source, None, "not measured: no test suite declared (`tests = false`)")
+            return Checked(record=coverage_details(source, None, "not measured: no test suite declared (`tests = false`)"))
         if suite.coverage_file is None or not result.finished:
-            return coverage_details(source, None, "not measured: the test run did not complete")
+            return Checked(record=coverage_details(source, None, "not measured: the test run did not complete"))
         if result.xdist_workers:
-            return coverage_details(source, None, "not measured: the target's pytest options run the tests in xdist worker processes")
+            return Checked(record=coverage_details(source, None, "not measured: the target's pytest options run the tests in xdist worker processes"))
         executed = executed_lines(suite.coverage_file, source.file)
         if executed is None:
-            return coverage_details(source, None, "not measured: the coverage data could not be read")
+            return Checked(record=coverage_details(source, None, "not measured: the coverage data could not be read"))
         finding = untested_finding(ctx, source, executed, suite.command)
-        if finding is not None:
-            findings.append(finding)
-        return coverage_details(source, executed)
+        return Checked([finding] if finding is not None else [], coverage_details(source, executed))
+
+
+class SmokeCall:
+    """entrypoint-crash: the configured entrypoint called once with its smoke arguments (and
+    the baseline's entrypoint, where the change's configuration of it differs)."""
+
+    name = "smoke"
+    reads = ("smoke",)
+
+    def evaluate(self, runs: ExecutionRuns) -> Checked:
+        smoke = runs.smoke
+        return Checked(list(smoke.findings) if smoke is not None else [], smoke_details(runs.ctx, smoke))
+
+
+class LeftoverProcesses:
+    """Processes the test run or the smoke calls left running when they ended."""
+
+    name = "leftovers"
+    reads = ("pytest", "smoke")
+
+    def evaluate(self, runs: ExecutionRuns) -> Checked:
+        ctx = runs.ctx
+        return Checked((leftover_findings(ctx, runs.suite.child, "The test run") if runs.suite else []) + entrypoint_leftover_findings(ctx))
+
+
+class DeprecatedApis:
+    """deprecated-api: the deprecated PyTorch APIs the tests and the smoke calls hit, from the
+    warnings they raised."""
+
+    name = "warnings"
+    reads = ("pytest", "smoke")
+
+    def evaluate(self, runs: ExecutionRuns) -> Checked:
+        sites = gather(runs.ctx.root, runs.result.warnings, smoke_warnings(runs.smoke))
+        rows = [s.row() for s in sorted(sites, key=lambda s: (not s.deprecated_torch_api, -s.count))][:100]
+        return Checked(deprecated_api_findings(runs.ctx, sites), rows)
+
+
+# Every check of the stage, in the order it runs over what its child runs handed back.
+CHECKS: tuple[Check[ExecutionRuns], ...] = (SuiteOutcomes(), SuiteAccounting(), EntrypointTested(), SmokeCall(), LeftoverProcesses(), DeprecatedApis())
 
 
 def _baseline_version(ctx: StageContext) -> str:

@@ -379,39 +379,47 @@ def inconsistencies(run: SuiteRun, result: SuiteResult) -> list[tuple[str, str]]
 
 
 def _fold(nodeid: str, by_phase: dict[str, ReportEvent], path: str | None, line: int | None, finished: bool) -> TestOutcome:
+    """One test's outcome from its phases' reports: the one pytest logged, then whether the
+    test finished, then what the gate saw of its reports being rewritten."""
     test = TestOutcome(nodeid=nodeid, outcome="passed", path=path, line=line, phases=by_phase)
     test.duration_s = round(sum(p.duration for p in by_phase.values()), 6)
-    setup, call, teardown = (test.phase(w) for w in ("setup", "call", "teardown"))
-    if call is not None and call.outcome == "failed":
-        test.outcome = "failed"
-        _take_failure(test, call)
-    elif setup is not None and setup.outcome == "failed":
-        test.outcome = "error"
-        _take_failure(test, setup)
-    elif teardown is not None and teardown.outcome == "failed":
-        test.outcome = "error"
-        _take_failure(test, teardown)
-    elif any(p is not None and p.outcome == "skipped" for p in (setup, call)):
-        skipped = call if call is not None and call.outcome == "skipped" else setup
-        assert skipped is not None
-        if skipped.wasxfail is not None:
-            test.outcome, test.message = "xfailed", skipped.wasxfail
-        else:
-            test.outcome = "skipped"
-            test.skip = skipped.skip
-            test.message = skip_reason(test.skip.reason if test.skip is not None else None)
-    elif call is not None and call.wasxfail is not None:
-        test.outcome, test.message = "xpassed", call.wasxfail
-    if teardown is None and test.outcome not in ("failed", "error"):
+    _logged_outcome(test)
+    if test.phase("teardown") is None and test.outcome not in ("failed", "error"):
         test.outcome = "interrupted" if finished else "crashed"
         test.message = "the run stopped during this test" if finished else "the test process ended during this test"
+    _observed_rewrites(test)
+    return test
+
+
+def _logged_outcome(test: TestOutcome) -> None:
+    """The outcome pytest's reports give: a failed call, else a failed setup or teardown (an
+    error), else a skip (or an expected failure), else an unexpected pass; passed otherwise."""
+    setup, call, teardown = (test.phase(w) for w in ("setup", "call", "teardown"))
+    failed = next(((when, p) for when, p in (("call", call), ("setup", setup), ("teardown", teardown)) if p is not None and p.outcome == "failed"), None)
+    if failed is not None:
+        when, phase = failed
+        test.outcome = "failed" if when == "call" else "error"
+        _take_failure(test, phase)
+        return
+    skipped = next((p for p in (call, setup) if p is not None and p.outcome == "skipped"), None)
+    if skipped is not None and skipped.wasxfail is not None:
+        test.outcome, test.message = "xfailed", skipped.wasxfail
+    elif skipped is not None:
+        test.outcome = "skipped"
+        test.skip = skipped.skip
+        test.message = skip_reason(test.skip.reason if test.skip is not None else None)
+    elif call is not None and call.wasxfail is not None:
+        test.outcome, test.message = "xpassed", call.wasxfail
+
+
+def _observed_rewrites(test: TestOutcome) -> None:
+    """The phases whose logged outcome is not what they did; where one is, the gate's own
+    observation wins over the logged report: a test that otherwise passed did not."""
     test.rewrites = [r for when in ("setup", "call", "teardown") if (r := phase_rewrite(when, test.phase(when))) is not None]
     if test.rewrites and test.outcome not in ("failed", "error", "crashed", "interrupted"):
-        # The gate's own observation wins over the logged report: the test did not pass.
         first = test.rewrites[0]
         test.outcome = "failed" if first.when == "call" else "error"
         test.message = clip_line(f"{first.did}, but its {first.when} report says {first.reported}", 500)
-    return test
 
 
 def phase_rewrite(when: str, phase: ReportEvent | None) -> PhaseRewrite | None:

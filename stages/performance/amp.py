@@ -96,29 +96,8 @@ def under_floor_within_noise(spread: RatioSpread | None, floor: float) -> bool:
 def metrics(comparison: AmpComparison, policy: PerformancePolicy, amp_counts: AmpCounts | None) -> list[Metric]:
     device = comparison.device
     cuda = device == "cuda"
-    out = []
-    speedup = comparison.speedup
-    spread = _speedup_spread(comparison)
     inactive = comparison.active is False
-    if inactive:
-        speed_note = f"not measured: AMP was not active (no matrix product ran in float16/bfloat16 with AMP on), so both timing runs computed in fp32{NOT_A_RATIO}"
-    elif speedup is None or spread is None:
-        speed_note = "not measured: fewer profiled steps than performance.min_steps"
-    elif cuda and under_floor_within_noise(spread, policy.amp_speedup_min):
-        speed_note = f"not measured: {spread.describe()} is under the {policy.amp_speedup_min}x target, but its interval reaches it: the runs' noise covers what it would judge"
-    elif cuda:
-        speed_note = f"{spread.describe()}, ratio of median step times, CUDA event timing over the steps after warm-up"
-    else:
-        speed_note = f"measured {spread.describe()} on cpu, {NOT_ON_CPU}"
-    out.append(Metric(
-        id="amp.speedup",
-        name="AMP speedup (fp32 median step / AMP median step)",
-        value=round(speedup, 3) if speedup is not None else None,
-        unit="x",
-        threshold=policy.amp_speedup_min,
-        passed=(speedup >= policy.amp_speedup_min) if cuda and speedup is not None and not under_floor_within_noise(spread, policy.amp_speedup_min) else None,
-        note=speed_note,
-    ))
+    out = [_speedup_metric(comparison, policy)]
     reduction = comparison.memory_reduction
     out.append(Metric(
         id="amp.memory_reduction",
@@ -154,6 +133,33 @@ def metrics(comparison: AmpComparison, policy: PerformancePolicy, amp_counts: Am
             note=f"of {total} matrix products (mm/addmm/bmm/conv/attention) in the instrumented AMP run: {amp_counts.matmul_dtypes_in_steps}",
         ))
     return out
+
+
+def _speedup_metric(comparison: AmpComparison, policy: PolicyConfig) -> Metric:
+    """The speedup, judged on CUDA only, and not where the runs' noise covers the target."""
+    cuda = comparison.device == "cuda"
+    speedup = comparison.speedup
+    spread = _speedup_spread(comparison)
+    inactive = comparison.active is False
+    if inactive:
+        speed_note = f"not measured: AMP was not active (no matrix product ran in float16/bfloat16 with AMP on), so both timing runs computed in fp32{NOT_A_RATIO}"
+    elif speedup is None or spread is None:
+        speed_note = "not measured: fewer profiled steps than performance.min_steps"
+    elif cuda and under_floor_within_noise(spread, policy.amp_speedup_min):
+        speed_note = f"not measured: {spread.describe()} is under the {policy.amp_speedup_min}x target, but its interval reaches it: the runs' noise covers what it would judge"
+    elif cuda:
+        speed_note = f"{spread.describe()}, ratio of median step times, CUDA event timing over the steps after warm-up"
+    else:
+        speed_note = f"measured {spread.describe()} on cpu, {NOT_ON_CPU}"
+    return Metric(
+        id="amp.speedup",
+        name="AMP speedup (fp32 median step / AMP median step)",
+        value=round(speedup, 3) if speedup is not None else None,
+        unit="x",
+        threshold=policy.amp_speedup_min,
+        passed=(speedup >= policy.amp_speedup_min) if cuda and speedup is not None and not under_floor_within_noise(spread, policy.amp_speedup_min) else None,
+        note=speed_note,
+    )
 
 
 def amp_location(amp_counts: AmpCounts | None, forward_sites: list[tuple[SiteKey, int]]) -> Location | None:

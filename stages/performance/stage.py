@@ -18,39 +18,35 @@ optimizer step, is a blocking `stage-error`: nothing was profiled, and that neve
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from collections.abc import Callable
-from pathlib import Path
 
 from traingate.stages.performance.config import PerformanceConfig
 from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL as FULL, PERFORMANCE_LIGHT as LIGHT
 from traingate.stages.performance.details import (
-    AmpDetails,
-    Breakdown,
     DeviceKind,
     LoadRecord,
-    MemoryDetails,
-    NotComparable,
     PerformanceDetails,
     RegressionDetails,
-    RegressionRow,
     RunRecord,
-    SideBySide,
-    StallDetails,
     StepCounts,
     StepRecord,
-    SyncSummary,
 )
-from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Metric, StageOutcome
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Metric, StageOutcome
 from traingate.stages.performance import consistency as perf_consistency
-from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
-from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, ProcessRecord, SiteKey, StepClockRecord
+from traingate.stages.performance import regression as perf_regression, timing as perf_timing
+from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, ProcessRecord, StepClockRecord
 from traingate.stages.performance import baseline_code as perf_baseline_code, load as perf_load, notice as perf_notice, side_by_side as perf_side
 from traingate.stages.performance.baseline_code import BaselineCode
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
 from traingate.stages.performance.config import PerformancePolicy
+from traingate.stages.agent.checks import Check, run_checks
+from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
+from traingate.stages.performance.checks import HostSyncs, InputStall, PerformanceFacts, MemoryLeak, MixedPrecision, Regression, StepTime, TimeBreakdown, TimingEnvironment
 
+# Every check of the stage, in the order it runs over what the instrumented run and the timing
+# runs measured (`checks.py`); the regression check reads the step times measured before it.
+CHECKS: tuple[Check[PerformanceFacts], ...] = (MemoryLeak(), HostSyncs(), StepTime(), MixedPrecision(), InputStall(), TimeBreakdown(), Regression())
 
 
 class PerformanceWork:
@@ -166,15 +162,6 @@ def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode |
     return done
 
 
-@dataclass(frozen=True)
-class TimingEnvironment:
-    """Where the timing runs ran and what the baseline's code measured beside them."""
-
-    timings: perf_regression.Timings
-    side_by_side: SideBySide | None = None
-    side_note: str | None = None  # why the baseline's code was not timed beside this version's
-
-
 def _timing_environment(ctx: StageContext, done: _TimingDone, training_device: str, baseline: BaselineCode | str | None, settings: PerformanceConfig) -> TimingEnvironment:
     device = "cuda" if training_device.startswith("cuda") else "cpu"
     process = done.process
@@ -232,25 +219,6 @@ def _remove(baseline: BaselineCode | str | None) -> None:
         baseline.remove()
 
 
-@dataclass
-class _Measured:
-    """What the sections of the analysis add up: findings, metrics, and what was not measured."""
-
-    ctx: StageContext
-    device: str
-    warmup: int
-    min_steps: int
-    environment: TimingEnvironment | None = None
-    findings: list[Finding] = field(default_factory=list)
-    metrics: list[Metric] = field(default_factory=list)
-    not_measured: list[str] = field(default_factory=list)
-    not_comparable: list[NotComparable] = field(default_factory=list)  # stored step times with too few steps for a median
-
-    @property
-    def timings(self) -> perf_regression.Timings | None:
-        return self.environment.timings if self.environment else None
-
-
 def analyse(
     ctx: StageContext, profile: FullPayload, timings: dict[str, StepClockRecord], runs: list[RunRecord], flag: str | None, environment: TimingEnvironment | None = None,
 ) -> StageOutcome:
@@ -261,31 +229,28 @@ def analyse(
     clock = profile.clock
     steps = clock.steps
     device: DeviceKind = "cuda" if clock.training_device.startswith("cuda") else "cpu"
-    out = _Measured(ctx, device, settings.warmup_steps, settings.min_steps, environment)
+    out = PerformanceFacts(ctx, device, settings.warmup_steps, settings.min_steps, profile, timings, flag, environment)
     out.metrics.append(Metric(
         id="steps.profiled", name="training steps observed", value=steps, unit="steps",
         note=f"optimizer steps in the instrumented run; the first {out.warmup} are warm-up" + _window_note(profile, steps),
     ))
-    memory = _memory_section(out, profile, flag)
-    sync_summary = _sync_section(out, profile, steps)
-    spreads, timing_details, few_step_rows = _timing_section(out, timings)
-    amp_details = _amp_section(out, profile, timings, flag)
-    stall, breakdown = _stall_section(out, profile, timings, flag)
-    regression = _regression_section(out, spreads, few_step_rows)
+    records = run_checks(CHECKS, out, out.findings)
     out.not_measured += perf_consistency.undecided_misses(out.metrics, out.findings)
+    timing_details: dict[str, StepRecord] = records[StepTime.name]
+    regression: RegressionDetails = records[Regression.name]
     details = PerformanceDetails(
         device=clock.training_device,
         device_kind=device,
         steps=StepCounts(observed=steps, warmup=out.warmup, profiled=max(0, steps - out.warmup), truncated=clock.truncated, instrumented=_instrumented_steps(profile, steps)),
         instrumentation=profile.instrumentation,
         runs=runs,
-        memory=memory,
-        syncs=sync_summary,
-        amp=amp_details,
+        memory=records[MemoryLeak.name],
+        syncs=records[HostSyncs.name],
+        amp=records[MixedPrecision.name],
         amp_flag=flag,
         timing=timing_details,
-        breakdown=breakdown,
-        stall=stall,
+        breakdown=records[TimeBreakdown.name],
+        stall=records[InputStall.name],
         regression=regression,
         not_measured=out.not_measured,
         instrument_s=profile.instrument_s,
@@ -294,177 +259,6 @@ def analyse(
     )
     summary = _summary(steps, out.warmup, device, out.findings, timing_details)
     return StageOutcome(summary=summary, metrics=out.metrics, findings=out.findings, details=details.data())
-
-
-def _memory_section(out: _Measured, profile: FullPayload, flag: str | None) -> MemoryDetails:
-    """memory-leak: one verdict over tensor bytes, held graphs and host memory, a metric each."""
-    memory, leaks = perf_memory.analyse(out.ctx, profile.memory, out.warmup, out.min_steps, out.device, _loop_site(profile.clock))
-    out.findings += leaks
-    verdict = memory.verdict
-    # One verdict over the measures: a leak found from any one fails this metric, whatever the others say.
-    decided = verdict.leak or verdict.steps >= out.min_steps
-    out.metrics.append(Metric(
-        id="memory.held_growth",
-        name="memory held between steps, growth",
-        value=round(verdict.slope_bytes_per_step, 1),
-        unit="bytes/step",
-        threshold=MIN_SLOPE_BYTES,
-        passed=not verdict.leak if decided else None,
-        note=f"{'leak' if verdict.leak else 'no leak'}: {verdict.reason}; bytes r^2 {verdict.r2:.2f} over {verdict.steps} steps ({memory.source})",
-    ))
-    host = verdict.host
-    if host is None:
-        out.not_measured.append("Host memory between steps: this system offers no host measure (neither glibc's mallinfo2 nor /proc/self/statm), so only tensor bytes and held graphs were measured.")
-    else:
-        out.metrics.append(Metric(
-            id="memory.host_growth",
-            name="host memory between steps, growth",
-            value=round(host.slope_bytes_per_step, 1),
-            unit="bytes/step",
-            threshold=HOST_MIN_SLOPE_BYTES,
-            passed=not host.leak if host.leak or host.steps >= out.min_steps else None,
-            note=f"{'grows' if host.leak else 'no growth'}: {host.reason}; r^2 {host.r2:.2f} over {host.steps} steps ({memory.host.source})",
-        ))
-    nodes = verdict.nodes
-    out.metrics.append(Metric(
-        id="memory.graph_nodes_growth",
-        name="autograd nodes held between steps, growth",
-        value=round(nodes.per_step, 1) if nodes.per_step is not None else None,
-        unit="nodes/step",
-        note=(
-            f"held by {nodes.held_by}, counted at steps {', '.join(str(p[0]) for p in nodes.points)}" if nodes.held_by
-            else "no named tensor or container was seen holding a growing autograd graph at the checks"
-        ) + _graph_walk_note(profile),
-    ))
-    if verdict.steps < out.min_steps and not verdict.leak:
-        out.not_measured.append(f"Memory leak: {verdict.reason}.")
-    if out.device == "cpu":
-        out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}live_tensors", name="peak live tensor memory (instrumented run)", value=profile.memory.peak_tracked_bytes, unit="bytes", note="tracked tensor storages, AMP " + ("on" if flag else "as configured")))
-    return memory
-
-
-def _sync_section(out: _Measured, profile: FullPayload, steps: int) -> SyncSummary:
-    """host-sync: syncs per step and call site, the target's and the libraries' apart."""
-    # On a heavy loop syncs are counted over the instrumented window only: rates are per counted step.
-    sync_steps = min(steps, profile.syncs.steps_counted or steps)
-    sync_summary, sync_findings = perf_sync.analyse(out.ctx, profile.syncs, sync_steps, out.device, _code_reader(out.ctx.root))
-    out.findings += sync_findings
-    out.metrics.append(Metric(id="syncs.target_per_step", name="host syncs per step, target code", value=round(sync_summary.target_per_step, 3), unit="syncs/step", note=sync_summary.counted_as))
-    out.metrics.append(Metric(id="syncs.library_per_step", name="host syncs per step, inside library calls", value=round(sync_summary.library_per_step, 3), unit="syncs/step", note="made by torch or other libraries the loop calls; not reported as the target's defect"))
-    return sync_summary
-
-
-def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tuple[dict[str, str], dict[str, StepRecord], list[RegressionRow]]:
-    """Step time per timing run: median and spread, or, with too few steps, the sign test
-    against the baseline. Returns the median->spread metric ids, the per-run statistics and
-    the few-step comparisons."""
-    spreads: dict[str, str] = {}
-    timing_details: dict[str, StepRecord] = {}
-    few_step_rows: list[RegressionRow] = []
-    for label, run_clock in timings.items():
-        stats = perf_timing.step_stats(run_clock, out.warmup, out.min_steps)
-        if stats is None:
-            # Too few steps for a median, but every one of them may still be slower than the baseline.
-            few, few_finding = perf_regression.few_steps(out.ctx, label, perf_timing.step_times(run_clock, out.warmup), out.device, out.timings)
-            out.findings += [few_finding] if few_finding else []
-            if isinstance(few, NotComparable):
-                out.not_comparable.append(few)
-                few = None
-            if few is not None:
-                few_step_rows.append(few)
-            if few_finding is None:
-                out.not_measured.append(f"Step time ({label}): not enough steps to decide ({len(perf_timing.step_times(run_clock, out.warmup))} of {out.min_steps}) after warm-up" + (f"; {few.sign_test.statement}" if few and few.sign_test else "") + ".")
-            continue
-        median_id, iqr_id = f"step_time.median.{label}", f"step_time.iqr.{label}"
-        spreads[median_id] = iqr_id
-        out.metrics.append(Metric(id=median_id, name=f"step time, median ({label})", value=round(stats.median_s * 1e3, 4), unit="ms", note=f"{stats.steps} steps after warm-up, {stats.clock} clock, on {out.device}"))
-        out.metrics.append(Metric(id=iqr_id, name=f"step time, IQR ({label})", value=round(stats.iqr_s * 1e3, 4), unit="ms", note="interquartile range of the step times"))
-        timing_details[label] = stats.record()
-        if run_clock.peak_memory_bytes is not None:
-            out.metrics.append(Metric(id=f"{perf_regression.PEAK_MEMORY_PREFIX}device.{label}", name=f"peak device memory ({label})", value=run_clock.peak_memory_bytes, unit="bytes", note="torch.cuda.max_memory_allocated"))
-    return spreads, timing_details, few_step_rows
-
-
-def _amp_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> AmpDetails | None:
-    """AMP on vs off: speedup, memory, loss drift, and whether reduced precision ran at all."""
-    if not flag:
-        out.not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
-        return None
-    if "fp32" not in timings or "amp" not in timings:
-        return None
-    ctx, policy, clock = out.ctx, out.ctx.thresholds(PerformancePolicy), profile.clock
-    amp_counts = profile.amp
-    comparison = perf_amp.compare(timings["fp32"], timings["amp"], out.warmup, out.min_steps, out.device, perf_amp.amp_active(amp_counts))
-    amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
-    out.metrics += amp_metrics
-    location = perf_amp.amp_location(amp_counts, clock.forward_sites)
-    inactive, not_applicable = perf_amp.inactive_check(ctx, amp_counts, clock.forward_sites, flag, out.device)
-    out.findings += [inactive] if inactive else []
-    out.metrics += not_applicable
-    accuracy = perf_amp.accuracy_finding(ctx, comparison, policy, location)
-    out.findings += [accuracy] if accuracy else []
-    out.findings += perf_amp.target_findings(ctx, comparison, policy, location)
-    out.not_measured += [f"{m.name}: {m.note}." for m in amp_metrics if m.passed is None and m.threshold is not None]
-    return AmpDetails(**dict(comparison), counts=amp_counts, location=location)
-
-
-def _stall_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> tuple[StallDetails | None, Breakdown | None]:
-    """input-stall and the step's time breakdown, from the primary timing run."""
-    primary = "amp" if flag else "default"
-    primary_clock = timings.get(primary) or next(iter(timings.values()), None)
-    if primary_clock is None:
-        return None, None
-    data_sites = perf_timing.sampled_sites(profile, "data", limit=5)
-    stall, stall_finding = perf_timing.input_stall(out.ctx, primary_clock, out.warmup, out.min_steps, primary, data_sites)
-    out.findings += [stall_finding] if stall_finding else []
-    if stall.median_share is not None and stall.loader:
-        decided = stall.decided
-        test = stall.sign_test
-        note = "time in DataLoader iteration / step time, host clock" + (f"; {test.statement}" if test else "")
-        if not decided:
-            note = f"not enough steps to decide ({stall.steps} of {stall.min_steps}); " + note
-            out.not_measured.append(f"Input stall: not enough steps to decide ({stall.steps} of {stall.min_steps}), and the sign test was not decisive either way.")
-        out.metrics.append(Metric(id=f"data_wait.share.{primary}", name=f"data wait share of the step, median ({primary})", value=round(stall.median_share, 4), unit="fraction", threshold=perf_timing.STALL_SHARE, passed=(stall_finding is None) if decided else None, note=note))
-    if not stall.loader:
-        out.not_measured.append("Input stall: the loop iterates no DataLoader, so data waits were not timed (the time before each forward is in the breakdown's rest).")
-    return stall, perf_timing.breakdown(primary_clock, out.warmup, primary, perf_timing.sampled_sites(profile, "rest"))
-
-
-def _regression_section(out: _Measured, spreads: dict[str, str], few_step_rows: list[RegressionRow]) -> RegressionDetails:
-    """perf-regression against the baseline: the side-by-side timing, the stored numbers
-    that compare, the few-step comparisons; what does not compare is listed as such."""
-    regression, regression_findings = perf_regression.compare(out.ctx, out.metrics, spreads, out.device, out.timings)
-    out.findings += regression_findings
-    compared, note = list(regression.compared), regression.note
-    environment = out.environment
-    side = environment.side_by_side if environment else None
-    if side is not None:
-        finding = perf_regression.side_by_side(out.ctx, side, out.device)
-        out.findings += [finding] if finding else []
-        side_row = perf_regression.side_by_side_row(side)
-        compared += [side_row] if side_row else []
-        if side.verdict == "not measured":
-            out.not_measured.append(f"Step time ({side.label}) against the baseline's code, timed beside it: not measured: {side.reason}.")
-        note = None if side_row else note
-    if few_step_rows:
-        # A regressed few-step row is a comparison made, whatever the medians' note says.
-        note = None if any(r.regressed for r in few_step_rows) else note
-        compared += few_step_rows
-    not_comparable = [*regression.not_comparable, *out.not_comparable]
-    for skipped in not_comparable:
-        out.not_measured.append(f"{skipped.metric} against the baseline report's: not comparable: {skipped.reason}.")
-    if note:
-        out.not_measured.append(f"Performance regression: {note}.")
-    side_note = environment.side_note if environment else None
-    details = RegressionDetails(compared=compared, note=note)
-    # Only what there is (set fields only are dumped): a run without a baseline keeps the record it always had.
-    if side is not None:
-        details.side_by_side = side
-    if not_comparable:
-        details.not_comparable = not_comparable
-    if side_note:
-        details.side_by_side_note = side_note
-    return details
 
 
 def _summary(steps: int, warmup: int, device: str, findings: list[Finding], timing: dict[str, StepRecord]) -> str:
@@ -490,14 +284,6 @@ def _window_note(profile: FullPayload, steps: int) -> str:
     return note
 
 
-def _graph_walk_note(profile: FullPayload) -> str:
-    """On a loop whose one step's graph reaches the walk cap, node counts are lower bounds."""
-    window = profile.instrumentation
-    if not window.graph_walk_capped:
-        return ""
-    return f"; one step's autograd graph has at least {window.graph_walk_cap:,} nodes, where graph walks stop, so graphs held across steps are followed by the steps their nodes come from, not by node count, on this loop (retained bytes and host memory still are)"
-
-
 def _fastest(clocks: list[StepClockRecord], warmup: int) -> StepClockRecord:
     """With several timing runs per setting, the one with the lowest median step time (the
     least disturbed by the machine's other load)."""
@@ -511,22 +297,6 @@ def _fastest(clocks: list[StepClockRecord], warmup: int) -> StepClockRecord:
 def _run_record(label: str, amp: bool | None, run: EntrypointRun, steps: int, load: LoadRecord | None = None) -> RunRecord:
     record = RunRecord(label=label, amp=amp, steps=steps, duration_s=round(run.child.duration_s, 3))
     return record.model_copy(update={"load": load}) if load is not None else record
-
-
-def _code_reader(root: Path) -> Callable[[SiteKey], str]:
-    cache: dict[str, list[str]] = {}
-
-    def code_of(site: SiteKey) -> str:
-        path, line = site[0], site[1]
-        if path not in cache:
-            try:
-                cache[path] = (root / path).read_text(encoding="utf-8", errors="replace").splitlines()
-            except OSError:
-                cache[path] = []
-        lines = cache[path]
-        return lines[line - 1].strip() if 0 < line <= len(lines) else ""
-
-    return code_of
 
 
 def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[PayloadModel], what: str, run_id: str) -> PayloadModel | StageOutcome:
@@ -594,8 +364,3 @@ def _no_steps(ctx: StageContext, run: EntrypointRun, clock: StepClockRecord) -> 
         ),
     )
     return StageOutcome(summary="no training step to profile", findings=[finding])
-
-
-def _loop_site(clock: StepClockRecord) -> Location | None:
-    """The training loop's model call: the most frequent outermost forward site."""
-    return location_of(clock.forward_sites[0][0]) if clock.forward_sites else None

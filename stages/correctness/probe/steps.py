@@ -218,33 +218,9 @@ class StepWatch:
         assert self.sites is not None
         self._note_foreign_grads()
         names = self._names()
-        in_group: dict[int, tuple[int, int]] = {}
-        optimizers = []
-        for o_index, optimizer in enumerate(self.optimizers):
-            groups = []
-            for g_index, group in enumerate(optimizer.param_groups):
-                for p in group["params"]:
-                    in_group.setdefault(id(p), (o_index, g_index))
-                groups.append({"lr": _number(group.get("lr")), "params": len(group["params"])})
-            optimizers.append({"class": type(optimizer).__name__, "groups": groups, "site": self.optimizer_sites.site(optimizer) if self.optimizer_sites else None})
-        outside, no_grad, never_changed = [], [], []
-        holding = {id(p): module for module, _ in self.modules for p in module.parameters(recurse=False)}
-        holders = {p_id: id(module) for p_id, module in holding.items()}
-        for o_index, optimizer in enumerate(self.optimizers):
-            for g_index, group in enumerate(optimizer.param_groups):
-                for p in group["params"]:
-                    if not p.requires_grad or in_group.get(id(p)) != (o_index, g_index):
-                        continue
-                    record = {**self._describe(p, names), "optimizer": o_index, "group": g_index, "lr": _number(group.get("lr"))}
-                    if id(p) not in self.grad_seen:
-                        cut = self.cuts.describe(holding.get(id(p))) if self.cuts is not None else {}
-                        no_grad.append({**record, "forward_ran": holders.get(id(p)) in self.forwarded, **cut})
-                    elif id(p) not in self.changed and self.steps:
-                        never_changed.append(record)
-        if self.optimizers:
-            for p_id, (p, _) in names.items():
-                if p.requires_grad and p_id not in in_group and p_id in self.grad_seen:
-                    outside.append(self._describe(p, names))
+        optimizers, in_group = self._optimizer_records()
+        no_grad, never_changed = self._unmoved(in_group, names)
+        outside = self._outside_optimizers(in_group, names)
         return StepsPayload.sent({
             "steps": self.steps,
             "optimizers": optimizers,
@@ -263,6 +239,47 @@ class StepWatch:
             "non_finite_params": self._non_finite(),
             "sites": self.sites.sites,
         })
+
+    def _optimizer_records(self) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
+        """Each optimizer's class, groups and construction site, and id(parameter) -> (optimizer,
+        group) of the first group holding it."""
+        in_group: dict[int, tuple[int, int]] = {}
+        optimizers = []
+        for o_index, optimizer in enumerate(self.optimizers):
+            groups = []
+            for g_index, group in enumerate(optimizer.param_groups):
+                for p in group["params"]:
+                    in_group.setdefault(id(p), (o_index, g_index))
+                groups.append({"lr": _number(group.get("lr")), "params": len(group["params"])})
+            optimizers.append({"class": type(optimizer).__name__, "groups": groups, "site": self.optimizer_sites.site(optimizer) if self.optimizer_sites else None})
+        return optimizers, in_group
+
+    def _unmoved(self, in_group: dict[int, tuple[int, int]], names: dict[int, tuple[Any, dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The trainable parameters of the optimizers' groups (each in the first group holding it)
+        that never received a gradient (with why, where a module ran), and those that received
+        one but never changed over the run's steps."""
+        no_grad, never_changed = [], []
+        holding = {id(p): module for module, _ in self.modules for p in module.parameters(recurse=False)}
+        for o_index, optimizer in enumerate(self.optimizers):
+            for g_index, group in enumerate(optimizer.param_groups):
+                for p in group["params"]:
+                    if not p.requires_grad or in_group.get(id(p)) != (o_index, g_index):
+                        continue
+                    record = {**self._describe(p, names), "optimizer": o_index, "group": g_index, "lr": _number(group.get("lr"))}
+                    if id(p) not in self.grad_seen:
+                        module = holding.get(id(p))
+                        cut = self.cuts.describe(module) if self.cuts is not None else {}
+                        no_grad.append({**record, "forward_ran": (id(module) if module is not None else None) in self.forwarded, **cut})
+                    elif id(p) not in self.changed and self.steps:
+                        never_changed.append(record)
+        return no_grad, never_changed
+
+    def _outside_optimizers(self, in_group: dict[int, tuple[int, int]], names: dict[int, tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """The named trainable parameters no optimizer holds that received a gradient (none
+        without an optimizer: nothing then says which parameters were meant to train)."""
+        if not self.optimizers:
+            return []
+        return [self._describe(p, names) for p_id, (p, _) in names.items() if p.requires_grad and p_id not in in_group and p_id in self.grad_seen]
 
     def _named_frozen(self, record: dict[str, Any], names: dict[int, tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
         """The record with its frozen parameters' ids replaced by their names (the optimizers,

@@ -151,79 +151,99 @@ def _search(samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]],
     """The named holders of `samples`: those at the nearest level up, and those up to
     `EXTRA_LEVELS` further (an attribute's list is reached a level or two after a local that
     holds a slice of it)."""
-    locals_of: dict[int, tuple[str, FrameType]] = {}
-    for frame, snapshot in snapshots:
-        for name, value in list(snapshot.items()):
-            locals_of.setdefault(id(value), (name, frame))
-    modules = _target_module_dicts(frames)
-    foreign_modules = {id(vars(m)) for m in list(sys.modules.values()) if isinstance(m, ModuleType)} - set(modules)
-    # For each object reached: the sample it leads to and the containers in between.
-    chains: dict[int, tuple[torch.Tensor, list[Any]]] = {id(s): (s, []) for s in samples}
-    level: list[Any] = list(samples)
-    hits: list[Holder] = []
-    first_hit: int | None = None
-    mine: set[int] = {id(samples), id(snapshots), id(locals_of), id(chains), id(level), id(modules), id(foreign_modules), id(hits)}
-    mine |= {id(s) for _, s in snapshots}
-    for depth in range(MAX_LEVELS):
-        if first_hit is not None and depth > first_hit + EXTRA_LEVELS:
-            break
-        before = len(hits)
+    return _ReferrerSearch(samples, snapshots, frames).run(samples)
+
+
+class _ReferrerSearch:
+    """One walk up the referrers of a few tensors, a `gc.get_referrers` scan per level. Every
+    container the walk itself builds is in `mine`, so that it is never taken for the target's."""
+
+    def __init__(self, samples: list[torch.Tensor], snapshots: list[tuple[FrameType, Any]], frames: FrameIndex) -> None:
+        self.frames = frames
+        self.locals_of: dict[int, tuple[str, FrameType]] = {}  # id(value) -> the local naming it, and its frame
+        for frame, snapshot in snapshots:
+            for name, value in list(snapshot.items()):
+                self.locals_of.setdefault(id(value), (name, frame))
+        self.modules = _target_module_dicts(frames)
+        self.foreign_modules = {id(vars(m)) for m in list(sys.modules.values()) if isinstance(m, ModuleType)} - set(self.modules)
+        # For each object reached: the sample it leads to and the containers in between.
+        self.chains: dict[int, tuple[torch.Tensor, list[Any]]] = {id(s): (s, []) for s in samples}
+        self.hits: list[Holder] = []
+        self.mine: set[int] = {id(samples), id(snapshots), id(self.locals_of), id(self.chains), id(self.modules), id(self.foreign_modules), id(self.hits)}
+        self.mine |= {id(s) for _, s in snapshots}
+
+    def run(self, samples: list[torch.Tensor]) -> list[Holder]:
+        """Level by level up from `samples`, until `EXTRA_LEVELS` past the first level with a
+        named holder, `MAX_LEVELS` in all, or nothing further refers to the level."""
+        level: list[Any] = list(samples)
+        self.mine.add(id(level))
+        first_hit: int | None = None
+        for depth in range(MAX_LEVELS):
+            if first_hit is not None and depth > first_hit + EXTRA_LEVELS:
+                break
+            before = len(self.hits)
+            self._named_by_locals(level)
+            level = self._level_up(level)
+            if len(self.hits) > before and first_hit is None:
+                first_hit = depth
+            if not level:
+                break
+        return _distinct(self.hits)
+
+    def _named_by_locals(self, level: list[Any]) -> None:
+        """The containers of `level` a local variable of a target frame names (a sample a local
+        names directly is the loop's own tensor, not a holder)."""
         for obj in level:
-            sample, chain = chains[id(obj)]
-            hit = locals_of.get(id(obj))
+            sample, chain = self.chains[id(obj)]
+            hit = self.locals_of.get(id(obj))
             if hit is not None and chain:
                 name, frame = hit
                 code = frame.f_code
-                path = relative(code.co_filename, frames.root)
-                hits.append(Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(obj), chain, _has_graph(sample), sample, chain_keys(chain, sample)))
-        level = _referrer_level(level, chains, mine, modules, foreign_modules, frames, hits)
-        if len(hits) > before and first_hit is None:
-            first_hit = depth
-        if not level:
-            break
-    return _distinct(hits)
+                path = relative(code.co_filename, self.frames.root)
+                self.hits.append(Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(obj), chain, _has_graph(sample), sample, chain_keys(chain, sample)))
 
+    def _level_up(self, level: list[Any]) -> list[Any]:
+        """One level up from `level`: the containers that refer to it (the next level), and the
+        module globals and attributes naming it (added to the hits)."""
+        referrers = gc.get_referrers(*level)
+        next_level: list[Any] = []
+        chains = self.chains
+        self.mine |= {id(referrers), id(next_level)}
+        self.mine |= {id(v) for v in chains.values()} | {id(v[1]) for v in chains.values()}
+        for ref in referrers:
+            if id(ref) in self.mine or id(ref) in chains or isinstance(ref, (FrameType, type)):
+                continue
+            child = next((o for o in level if _refers(ref, o)), None)
+            if child is not None:
+                self._take(ref, child, next_level)
+        referrers.clear()
+        return next_level
 
-def _referrer_level(
-    level: list[Any], chains: dict[int, tuple[torch.Tensor, list[Any]]], mine: set[int], modules: dict[int, ModuleType],
-    foreign_modules: set[int], frames: FrameIndex, hits: list[Holder],
-) -> list[Any]:
-    """One level up from `level`: the containers that refer to it (the next level), and the
-    module globals and attributes naming it (added to `hits`)."""
-    referrers = gc.get_referrers(*level)
-    next_level: list[Any] = []
-    mine |= {id(referrers), id(next_level)}
-    mine |= {id(v) for v in chains.values()} | {id(v[1]) for v in chains.values()}
-    for ref in referrers:
-        if id(ref) in mine or id(ref) in chains or isinstance(ref, (FrameType, type)):
-            continue
-        child = next((o for o in level if _refers(ref, o)), None)
-        if child is None:
-            continue
-        sample, chain = chains[id(child)]
-        named = bool(chain)
-        if type(ref) is dict and id(ref) in modules:
-            if named:
-                module = modules[id(ref)]
+    def _take(self, ref: Any, child: Any, next_level: list[Any]) -> None:
+        """What `ref`, which refers to `child`, is: the globals of a target module (a named
+        holder) or of another one (passed over), a container (the next level up, while the
+        frontier has room), or an object whose attribute holds `child` (a named holder)."""
+        sample, chain = self.chains[id(child)]
+        if type(ref) is dict and id(ref) in self.modules:
+            if chain:
+                module = self.modules[id(ref)]
                 name = next((str(k) for k, v in ref.items() if v is child), "?")
-                path = relative(module.__file__ or "", frames.root)
-                hits.append(Holder("global", name, module.__name__, path, 1, _held_type(child), chain, _has_graph(sample), sample, chain_keys(chain, sample)))
-            continue
-        if id(ref) in foreign_modules:
-            continue
+                path = relative(module.__file__ or "", self.frames.root)
+                self.hits.append(Holder("global", name, module.__name__, path, 1, _held_type(child), chain, _has_graph(sample), sample, chain_keys(chain, sample)))
+            return
+        if id(ref) in self.foreign_modules:
+            return
         if isinstance(ref, _CONTAINERS):
             if len(next_level) < MAX_FRONTIER:
-                chains[id(ref)] = (sample, [*chain, ref])
+                self.chains[id(ref)] = (sample, [*chain, ref])
                 next_level.append(ref)
-            continue
+            return
         if type(ref).__module__.startswith(_OWN_ROOT):
-            continue
+            return
         held, links = _attribute(ref, child, sample, chain)
         if held is not None and links:
-            path, line = _class_site(type(ref), frames)
-            hits.append(Holder("attribute", held[0], type(ref).__qualname__, path, line, _held_type(held[1]), links, _has_graph(sample), sample, chain_keys(links, sample)))
-    referrers.clear()
-    return next_level
+            path, line = _class_site(type(ref), self.frames)
+            self.hits.append(Holder("attribute", held[0], type(ref).__qualname__, path, line, _held_type(held[1]), links, _has_graph(sample), sample, chain_keys(links, sample)))
 
 
 def _distinct(hits: list[Holder]) -> list[Holder]:
