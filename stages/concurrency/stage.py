@@ -30,10 +30,7 @@ from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Fi
 from traingate.stages.base import EntrypointRun, StageContext, location_of, no_entrypoint_outcome, run_entrypoint, start_warm_early, with_leftover_findings
 from traingate.stages.agent.session import StageSession, run_outcome
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
-from traingate.stages.concurrency.cuda import nonblocking_observed, nonblocking_static, stream_findings
 from traingate.stages.agent.checks import Check, Checked, run_checks
-from traingate.stages.agent.session import StageSession, run_outcome
-from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.concurrency.checks import DataLoaderHazards, GradScalerProtocol, InstrumentedRun, NonBlockingCopies, StreamRaces
 from traingate.stages.concurrency.determinism import (
     Divergence,

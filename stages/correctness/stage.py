@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from traingate.stages.correctness.config import CorrectnessConfig
+from traingate.stages.correctness.config import DISTRIBUTED, CorrectnessConfig, CorrectnessPolicy, DistributedConfig
 from traingate.stages.correctness.rules import CATEGORIES
 from traingate.stages.correctness.probe.payloads import CORRECTNESS_FIRST_UPDATE as FIRST_UPDATE, CORRECTNESS_LOSSES as LOSSES, CORRECTNESS_MIXING as MIXING, CORRECTNESS_ONE_BATCH as ONE_BATCH, CORRECTNESS_RANKS as RANKS
 from traingate.stages.correctness.details import (
@@ -46,8 +46,7 @@ from traingate.stages.correctness.details import (
     RankLoaderRow,
     RankRow,
 )
-from traingate.pipeline.model.schema import Evidence, EvidenceKind, Location, Metric, StageOutcome
-from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, StageOutcome
+from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.agent.checks import Check, Checked, run_checks
 from traingate.stages.contract import instruments
@@ -83,7 +82,6 @@ from traingate.stages.correctness.torchrun import REPORT_ALLOWANCE_S, backend_fo
 from traingate.stages.agent.session import StageSession, run_outcome
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.correctness.rules import NO_LEARNING
-from traingate.stages.correctness.config import DISTRIBUTED, CorrectnessPolicy, DistributedConfig
 
 FIRST_STEP_REACHED = "FirstStepReached"
 OVERFIT_STEPS_DONE = "OverfitStepsDone"
@@ -274,7 +272,7 @@ class GradAccumulation:
         losses = accumulated.payload(LOSSES, LossesPayload)
         calls = losses.calls if losses is not None else None
         record = AccumulationCheck(
-            ran=True, **setup, **comparison, tolerance=session.ctx.config.policy.grad_accumulation_tolerance, backward_calls_before_step=calls
+            ran=True, **setup, **comparison, tolerance=session.ctx.thresholds(CorrectnessPolicy).grad_accumulation_tolerance, backward_calls_before_step=calls
         )
         return Checked(accumulation.accumulation_finding(session.ctx, comparison, losses, setup, session.fallback), record)
 
@@ -350,7 +348,7 @@ class OverfitOneBatch:
             steps=watch.steps,
             limit=limit,
             reduction=fraction,
-            required=session.ctx.config.policy.overfit_min_reduction,
+            required=session.ctx.thresholds(CorrectnessPolicy).overfit_min_reduction,
             first_loss=curve[0] if curve else None,
             last_losses=list(curve[-overfit.TAIL:]),
             note=None if fraction is not None else "not judged: too few steps, or a first loss that is not positive (a reduction fraction is undefined)",
@@ -370,7 +368,7 @@ class DistributedRun:
     label = "distributed"
 
     def evaluate(self, session: _Session) -> Checked:
-        config = session.ctx.config.distributed
+        config = session.ctx.config.optional_section(DISTRIBUTED, DistributedConfig)
         if config is None:
             return Checked(record=CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]"))
         if session.entrypoint.test is not None:

@@ -135,7 +135,7 @@ def metrics(comparison: AmpComparison, policy: PerformancePolicy, amp_counts: Am
     return out
 
 
-def _speedup_metric(comparison: AmpComparison, policy: PolicyConfig) -> Metric:
+def _speedup_metric(comparison: AmpComparison, policy: PerformancePolicy) -> Metric:
     """The speedup, judged on CUDA only, and not where the runs' noise covers the target."""
     cuda = comparison.device == "cuda"
     speedup = comparison.speedup

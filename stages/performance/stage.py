@@ -38,10 +38,7 @@ from traingate.stages.performance import baseline_code as perf_baseline_code, lo
 from traingate.stages.performance.baseline_code import BaselineCode
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
-from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
-from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.agent.checks import Check, run_checks
-from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.checks import HostSyncs, InputStall, PerformanceFacts, MemoryLeak, MixedPrecision, Regression, StepTime, TimeBreakdown, TimingEnvironment
 
 # Every check of the stage, in the order it runs over what the instrumented run and the timing
