@@ -17,6 +17,7 @@ from traingate.stages.agent.checks import Checked
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.performance.details import AmpDetails, NotComparable, RegressionDetails, RegressionRow, SideBySide, StepRecord
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
+from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL as FULL, PERFORMANCE_LIGHT as LIGHT, FullPayload, SiteKey, StepClockRecord
 
 
@@ -187,7 +188,7 @@ class MixedPrecision:
         timings = out.timings
         if "fp32" not in timings or "amp" not in timings:
             return Checked()
-        ctx, policy, clock = out.ctx, out.ctx.config.policy, out.profile.clock
+        ctx, policy, clock = out.ctx, out.ctx.thresholds(PerformancePolicy), out.profile.clock
         amp_counts = out.profile.amp
         comparison = perf_amp.compare(timings["fp32"], timings["amp"], out.warmup, out.min_steps, out.device, perf_amp.amp_active(amp_counts))
         amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
