@@ -96,6 +96,9 @@ def test_a_real_slowdown_blocks_from_the_runs_beside_each_other(runs: dict[str, 
     assert "timed alternately in this run on this machine" in finding["problem"]
     page = (svd.out / "performance.md").read_text()
     assert "## Beside the baseline's code" in page and "**slower**" in page
+    # On CPU the step clock is the wall clock, and the page says the CUDA events were not measured.
+    assert {m["measure"] for m in side["measures"]} == {"wall clock", "process CPU time"}
+    assert "so CUDA events were not measured" in page and f"OpenMP wait policy {os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}" in page
 
 
 def test_a_stored_step_time_from_another_machine_is_not_comparable_and_says_so_first(runs: dict[str, GateRun]) -> None:
