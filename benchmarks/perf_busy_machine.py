@@ -21,6 +21,17 @@ on LOAD_THREADS threads for the rest of the benchmark (as other jobs on a shared
 
 Each gate run gets OMP_NUM_THREADS=T when --threads is given (else torch's default, as a CI job
 would). Stops starting runs after BUDGET_S seconds and says how many fitted. Asserts nothing.
+`--details FILE` keeps each run's performance details and findings (the side-by-side pairs).
+
+Measured (docs/baseline-comparison.md): `--target example --same 18 --slow 6 --cost 2 --load 1
+--load-threads 2`, on a 2-core AMD EPYC shared with other work (load average 10-13, other
+processes a median 85 % of the CPU during the timing runs), torch 2.13.0+cpu, CPU only, OpenMP
+waits passive, default intra-op threads: the side-by-side timing added 9.4 s of runs (2 of the
+baseline, 1 of this version) to a stage of 82.0 s (89.9 s with it, medians of 2); 0 of 20
+same-code runs blocked on a step time (4 "not slower", 16 "not measured"); 1.5x slower: 2 of 6
+blocked (4 not measured), seen as 1.48x; 3x slower: 6 of 6 blocked, seen as 2.77x. The slow
+versions hold their products until the step's end, so they block on peak memory too; only the
+step-time findings are counted.
 """
 
 from __future__ import annotations
