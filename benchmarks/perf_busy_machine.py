@@ -1,7 +1,7 @@
 """A busy machine is not a slower change: the side-by-side timing's cost, false alarms and detections.
 
     .venv/bin/python benchmarks/perf_busy_machine.py [--target example|mlp] [--same 20] [--slow 10]
-        [--factors 1.5 3] [--load 2] [--load-threads 2] [--threads T] [--budget-s 1800]
+        [--factors 1.5 3] [--load 2] [--load-threads 2] [--threads T] [--budget-s 1800] [--details FILE]
 
 The target (the bundled example materialized as v7-fixed, or `tests/targets/perf_side_base`) is
 committed in a git repository and run once with `--stages performance` on the machine as it is;
@@ -15,12 +15,23 @@ on LOAD_THREADS threads for the rest of the benchmark (as other jobs on a shared
   (goal 0), and the side-by-side verdicts;
 - detections: SLOW runs of versions whose every optimizer step does extra matrix products worth
   FACTOR x the baseline's step (an optimizer step post-hook added to the entrypoint's module,
-  sized from the baseline's step time and one product's time, both on one thread before the
+  sized from the baseline's step and one product's, both by CPU time on one thread before the
   load, the entrypoint called in-process): how many block, and the slowdown the side-by-side
   timing saw.
 
 Each gate run gets OMP_NUM_THREADS=T when --threads is given (else torch's default, as a CI job
 would). Stops starting runs after BUDGET_S seconds and says how many fitted. Asserts nothing.
+`--details FILE` keeps each run's performance details and findings (the side-by-side pairs).
+
+Measured (docs/baseline-comparison.md): `--target example --same 18 --slow 6 --cost 2 --load 1
+--load-threads 2`, on a 2-core AMD EPYC shared with other work (load average 10-13, other
+processes a median 85 % of the CPU during the timing runs), torch 2.13.0+cpu, CPU only, OpenMP
+waits passive, default intra-op threads: the side-by-side timing added 9.4 s of runs (2 of the
+baseline, 1 of this version) to a stage of 82.0 s (89.9 s with it, medians of 2); 0 of 20
+same-code runs blocked on a step time (4 "not slower", 16 "not measured"); 1.5x slower: 2 of 6
+blocked (4 not measured), seen as 1.48x; 3x slower: 6 of 6 blocked, seen as 2.77x. The slow
+versions hold their products until the step's end, so they block on peak memory too; only the
+step-time findings are counted.
 """
 
 from __future__ import annotations
@@ -93,7 +104,7 @@ sys.path.insert(0, sys.argv[1])
 call, kwargs = sys.argv[2], json.loads(sys.argv[3])
 module, _, name = call.partition(":")
 marks = []
-register_optimizer_step_post_hook(lambda *_: marks.append(time.perf_counter()))
+register_optimizer_step_post_hook(lambda *_: marks.append(time.process_time()))
 function = importlib.import_module(module)
 for part in name.split("."):
     function = getattr(function, part)
@@ -108,8 +119,9 @@ print(min(best))
 
 
 def step_s(target: Path) -> float:
-    """The target's step time on one thread, undisturbed as far as this machine allows: its
-    entrypoint called three times in a fresh process, each call's lower quartile, the least."""
+    """The target's step time on one thread, by the process's CPU time (which other processes'
+    load moves far less than wall time): its entrypoint called three times in a fresh process,
+    each call's lower quartile, the least."""
     from traingate.pipeline.model.tomlcompat import tomllib
 
     entry = tomllib.loads((target / "pyproject.toml").read_text())["tool"]["traingate"]["entrypoint"]
@@ -118,12 +130,12 @@ def step_s(target: Path) -> float:
 
 
 def product_s() -> float:
-    """One PRODUCT x PRODUCT matrix product's time on one thread, the quickest of 9 x 200: as
-    undisturbed as this machine allows (the step time it is sized against is a lower quartile)."""
+    """One PRODUCT x PRODUCT matrix product's CPU time on one thread, the quickest of 9 x 200
+    (the step time it is sized against is a lower quartile, by CPU time too)."""
     code = (
         "import torch, time\ntorch.set_num_threads(1)\n"
-        + f"a = torch.randn({PRODUCT}, {PRODUCT})\nts = []\nfor _ in range(9):\n    t = time.perf_counter()\n"
-        + "    for _ in range(200): torch.mm(a, a)\n    ts.append((time.perf_counter() - t) / 200)\nprint(min(ts))\n"
+        + f"a = torch.randn({PRODUCT}, {PRODUCT})\nts = []\nfor _ in range(9):\n    t = time.process_time()\n"
+        + "    for _ in range(200): torch.mm(a, a)\n    ts.append((time.process_time() - t) / 200)\nprint(min(ts))\n"
     )
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 
@@ -183,6 +195,7 @@ def main() -> None:
     parser.add_argument("--load-threads", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--budget-s", type=float, default=1800.0)
+    parser.add_argument("--details", default=None, help="append each run's performance details and findings to this file, one JSON line a run")
     args = parser.parse_args()
     env = dict(os.environ)
     if args.threads:
@@ -199,7 +212,7 @@ def main() -> None:
         step_ms = step_s(base) * 1e3
         one_s = product_s()
         slow = {f: slow_version(base, module, root, f, step_ms / 1e3, one_s) for f in args.factors}
-        print(f"target {args.target}; baseline step {step_ms:.2f} ms (one thread, lower quartile), one {PRODUCT}x{PRODUCT} product {one_s * 1e3:.3f} ms (both before the load); "
+        print(f"target {args.target}; baseline step {step_ms:.2f} ms (CPU time on one thread, lower quartile), one {PRODUCT}x{PRODUCT} product {one_s * 1e3:.3f} ms (both before the load); "
               f"slow versions: " + ", ".join(f"{f}x = {n} products per step" for f, (_, n) in slow.items()))
         loaders = start_load(args.load, args.load_threads)
         print(f"load: {args.load} processes multiplying matrices on {args.load_threads} threads each, besides whatever else runs here; gate runs with OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')}")
@@ -223,6 +236,9 @@ def run_all(args: argparse.Namespace, root: Path, base: Path, slow: dict[float, 
             break
         run = gate(target, root / f"out-{index}", env, "--baseline", str(root / baseline))
         results[key].append(run)
+        if args.details:
+            with Path(args.details).open("a") as details:
+                details.write(json.dumps({"key": key, "rc": run["rc"], "wall_s": round(run["wall_s"], 1), "details": perf(run).get("details", {}), "findings": perf(run).get("findings", [])}) + "\n")
         if key != "stored":
             print(f"  {key}: rc {run['rc']}, step time blocks: {step_time_blocks(run)}, side by side: {verdict(run)}, {run['wall_s']:.0f} s", flush=True)
     return results

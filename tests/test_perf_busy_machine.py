@@ -113,6 +113,22 @@ def test_a_stored_step_time_compares_only_on_the_same_quiet_machine() -> None:
     assert _reason(loaded, quiet_timings()) == "the baseline's timing runs shared the machine (other processes took 60% of its CPU time)"
 
 
+def test_a_stored_step_time_under_another_openmp_wait_policy_is_not_comparable() -> None:
+    # Spinning OpenMP threads make the same code slower on any machine that is not idle: a report
+    # of an older gate (no policy recorded) or one run with another policy times another thing.
+    passive = quiet_timings(omp_wait_policy="PASSIVE")
+    assert "OpenMP wait policy None then, PASSIVE now" in (_reason(baseline_with(STEP_METRICS), passive) or "")
+    assert _reason(baseline_with(STEP_METRICS, machine={**MACHINE, "omp_wait_policy": "PASSIVE"}), passive) is None
+    assert "OpenMP wait policy ACTIVE then, PASSIVE now" in (_reason(baseline_with(STEP_METRICS, machine={**MACHINE, "omp_wait_policy": "ACTIVE"}), passive) or "")
+
+
+def test_target_runs_wait_passively_for_their_openmp_threads_unless_the_user_chose() -> None:
+    from traingate.stages.contract.target_env import target_env
+
+    assert target_env({"PATH": "/bin"}, "cpu")["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert target_env({"OMP_WAIT_POLICY": "active"}, "cuda")["OMP_WAIT_POLICY"] == "active"
+
+
 def test_a_busy_run_against_a_quiet_report_is_not_comparable_and_never_a_finding(tmp_path: Path) -> None:
     """The issue's case: the same code, 97 times slower under load, its spread 98 % of its median."""
     from traingate.pipeline.model.schema import Metric
@@ -166,7 +182,8 @@ def test_other_processes_cpu_share_leaves_out_the_runs_own(tmp_path: Path) -> No
     assert record.other_cpu_share == pytest.approx(1.0) and not record.quiet and record.loadavg == 3.5
     quiet = perf_load.load_between(before, perf_load.CpuSample(before.at + 10.0, 1105, 2200, 0.1), own_cpu_s=1.0, cpus=2, tick_hz=100.0)
     assert quiet.other_cpu_share == pytest.approx(0.0025) and quiet.quiet
-    assert perf_load.machine("cpu", "2.13.0", None, _proc(tmp_path / "c", 1, 1)).cpu_model == "Test CPU @ 2.0GHz"
+    machine = perf_load.machine("cpu", "2.13.0", None, _proc(tmp_path / "c", 1, 1), wait_policy="PASSIVE")
+    assert machine.cpu_model == "Test CPU @ 2.0GHz" and machine.omp_wait_policy == "PASSIVE"
 
 
 def test_an_unreadable_proc_is_never_quiet(tmp_path: Path) -> None:

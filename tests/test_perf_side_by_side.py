@@ -11,6 +11,7 @@ top of the performance page, and neither blocking nor passed).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -68,6 +69,7 @@ def test_the_base_records_its_machine_and_each_timing_runs_load(runs: dict[str, 
     details = _details(runs["base"])
     machine = details["machine"]
     assert machine["device"] == "cpu" and machine["cpus"] >= 1 and machine["torch"].startswith("2.")
+    assert machine["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
     timing = [r for r in details["runs"] if r["label"].startswith("timing")]
     assert timing and all(0.0 <= r["load"]["other_cpu_share"] <= 1.0 and r["load"]["wall_s"] > 0 for r in timing)
     assert "side_by_side" not in details["regression"]
@@ -94,6 +96,9 @@ def test_a_real_slowdown_blocks_from_the_runs_beside_each_other(runs: dict[str, 
     assert "timed alternately in this run on this machine" in finding["problem"]
     page = (svd.out / "performance.md").read_text()
     assert "## Beside the baseline's code" in page and "**slower**" in page
+    # On CPU the step clock is the wall clock, and the page says the CUDA events were not measured.
+    assert {m["measure"] for m in side["measures"]} == {"wall clock", "process CPU time"}
+    assert "so CUDA events were not measured" in page and f"OpenMP wait policy {os.environ.get('OMP_WAIT_POLICY', 'PASSIVE')}" in page
 
 
 def test_a_stored_step_time_from_another_machine_is_not_comparable_and_says_so_first(runs: dict[str, GateRun]) -> None:

@@ -101,6 +101,7 @@ class MachineRecord(Measured):
     device: str  # "cpu" or "cuda"
     device_name: str | None  # the CUDA device's name; None on CPU
     torch: str | None  # the torch build of the timing runs
+    omp_wait_policy: str | None = None  # OMP_WAIT_POLICY of the timing runs; None: unset (an older gate)
 
 
 class RunRecord(Measured):

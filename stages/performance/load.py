@@ -9,8 +9,9 @@ time, as its probe reads it), as a share of all the cores over the run's wall ti
 quiet when that share is at most QUIET_SHARE.
 
 The machine's identity (CPU model and the cores this process may use, the device, the torch
-build) is recorded beside it: a step time stored in another report is compared only with one
-measured on the same machine (stages/performance/regression.py).
+build) and the OpenMP wait policy of the runs (passive unless the user set one:
+stages/contract/target_env.py) are recorded beside it: a step time stored in another report is
+compared only with one measured on the same machine (stages/performance/regression.py).
 """
 
 from __future__ import annotations
@@ -61,9 +62,10 @@ def load_between(before: CpuSample, after: CpuSample, own_cpu_s: float | None, c
     )
 
 
-def machine(device: str, torch_build: str | None, device_name: str | None, proc: Path = _PROC) -> MachineRecord:
-    """The machine a timing ran on, as far as the stage's process can tell without torch."""
-    return MachineRecord(cpu_model=_cpu_model(proc), cpus=usable_cpus(), device=device, device_name=device_name, torch=torch_build)
+def machine(device: str, torch_build: str | None, device_name: str | None, proc: Path = _PROC, wait_policy: str | None = None) -> MachineRecord:
+    """The machine a timing ran on, as far as the stage's process can tell without torch, and
+    the OpenMP wait policy its timing runs had."""
+    return MachineRecord(cpu_model=_cpu_model(proc), cpus=usable_cpus(), device=device, device_name=device_name, torch=torch_build, omp_wait_policy=wait_policy)
 
 
 def usable_cpus() -> int:

@@ -4,7 +4,8 @@ A step time is judged, where the baseline's commit is in the clone, from the bas
 timed beside this version's in this run (stages/performance/side_by_side.py): `side_by_side`
 turns that verdict into a finding. Without the baseline's code, a step time is compared with
 the number stored in the baseline report only where both were measured on the same machine
-(CPU model and cores, device, torch build, stages/performance/load.py), both runs' timing runs
+(CPU model and cores, device, torch build, stages/performance/load.py, and the OpenMP wait
+policy the runs had, stages/contract/target_env.py), both runs' timing runs
 had the machine to themselves (quiet), and neither timing's spread (IQR / median) exceeds
 MAX_SPREAD; anything else is listed as not comparable, with the reason: never a finding, never
 passed. A compared step time regresses when slower by more than max(10 %, 3 x the relative
@@ -137,7 +138,10 @@ def _baseline_details(baseline: PipelineReport) -> PerformanceDetails | None:
 def _machine_differences(then: MachineRecord, now: MachineRecord) -> str:
     """What differs between two machines, in words ("" where nothing does); a CPU model or a
     torch build neither side knows counts as a difference."""
-    fields = (("CPU", then.cpu_model, now.cpu_model), ("cores", then.cpus, now.cpus), ("device", then.device, now.device), ("device name", then.device_name, now.device_name), ("torch", then.torch, now.torch))
+    fields = (
+        ("CPU", then.cpu_model, now.cpu_model), ("cores", then.cpus, now.cpus), ("device", then.device, now.device), ("device name", then.device_name, now.device_name),
+        ("torch", then.torch, now.torch), ("OpenMP wait policy", then.omp_wait_policy, now.omp_wait_policy),
+    )
     found = []
     for name, a, b in fields:
         if a != b:

@@ -97,11 +97,12 @@ RULES: tuple[Rule, ...] = (
         check="Compares this run's step time with the `--baseline` version's and its peak memory with the baseline report's, metric by metric id. "
         "Where the baseline report's commit is in the clone, the baseline's code is timed in this run, on this machine, alternating with this "
         "version's (A, B, A, B), and the step time is judged from those runs; otherwise a step time stored in the report is compared only "
-        "when both were measured on the same machine (CPU model and cores, device, torch build), both runs had the machine to themselves, and "
+        "when both were measured on the same machine (CPU model and cores, device, torch build, OpenMP wait policy), both runs had the machine to themselves, and "
         "neither spread more than 15 %: anything else is listed as not comparable, at the top of the performance page, and neither blocks nor passes.",
-        measure="Beside the baseline's code: each run's lower-quartile step time (the steps load left alone), this version's over the baseline's in "
-        "every adjacent pair of runs with its 95 % bootstrap interval, by the step clock and, on CPU, by the process's CPU time per step (which "
-        "other processes' load moves far less); slower when by either measure every pair's interval lies above 1.10 and the gap between the "
+        measure="Every timing run's OpenMP threads wait passively (`OMP_WAIT_POLICY=PASSIVE` unless set), so that a thread that lost its core to "
+        "other work does not hold the others spinning. Beside the baseline's code: each run's lower-quartile step time (the steps load left "
+        "alone), this version's over the baseline's in every adjacent pair of runs with its 95 % bootstrap interval, by the step clock (CUDA "
+        "events on CUDA) and, on CPU, by the process's CPU time per step (which other processes' load moves far less); slower when by either measure every pair's interval lies above 1.10 and the gap between the "
         "versions' runs is wider than the spread between one version's runs; not measured when the intervals cover 1.10. Stored numbers: the "
         "relative change against max(10 %, 3 x either run's spread). Peak memory, which load does not move: larger by more than 10 %.",
         blocks=Blocks.POLICY,

@@ -22,7 +22,10 @@ of the steps is not seen by it). Then, by measure:
 
 The measures: the step time (CUDA events on CUDA, else the host's wall clock) and, on CPU, the
 timing process's CPU time per step, which other processes' load moves far less than wall time
-(they take turns on the cores; the process's own CPU time counts only its turns). Either one
+(they take turns on the cores; the process's own CPU time counts only its turns, and with
+passive OpenMP waits none spent spinning). It still moves with load (other work evicts the
+process's caches: up to 2.4 times between two runs of the same code on a busy 2-core machine),
+which is what the gap-against-spread rule guards against. Either one
 slower is a regression; the wall clock too noisy and the CPU time not slower is not slower (a
 slowdown from waiting rather than computing is then not seen, and that is said).
 """

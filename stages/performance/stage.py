@@ -162,7 +162,7 @@ def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode |
 def _timing_environment(ctx: StageContext, done: _TimingDone, training_device: str, baseline: BaselineCode | str | None, settings: PerformanceConfig) -> TimingEnvironment:
     device = "cuda" if training_device.startswith("cuda") else "cpu"
     process = done.process
-    machine = perf_load.machine(device, process.torch if process else None, process.device_name if process else None)
+    machine = perf_load.machine(device, process.torch if process else None, process.device_name if process else None, wait_policy=ctx.child_env().get("OMP_WAIT_POLICY"))
     shares = [load.other_cpu_share for load in done.loads if load.other_cpu_share is not None]
     quiet = bool(done.loads) and all(load.quiet for load in done.loads)
     averages = [load.loadavg for load in done.loads if load.loadavg is not None]
