@@ -17,10 +17,15 @@ class WarmPool:
     """The warm interpreters (`traingate.pipeline.supervision.warm`) of one stage: one per environment and
     folder its runs ask for, started at the first such run, all stopped by `close`."""
 
-    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None) -> None:
+    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None, preload: tuple[str, ...] = ()) -> None:
         self.scratch = scratch
+        # What the interpreters it starts import besides torch (`warm.TEST_RUN_IMPORTS`).
+        self.preload = preload
         self._started: list[WarmInterpreter] = []
         self._lock = threading.Lock()  # the execution stage asks from two threads at once
+        # Whether an interpreter was handed down (torch imported already): a run forked from it
+        # costs no import, whatever the run imports itself.
+        self.handed_down = handed_down is not None
         if handed_down is not None:
             with spawned.LOCK:
                 self._add(WarmInterpreter.adopt(handed_down))
@@ -29,7 +34,7 @@ class WarmPool:
         """Start the gate run's `AgentHost` now, so its imports overlap the work before the
         first stage (stage agents launched with this pool are forks of it)."""
         with self._lock, spawned.LOCK:
-            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag()))
+            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag(), preload=self.preload))
 
     def _add(self, warm: WarmInterpreter) -> None:
         spawned.WARM[warm.pid] = warm
@@ -53,7 +58,7 @@ class WarmPool:
             warm = next((w for w in self._started if w.accepts(env, cwd)), None)
             if warm is None:
                 with spawned.LOCK:
-                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag())
+                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag(), preload=self.preload)
                     self._add(warm)
             return warm
 

@@ -53,6 +53,7 @@ from traingate.stages.correctness.details import (
     TrainingFacts,
 )
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Location, Metric, StageOutcome
+from traingate.stages.observed_test import observed_test_note
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
@@ -195,11 +196,11 @@ class _Session(StageSession[CorrectnessRun]):
     # -- distributed data parallel ------------------------------------------------------------------
     def _distributed(self, first: EntrypointRun) -> None:
         config = self.ctx.config.distributed
+        if self.entrypoint.test is not None:  # whether [distributed] is set or not
+            self.distributed = CheckNote(ran=False, note=observed_test_note(self.entrypoint.test, "a run under torchrun"))
+            return
         if config is None:
             self.distributed = CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]")
-            return
-        if self.entrypoint.test is not None:
-            self.distributed = CheckNote(ran=False, note=f"not run: the training observed is a test ({self.entrypoint.test}); configure an entrypoint to run it under torchrun")
             return
         if self.stopped:
             return
@@ -310,11 +311,11 @@ class _Session(StageSession[CorrectnessRun]):
     # -- grad-accumulation --------------------------------------------------------------------------
     def _accumulation(self, first: EntrypointRun) -> None:
         config = self.ctx.section(CorrectnessConfig)
+        if self.entrypoint.test is not None:  # whether the keywords are set or not
+            self.grad_accumulation = CheckNote(ran=False, note=observed_test_note(self.entrypoint.test, "runs with the accumulation and batch size keywords set"))
+            return
         if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
             self.grad_accumulation = CheckNote(ran=False, note="not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]")
-            return
-        if self.entrypoint.test is not None:
-            self.grad_accumulation = CheckNote(ran=False, note=f"not run: the training observed is a test ({self.entrypoint.test}), whose keyword arguments the gate cannot set")
             return
         batch = self.entrypoint.kwargs.get(config.batch_size_kwarg)
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:

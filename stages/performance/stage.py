@@ -46,6 +46,7 @@ from traingate.stages.performance import amp as perf_amp, memory as perf_memory,
 from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, ProcessRecord, SiteKey, StepClockRecord
 from traingate.stages.performance import baseline_code as perf_baseline_code, load as perf_load, notice as perf_notice, side_by_side as perf_side
 from traingate.stages.performance.baseline_code import BaselineCode
+from traingate.stages.observed_test import observed_test_note
 from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
@@ -387,7 +388,11 @@ def _timing_section(out: _Measured, timings: dict[str, StepClockRecord]) -> tupl
 def _amp_section(out: _Measured, profile: FullPayload, timings: dict[str, StepClockRecord], flag: str | None) -> AmpDetails | None:
     """AMP on vs off: speedup, memory, loss drift, and whether reduced precision ran at all."""
     if not flag:
-        out.not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
+        test = out.ctx.config.entrypoint.test if out.ctx.config.entrypoint is not None else None
+        out.not_measured.append(
+            f"Mixed precision on vs off: {observed_test_note(test, 'runs with AMP switched on and off (entrypoint.amp_flag)')}."
+            if test is not None else "Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared."
+        )
         return None
     if "fp32" not in timings or "amp" not in timings:
         return None
