@@ -123,6 +123,21 @@ def test_findings_are_at_the_users_lines_and_name_the_test(runs: Callable[[str, 
     assert f"`{test}`" in (run.out / "report.md").read_text()
 
 
+def test_what_a_tests_training_cannot_run_is_not_measured_never_passed(runs: Callable[[str, bool], GateRun]) -> None:
+    run = runs("observe_clean", False)
+    test = CASES["observe_clean"][2]
+    amp = [line for line in run.stage("performance")["details"]["not_measured"] if line.startswith("Mixed precision on vs off")]
+    assert amp == [amp[0]] and f"not measured: the training observed is a test ({test})" in amp[0] and "configured entrypoint" in amp[0]
+    checks = run.stage("correctness")["details"]["checks"]
+    for name in ("grad_accumulation", "distributed"):
+        assert checks[name]["ran"] is False
+        assert checks[name]["note"].startswith(f"not measured: the training observed is a test ({test})") and "configured entrypoint" in checks[name]["note"]
+    assert "Not measured on a test's training" in (run.out / "report.md").read_text()
+    # With the entrypoint configured, the same checks say what to configure instead.
+    configured = runs("observe_clean", True).stage("correctness")["details"]["checks"]
+    assert configured["grad_accumulation"]["note"].startswith("not configured")
+
+
 def test_the_eval_call_left_on_is_found_inside_the_trainer_the_test_fits(runs: Callable[[str, bool], GateRun]) -> None:
     [left] = [f for f in _observed_findings(runs("observe_trainer_eval", False)) if f["category"] == "train-eval-mode"]
     site = left["evidence"]["data"]["eval_site"]

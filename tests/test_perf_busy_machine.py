@@ -123,7 +123,7 @@ def test_a_stored_step_time_under_another_openmp_wait_policy_is_not_comparable()
 
 
 def test_target_runs_wait_passively_for_their_openmp_threads_unless_the_user_chose() -> None:
-    from traingate.stages.contract.target_env import target_env
+    from traingate.pipeline.supervision.target_env import target_env
 
     assert target_env({"PATH": "/bin"}, "cpu")["OMP_WAIT_POLICY"] == "PASSIVE"
     assert target_env({"OMP_WAIT_POLICY": "active"}, "cuda")["OMP_WAIT_POLICY"] == "active"

@@ -245,8 +245,8 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     """The warm interpreter the stage agents of this run are forked from (`AgentHost`), started
     now so its imports overlap the snapshot: one `import torch` for every stage's runs instead
     of one per stage. Started for an entrypoint, and for a test suite whose training the later
-    stages may observe (the suite's own run never forks from it, so a suite that does not use
-    torch still runs without importing it). None where the runs would not fork from it anyway:
+    stages may observe (the suite's own run forks from it then, as it does beside smoke calls:
+    the suite's training is what they observe). None where the runs would not fork from it anyway:
     neither, warm start off, or a PYTHONPATH that names the folder a run starts in (each stage
     runs in a copy of its own)."""
     # With no entrypoint, a suite's tests may train: the stages after it would observe one.
@@ -257,7 +257,8 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     if warm.folder_dependent(runs_env.get("PYTHONPATH")):
         return None
     scratch = (request.out / "work" / "agents").resolve()
-    pool = WarmPool(scratch, disguise=request.disguise)
+    # With no entrypoint, every run of the stages after the suite runs a test: pytest imported once.
+    pool = WarmPool(scratch, disguise=request.disguise, preload=warm.TEST_RUN_IMPORTS if config.entrypoint is None else ())
     pool.host_agents(runs_env, agent_env, cwd=scratch)
     return pool
 

@@ -46,6 +46,9 @@ REPLY_TIMEOUT_S = 30.0
 # Bytes reserved for a run tag in a warm interpreter's environment block; a run whose tag is
 # longer starts fresh. Tags read back from /proc are stripped of the padding (`read_tag`).
 TAG_WIDTH = 160
+# What the warm interpreters of runs that each run a test as their entrypoint import besides
+# torch: with no entrypoint configured, every run of the stages that observe training does.
+TEST_RUN_IMPORTS = ("pytest",)
 
 
 def read_tag(value: str) -> str:
@@ -117,8 +120,8 @@ class WarmInterpreter:
         self._broken = False
 
     @classmethod
-    def start(cls, env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None) -> WarmInterpreter:
-        sock, process = _start_process(env, cwd, scratch, tag, mask)
+    def start(cls, env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None, preload: tuple[str, ...] = ()) -> WarmInterpreter:
+        sock, process = _start_process(env, cwd, scratch, tag, mask, preload)
         return cls(env, cwd, sock, process, mask)
 
     @classmethod
@@ -216,8 +219,8 @@ class AgentHost(WarmInterpreter):
 
     hands_down = True
 
-    def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None) -> None:
-        sock, process = _start_process(target_env, cwd, scratch, tag, mask)
+    def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None, preload: tuple[str, ...] = ()) -> None:
+        sock, process = _start_process(target_env, cwd, scratch, tag, mask, preload)
         super().__init__(target_env, cwd, sock, process, mask)
         self.agent_env = _shared(agent_env, mask)
 
@@ -257,16 +260,17 @@ class _OwnFork:
             self._code = os.waitstatus_to_exitcode(status)
 
 
-def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None, preload: tuple[str, ...] = ()) -> tuple[socket.socket, subprocess.Popen[bytes]]:
     """A warm interpreter started with `env` (and the tag, padded) in `cwd`, from the run's copy
-    of the child side when `mask` is given: this end of its socket, and the process."""
+    of the child side when `mask` is given, importing `preload` too: this end of its socket, and
+    the process."""
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     scratch.mkdir(parents=True, exist_ok=True)
     # Its own files: it checks that its imports printed nothing.
     name = f"warm-{tag.rsplit(':', 1)[-1]}"
     with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
         process = subprocess.Popen(
-            disguise.module_argv(WARM_MODULE, str(child_end.fileno()), disguise=mask),
+            disguise.module_argv(WARM_MODULE, str(child_end.fileno()), *preload, disguise=mask),
             cwd=cwd, env={**_shared(env, mask), disguise.tag_env(WARM_MODULE, mask): tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             pass_fds=(child_end.fileno(),),
         )

@@ -19,11 +19,16 @@ class WarmPool:
     folder its runs ask for, started at the first such run, all stopped by `close`. They run the
     run's copy of the child side (`disguise`: `pipeline/supervision/disguise.py`) when one is given."""
 
-    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None, disguise: Disguise | None = None) -> None:
+    def __init__(self, scratch: Path, *, handed_down: InheritedWarm | None = None, disguise: Disguise | None = None, preload: tuple[str, ...] = ()) -> None:
         self.scratch = scratch
         self.disguise = disguise
+        # What the interpreters it starts import besides torch (`warm.TEST_RUN_IMPORTS`).
+        self.preload = preload
         self._started: list[WarmInterpreter] = []
         self._lock = threading.Lock()  # the execution stage asks from two threads at once
+        # Whether an interpreter was handed down (torch imported already): a run forked from it
+        # costs no import, whatever the run imports itself.
+        self.handed_down = handed_down is not None
         if handed_down is not None:
             with spawned.LOCK:
                 self._add(WarmInterpreter.adopt(handed_down, disguise))
@@ -32,7 +37,7 @@ class WarmPool:
         """Start the gate run's `AgentHost` now, so its imports overlap the work before the
         first stage (stage agents launched with this pool are forks of it)."""
         with self._lock, spawned.LOCK:
-            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise))
+            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise, preload=self.preload))
 
     def _add(self, warm: WarmInterpreter) -> None:
         spawned.WARM[warm.pid] = warm
@@ -56,7 +61,7 @@ class WarmPool:
             warm = next((w for w in self._started if w.accepts(env, cwd)), None)
             if warm is None:
                 with spawned.LOCK:
-                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise)
+                    warm = WarmInterpreter.start(env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise, preload=self.preload)
                     self._add(warm)
             return warm
 

@@ -16,7 +16,7 @@ from pkgutil import resolve_name
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.warm_pool import WarmPool
-from traingate.pipeline.supervision.warm import enabled as warm_start_enabled
+from traingate.pipeline.supervision.warm import TEST_RUN_IMPORTS, enabled as warm_start_enabled
 from traingate.pipeline.supervision.processes import become_subreaper
 from traingate.pipeline.model.registry import build_registry, load_stage, parts
 from traingate.pipeline.model.schema import PipelineReport, StageOutcome
@@ -50,7 +50,9 @@ def main() -> None:
     # runs fresh: an interpreter of its own would import the same way, only to be unusable.
     handed_down = _handed_down(mask)
     own_start = warm_start_enabled() and not request.agents_host
-    warm = WarmPool(Path(request.scratch), handed_down=handed_down, disguise=mask) if handed_down is not None or own_start else None
+    tests = request.config.entrypoint is not None and request.config.entrypoint.test is not None
+    preload = TEST_RUN_IMPORTS if tests else ()  # every run runs the observed test
+    warm = WarmPool(Path(request.scratch), handed_down=handed_down, disguise=mask, preload=preload) if handed_down is not None or own_start else None
     try:
         factory = resolve_name(request.registry)
         # The installed stages: only this agent's own is imported (the others cost ~0.15 s).

@@ -55,6 +55,15 @@ def observed_test_tree(ctx: StageContext) -> Iterator[TestTree | None]:
             remove_view(view)
 
 
+def observed_test_note(nodeid: str, needs: str) -> str:
+    """Why a check that needs the training function's own arguments is not measured on the
+    training a test runs (`needs`: what the check runs)."""
+    return (
+        f"not measured: the training observed is a test ({nodeid}), whose arguments the gate cannot set; "
+        f"the check needs {needs}, and so a configured entrypoint ([tool.traingate.entrypoint])"
+    )
+
+
 def pinned_args(root: Path, nodeid: str, private: Path) -> list[str]:
     """pytest's arguments for one test, pinned to `root`; its own files go to `private` (a
     neutral temporary folder: the test can read these arguments)."""

@@ -49,6 +49,7 @@ from traingate.stages.correctness.details import (
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Metric, StageOutcome
 from traingate.stages.base import EntrypointRun, StageContext, no_entrypoint_outcome, run_entrypoint, with_leftover_findings
 from traingate.stages.agent.checks import Check, Checked, run_checks
+from traingate.stages.agent.observed_test import observed_test_note
 from traingate.stages.contract import instruments
 from traingate.stages.contract.messages import DistributedRecord, ExceptionRecord, RankResult
 from traingate.stages.correctness.checks import (
@@ -249,10 +250,10 @@ class GradAccumulation:
 
     def evaluate(self, session: _Session) -> Checked:
         config = session.ctx.section(CorrectnessConfig)
+        if session.entrypoint.test is not None:  # whether the keywords are set or not
+            return Checked(record=CheckNote(ran=False, note=observed_test_note(session.entrypoint.test, "runs with the accumulation and batch size keywords set")))
         if config.accumulation_kwarg is None or config.batch_size_kwarg is None:
             return Checked(record=CheckNote(ran=False, note="not configured: set accumulation_kwarg and batch_size_kwarg in [tool.traingate.correctness]"))
-        if session.entrypoint.test is not None:
-            return Checked(record=CheckNote(ran=False, note=f"not run: the training observed is a test ({session.entrypoint.test}), whose keyword arguments the gate cannot set"))
         batch = session.entrypoint.kwargs.get(config.batch_size_kwarg)
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             return Checked([_config_error(session, f"[tool.traingate.entrypoint] kwargs sets no integer `{config.batch_size_kwarg}`: the micro-batch size b is unknown")])
@@ -369,10 +370,10 @@ class DistributedRun:
 
     def evaluate(self, session: _Session) -> Checked:
         config = session.ctx.config.optional_section(DISTRIBUTED, DistributedConfig)
+        if session.entrypoint.test is not None:  # whether [distributed] is set or not
+            return Checked(record=CheckNote(ran=False, note=observed_test_note(session.entrypoint.test, "a run under torchrun")))
         if config is None:
             return Checked(record=CheckNote(ran=False, note="not configured: set nproc in [tool.traingate.distributed]"))
-        if session.entrypoint.test is not None:
-            return Checked(record=CheckNote(ran=False, note=f"not run: the training observed is a test ({session.entrypoint.test}); configure an entrypoint to run it under torchrun"))
         if session.stopped:
             return Checked()
         first, label = _first_run(session), self.label

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from traingate.stages.execution.details import SkipGroup, SuiteCounts
 from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.base import StageContext
 from traingate.stages.agent.pytest_config import find_pytest_config
 from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_records
@@ -131,6 +132,16 @@ def run_suite(ctx: StageContext, name: str, coverage_include: list[str], root: P
         shutil.rmtree(private, ignore_errors=True)
 
 
+def _suite_warm(ctx: StageContext) -> WarmPool | None:
+    """The warm interpreters the suite's run forks from: those the smoke calls start (the same
+    environment) when there are smoke calls, or the one the gate's agents' host handed down
+    (with no entrypoint, for the stages that observe the tests' training). Otherwise none:
+    alone, a suite that never imports torch would pay its import."""
+    if ctx.warm is None or (ctx.config.entrypoint is None and not ctx.warm.handed_down):
+        return None
+    return ctx.warm
+
+
 def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root: Path, tests: list[str] | None, private: Path) -> SuiteRun:
     config_file = find_pytest_config(root, tests if tests is not None else ctx.config.tests or [])
     args = pytest_args(ctx, config_file, private, root, tests)
@@ -153,9 +164,7 @@ def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root:
         name=name,
         stdin_data=request,
         channel=True,
-        # Forked from the warm interpreter the smoke calls start (the same environment) when
-        # there are smoke calls; alone, a suite that never imports torch would pay its import.
-        warm=ctx.warm if ctx.config.entrypoint is not None else None,
+        warm=_suite_warm(ctx),
     )
     try:
         events, problem = decode_events(child.channel, nonce), child.channel_problem

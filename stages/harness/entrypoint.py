@@ -33,9 +33,10 @@ import time
 import traceback
 import types
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
@@ -53,6 +54,9 @@ MAX_STRING = 2000
 RETURNED_CAP = 64 * 1024
 MAX_MESSAGE = 2000
 MAX_TRACEBACK = 20000
+
+# Hands a run's result back over the channel and ends the process.
+HandBack = Callable[[dict[str, Any]], NoReturn]
 
 
 @dataclass
@@ -316,8 +320,10 @@ def run_script_entrypoint(request: EntrypointRequest, root: Path, result: dict[s
     run_script(root / request.script, request.args)
 
 
-def run(request: EntrypointRequest) -> dict[str, Any]:
-    """Call the entrypoint; the fields of its `HarnessResult` (`as_sent` builds the model)."""
+def run(request: EntrypointRequest, hand_back: HandBack | None = None) -> dict[str, Any]:
+    """Call the entrypoint; the fields of its `HarnessResult` (`as_sent` builds the model).
+    With `hand_back`, a test's run may hand its result back from inside pytest, once the test
+    is done, and end the process there (`test_call.run_test`): then this never returns."""
     root = Path(request.target_root).resolve()
     os.chdir(root)
     sys.path.insert(0, str(root))
@@ -335,35 +341,52 @@ def run(request: EntrypointRequest) -> dict[str, Any]:
 
     result: dict[str, Any] = {"ok": False, "exception": None, "returned": None, "phase": "setup"}
     started = time.perf_counter()
+
+    def settled(error: BaseException | None, returned: Any = None) -> dict[str, Any]:
+        _settle(result, root, budget, error, returned)
+        result["duration_s"] = time.perf_counter() - started
+        result["warnings"] = warning_log.records
+        result["warnings_omitted"] = warning_log.omitted
+        result["instruments"] = {spec: collect_payload(instrument) for spec, instrument in instruments.items()}
+        if budget is not None:
+            result["budget"] = budget.record()
+        return result
+
+    def test_done(error: BaseException | None) -> NoReturn:
+        assert hand_back is not None
+        hand_back(settled(error))
+
     try:
-        returned = call_entrypoint(request, root, result)
-        result["ok"] = True  # it returned: whatever its value does while summarised is not a crash
-        result["returned"], result["returned_truncated"] = summarise_returned(returned)
+        returned = call_entrypoint(request, root, result, test_done if hand_back is not None else None)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are crashes too
-        if budget is not None and budget.is_ours(exc):
-            result["ok"] = True  # a controlled stop at max_steps: the run ended as configured
-            result["returned"], result["returned_truncated"] = None, False
-        elif not result["ok"]:
-            result["exception"] = exception_record(exc, root)
-        else:
+        return settled(exc)
+    return settled(None, returned)
+
+
+def _settle(result: dict[str, Any], root: Path, budget: step_budget.BudgetStop | None, error: BaseException | None, returned: Any) -> None:
+    """The outcome's fields of `result`: the call returned (`error` None) or raised `error`."""
+    if error is None:
+        result["ok"] = True  # it returned: whatever its value does while summarised is not a crash
+        try:
+            result["returned"], result["returned_truncated"] = summarise_returned(returned)
+        except BaseException as exc:  # noqa: BLE001 - the entrypoint's value may raise anything
             result["returned"], result["returned_truncated"] = f"<{type(exc).__name__} while summarising the returned value>", True
-    result["duration_s"] = time.perf_counter() - started
-    result["warnings"] = warning_log.records
-    result["warnings_omitted"] = warning_log.omitted
-    result["instruments"] = {spec: collect_payload(instrument) for spec, instrument in instruments.items()}
-    if budget is not None:
-        result["budget"] = budget.record()
-    return result
+    elif budget is not None and budget.is_ours(error):
+        result["ok"] = True  # a controlled stop at max_steps: the run ended as configured
+        result["returned"], result["returned_truncated"] = None, False
+    else:
+        result["exception"] = exception_record(error, root)
 
 
-def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, Any]) -> Any:
+def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, Any], test_done: Callable[[BaseException | None], NoReturn] | None = None) -> Any:
     """Run the entrypoint's shape (a test, a script or a call) and return what it returned;
-    `result["phase"]` says how far it got when it raises."""
+    `result["phase"]` says how far it got when it raises. A test hands its outcome to
+    `test_done` as soon as it is known, where given (which ends the process)."""
     if request.test is not None:
         from .test_call import run_test
 
         result["phase"] = "call"
-        run_test(request.test, request.test_args)
+        run_test(request.test, request.test_args, test_done)
         return None
     if request.script is not None:
         run_script_entrypoint(request, root, result)
@@ -423,14 +446,17 @@ def main() -> None:
             sys.stderr.flush()
 
         launch(request, send)  # reports and ends the process itself
-    result = run(request)
-    channel.send(HARNESS_RESULT, as_sent({**result, "reads": files_read().model_dump(mode="json")}))
-    channel.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: the target's threads or atexit hooks must not change the
-    # outcome once it is handed back (a hang in teardown would still be caught by the budget).
-    guard.exit_after_reporting(0)
+
+    def hand_back(result: dict[str, Any]) -> NoReturn:
+        channel.send(HARNESS_RESULT, as_sent({**result, "reads": files_read().model_dump(mode="json")}))
+        channel.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Skip interpreter teardown: the target's threads or atexit hooks must not change the
+        # outcome once it is handed back (a hang in teardown would still be caught by the budget).
+        guard.exit_after_reporting(0)
+
+    hand_back(run(request, hand_back))
 
 
 if __name__ == "__main__":

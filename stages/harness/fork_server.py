@@ -44,22 +44,31 @@ from ..common.procstat import read_stat
 from ..common.stacks import RUN_TAG_ENV
 
 _MAX_FDS = 5
+# What a warm interpreter may import besides torch and the harness, when its runs all run a
+# test as their entrypoint (the parent asks for it in argv): pytest, whose import every such
+# run would repeat.
+PRELOADABLE = frozenset({"pytest"})
 _MAX_MESSAGE = 1 << 20
 # The environment this interpreter started with: what its imports saw (importing torch sets
 # variables of its own), which a handed-down interpreter's runs must have.
 _START_ENV = dict(os.environ)
 
 
-def _preload() -> bool:
-    """Import what every run imports; whether that was silent. A fresh child imports torch
-    under the harness's warning log, so an import that warns or prints (torch without numpy,
-    say) would leave that out of every forked run's record: then nothing is forked."""
+def _preload(extra: list[str]) -> bool:
+    """Import what every run imports (and `extra`, of `PRELOADABLE`); whether that was silent.
+    A fresh child imports torch under the harness's warning log, so an import that warns or
+    prints (torch without numpy, say) would leave that out of every forked run's record: then
+    nothing is forked."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             # Imported for the forks, not used here.
             import torch
             import torch._dynamo  # noqa: F401
+
+            for name in extra:
+                if name in PRELOADABLE:
+                    importlib.import_module(name)
         except BaseException:  # noqa: BLE001 - a target environment may have anything installed
             return False
         _preload_harness()
@@ -245,12 +254,13 @@ def _can_wait_on_pids() -> bool:
     return True
 
 
-def serve(sock: socket.socket, *, imported: bool = False, address: tuple[int, int] | None = None) -> str | None:
+def serve(sock: socket.socket, *, imported: bool = False, address: tuple[int, int] | None = None, extra: list[str] | None = None) -> str | None:
     """Fork one process per request; in the fork, return the module it runs. `imported`: this
-    process is a fork of an interpreter that did the imports, at the tag `address`."""
+    process is a fork of an interpreter that did the imports, at the tag `address`; `extra`:
+    what it imports besides torch and the harness."""
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a stack-dump request to the group is not for us
     address = address or _tag_address()
-    if address is None or not _can_wait_on_pids() or not (imported or _preload()):
+    if address is None or not _can_wait_on_pids() or not (imported or _preload(extra or [])):
         sock.sendall(b"unusable")
         return None
     sock.sendall(b"ready")
@@ -274,7 +284,7 @@ def serve(sock: socket.socket, *, imported: bool = False, address: tuple[int, in
 
 def main() -> None:
     sock = socket.socket(fileno=int(sys.argv[1]))
-    module = serve(sock)
+    module = serve(sock, extra=sys.argv[2:])
     if module is None:
         return
     sys.argv = [module]

@@ -14,6 +14,7 @@ from pathlib import Path
 from traingate.pipeline.model.schema import Finding, Location, Metric
 from traingate.stages.base import StageContext, location_of
 from traingate.stages.agent.checks import Checked
+from traingate.stages.agent.observed_test import observed_test_note
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression, sync as perf_sync, timing as perf_timing
 from traingate.stages.performance.details import AmpDetails, NotComparable, RegressionDetails, RegressionRow, SideBySide, StepRecord
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES
@@ -183,7 +184,11 @@ class MixedPrecision:
 
     def evaluate(self, out: PerformanceFacts) -> Checked:
         if not out.flag:
-            out.not_measured.append("Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared.")
+            test = out.ctx.config.entrypoint.test if out.ctx.config.entrypoint is not None else None
+            out.not_measured.append(
+                f"Mixed precision on vs off: {observed_test_note(test, 'runs with AMP switched on and off (entrypoint.amp_flag)')}."
+                if test is not None else "Mixed precision on vs off: no entrypoint.amp_flag (amp_args for a script) is configured, so AMP was not compared."
+            )
             return Checked()
         timings = out.timings
         if "fp32" not in timings or "amp" not in timings:
