@@ -121,11 +121,9 @@ def run_child(
     scratch.mkdir(parents=True, exist_ok=True)
     module, argv = (command, command.argv) if isinstance(command, ModuleCommand) else (None, command)
     mask = module.disguise if module is not None else None
-    stacks_path = _stacks_path(scratch, name, module)
-    stacks_path.unlink(missing_ok=True)
+    (stacks_path := _stacks_path(scratch, name, module)).unlink(missing_ok=True)
     out_path, err_path = scratch / f"{name}.stdout", scratch / f"{name}.stderr"
-    child_env = {**child_environment(env), disguise.stacks_env(module.module if module else "", mask): str(stacks_path)}
-    tag = child_env[disguise.tag_env(module.module if module else "", mask)] = f"{os.getpid()}:{name}:{next(spawned.RUN_NUMBERS)}"
+    child_env, tag = _tagged_env(env, module, stacks_path, name)
     pipe = _ChannelPipe() if channel else None
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
@@ -158,6 +156,15 @@ def run_child(
         channel=channel_data,
         channel_problem=channel_problem,
     )
+
+
+def _tagged_env(env: dict[str, str] | None, module: ModuleCommand | None, stacks_path: Path, name: str) -> tuple[dict[str, str], str]:
+    """The child's environment with its stacks file and its run tag (under the names the copy
+    it runs from reads), and the tag."""
+    mask, runs = (module.disguise, module.module) if module is not None else (None, "")
+    child_env = {**child_environment(env), disguise.stacks_env(runs, mask): str(stacks_path)}
+    tag = child_env[disguise.tag_env(runs, mask)] = f"{os.getpid()}:{name}:{next(spawned.RUN_NUMBERS)}"
+    return child_env, tag
 
 
 def _stacks_path(scratch: Path, name: str, module: ModuleCommand | None) -> Path:
