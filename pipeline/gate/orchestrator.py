@@ -120,7 +120,7 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     # The change's gate configuration and waivers against the baseline's (`verification`).
     verification = review(request.root, request.baseline_report, config)
     # Waivers and the new-findings rule: applied here, to what each stage handed back.
-    adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date(), added_waivers(request.root, verification, config))
+    adjudicator = Adjudicator(config, request.baseline_report, datetime.now(timezone.utc).date(), added_waivers(request.root, verification, config))
     checked = adjudicator.apply(verification.findings)
     once = OncePerRun()  # result files written, packages missing: one finding each per run
     agents = agent_host(request, config)
@@ -531,22 +531,22 @@ def git_commit(root: Path) -> str | None:
 
 
 def compare_baseline(request: RunRequest, reports: list[StageReport]) -> BaselineComparison | None:
-    base = request.baseline
+    base = request.baseline_report
     if base is None:
         return None
-    old_ids = {f["id"] for s in base.get("stages", []) for f in s.get("findings", [])}
+    old_ids = {f.id for s in base.stages for f in s.findings}
     new_ids = {f.id for s in reports for f in s.findings}
-    # Matched on the metric's id: its label may be reworded between versions.
-    old_metrics = {(s["name"], m["id"]): m for s in base.get("stages", []) for m in s.get("metrics", []) if "id" in m}
+    # Matched on the metric's id: its label may be reworded between versions (no id: written before ids existed).
+    old_metrics = {(s.name, m.id): m for s in base.stages for m in s.metrics if m.id}
     deltas = []
     for s in reports:
         for m in s.metrics:
             old = old_metrics.get((s.name, m.id))
-            if old and isinstance(old.get("value"), (int, float)) and isinstance(m.value, (int, float)):
-                deltas.append({"stage": s.name, "metric": m.name, "metric_id": m.id, "unit": m.unit, "baseline": old["value"], "current": m.value})
+            if old and isinstance(old.value, (int, float)) and isinstance(m.value, (int, float)):
+                deltas.append({"stage": s.name, "metric": m.name, "metric_id": m.id, "unit": m.unit, "baseline": old.value, "current": m.value})
     return BaselineComparison(
         path=request.baseline_path or "",
-        version=base.get("version"),
+        version=base.version,
         new_findings=sorted(new_ids - old_ids),
         fixed_findings=sorted(old_ids - new_ids),
         persisting_findings=sorted(old_ids & new_ids),

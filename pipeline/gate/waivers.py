@@ -26,7 +26,7 @@ from typing import Any
 
 from traingate.pipeline.model.config import NEVER_WAIVABLE, TargetConfig, WaiverConfig
 from traingate.pipeline.gate.config_file import ConfigError
-from traingate.pipeline.model.schema import Acceptance, Category, Finding, WaiverEntry, WaiverMark
+from traingate.pipeline.model.schema import Acceptance, Category, Finding, PipelineReport, WaiverEntry, WaiverMark
 from traingate.pipeline.model.registry import rule_table
 
 # `# traingate: ignore[host-sync, memory-leak] the reason`
@@ -165,7 +165,7 @@ def _norm(path: str) -> str:
 class Adjudicator:
     """Applies waivers and the new-findings rule to each stage's findings, then sums them up."""
 
-    def __init__(self, config: TargetConfig, baseline: dict[str, Any] | None, today: date, added: AddedWaivers | None = None) -> None:
+    def __init__(self, config: TargetConfig, baseline: PipelineReport | None, today: date, added: AddedWaivers | None = None) -> None:
         self.today = today
         self.allowed = config.policy.allow_waivers
         # A waiver the change added applies only where the CI allows new waivers (docs/configuration.md).
@@ -173,7 +173,7 @@ class Adjudicator:
         self.requested_block = config.policy.block
         self.baseline_ids: set[str] | None = None
         if baseline is not None:
-            self.baseline_ids = {f["id"] for s in baseline.get("stages", []) for f in s.get("findings", []) if "id" in f}
+            self.baseline_ids = {f.id for s in baseline.stages for f in s.findings}
         self.rules = [*_config_rules(config), *_inline_rules(config.inline_waivers)]
         if added is not None:
             for number, rule in enumerate(self.rules, start=1):
