@@ -125,10 +125,12 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     adjudicator = Adjudicator(config, request.baseline, datetime.now(timezone.utc).date(), added_waivers(request.root, verification, config))
     checked = adjudicator.apply(verification.findings)
     once = OncePerRun()  # result files written, packages missing: one finding each per run
-    agents = agent_host(request, config)
+    agents: WarmPool | None = None
     try:
         with snapshot:
             for group in stage_groups(request.stages, registry, side_by_side(usable_cores(), os.environ)):
+                if agents is None:
+                    agents = agent_host(request, config, reports)
                 _run_group(group, registry, request, config, snapshot, reports, Settling(adjudicator, once), agents, verification.baseline_entrypoint)
     finally:
         if agents is not None:
@@ -243,16 +245,17 @@ class UnconfiguredHint:
         return report.model_copy(update={"skipped_reason": f"{reason.rstrip('.')}. {text}"})
 
 
-def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
-    """The warm interpreter the stage agents of this run are forked from (`AgentHost`), started
-    now so its imports overlap the snapshot: one `import torch` for every stage's runs instead
-    of one per stage. Started for an entrypoint, and for a test suite whose training the later
-    stages may observe (the suite's own run never forks from it, so a suite that does not use
-    torch still runs without importing it). None where the runs would not fork from it anyway:
-    neither, warm start off, or a PYTHONPATH that names the folder a run starts in (each stage
-    runs in a copy of its own)."""
-    # With no entrypoint, a suite's tests may train: the stages after it would observe one.
-    if (config.entrypoint is None and not (config.has_test_suite and len(request.stages) > 1)) or not warm.enabled():
+def agent_host(request: RunRequest, config: TargetConfig, reports: list[StageReport]) -> WarmPool | None:
+    """The warm interpreter the stage agents of this run are forked from (`AgentHost`): one
+    `import torch` for every stage's runs instead of one per stage. For an entrypoint it starts
+    before the first stage, so its imports overlap the snapshot. With none, the stages after
+    the execution stage observe a test only when one trained there (`reports` so far name it):
+    it starts then, and a suite none of whose tests trains never imports torch for the stages'
+    sake (the suite's own run never forks from it). None where the runs would not fork from it
+    anyway: no entrypoint and no test named yet, warm start off, or a PYTHONPATH that names the
+    folder a run starts in (each stage runs in a copy of its own)."""
+    observed = observed_tests.fact(reports)
+    if (config.entrypoint is None and (observed is None or observed.test is None)) or not warm.enabled():
         return None
     agent_env = child_environment()
     runs_env = target_env(agent_env, request.device)
