@@ -10,6 +10,7 @@ import functools
 import inspect
 import io
 import json
+import linecache
 import os
 import textwrap
 import time
@@ -88,6 +89,13 @@ _STARTS_TARGET = {run_entrypoint, run_child, run_pipeline}
 _OWN_CODE = tuple(str(REPO / folder) + os.sep for folder in ("tests", "pipeline", "stages", "reports"))
 
 
+def _source_tree(code: Any) -> ast.AST:
+    """The parsed source of a function's code, as `inspect.getsource` finds it, without the
+    module lookup it makes per call (a search of every loaded module: torch's thousands)."""
+    lines = linecache.getlines(code.co_filename)
+    return ast.parse(textwrap.dedent("".join(inspect.getblock(lines[code.co_firstlineno - 1 :]))))
+
+
 def _starts_cli(function: Any) -> bool:
     """Whether `function` (a test, a fixture, a helper, a function of the gate's) calls one of
     the entry points above, directly or through the functions it names."""
@@ -101,7 +109,7 @@ def _starts_cli(function: Any) -> bool:
         return known
     _reaches[code] = False  # recursion guard
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        tree = _source_tree(code)
     except (OSError, TypeError, SyntaxError):
         return False
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} - {code.co_name}
@@ -148,7 +156,10 @@ def _one_worker_modules() -> frozenset[str]:
     """Test modules (as node ids name them) that define a fixture of module or session scope."""
     found = set()
     for path in sorted(Path(__file__).parent.glob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        text = path.read_text(encoding="utf-8")
+        if "scope=" not in text:  # parsed only where a fixture may have a scope
+            continue
+        for node in ast.walk(ast.parse(text)):
             decorators = node.decorator_list if isinstance(node, ast.FunctionDef) else []
             keywords = [k for d in decorators if isinstance(d, ast.Call) for k in d.keywords]
             if any(k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value in ("module", "session") for k in keywords):
@@ -236,6 +247,11 @@ def gate(tmp_path: Path):
         return run_gate(target, tmp_path / "out", *args, timeout=timeout)
 
     return _run
+
+
+# Fixture targets that several test modules read, each for its own stage: `shared_gate` runs
+# them once with all of those stages, and every module asks with these arguments.
+STAGES_READ_TOGETHER = {"conc_clean_amp": "concurrency,correctness", "conc_no_entrypoint": "concurrency,correctness"}
 
 
 @pytest.fixture(scope="session")

@@ -1,28 +1,33 @@
 """The concurrency stage end to end: one gate run per fixture target, every assertion on it.
 
-Each test is one `traingate run --stages concurrency` (pytest-xdist spreads them); expected
-lines come from `# marker:` comments in the fixture sources, never from hard-coded numbers.
+Each fixture target is run once for the session (`shared_gate`), with `--stages concurrency`,
+or with `--stages concurrency,correctness` where tests/test_correctness.py reads the same
+target (one run for both); expected lines come from `# marker:` comments in the fixture
+sources, never from hard-coded numbers.
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.conftest import STAGES_READ_TOGETHER, TARGETS, GateRun, line_of
 
 pytestmark = pytest.mark.slow
+
+Shared = Callable[..., tuple[GateRun, float]]
 
 
 def marker_line(case: str, marker: str, file: str = "train.py") -> int:
     return line_of(TARGETS / case / file, f"# marker: {marker}")
 
 
-def gate(case: str, tmp_path: Path) -> GateRun:
-    return run_gate(TARGETS / case, tmp_path / "out", "--stages", "concurrency", timeout=300)
+def gate(shared_gate: Shared, case: str) -> tuple[GateRun, float]:
+    """The session's run of the fixture target and its wall time (`shared_gate`)."""
+    stages = STAGES_READ_TOGETHER.get(case, "concurrency")
+    return shared_gate(case, "--stages", stages, timeout=300)
 
 
 def located(finding: dict[str, Any]) -> tuple[str, int]:
@@ -35,8 +40,8 @@ def assert_observed_blocking(finding: dict[str, Any], severity: str = "high") ->
     assert finding["evidence"]["kind"] in ("observed", "measured")
 
 
-def test_clip_before_unscale_is_reported_at_the_clip_call(tmp_path: Path) -> None:
-    run = gate("conc_clip", tmp_path)
+def test_clip_before_unscale_is_reported_at_the_clip_call(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_clip")
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     stage = run.stage("concurrency")
     assert stage["status"] == "blocked"
@@ -54,8 +59,8 @@ def test_clip_before_unscale_is_reported_at_the_clip_call(tmp_path: Path) -> Non
     assert "One observed iteration" in (run.out / "concurrency.md").read_text()
 
 
-def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(tmp_path: Path) -> None:
-    run = gate("conc_scaler_misuse", tmp_path)
+def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_scaler_misuse")
     assert run.returncode == 1
     findings = run.findings("gradscaler-protocol")
     by_rule = {f["evidence"]["data"]["rule"]: f for f in findings}
@@ -71,8 +76,8 @@ def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(tmp_pa
     assert run.categories() == {"gradscaler-protocol"}
 
 
-def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(tmp_path: Path) -> None:
-    run = gate("conc_unseeded", tmp_path)
+def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_unseeded")
     assert run.returncode == 1
     [finding] = run.findings("nondeterminism")
     assert located(finding) == ("train.py", marker_line("conc_unseeded", "entropy-seed"))
@@ -89,8 +94,8 @@ def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(tmp_path: Pat
     assert static["evidence"]["kind"] == "static" and static["severity"] == "medium" and static["blocking"] is False
 
 
-def test_set_of_strings_diverges_only_across_hash_seeds(tmp_path: Path) -> None:
-    run = gate("conc_hashorder", tmp_path)
+def test_set_of_strings_diverges_only_across_hash_seeds(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_hashorder")
     assert run.returncode == 1
     [finding] = run.findings("nondeterminism")
     assert located(finding) == ("train.py", marker_line("conc_hashorder", "set-iteration"))
@@ -104,8 +109,8 @@ def test_set_of_strings_diverges_only_across_hash_seeds(tmp_path: Path) -> None:
     assert run.categories() == {"nondeterminism"}
 
 
-def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(tmp_path: Path) -> None:
-    run = gate("conc_lambda_dataset", tmp_path)
+def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_lambda_dataset")
     assert run.returncode == 1
     # One lambda breaks two loaders: one finding, at the lambda (the fix), listing both loaders.
     [finding] = run.findings("dataloader-hazard")
@@ -123,10 +128,8 @@ def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(tmp_pat
     assert run.categories() == {"dataloader-hazard"}
 
 
-def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(tmp_path: Path) -> None:
-    started = time.monotonic()
-    run = gate("conc_hang", tmp_path)
-    elapsed = time.monotonic() - started
+def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(shared_gate: Shared) -> None:
+    run, elapsed = gate(shared_gate, "conc_hang")
     assert run.returncode == 1
     [finding] = run.findings("hang")
     assert located(finding) == ("train.py", marker_line("conc_hang", "waits-forever"))
@@ -137,8 +140,8 @@ def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(tmp_path:
     assert run.stage("concurrency")["duration_s"] <= 10 + 1
 
 
-def test_documented_amp_loop_with_overflow_guard_is_clean(tmp_path: Path) -> None:
-    run = gate("conc_clean_amp", tmp_path)
+def test_documented_amp_loop_with_overflow_guard_is_clean(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_clean_amp")
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     assert run.findings() == []
     checks = run.stage("concurrency")["details"]["checks"]
@@ -149,8 +152,8 @@ def test_documented_amp_loop_with_overflow_guard_is_clean(tmp_path: Path) -> Non
     assert checks["streams"]["ran"] is False and "cpu" in checks["streams"]["note"]
 
 
-def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(tmp_path: Path) -> None:
-    run = gate("conc_seeded_loader", tmp_path)
+def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_seeded_loader")
     assert run.returncode == 0 and run.findings() == []
     loaders = run.stage("concurrency")["details"]["checks"]["dataloader"]
     [loader] = loaders["loaders"]
@@ -159,8 +162,8 @@ def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(tmp_path: Path
     assert spawn["method"] == "spawn" and spawn["ok"] is True
 
 
-def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(tmp_path: Path) -> None:
-    run = gate("conc_persistent", tmp_path)
+def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_persistent")
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     [finding] = run.findings("dataloader-hazard")
     assert located(finding) == ("train.py", marker_line("conc_persistent", "recreated"))
@@ -170,8 +173,8 @@ def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(tmp_path: Pat
     assert run.stage("concurrency")["details"]["checks"]["dataloader"]["start_method_checks"] == []
 
 
-def test_no_entrypoint_skips_the_stage_with_its_reason(tmp_path: Path) -> None:
-    run = gate("conc_no_entrypoint", tmp_path)
+def test_no_entrypoint_skips_the_stage_with_its_reason(shared_gate: Shared) -> None:
+    run, _ = gate(shared_gate, "conc_no_entrypoint")
     stage = run.stage("concurrency")
     assert stage["status"] == "skipped" and stage["findings"] == []
     assert "entrypoint" in stage["skipped_reason"]

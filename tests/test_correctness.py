@@ -1,32 +1,39 @@
 """The correctness stage end to end: one `traingate run --stages correctness` per fixture
-target, every assertion on its report; expected lines come from `# marker:` comments."""
+target for the session (`shared_gate`), every assertion on its report; a target that
+tests/test_concurrency_stage.py reads too is run once with both stages, for both files.
+Expected lines come from `# marker:` comments."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.conftest import STAGES_READ_TOGETHER, TARGETS, GateRun, line_of, run_gate
 
 pytestmark = pytest.mark.slow
+
+Shared = Callable[..., tuple[GateRun, float]]
 
 
 def marker_line(case: str, marker: str) -> int:
     return line_of(TARGETS / case / "train.py", f"# marker: {marker}")
 
 
-def gate(case: str, tmp_path: Path) -> GateRun:
-    return run_gate(TARGETS / case, tmp_path / "out", "--stages", "correctness", timeout=300)
+def gate(shared_gate: Shared, case: str) -> GateRun:
+    """The session's run of the fixture target (`shared_gate`)."""
+    stages = STAGES_READ_TOGETHER.get(case, "correctness")
+    return shared_gate(case, "--stages", stages, timeout=300)[0]
 
 
 def located(finding: dict[str, Any]) -> tuple[str, int]:
     return finding["location"]["path"], finding["location"]["line"]
 
 
-def test_clean_training_passes_every_check_including_accumulation(tmp_path: Path) -> None:
-    run = gate("corr_clean", tmp_path)
+def test_clean_training_passes_every_check_including_accumulation(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_clean")
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     stage = run.stage("correctness")
     assert stage["status"] == "passed" and run.findings() == []
@@ -38,9 +45,9 @@ def test_clean_training_passes_every_check_including_accumulation(tmp_path: Path
     assert [r["label"] for r in stage["details"]["runs"]] == ["instrumented", "accumulated", "large-batch"]
 
 
-def test_warmup_that_starts_at_lr_zero_is_a_low_finding_at_the_loops_lr_assignment(tmp_path: Path) -> None:
+def test_warmup_that_starts_at_lr_zero_is_a_low_finding_at_the_loops_lr_assignment(shared_gate: Shared) -> None:
     # One wasted step of a warm-up that starts at 0 by design: reported, not blocking, at the line that set the rate.
-    run = gate("corr_lr_warmup", tmp_path)
+    run = gate(shared_gate, "corr_lr_warmup")
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     [finding] = run.findings()
     assert finding["category"] == "ineffective-step" and finding["severity"] == "low" and finding["blocking"] is False
@@ -51,8 +58,8 @@ def test_warmup_that_starts_at_lr_zero_is_a_low_finding_at_the_loops_lr_assignme
     assert "warm-up starts at lr 0" in finding["title"] and f"train.py:{marker_line('corr_lr_warmup', 'lr')}" in finding["title"]
 
 
-def test_parameters_outside_the_optimizer_and_without_gradients_are_named_where_built(tmp_path: Path) -> None:
-    run = gate("corr_unused", tmp_path)
+def test_parameters_outside_the_optimizer_and_without_gradients_are_named_where_built(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_unused")
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     findings = {f["evidence"]["data"]["reason"]: f for f in run.findings("unused-parameter")}
     assert set(findings) == {"not-in-optimizer", "no-gradient"} and len(run.findings()) == 2
@@ -67,8 +74,8 @@ def test_parameters_outside_the_optimizer_and_without_gradients_are_named_where_
     assert all(f["blocking"] and f["severity"] == "high" for f in (late, dead))
 
 
-def test_a_loss_that_overflows_is_reported_at_its_first_non_finite_step(tmp_path: Path) -> None:
-    run = gate("corr_nan", tmp_path)
+def test_a_loss_that_overflows_is_reported_at_its_first_non_finite_step(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_nan")
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     [finding] = run.findings()
     assert finding["category"] == "no-learning" and finding["severity"] == "critical" and finding["blocking"] is True
@@ -78,8 +85,8 @@ def test_a_loss_that_overflows_is_reported_at_its_first_non_finite_step(tmp_path
     assert all(v < float("inf") for v in finding["evidence"]["data"]["losses_before"])
 
 
-def test_unshuffled_training_loaders_are_reported_without_blocking(tmp_path: Path) -> None:
-    run = gate("corr_unshuffled", tmp_path)
+def test_unshuffled_training_loaders_are_reported_without_blocking(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_unshuffled")
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     findings = run.findings("unshuffled-training")
     assert len(findings) == 2 and len(run.findings()) == 2
@@ -89,8 +96,8 @@ def test_unshuffled_training_loaders_are_reported_without_blocking(tmp_path: Pat
     assert all(f["severity"] == "medium" and f["blocking"] is False and f["evidence"]["kind"] == "observed" for f in findings)
 
 
-def test_accumulated_loss_not_divided_gives_a_k_times_larger_gradient(tmp_path: Path) -> None:
-    run = gate("corr_accum", tmp_path)
+def test_accumulated_loss_not_divided_gives_a_k_times_larger_gradient(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_accum")
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     [finding] = run.findings()
     assert finding["category"] == "grad-accumulation" and finding["blocking"] is True
@@ -113,8 +120,8 @@ def test_a_run_without_optimizer_steps_fails_closed(tmp_path: Path) -> None:
     assert "without a single optimizer step" in finding["title"]
 
 
-def test_without_an_entrypoint_the_stage_is_skipped_with_a_reason(tmp_path: Path) -> None:
-    run = gate("conc_no_entrypoint", tmp_path)
+def test_without_an_entrypoint_the_stage_is_skipped_with_a_reason(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "conc_no_entrypoint")
     stage = run.stage("correctness")
     assert stage["status"] == "skipped" and "no entrypoint is configured" in stage["skipped_reason"]
 
@@ -135,17 +142,17 @@ def test_the_stage_is_skipped_after_the_entrypoint_hung_in_the_execution_stage(t
     assert "nothing to observe" in (_skip_reason(parts(build_registry()["correctness"]), done) or "")
 
 
-def test_an_overflow_the_scaler_skips_is_not_a_loss_that_cannot_go_down(tmp_path: Path) -> None:
+def test_an_overflow_the_scaler_skips_is_not_a_loss_that_cannot_go_down(shared_gate: Shared) -> None:
     # One iteration's loss is multiplied by inf on purpose; the guard skips that step and the
     # parameters stay finite, so training recovered.
-    run = gate("conc_clean_amp", tmp_path)
+    run = gate(shared_gate, "conc_clean_amp")
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     assert run.findings() == []
     assert run.stage("correctness")["details"]["checks"]["observed"]["steps"] == 3
 
 
-def test_a_model_that_cannot_fit_one_batch_is_no_learning(tmp_path: Path) -> None:
-    run = gate("corr_overfit", tmp_path)
+def test_a_model_that_cannot_fit_one_batch_is_no_learning(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_overfit")
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     # The cause is seen too: (8, 1) outputs against (8,) targets broadcast in mse_loss.
     [shape] = run.findings("loss-input-mismatch")
@@ -160,8 +167,8 @@ def test_a_model_that_cannot_fit_one_batch_is_no_learning(tmp_path: Path) -> Non
     assert data["step_losses"][0] > data["step_losses"][-1] * 0.5  # measured: barely falls
 
 
-def test_a_model_that_fits_one_batch_passes_and_the_run_stops_at_overfit_steps(tmp_path: Path) -> None:
-    run = gate("corr_overfit_clean", tmp_path)
+def test_a_model_that_fits_one_batch_passes_and_the_run_stops_at_overfit_steps(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_overfit_clean")
     assert run.returncode == 0 and run.report["decision"] == "PASS" and run.findings() == []
     details = run.stage("correctness")["details"]
     check = details["checks"]["overfit"]
@@ -189,8 +196,8 @@ def test_correctness_configuration_and_policy(tmp_path: Path) -> None:
     assert {"grad_accumulation_tolerance", "overfit_min_reduction"} <= {i.key for i in provenance.ignored}
 
 
-def test_a_lambda_lr_warmup_from_zero_is_low_at_the_scheduler(tmp_path: Path) -> None:
-    run = gate("corr_sched_warmup", tmp_path)
+def test_a_lambda_lr_warmup_from_zero_is_low_at_the_scheduler(shared_gate: Shared) -> None:
+    run = gate(shared_gate, "corr_sched_warmup")
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     [finding] = run.findings()
     assert finding["category"] == "ineffective-step" and finding["severity"] == "low" and finding["blocking"] is False
