@@ -22,6 +22,7 @@ from traingate.pipeline.model.registry import rule_for, rule_table
 from traingate.pipeline.model.rules import ANY_STAGE
 from traingate.pipeline.model.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus, TrainingStopped
 from traingate.stages.base import StageContext
+from tests import report_builders
 from tests.conftest import REPO, TARGETS, cli_in_process, line_of, run_gate
 from traingate.stages.concurrency.rules import GRADSCALER_PROTOCOL
 from traingate.stages.execution.rules import DEPRECATED_API
@@ -161,9 +162,11 @@ def test_the_orchestrator_builds_its_findings_without_the_stages() -> None:
     tree = ast.parse((REPO / "pipeline" / "gate" / "orchestrator.py").read_text())
     imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-    # The shared wire contract (traingate.stages.contract) is the one exception; the stages'
-    # own code, and with it how findings are built, stays out of the gate's process.
-    assert imported and not [m for m in imported if m.startswith("traingate.stages") and not m.startswith("traingate.stages.contract")]
+    # The shared wire contract (traingate.stages.contract) and the code every process runs
+    # (traingate.stages.common: the result channel) are the exceptions; the stages' own code,
+    # and with it how findings are built, stays out of the gate's process.
+    shared = ("traingate.stages.contract", "traingate.stages.common")
+    assert imported and not [m for m in imported if m.startswith("traingate.stages") and not m.startswith(shared)]
 
 
 # -- fingerprints are data, not prose --------------------------------------------------------------
@@ -263,10 +266,10 @@ def test_baseline_metrics_are_matched_on_their_ids_not_their_labels(tmp_path: Pa
         Metric(id="tests.passed", name="tests_passed", value=12),
         Metric(id="pytest.duration_s", name="pytest_duration_s", value=3.0, unit="s"),
     ]
-    base = {"version": "v1", "stages": [{"name": "execution", "findings": [], "metrics": [
-        {"id": "tests.passed", "name": "passing tests", "value": 10},  # the label was reworded since
-        {"id": "pytest.wall_s", "name": "pytest_duration_s", "value": 2.0},  # same label, another metric
-    ]}]}
+    base = report_builders.report([report_builders.stage("execution", metrics=[
+        Metric(id="tests.passed", name="passing tests", value=10),  # the label was reworded since
+        Metric(id="pytest.wall_s", name="pytest_duration_s", value=2.0),  # same label, another metric
+    ])]).model_dump(mode="json")
     request = RunRequest(root=tmp_path, task="T", version="v2", stages=["execution"], out=tmp_path, device="cpu", baseline=base, baseline_path="b.json")
     stage = StageReport(name="execution", status=StageStatus.PASSED, score=100, duration_s=1.0, summary="", metrics=now)
     comparison = compare_baseline(request, [stage])
