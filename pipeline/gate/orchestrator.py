@@ -322,23 +322,6 @@ def _skip_reason(stage: StageParts, done: list[StageReport]) -> str | None:
     return None
 
 
-def run_stage(
-    name: str,
-    stage: Stage,
-    request: RunRequest,
-    config: TargetConfig,
-    snapshot: Snapshot | None = None,
-    *,
-    adjudicator: Adjudicator | None = None,
-    once: OncePerRun | None = None,
-    agents: WarmPool | None = None,
-    baseline_entrypoint: EntrypointConfig | None = None,
-) -> StageReport:
-    """Run one stage's agent and settle its findings."""
-    ran = run_stage_agent(name, stage, request, config, snapshot, agents, baseline_entrypoint)
-    return settle_stage(ran, request, snapshot, Settling(adjudicator, once))
-
-
 @dataclass
 class AgentRun:
     """One stage's agent as it ended: its copy of the target and the outcome checked here."""

@@ -207,6 +207,3 @@ def kill_descendants(
         time.sleep(0.01)
 
 
-def alive_descendants(root: int | None = None) -> list[ProcessInfo]:
-    """Descendants of `root` (default: this process) that have not exited."""
-    return [p for p in descendants(os.getpid() if root is None else root) if p.alive]

@@ -32,10 +32,6 @@ class StepStats:
     mad_s: float
     clock: str  # "cuda events" or "host"
 
-    @property
-    def relative_spread(self) -> float:
-        return self.iqr_s / self.median_s if self.median_s > 0 else 0.0
-
     def record(self) -> StepRecord:
         return StepRecord(steps=self.steps, median_ms=self.median_s * 1e3, iqr_ms=self.iqr_s * 1e3, mad_ms=self.mad_s * 1e3, clock=self.clock)
 
