@@ -23,18 +23,25 @@ from traingate.pipeline.gate.config_diff import NARROWS, differences
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.model.schema import (
     Category,
+    Decision,
+    Environment,
     Evidence,
     EvidenceKind,
     Finding,
+    NotObserved,
+    ObservedRun,
     ObservedTest,
     ObservedTraining,
+    PipelineReport,
     Severity,
     StageOutcome,
     StageReport,
     StageStatus,
+    TargetInfo,
     TestRecord,
     TrainingTest,
 )
+from traingate.reports.render import render_report_md, render_stage_md
 from traingate.stages.base import StageContext
 from traingate.stages.execution.observed import choose, pick
 
@@ -225,3 +232,22 @@ def test_a_second_test_of_the_same_loop_is_not_observed_and_listed_as_such(same_
     assert run.report["decision"] == "BLOCK"
     assert [r["nodeid"] for r in run.stage("correctness")["observed_runs"]] == [LONG]
     assert f"`{SHORT}`" in (run.out / "report.md").read_text()
+
+
+def test_a_test_not_reached_is_said_in_the_report_and_on_the_stage_page() -> None:
+    tests = [ObservedTest(nodeid="a.py::t", optimizer_steps=9, step_sites=["a.py:5"], reason="most"), ObservedTest(nodeid="b.py::t", optimizer_steps=4, reason="site")]
+    observed = ObservedTraining(
+        test="a.py::t", optimizer_steps=9, reason="most", min_steps=3, tests=tests, limit=2,
+        not_observed=[NotObserved(nodeid="c.py::t", optimizer_steps=8, reason="same site as a.py::t")],
+    )
+    runs = [ObservedRun(nodeid="a.py::t", reached=True, duration_s=50.0, budget_s=60.0), ObservedRun(nodeid="b.py::t", reached=False, budget_s=5.0, note="not reached: 9 s left")]
+    stage = StageReport(name="correctness", status=StageStatus.PASSED, score=100, duration_s=50, summary="s", observed_runs=runs)
+    report = PipelineReport(
+        tool_version="0", task="t", version="v1", target=TargetInfo(path="."), environment=Environment(python="3", torch=None, device="cpu", device_name="cpu"),
+        started_at="", duration_s=0, decision=Decision.PASS, score=100, stages=[stage], observed_training=observed,
+    )
+    text = render_report_md(report)
+    assert "- **correctness**: `b.py::t` not reached: 9 s left; its training was not observed in this stage." in text
+    assert "| `c.py::t` | 8 | same site as a.py::t |" in text and "| `a.py::t` | 9 | a.py:5 | most |" in text
+    page = render_stage_md(report, stage)
+    assert "| `b.py::t` | not reached: 9 s left | 5 s |" in page
