@@ -44,6 +44,7 @@ from traingate.pipeline.model.schema import (
 from traingate.reports.render import render_report_md, render_stage_md
 from traingate.stages.base import StageContext
 from traingate.stages.execution.observed import choose, pick
+from traingate.stages.execution.replay import ReplayPlan
 
 OBSERVING = ("performance", "concurrency", "correctness")
 CLASSIFIER = "tests/test_a.py::test_classifier_trains_six_steps"
@@ -251,3 +252,26 @@ def test_a_test_not_reached_is_said_in_the_report_and_on_the_stage_page() -> Non
     assert "| `c.py::t` | 8 | same site as a.py::t |" in text and "| `a.py::t` | 9 | a.py:5 | most |" in text
     page = render_stage_md(report, stage)
     assert "| `b.py::t` | not reached: 9 s left | 5 s |" in page
+
+
+def test_the_baselines_tests_are_each_observed_again_in_their_own_form(tmp_path: Path) -> None:
+    picked = [ObservedTest(nodeid="tests/test_a.py::fit", optimizer_steps=6, reason="r"), ObservedTest(nodeid="tests/test_b.py::fit", optimizer_steps=4, reason="r")]
+    baseline = PipelineReport(
+        tool_version="0", task="t", version="v1", target=TargetInfo(path="."), environment=Environment(python="3", torch=None, device="cpu", device_name="cpu"),
+        started_at="", duration_s=0, decision=Decision.PASS, score=100, stages=[],
+        observed_training=ObservedTraining(test="tests/test_a.py::fit", optimizer_steps=6, reason="r", min_steps=3, tests=picked),
+    )
+    plan = ReplayPlan(commit="c", files=["tests/test_b.py"], tests=[], overlay={"tests/test_b.py": "old"}, changed={"tests/test_b.py": ["tests/test_b.py"]})
+    # This version: test_b edited down to one step, and a decoy that steps more elsewhere.
+    records = [
+        TestRecord(nodeid="tests/test_a.py::fit", outcome="passed", optimizer_steps=6, step_sites=["a.py:3"]),
+        TestRecord(nodeid="tests/test_b.py::fit", outcome="passed", optimizer_steps=1, step_sites=["b.py:3"]),
+        TestRecord(nodeid="tests/test_c.py::decoy", outcome="passed", optimizer_steps=500, step_sites=["c.py:3"]),
+    ]
+    ctx = StageContext(stage="execution", root=tmp_path, config=TargetConfig(observe_tests=1), device="cpu", deadline=time.time() + 60, scratch=tmp_path / "s", baseline=baseline)
+    observed, files = choose(ctx, records, plan)
+    assert observed is not None and [(t.nodeid, t.baseline_form) for t in observed.tests] == [("tests/test_a.py::fit", False), ("tests/test_b.py::fit", True)]
+    assert observed.limit == 2 and files == {"tests/test_b.py": "old"}  # the baseline's two, past this version's limit of one
+    reports = [StageReport(name="execution", status=StageStatus.PASSED, score=100, duration_s=1, summary="", observed_training=observed, observed_files=files)]
+    configs = observed_tests.stage_configs(TargetConfig(), True, reports)
+    assert [(c.entrypoint.test, c.entrypoint.test_files) for c in configs if c.entrypoint] == [("tests/test_a.py::fit", {}), ("tests/test_b.py::fit", {"tests/test_b.py": "old"})]
