@@ -179,6 +179,11 @@ def two_loops_clean(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRu
 
 
 @pytest.fixture
+def shared_trainer(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRun:
+    return shared_gate("observe_shared_trainer", "--stages", "execution,correctness")[0]
+
+
+@pytest.fixture
 def same_loop(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRun:
     return shared_gate("observe_same_loop", "--stages", "execution,correctness")[0]
 
@@ -191,7 +196,8 @@ def test_the_bug_in_the_less_stepped_loop_blocks_at_its_line_naming_its_test(two
     run = two_loops_bug
     observed = run.report["observed_training"]
     assert [(t["nodeid"], t["optimizer_steps"]) for t in observed["tests"]] == [(CLASSIFIER, 6), (REGRESSOR, 4)]
-    assert observed["tests"][1]["step_sites"] == [f"regressor.py:{line_of(TARGETS / 'observe_two_loops_bug' / 'regressor.py', 'marker: step')}"]
+    [site] = observed["tests"][1]["step_sites"]
+    assert site.startswith(f"regressor.py:{line_of(TARGETS / 'observe_two_loops_bug' / 'regressor.py', 'marker: step')} (parameters ")
     assert observed["not_observed"] == []
     [stale] = run.findings("stale-gradients")
     assert (stale["location"]["path"], stale["location"]["line"]) == ("regressor.py", line_of(TARGETS / "observe_two_loops_bug" / "regressor.py", "marker: step"))
@@ -233,6 +239,21 @@ def test_a_second_test_of_the_same_loop_is_not_observed_and_listed_as_such(same_
     assert run.report["decision"] == "BLOCK"
     assert [r["nodeid"] for r in run.stage("correctness")["observed_runs"]] == [LONG]
     assert f"`{SHORT}`" in (run.out / "report.md").read_text()
+
+
+def test_one_loop_that_fits_two_models_is_two_sites_and_the_bad_model_blocks(shared_trainer: GateRun) -> None:
+    run, target = shared_trainer, TARGETS / "observe_shared_trainer"
+    observed = run.report["observed_training"]
+    good, bad = "tests/test_models.py::test_classifier_fits_six_steps", "tests/test_models.py::test_scored_classifier_fits_four_steps"
+    assert [t["nodeid"] for t in observed["tests"]] == [good, bad] and observed["not_observed"] == []
+    step = f"trainer.py:{line_of(target / 'trainer.py', 'marker: step')} (parameters "
+    [first], [second] = (t["step_sites"] for t in observed["tests"])
+    assert first.startswith(step) and second.startswith(step) and first != second  # the same line, two models
+    [mismatch] = run.findings("loss-input-mismatch")
+    assert (mismatch["location"]["path"], mismatch["location"]["line"]) == ("trainer.py", line_of(target / "trainer.py", "marker: loss"))
+    assert f"models.py:{line_of(target / 'models.py', 'marker: softmax')}" in mismatch["title"]
+    assert mismatch["blocking"] and mismatch["evidence"]["data"]["training_test"] == bad
+    assert run.report["decision"] == "BLOCK"
 
 
 def test_a_test_not_reached_is_said_in_the_report_and_on_the_stage_page() -> None:

@@ -10,13 +10,17 @@ and the test modules, imported at collection, have imported torch by then. A tes
 its first import of torch inside its own body is counted from the next test on.
 
 The step's site is the innermost frame of the target's own code on the stack when the hook
-runs: the line that called `.step()` in a hand-written loop, or the test's line that called a
-framework's fit (whose loop is not the target's code).
+runs (the line that called `.step()` in a hand-written loop, or the test's line that called a
+framework's fit, whose loop is not the target's code) with the shapes of the parameters the
+optimizer steps, in short: one Trainer's loop that fits two different models is two sites, two
+tests that fit the same model in the same loop are one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -35,12 +39,31 @@ class StepCounter:
         self._registered = False
         self._steps = 0
         self._sites: Counter[str] = Counter()
+        self._shapes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     def _count(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._steps += 1
         site = self._site(sys._getframe(1))
         if site is not None:
-            self._sites[site] += 1
+            self._sites[f"{site} (parameters {self._parameters(optimizer)})"] += 1
+
+    def _parameters(self, optimizer: Any) -> str:
+        """A short digest of the shapes of the parameters `optimizer` steps (computed once an
+        optimizer; held weakly: the model is not kept alive past its test)."""
+        try:
+            return self._shapes[optimizer]
+        except (KeyError, TypeError):
+            pass
+        try:
+            shapes = [tuple(p.shape) for group in optimizer.param_groups for p in group["params"]]
+        except (AttributeError, KeyError, TypeError):
+            shapes = []
+        digest = hashlib.sha256(repr(shapes).encode()).hexdigest()[:8]
+        try:
+            self._shapes[optimizer] = digest
+        except TypeError:
+            pass  # not weakly referable: computed again at its next step
+        return digest
 
     def _site(self, frame: Any) -> str | None:
         """`path:line` of the innermost frame in the target's code; None when none is."""
