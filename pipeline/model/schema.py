@@ -321,7 +321,7 @@ class TestRecord(BaseModel):
     taken_out: TakenOut | None = None
     rewritten: str | None = Field(default=None, description="when a hook made the logged outcome differ from what the test did: which, and how")
     optimizer_steps: int = Field(default=0, ge=0, description="optimizer steps the test made in the gate's run (setup and teardown included); 0: none seen")
-    step_sites: list[str] = Field(default_factory=list, description="where it made them: `path:line` of the innermost frame of the target's code at each step, the most stepped first")
+    step_sites: list[str] = Field(default_factory=list, description="where it made them: `path:line` of the innermost frame of the target's code at each step and a digest of the stepped parameters' shapes, `path:line (parameters DIGEST)`, the most stepped first")
 
 
 class TrainingStopped(BaseModel):
