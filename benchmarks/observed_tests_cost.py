@@ -15,6 +15,15 @@ installed in the environment are loaded into it: `--no-plugin-autoload` leaves t
 test suite's gate runs do), collects the test's module, runs the one test and hands its result
 back as soon as the test's teardown is over, without pytest's end of session. Asserts nothing;
 docs/stages.md says what is observed and what it costs.
+
+Several training loops: `--entrypoint` given once per loop (TARGET's tests train each, at
+sites of their own, so the observed run observes one test per loop) compares the observed run
+with the N configured runs it replaces, one a loop (an entrypoint names one training call):
+each stage's duration and the wall time of the N configured runs are summed per repeat. The
+per-run lines are left out then (a stage's page lists the runs of its first observed test).
+
+    .venv/bin/python benchmarks/observed_tests_cost.py tests/targets/observe_two_loops_clean \
+        --entrypoint 'call = "classifier:train_classifier"' --entrypoint 'call = "regressor:train_regressor"'
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ def gate(root: Path, out: Path) -> tuple[float, dict[str, float], str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="?", default=str(REPO / "tests" / "targets" / "observe_clean"))
-    parser.add_argument("--entrypoint", default=DEFAULT_ENTRYPOINT)
+    parser.add_argument("--entrypoint", action="append", help="the body of [tool.traingate.entrypoint]; once per training loop (default: observe_clean's)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument(
         "--no-plugin-autoload", action="store_true",
@@ -68,29 +77,16 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.no_plugin_autoload:
         os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    entrypoints = args.entrypoint or [DEFAULT_ENTRYPOINT]
     with tempfile.TemporaryDirectory() as tmp:
-        scratch = Path(tmp)
-        observed, configured = scratch / "observed", scratch / "configured"
-        shutil.copytree(Path(args.target), observed, ignore=shutil.ignore_patterns("__pycache__", ".git"))
-        shutil.copytree(observed, configured)
-        with (configured / "pyproject.toml").open("a") as toml:
-            toml.write(f"\n[tool.traingate.entrypoint]\n{args.entrypoint}\n")
-        walls: dict[str, list[float]] = {"observed": [], "configured": []}
-        stages: dict[str, dict[str, list[float]]] = {"observed": {}, "configured": {}}
-        decisions: dict[str, set[str]] = {"observed": set(), "configured": set()}
-        for i in range(args.repeat):
-            for kind, root in (("observed", observed), ("configured", configured)):
-                wall, per_stage, decision = gate(root, scratch / f"{kind}-{i}")
-                walls[kind].append(wall)
-                decisions[kind].add(decision)
-                for name, seconds in per_stage.items():
-                    stages[kind].setdefault(name, []).append(seconds)
+        walls, stages, decisions = measure(Path(args.target), entrypoints, args.repeat, Path(tmp))
     autoload = "off" if args.no_plugin_autoload else "on"
     print(f"target: {args.target}  repeats: {args.repeat}  device: cpu  OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}  pytest plugin autoload: {autoload}")
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}  configured runs per repeat: {len(entrypoints)} (summed)")
     print(f"decisions: observed {sorted(decisions['observed'])}, configured {sorted(decisions['configured'])}")
     print(f"{'':34} {'observed (s)':>13} {'configured (s)':>15} {'ratio':>7}")
     for name in STAGES:
-        runs = sorted(k for k in {*stages["observed"], *stages["configured"]} if k.startswith(f"  {name}: "))
+        runs = sorted(k for k in {*stages["observed"], *stages["configured"]} if k.startswith(f"  {name}: ")) if len(entrypoints) == 1 else []
         for key in (name, *runs):
             a, b = stages["observed"].get(key), stages["configured"].get(key)
             if a and b:
@@ -98,6 +94,39 @@ def main() -> None:
                 print(f"{key:34} {ma:13.2f} {mb:15.2f} {ma / mb:7.2f}")
     ma, mb = statistics.median(walls["observed"]), statistics.median(walls["configured"])
     print(f"{'whole run':34} {ma:13.2f} {mb:15.2f} {ma / mb:7.2f}")
+
+
+Samples = dict[str, list[float]]
+
+
+def measure(target: Path, entrypoints: list[str], repeat: int, scratch: Path) -> tuple[Samples, dict[str, Samples], dict[str, set[str]]]:
+    """The observed run and the configured runs (one per entrypoint, summed), interleaved."""
+    observed = scratch / "observed"
+    shutil.copytree(target, observed, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    configured = []
+    for n, entrypoint in enumerate(entrypoints):
+        root = scratch / f"configured-{n}" / observed.name
+        shutil.copytree(observed, root)
+        with (root / "pyproject.toml").open("a") as toml:
+            toml.write(f"\n[tool.traingate.entrypoint]\n{entrypoint}\n")
+        configured.append(root)
+    walls: Samples = {"observed": [], "configured": []}
+    stages: dict[str, Samples] = {"observed": {}, "configured": {}}
+    decisions: dict[str, set[str]] = {"observed": set(), "configured": set()}
+    for i in range(repeat):
+        for kind, roots in (("observed", [observed]), ("configured", configured)):
+            total: dict[str, float] = {}
+            wall_sum = 0.0
+            for n, root in enumerate(roots):
+                wall, per_stage, decision = gate(root, scratch / f"{kind}-{i}-{n}")
+                wall_sum += wall
+                decisions[kind].add(decision)
+                for name, seconds in per_stage.items():
+                    total[name] = total.get(name, 0.0) + seconds
+            walls[kind].append(wall_sum)
+            for name, seconds in total.items():
+                stages[kind].setdefault(name, []).append(seconds)
+    return walls, stages, decisions
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ FILE_KEY = "(file)"
 _NOT_COMPARED = frozenset({"task", "policy", "waive", "entrypoint", "tests"})
 # Numbers whose larger value verifies more (a larger budget); in the stages' sections, the
 # fields they mark `Stricter.HIGHER` (more runs, more ranks: `_more_is_wider`).
-_MORE_IS_WIDER = frozenset({"timeout_s"})
+_MORE_IS_WIDER = frozenset({"timeout_s", "observe_tests"})
 # Entrypoint keys that switch a comparison on when set (mixed precision on vs off).
 _TURNS_ON = frozenset({"entrypoint.amp_flag", "entrypoint.amp_args"})
 

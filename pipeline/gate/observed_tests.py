@@ -1,6 +1,7 @@
 """With no entrypoint configured, the training inside the tests is observed: the execution
-stage names the test (`StageOutcome.observed_training`), and the stages after it that run
-the training function get it as their entrypoint, a test run by pytest under their probes.
+stage names the tests (`StageOutcome.observed_training`), and the stages after it that run
+the training function get each as their entrypoint in turn, a test run by pytest under their
+probes (`observed_runs`); a finding that several of them showed is reported once.
 
 With an entrypoint configured, nothing here applies: the configuration is handed on as it is.
 """
@@ -10,8 +11,10 @@ from __future__ import annotations
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.model.schema import Finding, ObservedTraining, StageReport
 
-# `evidence.data[TRAINING_TEST_KEY]`: the test whose training a finding was observed in.
+# `evidence.data[TRAINING_TEST_KEY]`: the test whose training a finding was observed in (the
+# first, where several showed it: all of them under TRAINING_TESTS_KEY).
 TRAINING_TEST_KEY = "training_test"
+TRAINING_TESTS_KEY = "training_tests"
 
 
 def fact(reports: list[StageReport]) -> ObservedTraining | None:
@@ -29,6 +32,45 @@ def stage_config(config: TargetConfig, needs_training: bool, reports: list[Stage
     files = next((r.observed_files for r in reports if r.observed_training is not None), {})
     entrypoint = EntrypointConfig(test=observed.test, test_files=files)
     return config.model_copy(update={"entrypoint": entrypoint})
+
+
+def stage_configs(config: TargetConfig, needs_training: bool, reports: list[StageReport]) -> list[TargetConfig]:
+    """One configuration per run of a stage: the target's alone, or, for a stage that runs the
+    training function where none is configured, one per observed test, in the order they are
+    observed; each in its baseline form only where that test was edited."""
+    observed = fact(reports)
+    if not needs_training or config.entrypoint is not None or observed is None or observed.test is None:
+        return [config]
+    if not observed.tests:
+        return [stage_config(config, needs_training, reports)]
+    files = next((r.observed_files for r in reports if r.observed_training is not None), {})
+    return [
+        config.model_copy(update={"entrypoint": EntrypointConfig(test=t.nodeid, test_files=files if t.baseline_form else {})})
+        for t in observed.tests
+    ]
+
+
+def merged(findings: list[list[Finding]]) -> list[Finding]:
+    """The findings of each observed test's run (`with_test_named`), one per id: the first
+    seen, naming every test that showed it when there were several."""
+    by_id: dict[str, Finding] = {}
+    tests: dict[str, list[str]] = {}
+    for found in findings:
+        for f in found:
+            by_id.setdefault(f.id, f)
+            test = f.evidence.data.get(TRAINING_TEST_KEY)
+            if isinstance(test, str) and test not in tests.setdefault(f.id, []):
+                tests[f.id].append(test)
+    if len({test for named in tests.values() for test in named}) < 2:
+        return list(by_id.values())
+    return [_naming(f, tests.get(f.id, [])) for f in by_id.values()]
+
+
+def _naming(finding: Finding, tests: list[str]) -> Finding:
+    if not tests:
+        return finding
+    data = {**finding.evidence.data, TRAINING_TESTS_KEY: tests}
+    return finding.model_copy(update={"evidence": finding.evidence.model_copy(update={"data": data})})
 
 
 def not_measured(config: TargetConfig, needs_training: bool, reports: list[StageReport]) -> str | None:

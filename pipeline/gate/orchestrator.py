@@ -41,6 +41,7 @@ from traingate.pipeline.model.schema import (
     EvidenceKind,
     Finding,
     PipelineReport,
+    ObservedRun,
     PolicyProvenance,
     Severity,
     StageNotRun,
@@ -51,7 +52,7 @@ from traingate.pipeline.model.schema import (
 )
 from traingate.pipeline.gate.once_per_run import OncePerRun
 from traingate.pipeline.gate.schedule import side_by_side, stage_groups, usable_cores
-from traingate.pipeline.gate import observed_tests
+from traingate.pipeline.gate import observed_runs, observed_tests
 from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
@@ -176,17 +177,19 @@ def _run_group(
     launched = [name for name in group if _group_skip(registry[name], config, reports) is None]
 
     def launch(name: str) -> AgentRun:
-        # With no entrypoint configured, a stage that runs the training function observes a test's.
-        stage_config = observed_tests.stage_config(config, parts(registry[name]).needs_training, reports)
-        return run_stage_agent(name, registry[name], request, stage_config, snapshot, agents, baseline_entrypoint)
+        # With no entrypoint configured, a stage that runs the training function observes the tests'.
+        configs = observed_tests.stage_configs(config, parts(registry[name]).needs_training, reports)
+        if configs[0].entrypoint is None or configs[0].entrypoint.test is None:
+            return run_stage_agent(name, registry[name], request, configs[0], snapshot, agents, baseline_entrypoint)
+        return run_observing_agents(name, registry[name], request, configs, snapshot, agents, baseline_entrypoint)
 
     runs = _run_agents(launched, launch)
     for name in group:
         done = runs.get(name)
         skip = _group_skip(registry[name], config, reports)
         if skip is not None:
-            if done is not None:
-                snapshot.discard(done.root)
+            for run in (done.parts or [done]) if done is not None else []:
+                snapshot.discard(run.root)
             report = StageReport(name=name, status=stage_status([], skip), score=None, duration_s=0.0, summary="not run", skipped_reason=skip)
         else:
             assert done is not None  # not skipped before the group: launched
@@ -331,19 +334,45 @@ class AgentRun:
     root: Path
     outcome: StageOutcome
     duration_s: float
+    # A stage that observed several tests' training: each test's run (this run's outcome is
+    # their merge) and what became of each test.
+    parts: list[AgentRun] = field(default_factory=list)
+    observed_runs: list[ObservedRun] = field(default_factory=list)
+
+
+def run_observing_agents(
+    name: str, stage: Stage, request: RunRequest, configs: list[TargetConfig], snapshot: Snapshot | None, agents: WarmPool | None,
+    baseline_entrypoint: EntrypointConfig | None,
+) -> AgentRun:
+    """The stage's agent once per observed test (`configs`, one each), in turn within the
+    stage's budget (`observed_runs`), each on a fresh copy; one run with their outcomes merged."""
+
+    def one(config: TargetConfig, share: float, index: int) -> AgentRun:
+        return run_stage_agent(name, stage, request, config, snapshot, agents, baseline_entrypoint, budget_s=share, part=index)
+
+    done, records = observed_runs.in_turn(configs, float(configs[0].timeout_s), one, lambda run: run.duration_s)
+    runs = [run for _, run in done]
+    outcome = observed_runs.merged_outcome([(_observed_test(run.config), run.outcome) for run in runs])
+    first = runs[0]
+    return AgentRun(name=name, config=first.config, root=first.root, outcome=outcome, duration_s=sum(r.duration_s for r in runs), parts=runs, observed_runs=records)
+
+
+def _observed_test(config: TargetConfig) -> str:
+    return (config.entrypoint.test if config.entrypoint is not None else None) or ""
 
 
 def run_stage_agent(
     name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None, agents: WarmPool | None = None,
-    baseline_entrypoint: EntrypointConfig | None = None,
+    baseline_entrypoint: EntrypointConfig | None = None, budget_s: float | None = None, part: int = 0,
 ) -> AgentRun:
     """Start the stage's agent on a fresh copy of the target and check what it hands back; the
-    findings that depend on the other stages are settled after (`settle_stage`)."""
+    findings that depend on the other stages are settled after (`settle_stage`). `budget_s`:
+    the stage's budget, or the share of it one observed test's run gets (`part`: its index)."""
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
-    budget = float(config.timeout_s)
+    budget = float(config.timeout_s) if budget_s is None else budget_s
     margin = stage_margin(budget)
-    scratch = (request.out / "work" / name).resolve()
+    scratch = (request.out / "work" / (f"{name}-{part + 1}" if part else name)).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
     deadline = time.time() + budget
 
@@ -375,16 +404,21 @@ def settle_stage(run: AgentRun, request: RunRequest, snapshot: Snapshot | None, 
     what an earlier stage reported once for the run, under the waivers; called in the stages'
     order."""
     name, outcome, once, adjudicator = run.name, run.outcome, settling.once, settling.adjudicator
-    extra = []
+    each = run.parts or [run]  # the observed tests' runs, one each, or the stage's one run
+    extra: list[Finding] = []
     if snapshot is not None:
-        extra = written_findings(name, snapshot, run.root, GateInputs.of(run.config, outcome.files_read), once or OncePerRun())
-        snapshot.discard(run.root)
-    findings = sorted([*observed_tests.with_test_named(outcome.findings, run.config), *extra], key=Finding.sort_key)
+        seen = once or OncePerRun()
+        for part in each:
+            extra += written_findings(name, snapshot, part.root, GateInputs.of(part.config, part.outcome.files_read), seen)
+            snapshot.discard(part.root)
+    named = [observed_tests.with_test_named(part.outcome.findings, part.config) for part in each]
+    # Several observed tests' runs: a finding more than one of them showed is reported once.
+    findings = sorted(observed_tests.merged([*named, extra]) if run.parts else [*named[0], *extra], key=Finding.sort_key)
     if once is not None:
         findings = once.first_seen(findings, outcome.training_stopped)
     if adjudicator is not None:  # after the outcome was checked against the policy as the stage saw it
         findings = adjudicator.apply(findings)
-    return stage_report(name, outcome, findings, run.duration_s)
+    return stage_report(name, outcome, findings, run.duration_s).model_copy(update={"observed_runs": run.observed_runs})
 
 
 def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], duration_s: float) -> StageReport:

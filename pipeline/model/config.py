@@ -280,6 +280,9 @@ class WaiverConfig(BaseModel):
         return self
 
 
+MAX_OBSERVED_TESTS = 10
+
+
 class TargetConfig(BaseModel):
     """The target's configuration: the gate's own keys below, and one section for each
     registered stage that has one (`Stage.config_model`, under the stage's name), validated by
@@ -292,6 +295,9 @@ class TargetConfig(BaseModel):
     tests: list[str] | Literal[False] = Field(default_factory=lambda: ["tests"])
     timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
     entrypoint: EntrypointConfig | None = None
+    # With no entrypoint configured: the most tests whose training the stages observe (each at
+    # optimizer-step sites no test picked before it reached), one after another in each stage.
+    observe_tests: int = Field(default=3, ge=1, le=MAX_OBSERVED_TESTS)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     waive: list[WaiverConfig] = Field(default_factory=list)
     # Filled by load_config, never from TOML: the configuration file and the inline

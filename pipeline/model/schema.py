@@ -321,6 +321,7 @@ class TestRecord(BaseModel):
     taken_out: TakenOut | None = None
     rewritten: str | None = Field(default=None, description="when a hook made the logged outcome differ from what the test did: which, and how")
     optimizer_steps: int = Field(default=0, ge=0, description="optimizer steps the test made in the gate's run (setup and teardown included); 0: none seen")
+    step_sites: list[str] = Field(default_factory=list, description="where it made them: `path:line` of the innermost frame of the target's code at each step and a digest of the stepped parameters' shapes, `path:line (parameters DIGEST)`, the most stepped first")
 
 
 class TrainingStopped(BaseModel):
@@ -342,6 +343,41 @@ class TrainingTest(BaseModel):
     nodeid: str
     optimizer_steps: int
     duration_s: float = 0.0
+    step_sites: list[str] = Field(default_factory=list, description="where it stepped (`TestRecord.step_sites`)")
+
+
+class ObservedTest(BaseModel):
+    """One test whose training the stages that observe training ran, and why it was picked."""
+
+    __test__ = False  # not a pytest test class
+    model_config = _FROZEN
+    nodeid: str
+    optimizer_steps: int | None = Field(default=None, description="its optimizer steps in the execution stage's run; null: it made none there")
+    step_sites: list[str] = Field(default_factory=list, description="where it stepped")
+    reason: str = Field(description="why it was picked")
+    baseline_form: bool = Field(default=False, description="run as the baseline's commit has its test code")
+
+
+class NotObserved(BaseModel):
+    """A test that trained but was not observed, and why (the same step site as a test picked
+    before it, fewer steps than a verdict needs, or the limit on observed tests)."""
+
+    model_config = _FROZEN
+    nodeid: str
+    optimizer_steps: int
+    reason: str
+
+
+class ObservedRun(BaseModel):
+    """One observed test's run in a stage that observes training: whether the stage reached it
+    within its budget, and the seconds it ran."""
+
+    model_config = _FROZEN
+    nodeid: str
+    reached: bool
+    duration_s: float = 0.0
+    budget_s: float = Field(description="the share of the stage's budget it was given")
+    note: str = ""
 
 
 class ObservedTraining(BaseModel):
@@ -355,6 +391,9 @@ class ObservedTraining(BaseModel):
     baseline_form: bool = Field(default=False, description="run as the baseline's commit has its test code: the change edited it")
     min_steps: int = Field(description="fewer optimizer steps than this: not measured")
     candidates: list[TrainingTest] = Field(default_factory=list, description="the tests that made optimizer steps, most steps first")
+    tests: list[ObservedTest] = Field(default_factory=list, description="every test observed, in the order the stages run them; `test` is the first")
+    not_observed: list[NotObserved] = Field(default_factory=list, description="the tests that trained but were not observed, and why")
+    limit: int = Field(default=1, ge=1, description="the most tests observed (`observe_tests`)")
 
 
 class StageOutcome(BaseModel):
@@ -399,6 +438,9 @@ class StageReport(BaseModel):
     # For the stages after it (`StageOutcome.observed_training`); the report carries the first at its top.
     observed_training: SkipJsonSchema[ObservedTraining | None] = Field(default=None, exclude=True)
     observed_files: SkipJsonSchema[dict[str, str | None]] = Field(default_factory=dict, exclude=True)
+    observed_runs: list[ObservedRun] = Field(
+        default_factory=list, description="a stage that observed the tests' training: each observed test it ran or did not reach, in order"
+    )
 
 
 class TargetInfo(BaseModel):

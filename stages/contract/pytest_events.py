@@ -255,6 +255,9 @@ class ItemsEvent(Strict):
     items: list[ItemRecord]
 
 
+MAX_STEP_SITES = 8
+
+
 class TrainingEvent(Strict):
     """The optimizer steps one test made (setup, call and teardown), sent when it finished;
     only for a test that made some."""
@@ -262,6 +265,9 @@ class TrainingEvent(Strict):
     event: Literal["training"] = "training"
     nodeid: str
     optimizer_steps: int = Field(ge=1)
+    # Where it stepped: `path:line` of the innermost frame of the target's code at each step,
+    # the most stepped first, at most MAX_STEP_SITES; empty when no frame was the target's.
+    sites: list[str] = Field(default_factory=list, max_length=MAX_STEP_SITES)
 
 
 # -- the launcher's own last event ------------------------------------------------------

@@ -137,6 +137,7 @@ def _ran_record(test: TestOutcome, result: SuiteResult, selection: Selection) ->
         nodeid=test.nodeid, outcome=test.outcome, path=test.path or (item.path if item else None), line=test.line or (item.line if item else None),
         source_hash=item.source_hash if item else None, duration_s=round(test.duration_s, 3), message=test.message,
         taken_out=taken_out(test, item, selection), rewritten=rewritten, optimizer_steps=test.optimizer_steps,
+        step_sites=test.step_sites,
     )
 
 

@@ -236,6 +236,7 @@ class TestOutcome:
     # Phases whose logged outcome is not what the test did (`phase_rewrite`).
     rewrites: list[PhaseRewrite] = field(default_factory=list)
     optimizer_steps: int = 0  # the optimizer steps it made (`pytest_steps`)
+    step_sites: list[str] = field(default_factory=list)  # where it made them, `path:line`, most first
 
     @property
     def environment(self) -> EnvironmentCause | None:
@@ -306,6 +307,7 @@ def parse_events(events: list[PytestEvent]) -> SuiteResult:
     phases: OrderedDict[str, dict[str, ReportEvent]] = OrderedDict()
     places: dict[str, tuple[str | None, int | None]] = {}
     steps: dict[str, int] = {}
+    sites: dict[str, list[str]] = {}
     for event in events:
         if isinstance(event, TestStartEvent):
             phases.setdefault(event.nodeid, {})
@@ -314,12 +316,14 @@ def parse_events(events: list[PytestEvent]) -> SuiteResult:
             phases.setdefault(event.nodeid, {})[event.when] = event
         elif isinstance(event, TrainingEvent):
             steps[event.nodeid] = steps.get(event.nodeid, 0) + event.optimizer_steps
+            sites[event.nodeid] = list(dict.fromkeys([*sites.get(event.nodeid, []), *event.sites]))
         else:
             _take_event(result, event)
     for nodeid, by_phase in phases.items():
         path, line = places.get(nodeid, (nodeid.split("::", 1)[0], None))
         result.tests.append(_fold(nodeid, by_phase, path, line, result.finished))
         result.tests[-1].optimizer_steps = steps.get(nodeid, 0)
+        result.tests[-1].step_sites = sites.get(nodeid, [])
     return result
 
 

@@ -70,7 +70,7 @@ def main() -> None:
     install_warning_sites()
     from .pytest_steps import StepCounter
 
-    plugins: list[Any] = [recorder, accountant, StepCounter(recorder.emit)]
+    plugins: list[Any] = [recorder, accountant, StepCounter(recorder.emit, root)]
     if request.coverage is not None:
         plugins.append(CoverageWindow(request.coverage))
     # What `python -m pytest` in the target's root gives its tests: the root first on sys.path
