@@ -1,11 +1,15 @@
 """The whole gate against the least the mission needs on the same target: its floor.
 
-    .venv/bin/python benchmarks/whole_gate.py [--version v7-fixed] [--target DIR] [--repeat 3] [--before TRAINGATE]
+    .venv/bin/python benchmarks/whole_gate.py [--version v7-fixed] [--target DIR [--overlay DIR]] [--repeat 3] [--before TRAINGATE]
 
 The example target (examples/materialize.py VERSION, default v7-fixed: four stages, PASS) is
-written to a temporary folder, or TARGET is used as it is. Per repetition, interleaved:
+written to a temporary folder, or TARGET is used as it is; with `--overlay`, TARGET (a real
+repo as fetched) is copied to a temporary folder and the overlay's files (its
+`traingate.toml`, a setup module) are copied over the copy and committed there, so the fetched
+tree itself is never edited. Per repetition, interleaved:
 - the gate: `traingate run TARGET --out <tmp>` with every stage (wall, CLI start-up included),
-  and each stage's duration as report.json records it;
+  each stage's duration as report.json records it, and each entrypoint or test run a stage
+  lists in its page's details (stage/label: seconds, as that stage records it);
 - the floor: the target's suite once as a bare `python -m pytest -q` in its folder, and the
   configured entrypoint three times as bare `python -c` processes with the configured seed
   and kwargs: AMP off, AMP on (where an AMP flag is configured) and a same-seed repeat of the
@@ -25,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +49,18 @@ GOAL = 1.3
 
 def materialize(version: str, dest: Path) -> Path:
     subprocess.run([sys.executable, str(REPO / "examples" / "materialize.py"), version, str(dest)], check=True, capture_output=True)
+    return dest
+
+
+def overlaid(target: Path, overlay: Path, dest: Path) -> Path:
+    """A copy of `target` with `overlay`'s files over it, committed, so that the gate's
+    snapshot and its version label see them as the repo's own."""
+    shutil.copytree(target, dest, symlinks=True)
+    shutil.copytree(overlay, dest, dirs_exist_ok=True)
+    git = ["git", "-C", str(dest), "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    if (dest / ".git").exists():
+        subprocess.run([*git, "add", "-A"], check=True, capture_output=True)
+        subprocess.run([*git, "commit", "-q", "-m", "traingate configuration"], check=True, capture_output=True)
     return dest
 
 
@@ -131,7 +148,30 @@ def gate(traingate: str, target: Path, out: Path) -> tuple[float, dict[str, floa
     if done.returncode not in (0, 1) or not report_file.is_file():
         raise SystemExit(f"traingate failed ({done.returncode}): {done.stderr[-2000:]}")
     report = json.loads(report_file.read_text())
-    return wall, {s["name"]: float(s["duration_s"]) for s in report["stages"]}, str(report["decision"])
+    parts = {s["name"]: float(s["duration_s"]) for s in report["stages"]}
+    for stage in report["stages"]:
+        for label, seconds in listed_runs(stage.get("details") or {}):
+            key = f"  {stage['name']}/{label}"
+            while key in parts:  # a label listed twice (two runs of one setting)
+                key += "'"
+            parts[key] = seconds
+    return wall, parts, str(report["decision"])
+
+
+def listed_runs(details: object) -> list[tuple[str, float]]:
+    """Every run a stage's details list: a record with a `label` and its time (`wall_s`, the
+    child's wall time, where the stage records it, else `duration_s`), in the order listed."""
+    found: list[tuple[str, float]] = []
+    if isinstance(details, dict):
+        seconds = details.get("wall_s", details.get("duration_s"))
+        if isinstance(details.get("label"), str) and isinstance(seconds, (int, float)):
+            found.append((details["label"], float(seconds)))
+        for value in details.values():
+            found += listed_runs(value)
+    elif isinstance(details, list):
+        for item in details:
+            found += listed_runs(item)
+    return found
 
 
 @dataclass
@@ -169,6 +209,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default="v7-fixed")
     parser.add_argument("--target", type=Path, help="a target folder instead of the example")
+    parser.add_argument("--overlay", type=Path, help="with --target: files copied over a copy of it (its traingate.toml, a setup module)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", help="another traingate executable (an earlier install) timed in the same repetitions")
     args = parser.parse_args()
@@ -177,7 +218,10 @@ def main() -> None:
     if args.before:
         sides.insert(1, Side("gate before", args.before))
     with tempfile.TemporaryDirectory() as tmp:
-        target = args.target.resolve() if args.target else materialize(args.version, Path(tmp) / "target")
+        if args.target and args.overlay:
+            target = overlaid(args.target.resolve(), args.overlay.resolve(), Path(tmp) / args.target.resolve().name)
+        else:
+            target = args.target.resolve() if args.target else materialize(args.version, Path(tmp) / "target")
         config, _ = load_config(target)
         for index in range(args.repeat):
             # Each repetition starts with another side, so a drifting load weighs on all alike.
