@@ -229,6 +229,8 @@ def main() -> None:
                 side.measure(target, config, env, Path(tmp) / f"out-{side.name.replace(' ', '-')}-{index}")
             floor_wall = sides[-1].walls[-1]
             print(f"repeat {index + 1}: " + ", ".join(f"{s.name} {s.walls[-1]:.2f} s (CPU {s.cpu[-1]:.2f} s, {s.walls[-1] / floor_wall:.2f}x)" for s in sides), flush=True)
+            for side in sides:  # this repetition's parts, for a run cut short
+                print(f"  {side.name}: " + ", ".join(f"{part.strip()} {seconds[-1]:.1f}" for part, seconds in side.parts.items()), flush=True)
     name = target.name if args.target else f"example {args.version}"
     print(f"\n{name}, {args.repeat} interleaved repetition(s), cpus here: {len(os.sched_getaffinity(0))}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, medians (seconds):")
     for side in sides:
