@@ -21,6 +21,23 @@ weighs on every side alike. Printed: medians per stage and in total, the floor's
 CPU seconds of every side (steadier than wall time on a loaded machine), and the ratio
 gate / floor in wall time (goal <= 1.3x on the example). The processes inherit this process's
 environment (set OMP_NUM_THREADS the same for both sides). Asserts nothing.
+
+Measured on a heavy real repo, milesial/Pytorch-UNet at 21d7850 with the configuration of
+docs/real-repos.md (12 optimizer steps of a U-Net on 32x32 images, `tests = false`, AMP flag
+`amp`), on the shared 2-core CPU runner under a load average of 10 to 14 from other jobs,
+OMP_NUM_THREADS=1, one repetition (a second did not fit the time there was), the three sides
+one after the other: the gate 1099 s (CPU 393 s), the gate before the smoke calls ran side by
+side 1183 s (CPU 456 s), the floor 255 s (CPU 111 s: AMP off 49 s, AMP on 164 s, same-seed
+repeat 42 s): **4.3x** its floor in wall time (3.5x in CPU), against 4.6x before; the goal of
+1.5x is not met. Where it goes: on a CPU, AMP on is bfloat16 autocast computed in software, 4 to 5
+times an AMP-off call, and the gate makes five or six AMP-on runs (the AMP-on smoke call 239 s,
+the performance stage's instrumented run 212 s and AMP timing run 258 s, the concurrency
+stage's instrumented run 286 s and its rerun, the correctness stage's instrumented run 310 s,
+the last two groups side by side) where the floor makes one; the AMP-off smoke call (56 s) and
+timing run (41 s) are what the floor's AMP-off runs cost. The execution stage: 260 s with its
+two smoke calls side by side, 240 s one after the other before (the load moved more than that
+between the two). That run's concurrency stage ran out of its 600 s budget before its rerun (a
+blocking stage-error, so its CPU is one run short); the one before fitted it.
 """
 
 from __future__ import annotations
@@ -201,8 +218,8 @@ class Side:
         what = "one after the other" if self.traingate is None else f"per stage (report.json), {self.decision}"
         print(f"  {self.name}, {what}:")
         for part, seconds in self.parts.items():
-            print(f"    {part:<28} {med(seconds):7.2f}")
-        print(f"    {'total (wall)':<28} {med(self.walls):7.2f}   CPU {med(self.cpu):7.2f}")
+            print(f"    {part:<40} {med(seconds):7.2f}")
+        print(f"    {'total (wall)':<40} {med(self.walls):7.2f}   CPU {med(self.cpu):7.2f}")
 
 
 def main() -> None:
