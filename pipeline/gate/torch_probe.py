@@ -100,6 +100,8 @@ def ask_torch() -> TorchFacts:
         answer = _ProbeAnswer.model_validate_json(lines[-1]) if done.returncode == 0 and lines else None
     except ValidationError:
         answer = None
+    if answer is None and done.returncode == 0:
+        return TorchFacts(None, False, None, problem=f"torch's answer could not be read: {(lines or [''])[-1][:200]!r}")
     if answer is None:
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         return TorchFacts(None, False, None, problem=f"torch could not be imported: {last}")
