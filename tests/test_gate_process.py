@@ -112,3 +112,24 @@ def test_device_cpu_does_not_ask_torch(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr("traingate.pipeline.gate.cli.torch_facts", refuse)
     assert resolve_device("cpu") == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("printed", "cuda", "name"),
+    [
+        ('{"version": "2.13.0", "cuda": true, "cuda_device_name": "GPU 0"}', True, "GPU 0"),
+        ('{"version": "2.13.0", "cuda": "yes", "cuda_device_name": null}', None, None),  # not a bool: not an answer
+        ('{"cuda": true}', None, None),
+    ],
+)
+def test_the_probe_answer_is_read_through_its_model(monkeypatch: pytest.MonkeyPatch, printed: str, cuda: bool | None, name: str | None) -> None:
+    monkeypatch.setattr(torch_probe, "_PROBE", f"print({printed!r})")
+    torch_probe.ask_torch.cache_clear()
+    try:
+        facts = torch_probe.ask_torch()
+    finally:
+        torch_probe.ask_torch.cache_clear()
+    if cuda is None:
+        assert (facts.version, facts.cuda) == (None, False) and facts.problem == f"torch's answer could not be read: {printed!r}"
+    else:
+        assert (facts.version, facts.cuda, facts.cuda_device_name, facts.problem) == ("2.13.0", cuda, name, None)

@@ -128,3 +128,12 @@ def test_waivers_and_baselines_combine_across_parts() -> None:
     other_baseline = gpu.model_copy(update={"baseline": BaselineComparison(path="b.json", version="v9")})
     with pytest.raises(MergeError, match="different baselines"):
         merge_reports([("cpu", cpu), ("gpu", other_baseline)], ["execution"], KNOWN)
+
+
+def test_the_block_on_a_part_recorded_is_read_back_through_the_policy_model() -> None:
+    from traingate.pipeline.gate.merge import _block_on
+
+    assert _block_on(report([stage("execution")], block_on=["critical"])) == {Severity.CRITICAL}
+    assert _block_on(report([stage("execution")]).model_copy(update={"policy": None})) == {Severity.CRITICAL, Severity.HIGH}
+    with pytest.raises(ValueError, match="block_on"):
+        _block_on(report([stage("execution")], block_on=["severe"]))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from traingate.pipeline.model.config import PolicyConfig
 from traingate.pipeline.model.findings import stage_error
 from traingate.pipeline.gate.policy import decide, stage_score, stage_status
 from traingate.pipeline.gate.orchestrator import stages_not_run
@@ -154,8 +155,10 @@ def _combined_verification(reports: list[PipelineReport], acceptance: Acceptance
 
 
 def _block_on(report: PipelineReport) -> set[Severity]:
-    values = _policy_values(report).get("block_on")
-    return {Severity(v) for v in values} if isinstance(values, list) else {Severity.CRITICAL, Severity.HIGH}
+    """The severities that blocked in the run that wrote `report`: its recorded `block_on`,
+    read back through the policy's own model (the default where none was recorded)."""
+    recorded = [s for s in report.policy.settings if s.key == "block_on"] if report.policy else []
+    return set(PolicyConfig.model_validate({s.key: s.value for s in recorded}).block_on)
 
 
 def _missing_stage(name: str, block_on: set[Severity], labels: list[str]) -> StageReport:

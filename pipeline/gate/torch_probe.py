@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.metadata
-import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 # The device nodes through which a GPU reaches torch on Linux: NVIDIA's driver, AMD's ROCm
 # (whose builds answer torch.cuda), and WSL's GPU.
@@ -51,6 +52,15 @@ class TorchFacts:
     cuda: bool
     cuda_device_name: str | None
     problem: str | None = None  # why torch could not be asked, when it could not
+
+
+class _ProbeAnswer(BaseModel):
+    """The probe's one line of JSON (`_PROBE`), as it prints it."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    version: str
+    cuda: bool
+    cuda_device_name: str | None = None
 
 
 @lru_cache(maxsize=1)
@@ -87,11 +97,12 @@ def ask_torch() -> TorchFacts:
         return TorchFacts(None, False, None, problem=f"could not start {sys.executable}: {exc.strerror or exc}")
     lines = done.stdout.strip().splitlines()
     try:
-        answer = json.loads(lines[-1]) if done.returncode == 0 and lines else None
-    except ValueError:
+        answer = _ProbeAnswer.model_validate_json(lines[-1]) if done.returncode == 0 and lines else None
+    except ValidationError:
         answer = None
-    if not isinstance(answer, dict):
+    if answer is None and done.returncode == 0:
+        return TorchFacts(None, False, None, problem=f"torch's answer could not be read: {(lines or [''])[-1][:200]!r}")
+    if answer is None:
         last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         return TorchFacts(None, False, None, problem=f"torch could not be imported: {last}")
-    name = answer.get("cuda_device_name")
-    return TorchFacts(str(answer.get("version")), answer.get("cuda") is True, str(name) if name else None)
+    return TorchFacts(answer.version, answer.cuda, answer.cuda_device_name or None)

@@ -4,12 +4,18 @@ One seeded call with the configured setup and kwargs; with an AMP flag, one call
 setting, the configured one first (the kwargs' value of the flag, else AMP off), on every
 device: a crash in the AMP path (`scaler.step()` twice without `update()`) is a crash
 whatever the device. A crash in either call is reported; the same crash in both, once.
+The two calls depend on nothing of each other, so they run side by side where the cores hold
+both besides the stage's other children (`calls_at_once`); nothing times them. One after the
+other, a call that overran its budget leaves the next one unrun (it would spend the budget a
+second time); side by side, the second's own overrun is then said in a note, not reported twice.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from traingate.stages.execution.details import SmokeRun
@@ -43,24 +49,51 @@ def smoke_plan(ctx: StageContext) -> tuple[list[tuple[str, bool | None]], list[s
     return [(f"amp-{'on' if amp else 'off'}", amp) for amp in order], [f"Both AMP settings were called, {why} first."]
 
 
-def smoke_calls(ctx: StageContext, source: EntrypointSource | None) -> SmokeResult:
+def calls_at_once(env: dict[str, str], beside: int) -> int:
+    """How many smoke calls may run at once: the cores in this process's affinity mask (what
+    the runner gives) hold each call's intra-op threads (`OMP_NUM_THREADS`, torch's default
+    being one per core), after the `beside` children the stage runs next to them."""
+    cores = len(os.sched_getaffinity(0))
+    first = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    threads = int(first) if first.isdigit() and int(first) > 0 else cores
+    return max(1, cores // threads - beside)
+
+
+def smoke_calls(ctx: StageContext, source: EntrypointSource | None, beside: int = 0) -> SmokeResult:
+    """The planned calls, side by side where `calls_at_once` allows, read in the plan's order."""
     result = SmokeResult()
     plan, result.notes = smoke_plan(ctx)
-    ep = ctx.config.entrypoint
-    assert ep is not None
     env = ctx.child_env()
+    if len(plan) > 1 and calls_at_once(env, beside) >= len(plan):
+        with ThreadPoolExecutor(max_workers=len(plan)) as pool:
+            done = list(pool.map(lambda call: run_entrypoint(ctx, label=call[0], amp=call[1], env=env), plan))
+        for (label, amp), run in zip(plan, done, strict=True):
+            _read_call(ctx, source, result, label, amp, run)
+        return result
     for label, amp in plan:
-        if any(f.category is Category.HANG for f in result.findings):
+        if _hung(result):
             result.notes.append(f"The {label} smoke call was not run: the previous call did not finish within its budget.")
             continue
-        run = run_entrypoint(ctx, label=label, amp=amp, env=env)
-        result.runs.append((label, amp, run))
-        what = f"The entrypoint smoke call {ep.label}" + (f" ({ep.amp_setting(amp)})" if amp is not None else "")
-        if run.child.timed_out:
-            result.findings.append(ctx.stops_training(hang_finding(ctx, run.child, what, run=SMOKE_CALL_RUN, key=label), "hang"))
-        elif not run.ok:
-            _add_crash(result, crash_finding(ctx, run, what, source), label)
+        _read_call(ctx, source, result, label, amp, run_entrypoint(ctx, label=label, amp=amp, env=env))
     return result
+
+
+def _hung(result: SmokeResult) -> bool:
+    return any(f.category is Category.HANG for f in result.findings)
+
+
+def _read_call(ctx: StageContext, source: EntrypointSource | None, result: SmokeResult, label: str, amp: bool | None, run: EntrypointRun) -> None:
+    """One call's run and what it found: a hang (once: a later call's overrun is a note), a crash."""
+    ep = ctx.config.entrypoint
+    assert ep is not None
+    result.runs.append((label, amp, run))
+    what = f"The entrypoint smoke call {ep.label}" + (f" ({ep.amp_setting(amp)})" if amp is not None else "")
+    if run.child.timed_out and _hung(result):
+        result.notes.append(f"The {label} smoke call, run beside the previous one, did not finish within its budget either.")
+    elif run.child.timed_out:
+        result.findings.append(ctx.stops_training(hang_finding(ctx, run.child, what, run=SMOKE_CALL_RUN, key=label), "hang"))
+    elif not run.ok:
+        _add_crash(result, crash_finding(ctx, run, what, source), label)
 
 
 def _add_crash(result: SmokeResult, finding: Finding, label: str) -> None:

@@ -124,7 +124,9 @@ def _run_children(ctx: StageContext) -> ExecutionRuns:
     plan = prepare_replay(ctx, base) if declared else None
     with ThreadPoolExecutor(max_workers=4) as pool:
         suite_future = pool.submit(run_suite, ctx, ctx.next_name("pytest"), include) if declared else None
-        smoke_future = pool.submit(smoke_calls, ctx, source) if ep else None
+        replaying = isinstance(plan, ReplayPlan) and bool(plan.files)
+        beside = int(declared) + int(replaying) + int(ctx.baseline_entrypoint is not None)
+        smoke_future = pool.submit(smoke_calls, ctx, source, beside) if ep else None
         replay_future = pool.submit(run_replay, ctx, plan, ctx.next_name("replay")) if isinstance(plan, ReplayPlan) and plan.files else None
         # The baseline's entrypoint, where the change's configuration of it differs (docs/configuration.md).
         baseline_future = pool.submit(baseline_smoke, ctx) if ctx.baseline_entrypoint else None
