@@ -8,6 +8,8 @@ With an entrypoint configured, nothing here applies: the configuration is handed
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.model.schema import Finding, ObservedTraining, StageReport
 
@@ -54,16 +56,16 @@ def merged(findings: list[list[Finding]]) -> list[Finding]:
     """The findings of each observed test's run (`with_test_named`), one per id: the first
     seen, naming every test that showed it when there were several."""
     by_id: dict[str, Finding] = {}
-    tests: dict[str, list[str]] = {}
+    tests: defaultdict[str, list[str]] = defaultdict(list)
     for found in findings:
         for f in found:
             by_id.setdefault(f.id, f)
             test = f.evidence.data.get(TRAINING_TEST_KEY)
-            if isinstance(test, str) and test not in tests.setdefault(f.id, []):
+            if isinstance(test, str) and test not in tests[f.id]:
                 tests[f.id].append(test)
     if len({test for named in tests.values() for test in named}) < 2:
         return list(by_id.values())
-    return [_naming(f, tests.get(f.id, [])) for f in by_id.values()]
+    return [_naming(f, tests[f.id]) for f in by_id.values()]
 
 
 def _naming(finding: Finding, tests: list[str]) -> Finding:

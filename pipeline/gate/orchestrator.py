@@ -273,10 +273,11 @@ def stages_not_run(known: list[str], reports: list[StageReport], left_out: str =
     ran = {r.name: r for r in reports}
     missing: list[StageNotRun] = []
     for name in known:
-        report = ran.get(name)
-        if report is None:
+        if name not in ran:
             missing.append(StageNotRun(name=name, reason=left_out))
-        elif report.status is StageStatus.SKIPPED:
+            continue
+        report = ran[name]
+        if report.status is StageStatus.SKIPPED:
             missing.append(StageNotRun(name=name, reason=f"skipped: {report.skipped_reason or 'no reason given'}"))
     return missing
 
