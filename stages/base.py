@@ -110,7 +110,9 @@ class StageContext:
         return self.deadline - time.time()
 
     def child_budget(self) -> float:
-        return max(1.0, self.remaining() - self.margin_s)
+        """What a child run may take now: the time left less the stage's margin, never into the
+        margin (a stage whose agent started late gives its runs less, and still reports)."""
+        return max(0.0, self.remaining() - self.margin_s)
 
     def finding(
         self,

@@ -107,6 +107,7 @@ def run_child(
     stdin_data: bytes | Callable[[int], bytes] | None = None,
     channel: bool = False,
     warm: WarmPool | None = None,
+    keep_s: float | None = None,
 ) -> ChildResult:
     """Run the command (an argv, or a module: `python_argv`) with its own process group; kill
     the group at the budget.
@@ -117,6 +118,9 @@ def run_child(
     group and its leftovers are dead, so nothing can write to it after the child is gone.
     `warm`: fork the child from the pool's warm interpreter for its environment when the
     command is a module (`python_argv`) and that interpreter can serve it, else start a fresh one.
+    `keep_s`: what the run keeps of its budget whatever it waits for before it starts (its warm
+    interpreter's imports, by default only the stack dumps' allowance): a run that must still
+    report after its own children end keeps its margin. The call returns within `budget_s`.
     """
     scratch.mkdir(parents=True, exist_ok=True)
     module, argv = (command, command.argv) if isinstance(command, ModuleCommand) else (None, command)
@@ -128,8 +132,9 @@ def run_child(
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
     started = time.monotonic()
-    # A warm interpreter's imports: waited for outside the lock, within the budget, as a fresh one's.
-    fork_from = warm.ready_for(child_env, cwd, budget_s) if warm is not None and module is not None else None
+    # A warm interpreter's imports: waited for outside the lock, within the budget, as a fresh
+    # one's, but never into the part of the budget the run keeps (`start_wait`).
+    fork_from = warm.ready_for(child_env, cwd, start_wait(budget_s, keep_s)) if warm is not None and module is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         with spawned.LOCK:  # no leftover scan may see this child before it is registered
             try:
@@ -215,6 +220,20 @@ def dump_allowance(budget_s: float) -> float:
     return min(1.0, budget_s * 0.1)
 
 
+def start_wait(budget_s: float, keep_s: float | None = None) -> float:
+    """How long a run may wait for its warm interpreter: what leaves it `keep_s` of its budget
+    (by default the stack dumps' allowance). Past it the run starts fresh in what is left, so
+    however long the imports take under load, the run ends within its budget."""
+    return max(0.0, budget_s - (dump_allowance(budget_s) if keep_s is None else keep_s))
+
+
+def _dump_pause(budget_s: float) -> float:
+    """How long each round of stack dumps is given to be written: two rounds fit in the
+    dumps' allowance with a fifth to spare for reading the group and killing it, so a run
+    killed at its budget ends within it."""
+    return dump_allowance(budget_s) * 0.4
+
+
 def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: float, spent_s: float = 0.0) -> tuple[bool, list[dict[str, str]]]:
     """Wait for the child; past the budget (of which `spent_s` went before it started: a warm
     interpreter's imports), dump every thread's stacks and kill its group. Whether it timed
@@ -222,11 +241,12 @@ def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: f
     timed_out = False
     processes: list[dict[str, str]] = []
     try:
-        proc.wait(timeout=max(budget_s - dump_allowance(budget_s) - spent_s, 0.1))
+        # A hair above 0: a fork's wait with no timeout at all would not block, and read as a death.
+        proc.wait(timeout=max(budget_s - dump_allowance(budget_s) - spent_s, 0.01))
     except subprocess.TimeoutExpired:
         timed_out = True
         processes = _group_processes(proc.pid)
-        _dump_stacks(proc.pid, [int(p["pid"]) for p in processes])
+        _dump_stacks(proc.pid, [int(p["pid"]) for p in processes], _dump_pause(budget_s))
         kill_group(proc.pid)
         proc.wait()
     finally:
@@ -337,15 +357,15 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _dump_stacks(main_pid: int, pids: list[int]) -> None:
+def _dump_stacks(main_pid: int, pids: list[int], pause_s: float) -> None:
     # The main process first, alone, so its dump comes first in the file.
     send_signal(main_pid, _DUMP_SIGNAL)
-    time.sleep(0.4)
+    time.sleep(pause_s)
     for pid in pids:
         if pid != main_pid:
             send_signal(pid, _DUMP_SIGNAL)
     if len(pids) > 1:
-        time.sleep(0.4)
+        time.sleep(pause_s)
 
 
 def _group_processes(pgid: int) -> list[dict[str, str]]:
