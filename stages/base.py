@@ -41,7 +41,7 @@ from traingate.pipeline.model.schema import (
 from traingate.stages.contract import instruments
 from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.common.reads import FilesRead
-from traingate.pipeline.supervision.target_env import target_env
+from traingate.pipeline.supervision.target_env import read_at_start, target_env
 from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, BudgetRecord, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.agent.observed_test import TestTree, location_of_test, observed_test_tree
@@ -110,7 +110,9 @@ class StageContext:
         return self.deadline - time.time()
 
     def child_budget(self) -> float:
-        return max(1.0, self.remaining() - self.margin_s)
+        """What a child run may take now: the time left less the stage's margin, never into the
+        margin (a stage whose agent started late gives its runs less, and still reports)."""
+        return max(0.0, self.remaining() - self.margin_s)
 
     def finding(
         self,
@@ -151,6 +153,11 @@ class StageContext:
     def child_env(self, **extra: str) -> dict[str, str]:
         """Environment of a child that runs target code (`pipeline/supervision/target_env.py`)."""
         return target_env(os.environ, self.device, **extra)
+
+    def read_at_start(self) -> list[str]:
+        """What `child_env` sets that the user's environment did not and the child's harness takes
+        out of the target's sight once its runtimes have read it (`stages/common/start_env.py`)."""
+        return read_at_start(os.environ)
 
     def next_name(self, label: str) -> str:
         self._counter += 1
@@ -361,6 +368,7 @@ def _request_fields(
         "deterministic": deterministic,
         "max_batches": ep.max_batches,
         "max_steps": ep.max_steps,
+        "read_at_start": ctx.read_at_start(),
     }
     if distributed is not None:
         fields["distributed"] = distributed.model_dump(mode="json")

@@ -5,15 +5,22 @@ copy is a plain copy of the files."""
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from traingate.pipeline.supervision import disguise
 from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.isolation import python_argv
 from traingate.pipeline.supervision.target_env import target_env
+from traingate.pipeline.supervision.warm_pool import WarmPool
+from traingate.pipeline.model.config import TargetConfig
+from traingate.stages.base import StageContext, run_entrypoint
+from traingate.stages.performance.config import PerformanceConfig
+from traingate.stages.performance.stage import _TimingDone, _timing_environment
 
 MARKER = "traingate"
 REPO = Path(__file__).resolve().parent.parent
@@ -92,3 +99,62 @@ def test_a_child_side_module_runs_from_the_copy_and_the_gate_keeps_its_own(mask:
 def test_the_targets_environment_leaves_out_the_gates_settings() -> None:
     env = target_env({"TRAINGATE_POLICY": "ci.toml", "traingate_x": "1", "_": "/venv/bin/traingate", "HOME": "/home/u"}, "cpu")
     assert "HOME" in env and not [k for k in env if MARKER in k.lower() or k == "_"]
+
+
+# OMP_WAIT_POLICY=PASSIVE, which the gate sets for the target's runs where the user's environment
+# sets no policy, is read by OpenMP when torch starts it; the target's code then finds none.
+READS_THE_POLICY = '''
+import os
+
+
+def main():
+    import torch
+
+    return {"policy": os.environ.get("OMP_WAIT_POLICY"), "threads": torch.get_num_threads()}
+'''
+
+
+def _policy_seen(tmp_path: Path, warm: bool) -> object:
+    root = tmp_path / "target"
+    root.mkdir()
+    (root / "reads_env.py").write_text(READS_THE_POLICY)
+    config = TargetConfig.model_validate({"entrypoint": {"call": "reads_env:main"}})
+    ctx = StageContext(stage="execution", root=root, config=config, device="cpu", deadline=time.time() + 300, scratch=tmp_path / "s")
+    ctx.warm = WarmPool(tmp_path / "w") if warm else None
+    try:
+        run = run_entrypoint(ctx, label="env")
+    finally:
+        if ctx.warm is not None:
+            ctx.warm.close()
+    assert run.ok and run.record is not None, run.child.stderr[-2000:]
+    return run.record.returned
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("warm", [False, True], ids=["fresh", "forked"])
+def test_a_target_finds_no_openmp_wait_policy_it_did_not_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert _policy_seen(tmp_path, warm) == {"policy": None, "threads": torch.get_num_threads()}
+
+
+@pytest.mark.slow
+def test_a_wait_policy_the_user_set_is_the_targets_to_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    assert _policy_seen(tmp_path, warm=False) == {"policy": "active", "threads": torch.get_num_threads()}
+
+
+def test_the_machine_record_still_names_the_wait_policy_the_runs_started_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    ctx = StageContext(stage="performance", root=tmp_path, config=TargetConfig(), device="cpu", deadline=time.time() + 60, scratch=tmp_path)
+    # What the runs' OpenMP reads when it starts, and what the harness takes away after.
+    assert ctx.child_env()["OMP_WAIT_POLICY"] == "PASSIVE" and ctx.read_at_start() == ["OMP_WAIT_POLICY"]
+    assert _machine_policy(ctx) == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert ctx.read_at_start() == [] and _machine_policy(ctx) == "ACTIVE"
+
+
+def _machine_policy(ctx: StageContext) -> str | None:
+    """The wait policy the performance stage's machine record names (`_timing_environment`)."""
+    machine = _timing_environment(ctx, _TimingDone(runs=[]), "cpu", None, PerformanceConfig()).timings.machine
+    assert machine is not None
+    return machine.omp_wait_policy

@@ -392,8 +392,11 @@ def run_stage_agent(
     shown = agent_request(ChannelSpec(fd=-1, nonce="")).model_dump(mode="json", exclude={"baseline", "channel"})
     (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
 
+    # The agent waits for the agents' host's imports (inside the stage's budget) only as long as
+    # it still has its margin after: it must report what its runs found before it is killed.
     child = run_child(
         python_argv("traingate.stages.agent", disguise=request.disguise), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True, warm=agents,
+        keep_s=margin,
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)

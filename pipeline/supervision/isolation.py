@@ -107,6 +107,7 @@ def run_child(
     stdin_data: bytes | Callable[[int], bytes] | None = None,
     channel: bool = False,
     warm: WarmPool | None = None,
+    keep_s: float | None = None,
 ) -> ChildResult:
     """Run the command (an argv, or a module: `python_argv`) with its own process group; kill
     the group at the budget.
@@ -117,6 +118,8 @@ def run_child(
     group and its leftovers are dead, so nothing can write to it after the child is gone.
     `warm`: fork the child from the pool's warm interpreter for its environment when the
     command is a module (`python_argv`) and that interpreter can serve it, else start a fresh one.
+    `keep_s`: what the run keeps of its budget whatever it waits for first (a warm interpreter's
+    imports): by default the stack dumps' allowance; a stage agent keeps its reporting margin.
     """
     scratch.mkdir(parents=True, exist_ok=True)
     module, argv = (command, command.argv) if isinstance(command, ModuleCommand) else (None, command)
@@ -128,8 +131,8 @@ def run_child(
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
     started = time.monotonic()
-    # A warm interpreter's imports: waited for outside the lock, within the budget, as a fresh one's.
-    fork_from = warm.ready_for(child_env, cwd, budget_s) if warm is not None and module is not None else None
+    # A warm interpreter's imports: waited for outside the lock, never into what the run keeps.
+    fork_from = warm.ready_for(child_env, cwd, start_wait(budget_s, keep_s)) if warm is not None and module is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         with spawned.LOCK:  # no leftover scan may see this child before it is registered
             try:
@@ -141,20 +144,14 @@ def run_child(
         if stdin_data is not None:
             _feed_stdin(proc, stdin_data)
         timed_out, processes = _wait_within_budget(proc, budget_s, spent_s=time.monotonic() - started)
+    # The run's time: until its group was dead. Reaping what left the group is this process's.
+    duration_s = time.monotonic() - started
     leftovers = _kill_leftovers(proc.pid, tag, disguise.tag_names(mask))
     channel_data, channel_problem = pipe.collect() if pipe else (b"", None)
     return ChildResult(
-        argv=argv,
-        returncode=proc.returncode,
-        timed_out=timed_out,
-        duration_s=time.monotonic() - started,
-        stdout=_read(out_path),
-        stderr=_read(err_path),
-        stacks=_keep_stacks(stacks_path, scratch / f"{name}.stacks"),
-        processes=processes,
-        leftovers=leftovers,
-        channel=channel_data,
-        channel_problem=channel_problem,
+        argv=argv, returncode=proc.returncode, timed_out=timed_out, duration_s=duration_s,
+        stdout=_read(out_path), stderr=_read(err_path), stacks=_keep_stacks(stacks_path, scratch / f"{name}.stacks"),
+        processes=processes, leftovers=leftovers, channel=channel_data, channel_problem=channel_problem,
     )
 
 
@@ -215,18 +212,41 @@ def dump_allowance(budget_s: float) -> float:
     return min(1.0, budget_s * 0.1)
 
 
+def start_wait(budget_s: float, keep_s: float | None = None) -> float:
+    """How long a run may wait for its warm interpreter: what leaves it `keep_s` of its budget
+    (by default the stack dumps' allowance). Past it the run starts fresh in what is left, so
+    however long the imports take under load, the run ends within its budget."""
+    return max(0.0, budget_s - (dump_allowance(budget_s) if keep_s is None else keep_s))
+
+
+# What killing a group and reaping its leader takes, kept back from the dumps' pauses.
+KILL_S = 0.1
+# The least time a round of stack dumps is given to be written, however late it began.
+MIN_PAUSE_S = 0.05
+
+
+def _dump_pause(ends: float, rounds: int) -> float:
+    """How long each round of stack dumps is given to be written: what is left of the budget
+    (which ends at `ends`, on the monotonic clock) after reading the group, less the kill's
+    share, split between the rounds; at most 0.4 s. On a busy machine reading the group from
+    /proc takes a good part of the allowance, and the kill still lands on the budget."""
+    return min(0.4, max(MIN_PAUSE_S, (ends - KILL_S - time.monotonic()) / rounds))
+
+
 def _wait_within_budget(proc: subprocess.Popen[bytes] | ForkedChild, budget_s: float, spent_s: float = 0.0) -> tuple[bool, list[dict[str, str]]]:
     """Wait for the child; past the budget (of which `spent_s` went before it started: a warm
     interpreter's imports), dump every thread's stacks and kill its group. Whether it timed
     out, and the processes of its group at that moment."""
     timed_out = False
     processes: list[dict[str, str]] = []
+    ends = time.monotonic() + budget_s - spent_s
     try:
-        proc.wait(timeout=max(budget_s - dump_allowance(budget_s) - spent_s, 0.1))
+        # A hair above 0: a fork's wait with no timeout at all would not block, and read as a death.
+        proc.wait(timeout=max(budget_s - dump_allowance(budget_s) - spent_s, 0.01))
     except subprocess.TimeoutExpired:
         timed_out = True
         processes = _group_processes(proc.pid)
-        _dump_stacks(proc.pid, [int(p["pid"]) for p in processes])
+        _dump_stacks(proc.pid, [int(p["pid"]) for p in processes], _dump_pause(ends, 2 if len(processes) > 1 else 1))
         kill_group(proc.pid)
         proc.wait()
     finally:
@@ -337,15 +357,15 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _dump_stacks(main_pid: int, pids: list[int]) -> None:
+def _dump_stacks(main_pid: int, pids: list[int], pause_s: float) -> None:
     # The main process first, alone, so its dump comes first in the file.
     send_signal(main_pid, _DUMP_SIGNAL)
-    time.sleep(0.4)
+    time.sleep(pause_s)
     for pid in pids:
         if pid != main_pid:
             send_signal(pid, _DUMP_SIGNAL)
     if len(pids) > 1:
-        time.sleep(0.4)
+        time.sleep(pause_s)
 
 
 def _group_processes(pgid: int) -> list[dict[str, str]]:

@@ -33,3 +33,14 @@ def target_env(base: Mapping[str, str], device: str, **extra: str) -> dict[str, 
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(extra)
     return env
+
+
+# What target_env sets for the runtimes to read when they start, which the child's harness
+# takes out of the target's `os.environ` once they have (`stages/common/start_env.py`).
+READ_AT_START = ("OMP_WAIT_POLICY",)
+
+
+def read_at_start(base: Mapping[str, str]) -> list[str]:
+    """The variables of `READ_AT_START` that `target_env(base, ...)` sets and `base` did not:
+    the gate's own setting, not the user's, which the target may read."""
+    return [name for name in READ_AT_START if name not in base]

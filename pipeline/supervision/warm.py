@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -117,6 +118,7 @@ class WarmInterpreter:
         self._proc = process
         self._lock = threading.Lock()  # one request on the socket at a time; readiness read once
         self._ready: bool | None = None
+        self._waited_s = 0.0  # how long runs have waited for its imports, all together
         self._broken = False
 
     @classmethod
@@ -157,21 +159,39 @@ class WarmInterpreter:
         return child
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
-        """Whether the interpreter has done its imports and can fork (waits for them once: one
-        that is not ready within `timeout_s` is given up)."""
-        if not self._lock.acquire(timeout=min(timeout_s, READY_TIMEOUT_S)):
+        """Whether the interpreter has done its imports and can fork, waiting up to `timeout_s`
+        for them. One still importing then is left to later runs (a busy machine's imports
+        finish, and a later stage has a budget of its own); one whose imports failed, or that
+        is not ready after `READY_TIMEOUT_S` in all, is given up."""
+        wait_s = max(min(timeout_s, READY_TIMEOUT_S - self._waited_s), 0.0)
+        if not self._lock.acquire(timeout=wait_s):
             return False  # another run is still waiting for the imports, longer than this one may
+        started = time.monotonic()
         try:
             if self._ready is None:
-                try:
-                    self._sock.settimeout(min(timeout_s, READY_TIMEOUT_S))
-                    self._ready = self._sock.recv(64) == b"ready"
-                except OSError:
+                self._ready = self._read_ready(wait_s)
+                self._waited_s += time.monotonic() - started
+                if self._ready is None and self._waited_s >= READY_TIMEOUT_S:
                     self._ready = False
-                self._broken = self._broken or not self._ready
-            return self._ready and not self._broken
+                self._broken = self._broken or self._ready is False
+            return bool(self._ready) and not self._broken
         finally:
             self._lock.release()
+
+    def _read_ready(self, wait_s: float) -> bool | None:
+        """The interpreter's word on its imports within `wait_s`; None: none yet."""
+        try:
+            if wait_s <= 0.0:
+                self._sock.setblocking(False)
+            else:
+                self._sock.settimeout(wait_s)
+            return self._sock.recv(64) == b"ready"
+        except (TimeoutError, BlockingIOError):
+            return None
+        except OSError:
+            return False
+        finally:
+            self._sock.settimeout(REPLY_TIMEOUT_S)  # the fork requests' sends block, as before
 
     def _fork(
         self, module: str, env: dict[str, str], cwd: Path, out: IO[bytes], err: IO[bytes],

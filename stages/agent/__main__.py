@@ -81,6 +81,12 @@ def main() -> None:
             warm.close()
     channel.send(AGENT_REPLY, reply.model_dump(mode="json"))
     channel.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The reply is the stage's whole result: the interpreter's teardown (torch's, in an agent
+    # forked from the agents' host: seconds on a busy machine) would only spend the stage's
+    # margin, and an agent still tearing down at its budget is a stage that did not finish.
+    guard.exit_after_reporting(0)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,9 @@ class EntrypointRequest(Strict):
     # arguments that pin the run to the target) in the harness's own process.
     test: str | None = None
     test_args: list[str] = Field(default_factory=list)
+    # Variables the gate set for the run's runtimes to read at start-up, which the harness takes
+    # out of the target's sight once they have (`stages/common/start_env.py`).
+    read_at_start: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_shape(self) -> EntrypointRequest:
@@ -302,4 +305,5 @@ class PytestRequest(Strict):
     args: list[str]
     coverage: CoverageSpec | None
     channel: ChannelSpec
+    read_at_start: list[str] = Field(default_factory=list)  # as `EntrypointRequest.read_at_start`
 

@@ -150,7 +150,7 @@ def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root:
     nonce = new_nonce()
 
     def request(fd: int) -> bytes:
-        return PytestRequest(root=str(root), args=args, coverage=coverage, channel=ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode()
+        return PytestRequest(root=str(root), args=args, coverage=coverage, channel=ChannelSpec(fd=fd, nonce=nonce), read_at_start=ctx.read_at_start()).model_dump_json().encode()
 
     # For people reading the scratch folder; holds no nonce, never read back.
     (ctx.scratch / f"{name}.request.json").write_text(json.dumps({"root": str(root), "args": args, "coverage": coverage.model_dump() if coverage else None}, indent=1))

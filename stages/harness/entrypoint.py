@@ -44,7 +44,7 @@ from ..common.channel import receive_request
 from ..common.frames import innermost_target, is_target_file, relative
 from ..contract.instruments import ERROR_KEY
 from ..contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
-from ..common import guard, reads
+from ..common import guard, reads, start_env
 from . import budget as step_budget
 
 MAX_WARNINGS = 200
@@ -334,6 +334,7 @@ def run(request: EntrypointRequest, hand_back: HandBack | None = None) -> dict[s
     ctx = HarnessContext(root=root, options=dict(request.instrument_options))
     instruments = {spec: resolve(spec)() for spec in request.instruments}
     seed_everything(request.seed, request.deterministic)
+    start_env.hide_after_start(request.read_at_start)  # torch is imported: before any target code
     for instrument in instruments.values():
         instrument.install(ctx)
     # After the instruments: the step's probe hooks run before the budget's stop.

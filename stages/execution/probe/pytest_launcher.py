@@ -20,7 +20,7 @@ import pytest
 
 from ...common.channel import receive_request
 from ...contract.messages import CoverageSpec, PytestRequest
-from ...common import guard, reads
+from ...common import guard, reads, start_env
 from ...contract.pytest_events import ReadsEvent
 
 
@@ -60,6 +60,7 @@ def main() -> None:
     root = Path(request.root).resolve()
     # Before pytest imports any of the target's code: what the run reads tells its inputs from its results.
     files_read = reads.install(str(root))
+    start_env.hide_after_start(request.read_at_start)
 
     from .pytest_accounting import TestAccountant
     from .pytest_plugin import EventRecorder, install_warning_sites
