@@ -73,4 +73,6 @@ def test_a_hanging_entrypoint_is_reported_once_within_the_budget(tmp_path: Path)
     # The later stages would only hang again: they say why they did not run.
     for name in ("performance", "concurrency"):
         assert run.stage(name)["status"] == "skipped"
-    assert run.report["duration_s"] <= 10 + 2
+    # Within the stage's budget: the target's time. The wait for the gate's own imports (the
+    # agents' host, slow on a busy machine) comes before the budget starts, outside it.
+    assert run.stage("execution")["duration_s"] <= 10 + 2

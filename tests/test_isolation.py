@@ -119,6 +119,24 @@ def test_a_run_whose_warm_interpreter_is_late_keeps_its_margin_and_its_budget(tm
     assert default.asked == [3 - dump_allowance(3)]
 
 
+def test_a_wait_for_the_gates_own_imports_before_the_budget_leaves_the_run_its_whole_budget(tmp_path: Path) -> None:
+    # A stage agent waits for the agents' host before its budget starts: under load those imports
+    # are the gate's time, and the target's run still gets every second of its budget after it.
+    pool = _StillImporting()
+    sleeps = python_argv("timeit", "-n", "1", "-r", "1", "import time; time.sleep(1.2)")
+    built_at: list[float] = []
+
+    def request(fd: int) -> bytes:
+        built_at.append(time.monotonic())
+        return b""
+
+    started = time.monotonic()
+    result = run_child(sleeps, cwd=tmp_path, budget_s=3, scratch=tmp_path / "s", env=_env(), warm=cast(WarmPool, pool), keep_s=1.5, ready_wait_s=2.5, stdin_data=request)
+    assert pool.asked == [2.5]
+    assert not result.timed_out and result.returncode == 0  # 2.5 s of wait + 1.2 s of run > 3 s
+    assert result.duration_s < 2.5 and built_at[0] - started >= 2.5  # the request (its deadline) is built after the wait
+
+
 def test_a_stage_that_started_late_gives_its_runs_nothing_of_its_margin(tmp_path: Path) -> None:
     ctx = StageContext(stage="execution", root=tmp_path, config=TargetConfig(), device="cpu", deadline=time.time() + 1.5, scratch=tmp_path, margin_s=2.0)
     assert ctx.child_budget() == 0.0

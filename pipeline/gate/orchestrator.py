@@ -375,11 +375,11 @@ def run_stage_agent(
     margin = stage_margin(budget)
     scratch = (request.out / "work" / (f"{name}-{part + 1}" if part else name)).resolve()
     scratch.mkdir(parents=True, exist_ok=True)
-    deadline = time.time() + budget
 
     def agent_request(channel: ChannelSpec) -> AgentRequest[TargetConfig, PipelineReport]:
+        # Built as the agent starts: its budget begins then (see the wait below).
         return AgentRequest[TargetConfig, PipelineReport](
-            stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=deadline, scratch=str(scratch),
+            stage=name, root=str(root), config=config, device=cast(AgentDevice, request.device), deadline=time.time() + budget, scratch=str(scratch),
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
             origin=str(request.root), disguise=request.disguise.model_dump() if request.disguise is not None else None,
             baseline_entrypoint=baseline_entrypoint.model_dump(mode="json") if baseline_entrypoint is not None else None,
@@ -392,11 +392,13 @@ def run_stage_agent(
     shown = agent_request(ChannelSpec(fd=-1, nonce="")).model_dump(mode="json", exclude={"baseline", "channel"})
     (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
 
-    # The agent waits for the agents' host's imports (inside the stage's budget) only as long as
-    # it still has its margin after: it must report what its runs found before it is killed.
+    # The agents' host's imports are the gate's, not the stage's: the agent waits for them
+    # before its budget starts, so a busy machine that slows them leaves the target's budget
+    # whole (a hanging entrypoint is still the execution stage's one finding). Past the wait's
+    # limit the agent starts fresh within its budget and keeps its margin.
     child = run_child(
         python_argv("traingate.stages.agent", disguise=request.disguise), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True, warm=agents,
-        keep_s=margin,
+        keep_s=margin, ready_wait_s=warm.READY_TIMEOUT_S if agents is not None else None,
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)

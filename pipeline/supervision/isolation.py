@@ -108,6 +108,7 @@ def run_child(
     channel: bool = False,
     warm: WarmPool | None = None,
     keep_s: float | None = None,
+    ready_wait_s: float | None = None,
 ) -> ChildResult:
     """Run the command (an argv, or a module: `python_argv`) with its own process group; kill
     the group at the budget.
@@ -119,20 +120,22 @@ def run_child(
     `warm`: fork the child from the pool's warm interpreter for its environment when the
     command is a module (`python_argv`) and that interpreter can serve it, else start a fresh one.
     `keep_s`: what the run keeps of its budget whatever it waits for first (a warm interpreter's
-    imports): by default the stack dumps' allowance; a stage agent keeps its reporting margin.
+    imports): by default the dumps' allowance. `ready_wait_s`: how long to wait for them before
+    the budget starts instead (the gate's time, not the run's); `stdin_data` is built after.
     """
     scratch.mkdir(parents=True, exist_ok=True)
     module, argv = (command, command.argv) if isinstance(command, ModuleCommand) else (None, command)
-    mask = module.disguise if module is not None else None
     (stacks_path := _stacks_path(scratch, name, module)).unlink(missing_ok=True)
     out_path, err_path = scratch / f"{name}.stdout", scratch / f"{name}.stderr"
     child_env, tag = _tagged_env(env, module, stacks_path, name)
+    # A warm interpreter's imports: waited for outside the lock, never into what the run keeps.
+    started = time.monotonic()
+    fork_from = _ready(warm, module, child_env, cwd, start_wait(budget_s, keep_s) if ready_wait_s is None else ready_wait_s)
+    if ready_wait_s is not None:
+        started = time.monotonic()  # that wait was the gate's, outside the budget
     pipe = _ChannelPipe() if channel else None
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
-    started = time.monotonic()
-    # A warm interpreter's imports: waited for outside the lock, never into what the run keeps.
-    fork_from = warm.ready_for(child_env, cwd, start_wait(budget_s, keep_s)) if warm is not None and module is not None else None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         with spawned.LOCK:  # no leftover scan may see this child before it is registered
             try:
@@ -146,13 +149,18 @@ def run_child(
         timed_out, processes = _wait_within_budget(proc, budget_s, spent_s=time.monotonic() - started)
     # The run's time: until its group was dead. Reaping what left the group is this process's.
     duration_s = time.monotonic() - started
-    leftovers = _kill_leftovers(proc.pid, tag, disguise.tag_names(mask))
+    leftovers = _kill_leftovers(proc.pid, tag, disguise.tag_names(module.disguise if module is not None else None))
     channel_data, channel_problem = pipe.collect() if pipe else (b"", None)
     return ChildResult(
         argv=argv, returncode=proc.returncode, timed_out=timed_out, duration_s=duration_s,
         stdout=_read(out_path), stderr=_read(err_path), stacks=_keep_stacks(stacks_path, scratch / f"{name}.stacks"),
         processes=processes, leftovers=leftovers, channel=channel_data, channel_problem=channel_problem,
     )
+
+
+def _ready(warm: WarmPool | None, module: ModuleCommand | None, env: dict[str, str], cwd: Path, wait_s: float) -> WarmInterpreter | None:
+    """The warm interpreter a module's run forks from, once its imports are done (`wait_s`)."""
+    return warm.ready_for(env, cwd, wait_s) if warm is not None and module is not None else None
 
 
 def _tagged_env(env: dict[str, str] | None, module: ModuleCommand | None, stacks_path: Path, name: str) -> tuple[dict[str, str], str]:
