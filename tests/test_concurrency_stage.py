@@ -13,21 +13,16 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import STAGES_READ_TOGETHER, TARGETS, GateRun, line_of
+from tests.conftest import TARGETS, GateRun, line_of
 
 pytestmark = pytest.mark.slow
 
 Shared = Callable[..., tuple[GateRun, float]]
+CONCURRENCY = ("--stages", "concurrency")
 
 
 def marker_line(case: str, marker: str, file: str = "train.py") -> int:
     return line_of(TARGETS / case / file, f"# marker: {marker}")
-
-
-def gate(shared_gate: Shared, case: str) -> tuple[GateRun, float]:
-    """The session's run of the fixture target and its wall time (`shared_gate`)."""
-    stages = STAGES_READ_TOGETHER.get(case, "concurrency")
-    return shared_gate(case, "--stages", stages, timeout=300)
 
 
 def located(finding: dict[str, Any]) -> tuple[str, int]:
@@ -41,7 +36,7 @@ def assert_observed_blocking(finding: dict[str, Any], severity: str = "high") ->
 
 
 def test_clip_before_unscale_is_reported_at_the_clip_call(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_clip")
+    run, _ = shared_gate("conc_clip", *CONCURRENCY)
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     stage = run.stage("concurrency")
     assert stage["status"] == "blocked"
@@ -60,7 +55,7 @@ def test_clip_before_unscale_is_reported_at_the_clip_call(shared_gate: Shared) -
 
 
 def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_scaler_misuse")
+    run, _ = shared_gate("conc_scaler_misuse", *CONCURRENCY)
     assert run.returncode == 1
     findings = run.findings("gradscaler-protocol")
     by_rule = {f["evidence"]["data"]["rule"]: f for f in findings}
@@ -77,7 +72,7 @@ def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(shared
 
 
 def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_unseeded")
+    run, _ = shared_gate("conc_unseeded", *CONCURRENCY)
     assert run.returncode == 1
     [finding] = run.findings("nondeterminism")
     assert located(finding) == ("train.py", marker_line("conc_unseeded", "entropy-seed"))
@@ -95,7 +90,7 @@ def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(shared_gate: 
 
 
 def test_set_of_strings_diverges_only_across_hash_seeds(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_hashorder")
+    run, _ = shared_gate("conc_hashorder", *CONCURRENCY)
     assert run.returncode == 1
     [finding] = run.findings("nondeterminism")
     assert located(finding) == ("train.py", marker_line("conc_hashorder", "set-iteration"))
@@ -110,7 +105,7 @@ def test_set_of_strings_diverges_only_across_hash_seeds(shared_gate: Shared) -> 
 
 
 def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_lambda_dataset")
+    run, _ = shared_gate("conc_lambda_dataset", *CONCURRENCY)
     assert run.returncode == 1
     # One lambda breaks two loaders: one finding, at the lambda (the fix), listing both loaders.
     [finding] = run.findings("dataloader-hazard")
@@ -129,7 +124,7 @@ def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_
 
 
 def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(shared_gate: Shared) -> None:
-    run, elapsed = gate(shared_gate, "conc_hang")
+    run, elapsed = shared_gate("conc_hang", *CONCURRENCY)
     assert run.returncode == 1
     [finding] = run.findings("hang")
     assert located(finding) == ("train.py", marker_line("conc_hang", "waits-forever"))
@@ -141,7 +136,7 @@ def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(shared_ga
 
 
 def test_documented_amp_loop_with_overflow_guard_is_clean(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_clean_amp")
+    run, _ = shared_gate("conc_clean_amp", *CONCURRENCY)
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     assert run.findings() == []
     checks = run.stage("concurrency")["details"]["checks"]
@@ -153,7 +148,7 @@ def test_documented_amp_loop_with_overflow_guard_is_clean(shared_gate: Shared) -
 
 
 def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_seeded_loader")
+    run, _ = shared_gate("conc_seeded_loader", *CONCURRENCY)
     assert run.returncode == 0 and run.findings() == []
     loaders = run.stage("concurrency")["details"]["checks"]["dataloader"]
     [loader] = loaders["loaders"]
@@ -163,7 +158,7 @@ def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(shared_gate: S
 
 
 def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_persistent")
+    run, _ = shared_gate("conc_persistent", *CONCURRENCY)
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     [finding] = run.findings("dataloader-hazard")
     assert located(finding) == ("train.py", marker_line("conc_persistent", "recreated"))
@@ -174,7 +169,7 @@ def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(shared_gate: 
 
 
 def test_no_entrypoint_skips_the_stage_with_its_reason(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_no_entrypoint")
+    run, _ = shared_gate("conc_no_entrypoint", *CONCURRENCY)
     stage = run.stage("concurrency")
     assert stage["status"] == "skipped" and stage["findings"] == []
     assert "entrypoint" in stage["skipped_reason"]
