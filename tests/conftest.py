@@ -153,7 +153,9 @@ def _longest_modules_first(items: list[pytest.Item]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _one_worker_modules() -> frozenset[str]:
-    """Test modules (as node ids name them) that define a fixture of module or session scope."""
+    """Test modules (as node ids name them) that define a fixture of module scope. (A test
+    module's session fixtures are made once for all workers, under a file lock, as
+    `shared_gate` is: their tests may go to any worker.)"""
     found = set()
     for path in sorted(Path(__file__).parent.glob("test_*.py")):
         text = path.read_text(encoding="utf-8")
@@ -162,7 +164,7 @@ def _one_worker_modules() -> frozenset[str]:
         for node in ast.walk(ast.parse(text)):
             decorators = node.decorator_list if isinstance(node, ast.FunctionDef) else []
             keywords = [k for d in decorators if isinstance(d, ast.Call) for k in d.keywords]
-            if any(k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value in ("module", "session") for k in keywords):
+            if any(k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value == "module" for k in keywords):
                 found.add(path.relative_to(REPO).as_posix())
     return frozenset(found)
 
@@ -306,30 +308,41 @@ def shared_gate_args(case: str, args: tuple[str, ...]) -> tuple[str, ...]:
     return ("--stages", together) if asked <= set(union) else args
 
 
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every xdist worker of this session sees (the session's own without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def gate_once(shared: Path, name: str, make: Callable[[Path], GateRun]) -> tuple[GateRun, float]:
+    """make(out) once per session and name, whichever worker asks first (a file lock in
+    `shared`); every caller gets the run read back from `out`, and the wall time it took."""
+    out, done = shared / f"gate-{name}", shared / f"gate-{name}.json"
+    with open(shared / f"gate-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            started = time.monotonic()
+            gate = make(out)
+            wall = time.monotonic() - started
+            done.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr, "wall": wall}))
+    saved = json.loads(done.read_text())
+    report_path = out / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    return GateRun(saved["returncode"], report, out, saved["stdout"], saved["stderr"]), saved["wall"]
+
+
 @pytest.fixture(scope="session")
 def shared_gate(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[GateRun, float]]:
     """shared_gate("case", "--stages", "performance") runs traingate on tests/targets/case once
-    for the whole test session, whichever worker asks first (a file lock in the workers'
-    common folder), and hands every test that asks the same run and its wall time: one gate
-    run per fixture target and arguments, shared by the assertions that read it."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    for the whole test session, whichever worker asks first (`gate_once`), and hands every
+    test that asks the same run and its wall time: one gate run per fixture target and
+    arguments, shared by the assertions that read it."""
+    shared = shared_folder(tmp_path_factory)
 
     def run(case: str, *args: str, timeout: float = 600) -> tuple[GateRun, float]:
         args = shared_gate_args(case, args)
         name = "-".join([case, *(a.strip("-").replace("/", "_") for a in args)])
-        out, done = shared / f"gate-{name}", shared / f"gate-{name}.json"
-        with open(shared / f"gate-{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not done.is_file():
-                started = time.monotonic()
-                gate = run_gate(TARGETS / case, out, *args, timeout=timeout)
-                wall = time.monotonic() - started
-                done.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr, "wall": wall}))
-        saved = json.loads(done.read_text())
-        report_path = out / "report.json"
-        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-        return GateRun(saved["returncode"], report, out, saved["stdout"], saved["stderr"]), saved["wall"]
+        return gate_once(shared, name, lambda out: run_gate(TARGETS / case, out, *args, timeout=timeout))
 
     return run
 
