@@ -4,6 +4,8 @@ Each fixture target is run once for the session (`shared_gate`), with `--stages 
 or with `--stages concurrency,correctness` where tests/test_correctness.py reads the same
 target (one run for both); expected lines come from `# marker:` comments in the fixture
 sources, never from hard-coded numbers.
+The decision and each finding's category, severity and line are rows of
+tests/test_fixture_targets.py, which reads the same run; the evidence is checked here.
 """
 
 from __future__ import annotations
@@ -37,12 +39,9 @@ def assert_observed_blocking(finding: dict[str, Any], severity: str = "high") ->
 
 def test_clip_before_unscale_is_reported_at_the_clip_call(shared_gate: Shared) -> None:
     run, _ = shared_gate("conc_clip", *CONCURRENCY)
-    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     stage = run.stage("concurrency")
     assert stage["status"] == "blocked"
     [finding] = run.findings()
-    assert finding["category"] == "gradscaler-protocol"
-    assert located(finding) == ("train.py", marker_line("conc_clip", "clip-before-unscale"))
     assert_observed_blocking(finding)
     data = finding["evidence"]["data"]
     assert data["rule"] == "clip-before-unscale" and data["iterations"] == 4 and data["scaler_enabled"] is True
@@ -56,11 +55,9 @@ def test_clip_before_unscale_is_reported_at_the_clip_call(shared_gate: Shared) -
 
 def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(shared_gate: Shared) -> None:
     run, _ = shared_gate("conc_scaler_misuse", *CONCURRENCY)
-    assert run.returncode == 1
     findings = run.findings("gradscaler-protocol")
     by_rule = {f["evidence"]["data"]["rule"]: f for f in findings}
-    assert set(by_rule) == {"step-bypasses-scaler", "missing-update", "unscale-twice"}
-    assert len(findings) == 3  # one per rule and site, not one per iteration
+    assert set(by_rule) == {"step-bypasses-scaler", "missing-update", "unscale-twice"}  # one per rule and site
     for rule, marker in (("step-bypasses-scaler", "step-bypasses-scaler"), ("missing-update", "missing-update"), ("unscale-twice", "unscale-twice")):
         finding = by_rule[rule]
         assert located(finding) == ("train.py", marker_line("conc_scaler_misuse", marker)), rule
@@ -68,7 +65,6 @@ def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(shared
         assert finding["evidence"]["data"]["scaler_enabled"] is False  # disabled off CUDA, still wrong
         assert "disabled" in finding["problem"]
     assert by_rule["missing-update"]["evidence"]["data"]["iterations"] == 3
-    assert run.categories() == {"gradscaler-protocol"}
 
 
 def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(shared_gate: Shared) -> None:
@@ -91,9 +87,7 @@ def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(shared_gate: 
 
 def test_set_of_strings_diverges_only_across_hash_seeds(shared_gate: Shared) -> None:
     run, _ = shared_gate("conc_hashorder", *CONCURRENCY)
-    assert run.returncode == 1
     [finding] = run.findings("nondeterminism")
-    assert located(finding) == ("train.py", marker_line("conc_hashorder", "set-iteration"))
     assert_observed_blocking(finding)
     data = finding["evidence"]["data"]
     assert data["kind"] == "hash-order" and data["hash_seeds"] == ["0", "1"]
@@ -101,15 +95,12 @@ def test_set_of_strings_diverges_only_across_hash_seeds(shared_gate: Shared) -> 
     assert finding["evidence"]["kind"] == "measured"
     curves = run.stage("concurrency")["details"]["checks"]["determinism"]["curves"]
     assert curves[0]["same"] is False
-    assert run.categories() == {"nondeterminism"}
 
 
 def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_gate: Shared) -> None:
     run, _ = shared_gate("conc_lambda_dataset", *CONCURRENCY)
-    assert run.returncode == 1
     # One lambda breaks two loaders: one finding, at the lambda (the fix), listing both loaders.
     [finding] = run.findings("dataloader-hazard")
-    assert located(finding) == ("train.py", marker_line("conc_lambda_dataset", "lambda"))
     assert_observed_blocking(finding)
     data = finding["evidence"]["data"]
     assert data["start_method"] == "spawn" and data["used"] == "fork" and data["batches_under_used"] > 0
@@ -120,7 +111,6 @@ def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_
     loader_lines = sorted(loader["site"]["line"] for loader in data["loaders"])
     assert loader_lines == sorted(marker_line("conc_lambda_dataset", m) for m in ("train-loader", "val-loader"))
     assert "2 DataLoaders" in finding["title"]
-    assert run.categories() == {"dataloader-hazard"}
 
 
 def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(shared_gate: Shared) -> None:
@@ -149,7 +139,6 @@ def test_documented_amp_loop_with_overflow_guard_is_clean(shared_gate: Shared) -
 
 def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(shared_gate: Shared) -> None:
     run, _ = shared_gate("conc_seeded_loader", *CONCURRENCY)
-    assert run.returncode == 0 and run.findings() == []
     loaders = run.stage("concurrency")["details"]["checks"]["dataloader"]
     [loader] = loaders["loaders"]
     assert loader["settings"]["num_workers"] == 2 and loader["batches"] == 3
@@ -159,10 +148,7 @@ def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(shared_gate: S
 
 def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(shared_gate: Shared) -> None:
     run, _ = shared_gate("conc_persistent", *CONCURRENCY)
-    assert run.returncode == 0 and run.report["decision"] == "PASS"
     [finding] = run.findings("dataloader-hazard")
-    assert located(finding) == ("train.py", marker_line("conc_persistent", "recreated"))
-    assert finding["severity"] == "medium" and finding["blocking"] is False
     assert finding["evidence"]["data"]["constructions"] == 3
     # [tool.traingate.concurrency] dataloader_start_methods = ["fork"]: no spawn check
     assert run.stage("concurrency")["details"]["checks"]["dataloader"]["start_method_checks"] == []

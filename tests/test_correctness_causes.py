@@ -1,7 +1,9 @@
 """ineffective-step naming its cause, and a BYOL-style trainer (an EMA target network under
 no_grad in train mode, an unused head in the optimizer), end to end: one `traingate run
 --stages correctness` per fixture target, shared by the assertions on its report; expected
-lines come from `# marker:` comments."""
+lines come from `# marker:` comments.
+The decision and each finding's category, severity and line are rows of
+tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@ under a condition that was false in the run (stale-gradients at the clear, with 
 and a `zero_grad()` at every micro-batch of an accumulation loop (grad-accumulation/
 discarded-backward at the clear, with the passes it threw away), each with its clean control.
 One `traingate run --stages correctness` per fixture target; expected lines come from
-`# marker:` comments."""
+`# marker:` comments.
+The decision and each finding's category, severity and line are rows of
+tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 

@@ -43,6 +43,10 @@ def correctness(target: str, decision: str, *findings: Found) -> Expected:
     return Expected(target, "correctness", decision, findings)
 
 
+def concurrency(target: str, decision: str, *findings: Found) -> Expected:
+    return Expected(target, "concurrency", decision, findings)
+
+
 def high(category: str, marker: str) -> Found:
     return Found(category, "high", True, marker)
 
@@ -80,6 +84,13 @@ EXPECTED = [
     correctness("corr_stale_grads", "BLOCK", high("stale-gradients", "step")),
     correctness("corr_stale_grads_accum", "PASS"),
     correctness("corr_eval_mode_clean", "PASS"),
+    # -- the concurrency stage: protocol misuse, nondeterminism and loader hazards
+    concurrency("conc_clip", "BLOCK", high("gradscaler-protocol", "clip-before-unscale")),
+    concurrency("conc_scaler_misuse", "BLOCK", *(high("gradscaler-protocol", m) for m in ("step-bypasses-scaler", "missing-update", "unscale-twice"))),
+    concurrency("conc_hashorder", "BLOCK", high("nondeterminism", "set-iteration")),
+    concurrency("conc_lambda_dataset", "BLOCK", high("dataloader-hazard", "lambda")),
+    concurrency("conc_seeded_loader", "PASS"),
+    concurrency("conc_persistent", "PASS", Found("dataloader-hazard", "medium", False, "recreated")),
 ]
 
 
