@@ -153,7 +153,9 @@ def _longest_modules_first(items: list[pytest.Item]) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _one_worker_modules() -> frozenset[str]:
-    """Test modules (as node ids name them) that define a fixture of module or session scope."""
+    """Test modules (as node ids name them) that define a fixture of module scope. (A test
+    module's session fixtures are made once for all workers, under a file lock, as
+    `shared_gate` is: their tests may go to any worker.)"""
     found = set()
     for path in sorted(Path(__file__).parent.glob("test_*.py")):
         text = path.read_text(encoding="utf-8")
@@ -162,7 +164,7 @@ def _one_worker_modules() -> frozenset[str]:
         for node in ast.walk(ast.parse(text)):
             decorators = node.decorator_list if isinstance(node, ast.FunctionDef) else []
             keywords = [k for d in decorators if isinstance(d, ast.Call) for k in d.keywords]
-            if any(k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value in ("module", "session") for k in keywords):
+            if any(k.arg == "scope" and isinstance(k.value, ast.Constant) and k.value.value == "module" for k in keywords):
                 found.add(path.relative_to(REPO).as_posix())
     return frozenset(found)
 
@@ -183,9 +185,45 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ModuleFixtureScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::")[0]
-            return module if module in grouped else nodeid
+            return module if module in grouped else target_scope(nodeid)
 
     return ModuleFixtureScheduling(config, log)
+
+
+# -- Tests that read the same fixture target go to one worker -------------------------------
+# Two workers asking for the same `shared_gate` run at once: one makes it, the other waits on
+# the lock, idle. Tests that name the same fixture target (a string constant in the test
+# function, or a parameter of its node id) are one unit of xdist's schedule instead.
+def target_scope(nodeid: str) -> str:
+    """The scheduling unit of a test: `target:NAME` for a test that reads fixture target NAME,
+    else the test alone."""
+    names = _fixture_target_names()
+    function, _, params = nodeid.partition("[")
+    named = [p for p in params.rstrip("]").split("-") if p in names] if params else []
+    target = named[0] if named else _target_named_in_test().get(function)
+    return f"target:{target}" if target else nodeid
+
+
+@functools.lru_cache(maxsize=1)
+def _fixture_target_names() -> frozenset[str]:
+    return frozenset(p.name for p in TARGETS.iterdir() if p.is_dir())
+
+
+@functools.lru_cache(maxsize=1)
+def _target_named_in_test() -> dict[str, str]:
+    """`tests/test_x.py::test_y` -> the first fixture target name that test_y, or else a
+    fixture of its module it asks for, spells as a string."""
+    names = _fixture_target_names()
+    found: dict[str, str] = {}
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        module = path.relative_to(REPO).as_posix()
+        functions = [node for node in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(node, ast.FunctionDef)]
+        spelt = {f.name: [n.value for n in ast.walk(f) if isinstance(n, ast.Constant) and n.value in names] for f in functions}
+        for test in (f for f in functions if f.name.startswith("test_")):
+            named = spelt[test.name] + [t for a in test.args.args for t in spelt.get(a.arg, [])]
+            if named:
+                found[f"{module}::{test.name}"] = named[0]
+    return found
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -239,44 +277,72 @@ def run_gate(target: Path, out: Path, *args: str, timeout: float = 600) -> GateR
 
 
 @pytest.fixture
-def gate(tmp_path: Path):
-    """gate("case_name", "--stages", "execution") runs traingate on tests/targets/case_name."""
+def gate(shared_gate: Callable[..., tuple[GateRun, float]], tmp_path: Path) -> Callable[..., GateRun]:
+    """gate("case_name", "--stages", "execution"): the session's one run of traingate on the
+    unmodified tests/targets/case_name with those arguments (`shared_gate`); gate(path, ...):
+    a run of its own on a target the test built or edited (a copy), written under tmp_path."""
 
     def _run(case: str | Path, *args: str, timeout: float = 600) -> GateRun:
-        target = case if isinstance(case, Path) else TARGETS / case
-        return run_gate(target, tmp_path / "out", *args, timeout=timeout)
+        if isinstance(case, Path):
+            return run_gate(case, tmp_path / "out", *args, timeout=timeout)
+        return shared_gate(case, *args, timeout=timeout)[0]
 
     return _run
 
 
-# Fixture targets that several test modules read, each for its own stage: `shared_gate` runs
-# them once with all of those stages, and every module asks with these arguments.
+# -- One gate run per fixture target and arguments ------------------------------------------
+# Fixture targets that tests read for different stages: `shared_gate` widens a request for
+# any of these stages alone to one run with all of them, so the target runs once. A test
+# reading a widened run looks at its own stage (`run.stage`, `run.findings(stage=...)`), or
+# its assertions hold for the union too.
 STAGES_READ_TOGETHER = {"conc_clean_amp": "concurrency,correctness", "conc_no_entrypoint": "concurrency,correctness"}
+
+
+def shared_gate_args(case: str, args: tuple[str, ...]) -> tuple[str, ...]:
+    """`args` as the shared run is made: `--stages S` widened to STAGES_READ_TOGETHER's set
+    for the target where S is part of it."""
+    together = STAGES_READ_TOGETHER.get(case)
+    if together is None or len(args) != 2 or args[0] != "--stages":
+        return args
+    asked, union = set(args[1].split(",")), together.split(",")
+    return ("--stages", together) if asked <= set(union) else args
+
+
+def shared_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every xdist worker of this session sees (the session's own without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def gate_once(shared: Path, name: str, make: Callable[[Path], GateRun]) -> tuple[GateRun, float]:
+    """make(out) once per session and name, whichever worker asks first (a file lock in
+    `shared`); every caller gets the run read back from `out`, and the wall time it took."""
+    out, done = shared / f"gate-{name}", shared / f"gate-{name}.json"
+    with open(shared / f"gate-{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.is_file():
+            started = time.monotonic()
+            gate = make(out)
+            wall = time.monotonic() - started
+            done.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr, "wall": wall}))
+    saved = json.loads(done.read_text())
+    report_path = out / "report.json"
+    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    return GateRun(saved["returncode"], report, out, saved["stdout"], saved["stderr"]), saved["wall"]
 
 
 @pytest.fixture(scope="session")
 def shared_gate(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[GateRun, float]]:
     """shared_gate("case", "--stages", "performance") runs traingate on tests/targets/case once
-    for the whole test session, whichever worker asks first (a file lock in the workers'
-    common folder), and hands every test that asks the same run and its wall time: one gate
-    run per fixture target and arguments, shared by the assertions that read it."""
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    for the whole test session, whichever worker asks first (`gate_once`), and hands every
+    test that asks the same run and its wall time: one gate run per fixture target and
+    arguments, shared by the assertions that read it."""
+    shared = shared_folder(tmp_path_factory)
 
     def run(case: str, *args: str, timeout: float = 600) -> tuple[GateRun, float]:
+        args = shared_gate_args(case, args)
         name = "-".join([case, *(a.strip("-").replace("/", "_") for a in args)])
-        out, done = shared / f"gate-{name}", shared / f"gate-{name}.json"
-        with open(shared / f"gate-{name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not done.is_file():
-                started = time.monotonic()
-                gate = run_gate(TARGETS / case, out, *args, timeout=timeout)
-                wall = time.monotonic() - started
-                done.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr, "wall": wall}))
-        saved = json.loads(done.read_text())
-        report_path = out / "report.json"
-        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
-        return GateRun(saved["returncode"], report, out, saved["stdout"], saved["stderr"]), saved["wall"]
+        return gate_once(shared, name, lambda out: run_gate(TARGETS / case, out, *args, timeout=timeout))
 
     return run
 

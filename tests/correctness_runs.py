@@ -1,17 +1,17 @@
-"""Helpers of the correctness stage's end-to-end tests: one `traingate run --stages correctness`
-per fixture target, and where its findings and checks point."""
+"""Helpers of the correctness stage's end-to-end tests: the arguments of the session's one
+`traingate run --stages correctness` per fixture target (`shared_gate`), and where its
+findings and checks point."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
+from collections.abc import Callable
 
-from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.conftest import TARGETS, GateRun, line_of
 
-
-def correctness_gate(case: str, factory: pytest.TempPathFactory) -> GateRun:
-    return run_gate(TARGETS / case, factory.mktemp(case) / "out", "--stages", "correctness", timeout=300)
+CORRECTNESS = ("--stages", "correctness")
+Shared = Callable[..., tuple[GateRun, float]]
 
 
 def marker(case: str, name: str) -> tuple[str, int]:

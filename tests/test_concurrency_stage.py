@@ -4,6 +4,8 @@ Each fixture target is run once for the session (`shared_gate`), with `--stages 
 or with `--stages concurrency,correctness` where tests/test_correctness.py reads the same
 target (one run for both); expected lines come from `# marker:` comments in the fixture
 sources, never from hard-coded numbers.
+The decision and each finding's category, severity and line are rows of
+tests/test_fixture_targets.py, which reads the same run; the evidence is checked here.
 """
 
 from __future__ import annotations
@@ -13,21 +15,16 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import STAGES_READ_TOGETHER, TARGETS, GateRun, line_of
+from tests.conftest import TARGETS, GateRun, line_of
 
 pytestmark = pytest.mark.slow
 
 Shared = Callable[..., tuple[GateRun, float]]
+CONCURRENCY = ("--stages", "concurrency")
 
 
 def marker_line(case: str, marker: str, file: str = "train.py") -> int:
     return line_of(TARGETS / case / file, f"# marker: {marker}")
-
-
-def gate(shared_gate: Shared, case: str) -> tuple[GateRun, float]:
-    """The session's run of the fixture target and its wall time (`shared_gate`)."""
-    stages = STAGES_READ_TOGETHER.get(case, "concurrency")
-    return shared_gate(case, "--stages", stages, timeout=300)
 
 
 def located(finding: dict[str, Any]) -> tuple[str, int]:
@@ -41,13 +38,10 @@ def assert_observed_blocking(finding: dict[str, Any], severity: str = "high") ->
 
 
 def test_clip_before_unscale_is_reported_at_the_clip_call(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_clip")
-    assert run.returncode == 1 and run.report["decision"] == "BLOCK"
+    run, _ = shared_gate("conc_clip", *CONCURRENCY)
     stage = run.stage("concurrency")
     assert stage["status"] == "blocked"
     [finding] = run.findings()
-    assert finding["category"] == "gradscaler-protocol"
-    assert located(finding) == ("train.py", marker_line("conc_clip", "clip-before-unscale"))
     assert_observed_blocking(finding)
     data = finding["evidence"]["data"]
     assert data["rule"] == "clip-before-unscale" and data["iterations"] == 4 and data["scaler_enabled"] is True
@@ -60,12 +54,10 @@ def test_clip_before_unscale_is_reported_at_the_clip_call(shared_gate: Shared) -
 
 
 def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_scaler_misuse")
-    assert run.returncode == 1
+    run, _ = shared_gate("conc_scaler_misuse", *CONCURRENCY)
     findings = run.findings("gradscaler-protocol")
     by_rule = {f["evidence"]["data"]["rule"]: f for f in findings}
-    assert set(by_rule) == {"step-bypasses-scaler", "missing-update", "unscale-twice"}
-    assert len(findings) == 3  # one per rule and site, not one per iteration
+    assert set(by_rule) == {"step-bypasses-scaler", "missing-update", "unscale-twice"}  # one per rule and site
     for rule, marker in (("step-bypasses-scaler", "step-bypasses-scaler"), ("missing-update", "missing-update"), ("unscale-twice", "unscale-twice")):
         finding = by_rule[rule]
         assert located(finding) == ("train.py", marker_line("conc_scaler_misuse", marker)), rule
@@ -73,11 +65,10 @@ def test_scaler_bypass_missing_update_and_double_unscale_one_finding_each(shared
         assert finding["evidence"]["data"]["scaler_enabled"] is False  # disabled off CUDA, still wrong
         assert "disabled" in finding["problem"]
     assert by_rule["missing-update"]["evidence"]["data"]["iterations"] == 3
-    assert run.categories() == {"gradscaler-protocol"}
 
 
 def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_unseeded")
+    run, _ = shared_gate("conc_unseeded", *CONCURRENCY)
     assert run.returncode == 1
     [finding] = run.findings("nondeterminism")
     assert located(finding) == ("train.py", marker_line("conc_unseeded", "entropy-seed"))
@@ -95,10 +86,8 @@ def test_entropy_seeded_generator_diverges_with_the_same_hash_seed(shared_gate: 
 
 
 def test_set_of_strings_diverges_only_across_hash_seeds(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_hashorder")
-    assert run.returncode == 1
+    run, _ = shared_gate("conc_hashorder", *CONCURRENCY)
     [finding] = run.findings("nondeterminism")
-    assert located(finding) == ("train.py", marker_line("conc_hashorder", "set-iteration"))
     assert_observed_blocking(finding)
     data = finding["evidence"]["data"]
     assert data["kind"] == "hash-order" and data["hash_seeds"] == ["0", "1"]
@@ -106,15 +95,12 @@ def test_set_of_strings_diverges_only_across_hash_seeds(shared_gate: Shared) -> 
     assert finding["evidence"]["kind"] == "measured"
     curves = run.stage("concurrency")["details"]["checks"]["determinism"]["curves"]
     assert curves[0]["same"] is False
-    assert run.categories() == {"nondeterminism"}
 
 
 def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_lambda_dataset")
-    assert run.returncode == 1
+    run, _ = shared_gate("conc_lambda_dataset", *CONCURRENCY)
     # One lambda breaks two loaders: one finding, at the lambda (the fix), listing both loaders.
     [finding] = run.findings("dataloader-hazard")
-    assert located(finding) == ("train.py", marker_line("conc_lambda_dataset", "lambda"))
     assert_observed_blocking(finding)
     data = finding["evidence"]["data"]
     assert data["start_method"] == "spawn" and data["used"] == "fork" and data["batches_under_used"] > 0
@@ -125,11 +111,10 @@ def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_
     loader_lines = sorted(loader["site"]["line"] for loader in data["loaders"])
     assert loader_lines == sorted(marker_line("conc_lambda_dataset", m) for m in ("train-loader", "val-loader"))
     assert "2 DataLoaders" in finding["title"]
-    assert run.categories() == {"dataloader-hazard"}
 
 
 def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(shared_gate: Shared) -> None:
-    run, elapsed = gate(shared_gate, "conc_hang")
+    run, elapsed = shared_gate("conc_hang", *CONCURRENCY)
     assert run.returncode == 1
     [finding] = run.findings("hang")
     assert located(finding) == ("train.py", marker_line("conc_hang", "waits-forever"))
@@ -141,7 +126,7 @@ def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(shared_ga
 
 
 def test_documented_amp_loop_with_overflow_guard_is_clean(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_clean_amp")
+    run, _ = shared_gate("conc_clean_amp", *CONCURRENCY)
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     assert run.findings() == []
     checks = run.stage("concurrency")["details"]["checks"]
@@ -153,8 +138,7 @@ def test_documented_amp_loop_with_overflow_guard_is_clean(shared_gate: Shared) -
 
 
 def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_seeded_loader")
-    assert run.returncode == 0 and run.findings() == []
+    run, _ = shared_gate("conc_seeded_loader", *CONCURRENCY)
     loaders = run.stage("concurrency")["details"]["checks"]["dataloader"]
     [loader] = loaders["loaders"]
     assert loader["settings"]["num_workers"] == 2 and loader["batches"] == 3
@@ -163,18 +147,15 @@ def test_seeded_loader_with_workers_is_clean_under_fork_and_spawn(shared_gate: S
 
 
 def test_persistent_loader_recreated_each_epoch_is_a_medium_hazard(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_persistent")
-    assert run.returncode == 0 and run.report["decision"] == "PASS"
+    run, _ = shared_gate("conc_persistent", *CONCURRENCY)
     [finding] = run.findings("dataloader-hazard")
-    assert located(finding) == ("train.py", marker_line("conc_persistent", "recreated"))
-    assert finding["severity"] == "medium" and finding["blocking"] is False
     assert finding["evidence"]["data"]["constructions"] == 3
     # [tool.traingate.concurrency] dataloader_start_methods = ["fork"]: no spawn check
     assert run.stage("concurrency")["details"]["checks"]["dataloader"]["start_method_checks"] == []
 
 
 def test_no_entrypoint_skips_the_stage_with_its_reason(shared_gate: Shared) -> None:
-    run, _ = gate(shared_gate, "conc_no_entrypoint")
+    run, _ = shared_gate("conc_no_entrypoint", *CONCURRENCY)
     stage = run.stage("concurrency")
     assert stage["status"] == "skipped" and stage["findings"] == []
     assert "entrypoint" in stage["skipped_reason"]

@@ -11,21 +11,16 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import STAGES_READ_TOGETHER, TARGETS, GateRun, line_of, run_gate
+from tests.conftest import TARGETS, GateRun, line_of, run_gate
 
 pytestmark = pytest.mark.slow
 
 Shared = Callable[..., tuple[GateRun, float]]
+CORRECTNESS = ("--stages", "correctness")
 
 
 def marker_line(case: str, marker: str) -> int:
     return line_of(TARGETS / case / "train.py", f"# marker: {marker}")
-
-
-def gate(shared_gate: Shared, case: str) -> GateRun:
-    """The session's run of the fixture target (`shared_gate`)."""
-    stages = STAGES_READ_TOGETHER.get(case, "correctness")
-    return shared_gate(case, "--stages", stages, timeout=300)[0]
 
 
 def located(finding: dict[str, Any]) -> tuple[str, int]:
@@ -33,7 +28,7 @@ def located(finding: dict[str, Any]) -> tuple[str, int]:
 
 
 def test_clean_training_passes_every_check_including_accumulation(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_clean")
+    run = shared_gate("corr_clean", *CORRECTNESS)[0]
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     stage = run.stage("correctness")
     assert stage["status"] == "passed" and run.findings() == []
@@ -47,7 +42,7 @@ def test_clean_training_passes_every_check_including_accumulation(shared_gate: S
 
 def test_warmup_that_starts_at_lr_zero_is_a_low_finding_at_the_loops_lr_assignment(shared_gate: Shared) -> None:
     # One wasted step of a warm-up that starts at 0 by design: reported, not blocking, at the line that set the rate.
-    run = gate(shared_gate, "corr_lr_warmup")
+    run = shared_gate("corr_lr_warmup", *CORRECTNESS)[0]
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     [finding] = run.findings()
     assert finding["category"] == "ineffective-step" and finding["severity"] == "low" and finding["blocking"] is False
@@ -59,7 +54,7 @@ def test_warmup_that_starts_at_lr_zero_is_a_low_finding_at_the_loops_lr_assignme
 
 
 def test_parameters_outside_the_optimizer_and_without_gradients_are_named_where_built(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_unused")
+    run = shared_gate("corr_unused", *CORRECTNESS)[0]
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     findings = {f["evidence"]["data"]["reason"]: f for f in run.findings("unused-parameter")}
     assert set(findings) == {"not-in-optimizer", "no-gradient"} and len(run.findings()) == 2
@@ -75,7 +70,7 @@ def test_parameters_outside_the_optimizer_and_without_gradients_are_named_where_
 
 
 def test_a_loss_that_overflows_is_reported_at_its_first_non_finite_step(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_nan")
+    run = shared_gate("corr_nan", *CORRECTNESS)[0]
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     [finding] = run.findings()
     assert finding["category"] == "no-learning" and finding["severity"] == "critical" and finding["blocking"] is True
@@ -86,7 +81,7 @@ def test_a_loss_that_overflows_is_reported_at_its_first_non_finite_step(shared_g
 
 
 def test_unshuffled_training_loaders_are_reported_without_blocking(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_unshuffled")
+    run = shared_gate("corr_unshuffled", *CORRECTNESS)[0]
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     findings = run.findings("unshuffled-training")
     assert len(findings) == 2 and len(run.findings()) == 2
@@ -97,7 +92,7 @@ def test_unshuffled_training_loaders_are_reported_without_blocking(shared_gate: 
 
 
 def test_accumulated_loss_not_divided_gives_a_k_times_larger_gradient(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_accum")
+    run = shared_gate("corr_accum", *CORRECTNESS)[0]
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     [finding] = run.findings()
     assert finding["category"] == "grad-accumulation" and finding["blocking"] is True
@@ -121,7 +116,7 @@ def test_a_run_without_optimizer_steps_fails_closed(tmp_path: Path) -> None:
 
 
 def test_without_an_entrypoint_the_stage_is_skipped_with_a_reason(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "conc_no_entrypoint")
+    run = shared_gate("conc_no_entrypoint", *CORRECTNESS)[0]
     stage = run.stage("correctness")
     assert stage["status"] == "skipped" and "no entrypoint is configured" in stage["skipped_reason"]
 
@@ -145,14 +140,14 @@ def test_the_stage_is_skipped_after_the_entrypoint_hung_in_the_execution_stage(t
 def test_an_overflow_the_scaler_skips_is_not_a_loss_that_cannot_go_down(shared_gate: Shared) -> None:
     # One iteration's loss is multiplied by inf on purpose; the guard skips that step and the
     # parameters stay finite, so training recovered.
-    run = gate(shared_gate, "conc_clean_amp")
+    run = shared_gate("conc_clean_amp", *CORRECTNESS)[0]
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     assert run.findings() == []
     assert run.stage("correctness")["details"]["checks"]["observed"]["steps"] == 3
 
 
 def test_a_model_that_cannot_fit_one_batch_is_no_learning(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_overfit")
+    run = shared_gate("corr_overfit", *CORRECTNESS)[0]
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     # The cause is seen too: (8, 1) outputs against (8,) targets broadcast in mse_loss.
     [shape] = run.findings("loss-input-mismatch")
@@ -168,7 +163,7 @@ def test_a_model_that_cannot_fit_one_batch_is_no_learning(shared_gate: Shared) -
 
 
 def test_a_model_that_fits_one_batch_passes_and_the_run_stops_at_overfit_steps(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_overfit_clean")
+    run = shared_gate("corr_overfit_clean", *CORRECTNESS)[0]
     assert run.returncode == 0 and run.report["decision"] == "PASS" and run.findings() == []
     details = run.stage("correctness")["details"]
     check = details["checks"]["overfit"]
@@ -197,7 +192,7 @@ def test_correctness_configuration_and_policy(tmp_path: Path) -> None:
 
 
 def test_a_lambda_lr_warmup_from_zero_is_low_at_the_scheduler(shared_gate: Shared) -> None:
-    run = gate(shared_gate, "corr_sched_warmup")
+    run = shared_gate("corr_sched_warmup", *CORRECTNESS)[0]
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     [finding] = run.findings()
     assert finding["category"] == "ineffective-step" and finding["severity"] == "low" and finding["blocking"] is False

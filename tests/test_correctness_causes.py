@@ -1,7 +1,9 @@
 """ineffective-step naming its cause, and a BYOL-style trainer (an EMA target network under
 no_grad in train mode, an unused head in the optimizer), end to end: one `traingate run
 --stages correctness` per fixture target, shared by the assertions on its report; expected
-lines come from `# marker:` comments."""
+lines come from `# marker:` comments.
+The decision and each finding's category, severity and line are rows of
+tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 
@@ -9,32 +11,12 @@ import pytest
 
 from tests.conftest import GateRun
 from tests.correctness_runs import checks as _checks
-from tests.correctness_runs import correctness_gate as _gate
+from tests.correctness_runs import CORRECTNESS, Shared
 from tests.correctness_runs import located as _located
 from tests.correctness_runs import marker as _marker
 from tests.correctness_runs import site as _site
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def cleared(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_cleared_grads", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def cleared_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_cleared_grads_clean", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def byol(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_byol", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def byol_cleared(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_byol_cleared", tmp_path_factory)
 
 
 def _cleared_finding(run: GateRun, case: str, steps: int, params: int) -> None:
@@ -53,17 +35,14 @@ def _cleared_finding(run: GateRun, case: str, steps: int, params: int) -> None:
     assert "before the backward" in finding["fix"]
 
 
-def test_a_module_zero_grad_between_backward_and_step_names_the_clearing_line(cleared: GateRun) -> None:
+def test_a_module_zero_grad_between_backward_and_step_names_the_clearing_line(shared_gate: Shared) -> None:
+    cleared = shared_gate("corr_cleared_grads", *CORRECTNESS)[0]
     _cleared_finding(cleared, "corr_cleared_grads", steps=6, params=4)
     assert "Module.zero_grad" in cleared.findings()[0]["problem"]
 
 
-def test_the_same_loop_clearing_before_the_backward_passes(cleared_clean: GateRun) -> None:
-    assert cleared_clean.returncode == 0 and cleared_clean.report["decision"] == "PASS"
-    assert cleared_clean.findings() == []
-
-
-def test_a_byol_trainer_with_an_ema_target_under_no_grad_and_an_unused_head_passes(byol: GateRun) -> None:
+def test_a_byol_trainer_with_an_ema_target_under_no_grad_and_an_unused_head_passes(shared_gate: Shared) -> None:
+    byol = shared_gate("corr_byol", *CORRECTNESS)[0]
     assert byol.returncode == 0 and byol.report["decision"] == "PASS"
     # The target network's forward in train mode under no_grad fed the loss: training, judged so.
     modes = _checks(byol)["train_eval_mode"]
@@ -78,9 +57,10 @@ def test_a_byol_trainer_with_an_ema_target_under_no_grad_and_an_unused_head_pass
     assert "reaches no loss" in head["problem"]
 
 
-def test_the_byol_trainer_clearing_between_backward_and_step_counts_every_step(byol_cleared: GateRun) -> None:
+def test_the_byol_trainer_clearing_between_backward_and_step_counts_every_step(shared_gate: Shared) -> None:
     """The EMA update moves the target's parameters, which the optimizer holds, between steps:
     every step is still seen to change nothing."""
+    byol_cleared = shared_gate("corr_byol_cleared", *CORRECTNESS)[0]
     assert byol_cleared.returncode == 1
     [step] = byol_cleared.findings("ineffective-step")
     assert step["evidence"]["data"]["ineffective_count"] == 8

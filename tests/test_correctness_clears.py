@@ -3,14 +3,15 @@ under a condition that was false in the run (stale-gradients at the clear, with 
 and a `zero_grad()` at every micro-batch of an accumulation loop (grad-accumulation/
 discarded-backward at the clear, with the passes it threw away), each with its clean control.
 One `traingate run --stages correctness` per fixture target; expected lines come from
-`# marker:` comments."""
+`# marker:` comments.
+The decision and each finding's category, severity and line are rows of
+tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import GateRun
-from tests.correctness_runs import correctness_gate as _gate
+from tests.correctness_runs import CORRECTNESS, Shared
 from tests.correctness_runs import located as _located
 from tests.correctness_runs import marker as _marker
 from tests.correctness_runs import site as _site
@@ -18,27 +19,8 @@ from tests.correctness_runs import site as _site
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def skipped(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_skipped_clear", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def skipped_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_skipped_clear_clean", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def discarded(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_discarded_backward", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def discarded_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_discarded_backward_clean", tmp_path_factory)
-
-
-def test_a_zero_grad_under_a_false_condition_is_named_with_its_branch(skipped: GateRun) -> None:
+def test_a_zero_grad_under_a_false_condition_is_named_with_its_branch(shared_gate: Shared) -> None:
+    skipped = shared_gate("corr_skipped_clear", *CORRECTNESS)[0]
     case = "corr_skipped_clear"
     assert skipped.returncode == 1 and skipped.report["decision"] == "BLOCK"
     [finding] = skipped.findings()
@@ -54,12 +36,8 @@ def test_a_zero_grad_under_a_false_condition_is_named_with_its_branch(skipped: G
     assert "out from under `if self.scheduler:" in finding["fix"]
 
 
-def test_the_same_trainer_clearing_at_every_step_passes(skipped_clean: GateRun) -> None:
-    assert skipped_clean.returncode == 0 and skipped_clean.report["decision"] == "PASS"
-    assert skipped_clean.findings() == []
-
-
-def test_a_zero_grad_at_every_micro_batch_is_named_with_the_backward_passes_it_threw_away(discarded: GateRun) -> None:
+def test_a_zero_grad_at_every_micro_batch_is_named_with_the_backward_passes_it_threw_away(shared_gate: Shared) -> None:
+    discarded = shared_gate("corr_discarded_backward", *CORRECTNESS)[0]
     case = "corr_discarded_backward"
     assert discarded.returncode == 1 and discarded.report["decision"] == "BLOCK"
     [finding] = discarded.findings()  # no baseline: found by its cause
@@ -71,8 +49,3 @@ def test_a_zero_grad_at_every_micro_batch_is_named_with_the_backward_passes_it_t
     assert _site(data["clear_site"]) == _marker(case, "clear") and data["clear_call"] == "Optimizer.zero_grad"
     assert finding["title"].startswith("18 of 24 backward pass(es)") and "before any optimizer step used them" in finding["title"]
     assert "at every micro-batch" in finding["problem"]
-
-
-def test_the_same_accumulation_clearing_after_the_step_passes(discarded_clean: GateRun) -> None:
-    assert discarded_clean.returncode == 0 and discarded_clean.report["decision"] == "PASS"
-    assert discarded_clean.findings() == []

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import GateRun
 from tests.correctness_runs import checks as _checks
-from tests.correctness_runs import correctness_gate as _gate
+from tests.correctness_runs import CORRECTNESS, Shared
 from tests.correctness_runs import located as _located
 from tests.correctness_runs import marker as _marker
 from tests.correctness_runs import site as _site
@@ -17,27 +16,8 @@ from tests.correctness_runs import site as _site
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def softmax(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_loss_softmax", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def logits(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_loss_logits", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def mixed(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_batch_mixing", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def transposed(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_batch_mixing_clean", tmp_path_factory)
-
-
-def test_probabilities_into_cross_entropy_block_at_the_loss_naming_the_softmax(softmax: GateRun) -> None:
+def test_probabilities_into_cross_entropy_block_at_the_loss_naming_the_softmax(shared_gate: Shared) -> None:
+    softmax = shared_gate("corr_loss_softmax", *CORRECTNESS)[0]
     assert softmax.returncode == 1 and softmax.report["decision"] == "BLOCK"
     [finding] = softmax.findings()
     assert finding["category"] == "loss-input-mismatch" and finding["severity"] == "high" and finding["blocking"] is True
@@ -47,13 +27,15 @@ def test_probabilities_into_cross_entropy_block_at_the_loss_naming_the_softmax(s
     assert data["module"] == "Softmax" and _site(data["module_site"]) == _marker("corr_loss_softmax", "softmax")
 
 
-def test_the_softmax_classifier_batch_is_charted_clean(softmax: GateRun) -> None:
+def test_the_softmax_classifier_batch_is_charted_clean(shared_gate: Shared) -> None:
+    softmax = shared_gate("corr_loss_softmax", *CORRECTNESS)[0]
     # (8, 8) inputs: the DataLoader's batch shape says which 8 is the batch.
     check = _checks(softmax)["batch_mixing"]
     assert check["ran"] is True and check["mixed"] is False and check["batch_dim"] == 0
 
 
-def test_logits_into_cross_entropy_log_softmax_into_nll_and_logits_into_bce_pass(logits: GateRun) -> None:
+def test_logits_into_cross_entropy_log_softmax_into_nll_and_logits_into_bce_pass(shared_gate: Shared) -> None:
+    logits = shared_gate("corr_loss_logits", *CORRECTNESS)[0]
     assert logits.returncode == 0 and logits.report["decision"] == "PASS" and logits.findings() == []
     check = _checks(logits)["loss_input_mismatch"]
     assert check["ran"] is True and check["mismatches"] == 0
@@ -62,7 +44,8 @@ def test_logits_into_cross_entropy_log_softmax_into_nll_and_logits_into_bce_pass
     }
 
 
-def test_view_instead_of_transpose_blocks_at_the_gru_naming_the_view(mixed: GateRun) -> None:
+def test_view_instead_of_transpose_blocks_at_the_gru_naming_the_view(shared_gate: Shared) -> None:
+    mixed = shared_gate("corr_batch_mixing", *CORRECTNESS)[0]
     assert mixed.returncode == 1 and mixed.report["decision"] == "BLOCK"
     [finding] = mixed.findings()
     assert finding["category"] == "batch-mixing" and finding["severity"] == "high" and finding["blocking"] is True
@@ -75,7 +58,8 @@ def test_view_instead_of_transpose_blocks_at_the_gru_naming_the_view(mixed: Gate
     assert all(d["others_count"] > 0 and d["largest_other_gradient"] > 0 for d in data["dependencies"])
 
 
-def test_transpose_with_batchnorm_passes_and_says_what_it_charted(transposed: GateRun) -> None:
+def test_transpose_with_batchnorm_passes_and_says_what_it_charted(shared_gate: Shared) -> None:
+    transposed = shared_gate("corr_batch_mixing_clean", *CORRECTNESS)[0]
     assert transposed.returncode == 0 and transposed.report["decision"] == "PASS" and transposed.findings() == []
     check = _checks(transposed)["batch_mixing"]
     assert check["ran"] is True and check["mixed"] is False and check["samples_judged"] == [0, 7]

@@ -1,14 +1,15 @@
 """stale-gradients and train-eval-mode end to end: one `traingate run --stages correctness` per
 fixture target, shared by the assertions on its report; expected lines come from `# marker:`
-comments."""
+comments.
+The decision and each finding's category, severity and line are rows of
+tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 
 
 import pytest
 
-from tests.conftest import GateRun
-from tests.correctness_runs import correctness_gate as _gate
+from tests.correctness_runs import CORRECTNESS, Shared
 from tests.correctness_runs import located as _located
 from tests.correctness_runs import marker as _marker
 from tests.correctness_runs import site as _site
@@ -16,31 +17,9 @@ from tests.correctness_runs import site as _site
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def stale(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_stale_grads", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def accumulated(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_stale_grads_accum", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def eval_mode(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_eval_mode", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def eval_mode_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return _gate("corr_eval_mode_clean", tmp_path_factory)
-
-
-def test_gradients_never_cleared_block_at_the_step_naming_the_backward(stale: GateRun) -> None:
-    assert stale.returncode == 1 and stale.report["decision"] == "BLOCK"
+def test_gradients_never_cleared_block_at_the_step_naming_the_backward(shared_gate: Shared) -> None:
+    stale = shared_gate("corr_stale_grads", *CORRECTNESS)[0]
     [finding] = stale.findings()
-    assert finding["category"] == "stale-gradients" and finding["severity"] == "high" and finding["blocking"] is True
-    assert _located(finding) == _marker("corr_stale_grads", "step")
     data = finding["evidence"]["data"]
     assert _site(data["backward_site"]) == _marker("corr_stale_grads", "backward")
     # 8 steps: every one after the first applies what the earlier ones left.
@@ -48,21 +27,22 @@ def test_gradients_never_cleared_block_at_the_step_naming_the_backward(stale: Ga
     assert all(s["carried_share"] > 0 and s["params_carrying"] == s["params"] == 4 for s in data["per_step"])
 
 
-def test_the_stale_check_and_the_mode_check_say_what_they_judged(stale: GateRun) -> None:
+def test_the_stale_check_and_the_mode_check_say_what_they_judged(shared_gate: Shared) -> None:
+    stale = shared_gate("corr_stale_grads", *CORRECTNESS)[0]
     checks = stale.stage("correctness")["details"]["checks"]
     assert checks["stale_gradients"]["ran"] is True and checks["stale_gradients"]["steps_stale"] == 7
     # No Dropout or BatchNorm in this model: the mode check says it could not apply.
     assert checks["train_eval_mode"]["applicable"] is False and "not applicable" in checks["train_eval_mode"]["note"]
 
 
-def test_deliberate_accumulation_cleared_after_each_step_passes(accumulated: GateRun) -> None:
-    assert accumulated.returncode == 0 and accumulated.report["decision"] == "PASS"
-    assert accumulated.findings() == []
+def test_deliberate_accumulation_cleared_after_each_step_passes(shared_gate: Shared) -> None:
+    accumulated = shared_gate("corr_stale_grads_accum", *CORRECTNESS)[0]
     check = accumulated.stage("correctness")["details"]["checks"]["stale_gradients"]
     assert check["ran"] is True and check["steps_judged"] == 7 and check["steps_stale"] == 0
 
 
-def test_training_left_in_eval_mode_blocks_at_the_eval_call_naming_the_forward(eval_mode: GateRun) -> None:
+def test_training_left_in_eval_mode_blocks_at_the_eval_call_naming_the_forward(shared_gate: Shared) -> None:
+    eval_mode = shared_gate("corr_eval_mode", *CORRECTNESS)[0]
     assert eval_mode.returncode == 1 and eval_mode.report["decision"] == "BLOCK"
     findings = {f["evidence"]["data"]["mode"]: f for f in eval_mode.findings("train-eval-mode")}
     assert set(findings) == {"eval", "train"} and len(eval_mode.findings()) == 2
@@ -77,7 +57,8 @@ def test_training_left_in_eval_mode_blocks_at_the_eval_call_naming_the_forward(e
     assert data["steps_affected"] == list(range(4, 12))
 
 
-def test_a_no_grad_forward_in_train_mode_blocks_at_that_call(eval_mode: GateRun) -> None:
+def test_a_no_grad_forward_in_train_mode_blocks_at_that_call(shared_gate: Shared) -> None:
+    eval_mode = shared_gate("corr_eval_mode", *CORRECTNESS)[0]
     logged = next(f for f in eval_mode.findings("train-eval-mode") if f["evidence"]["data"]["mode"] == "train")
     assert logged["blocking"] is True and _located(logged) == _marker("corr_eval_mode", "logged")
     data = logged["evidence"]["data"]
@@ -85,8 +66,7 @@ def test_a_no_grad_forward_in_train_mode_blocks_at_that_call(eval_mode: GateRun)
     assert {m["name"] for m in data["modules"]} == {"body.1", "body.3"}
 
 
-def test_evaluation_that_switches_back_and_update_bn_pass(eval_mode_clean: GateRun) -> None:
-    assert eval_mode_clean.returncode == 0 and eval_mode_clean.report["decision"] == "PASS"
-    assert eval_mode_clean.findings() == []
+def test_evaluation_that_switches_back_and_update_bn_pass(shared_gate: Shared) -> None:
+    eval_mode_clean = shared_gate("corr_eval_mode_clean", *CORRECTNESS)[0]
     check = eval_mode_clean.stage("correctness")["details"]["checks"]["train_eval_mode"]
     assert check["ran"] is True and check["dependent_modules"] == 2 and check["library_calls"] > 0

@@ -4,11 +4,12 @@ the target's code: one blocking `environment` finding per run, naming every miss
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.conftest import TARGETS, GateRun, line_of
 from traingate.pipeline.model.config import PolicyConfig, TargetConfig
 from traingate.pipeline.model.schema import Category
 from traingate.stages.base import StageContext
@@ -113,9 +114,9 @@ def test_a_module_installed_under_another_name_is_installed_by_that_name() -> No
     assert "Declare scikit-learn (for sklearn), traingate-absent-x in" in install_advice(found)
 
 
-@pytest.fixture(scope="module")
-def env_gate(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return run_gate(FIXTURE, tmp_path_factory.mktemp("env_missing_package") / "out")
+@pytest.fixture
+def env_gate(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRun:
+    return shared_gate("env_missing_package")[0]
 
 
 @pytest.mark.slow

@@ -19,10 +19,8 @@ pytestmark = pytest.mark.slow
 HANG_BUDGET_S = 10  # timeout_s of exec_hang
 
 
-@pytest.fixture(scope="session")
-def exec_gate(shared_gate: Callable[..., tuple[GateRun, float]]) -> Callable[[str], tuple[GateRun, float]]:
-    """gate run of tests/targets/<case> with only the execution stage, and its wall time."""
-    return lambda case: shared_gate(case, "--stages", "execution", timeout=300)
+EXECUTION = ("--stages", "execution")
+Shared = Callable[..., tuple[GateRun, float]]
 
 
 def line_of(case: str, path: str, marker: str) -> int:
@@ -43,8 +41,8 @@ def loc(finding: dict) -> tuple[str, int | None]:
 # -- a hanging suite (first: the longest run starts while the other worker takes the rest)
 
 
-def test_hanging_suite_is_a_hang_within_the_budget(exec_gate):
-    gate, wall = exec_gate("exec_hang")
+def test_hanging_suite_is_a_hang_within_the_budget(shared_gate: Shared):
+    gate, wall = shared_gate("exec_hang", *EXECUTION)
     assert gate.returncode == 1
     hang = only(gate, "hang")
     assert loc(hang) == ("tests/test_wait.py", line_of("exec_hang", "tests/test_wait.py", "planted: nothing ever sets it"))
@@ -58,8 +56,8 @@ def test_hanging_suite_is_a_hang_within_the_budget(exec_gate):
 # -- the clean control ---------------------------------------------------------------------
 
 
-def test_clean_control_passes(exec_gate):
-    gate, _ = exec_gate("exec_clean")
+def test_clean_control_passes(shared_gate: Shared):
+    gate, _ = shared_gate("exec_clean", *EXECUTION)
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert gate.report["decision"] == "PASS"
     stage = gate.stage("execution")
@@ -68,8 +66,8 @@ def test_clean_control_passes(exec_gate):
     assert gate.categories() == set()
 
 
-def test_clean_control_reports_tests_smoke_call_and_coverage(exec_gate):
-    gate, _ = exec_gate("exec_clean")
+def test_clean_control_reports_tests_smoke_call_and_coverage(shared_gate: Shared):
+    gate, _ = shared_gate("exec_clean", *EXECUTION)
     stage = gate.stage("execution")
     metrics = {m["name"]: m["value"] for m in stage["metrics"]}
     assert metrics["tests_collected"] == 2 and metrics["tests_passed"] == 2 and metrics["tests_failed"] == 0
@@ -84,14 +82,14 @@ def test_clean_control_reports_tests_smoke_call_and_coverage(exec_gate):
     assert any("AMP off (the kwargs do not set it) first" in n for n in details["smoke"]["notes"])
 
 
-def test_clean_control_leaves_the_target_untouched(exec_gate):
-    exec_gate("exec_clean")
+def test_clean_control_leaves_the_target_untouched(shared_gate: Shared):
+    shared_gate("exec_clean", *EXECUTION)
     leftovers = [p for p in (TARGETS / "exec_clean").rglob("*") if p.name in ("__pycache__", ".pytest_cache", ".coverage") or p.suffix == ".xml"]
     assert leftovers == []
 
 
-def test_markdown_shows_results_skips_smoke_call_then_findings(exec_gate):
-    gate, _ = exec_gate("exec_defects")
+def test_markdown_shows_results_skips_smoke_call_then_findings(shared_gate: Shared):
+    gate, _ = shared_gate("exec_defects", *EXECUTION)
     md = (gate.out / "execution.md").read_text()
     order = [md.index(h) for h in ("## Test results", "### Skipped tests (4)", "## Smoke call of the entrypoint", "## Findings")]
     assert order == sorted(order)
@@ -102,8 +100,8 @@ def test_markdown_shows_results_skips_smoke_call_then_findings(exec_gate):
 # -- planted defects: failing test, skips, crash in a helper, untested entrypoint, deprecations
 
 
-def test_failing_test_is_located_at_its_assert(exec_gate):
-    gate, _ = exec_gate("exec_defects")
+def test_failing_test_is_located_at_its_assert(shared_gate: Shared):
+    gate, _ = shared_gate("exec_defects", *EXECUTION)
     assert gate.returncode == 1 and gate.report["decision"] == "BLOCK"
     failure = only(gate, "test-failure")
     assert loc(failure) == ("tests/test_model.py", line_of("exec_defects", "tests/test_model.py", "planted: fails"))
@@ -115,15 +113,15 @@ def test_failing_test_is_located_at_its_assert(exec_gate):
     assert "| AssertionError: shape \\| mismatch |" in row and "\x1b" not in row
 
 
-def test_xfailed_test_is_not_a_failure(exec_gate):
-    gate, _ = exec_gate("exec_defects")
+def test_xfailed_test_is_not_a_failure(shared_gate: Shared):
+    gate, _ = shared_gate("exec_defects", *EXECUTION)
     outcomes = {t["nodeid"].split("::")[-1]: t["outcome"] for t in gate.stage("execution")["details"]["pytest"]["tests"]}
     assert outcomes["test_known_issue"] == "xfailed"
     assert outcomes["test_addition_passes"] == "passed"
 
 
-def test_skip_reasons_are_grouped(exec_gate):
-    gate, _ = exec_gate("exec_defects")
+def test_skip_reasons_are_grouped(shared_gate: Shared):
+    gate, _ = shared_gate("exec_defects", *EXECUTION)
     skips = {f["title"]: f for f in gate.findings("skipped-tests")}
     # The xfail is named too, at medium: an xfail hides a failure whatever put it there.
     assert set(skips) == {"3 test(s) skipped: CUDA not available", "1 test(s) skipped: needs the full dataset", "1 test(s) xfailed: known rounding issue"}
@@ -133,8 +131,8 @@ def test_skip_reasons_are_grouped(exec_gate):
     assert len(skips["3 test(s) skipped: CUDA not available"]["evidence"]["data"]["tests"]) == 3
 
 
-def test_entrypoint_keyerror_is_located_in_the_helper(exec_gate):
-    gate, _ = exec_gate("exec_defects")
+def test_entrypoint_keyerror_is_located_in_the_helper(shared_gate: Shared):
+    gate, _ = shared_gate("exec_defects", *EXECUTION)
     crash = only(gate, "entrypoint-crash")
     assert loc(crash) == ("train_loop.py", line_of("exec_defects", "train_loop.py", "planted: KeyError"))
     assert crash["location"]["function"] == "_summarise"
@@ -146,16 +144,16 @@ def test_entrypoint_keyerror_is_located_in_the_helper(exec_gate):
     assert "entrypoint.py" not in shown and 'train_loop.py", line' in shown.splitlines()[2]
 
 
-def test_untested_entrypoint_is_reported_not_blocking(exec_gate):
-    gate, _ = exec_gate("exec_defects")
+def test_untested_entrypoint_is_reported_not_blocking(shared_gate: Shared):
+    gate, _ = shared_gate("exec_defects", *EXECUTION)
     untested = only(gate, "entrypoint-untested")
     assert loc(untested) == ("train_loop.py", line_of("exec_defects", "train_loop.py", "def fit("))
     assert untested["severity"] == "medium" and untested["blocking"] is False
     assert untested["evidence"]["kind"] == "observed"
 
 
-def test_deprecated_amp_apis_in_a_test_and_in_the_entrypoint(exec_gate):
-    gate, _ = exec_gate("exec_defects")
+def test_deprecated_amp_apis_in_a_test_and_in_the_entrypoint(shared_gate: Shared):
+    gate, _ = shared_gate("exec_defects", *EXECUTION)
     found = {loc(f): f for f in gate.findings("deprecated-api")}
     in_test = ("tests/test_model.py", line_of("exec_defects", "tests/test_model.py", "torch.cuda.amp.autocast"))
     in_entrypoint = ("train_loop.py", line_of("exec_defects", "train_loop.py", "planted: deprecated API"))
@@ -165,10 +163,10 @@ def test_deprecated_amp_apis_in_a_test_and_in_the_entrypoint(exec_gate):
     assert found[in_entrypoint]["evidence"]["data"]["sources"] == ["smoke"]
 
 
-def test_a_deprecated_api_called_from_several_lines_is_one_finding_naming_each(exec_gate):
+def test_a_deprecated_api_called_from_several_lines_is_one_finding_naming_each(shared_gate: Shared):
     # torch issues the weight_norm warning from one line of its own, so a filter that shows a
     # warning once per issuing line would keep only the first calling line of the target.
-    gate, _ = exec_gate("exec_repeated_deprecation")
+    gate, _ = shared_gate("exec_repeated_deprecation", *EXECUTION)
     [found] = gate.findings("deprecated-api")  # one cause, one fix: one finding
     planted = [("tcn.py", line_of("exec_repeated_deprecation", "tcn.py", f"planted: {where}")) for where in ("first call", "second call", "in a loop")]
     # Each line once: the loop's three calls from one line are one place, not three.
@@ -184,8 +182,8 @@ def test_a_deprecated_api_called_from_several_lines_is_one_finding_naming_each(e
 # -- collection error and death by signal ----------------------------------------------------
 
 
-def test_import_error_is_located_in_the_imported_module(exec_gate):
-    gate, _ = exec_gate("exec_collect")
+def test_import_error_is_located_in_the_imported_module(shared_gate: Shared):
+    gate, _ = shared_gate("exec_collect", *EXECUTION)
     assert gate.returncode == 1
     # The module the test imports needs a package that is not installed: the environment's.
     assert "collection-error" not in gate.categories()
@@ -197,8 +195,8 @@ def test_import_error_is_located_in_the_imported_module(exec_gate):
     assert "no-tests" not in gate.categories()  # the collection error already explains it
 
 
-def test_sigkill_in_the_entrypoint_is_located_at_the_kill(exec_gate):
-    gate, _ = exec_gate("exec_collect")
+def test_sigkill_in_the_entrypoint_is_located_at_the_kill(shared_gate: Shared):
+    gate, _ = shared_gate("exec_collect", *EXECUTION)
     crash = only(gate, "entrypoint-crash")
     assert loc(crash) == ("runner.py", line_of("exec_collect", "runner.py", "planted: death by signal"))
     assert crash["evidence"]["data"]["signal"] == "SIGKILL"
@@ -208,8 +206,8 @@ def test_sigkill_in_the_entrypoint_is_located_at_the_kill(exec_gate):
 # -- nothing ran -------------------------------------------------------------------------------
 
 
-def test_suite_without_tests_blocks(exec_gate):
-    gate, _ = exec_gate("exec_empty")
+def test_suite_without_tests_blocks(shared_gate: Shared):
+    gate, _ = shared_gate("exec_empty", *EXECUTION)
     assert gate.returncode == 1
     no_tests = only(gate, "no-tests")
     assert no_tests["blocking"] is True
@@ -218,16 +216,16 @@ def test_suite_without_tests_blocks(exec_gate):
     assert details["smoke"]["configured"] is False and "no entrypoint" in details["smoke"]["notes"][0]
 
 
-def test_pytest_exiting_zero_having_run_nothing_fails_closed(exec_gate):
-    gate, _ = exec_gate("exec_exit_zero")
+def test_pytest_exiting_zero_having_run_nothing_fails_closed(shared_gate: Shared):
+    gate, _ = shared_gate("exec_exit_zero", *EXECUTION)
     assert gate.stage("execution")["details"]["pytest"]["exit_status"] == 0
     assert gate.returncode == 1 and gate.report["decision"] == "BLOCK"
     no_tests = only(gate, "no-tests")
     assert no_tests["blocking"] is True and "status 0" in no_tests["problem"]
 
 
-def test_pytest_exit_zero_from_a_hook_fails_closed_at_the_exit(exec_gate):
-    gate, _ = exec_gate("exec_hook_exit")
+def test_pytest_exit_zero_from_a_hook_fails_closed_at_the_exit(shared_gate: Shared):
+    gate, _ = shared_gate("exec_hook_exit", *EXECUTION)
     assert gate.stage("execution")["details"]["pytest"]["exit_status"] == 0
     assert gate.returncode == 1
     no_tests = only(gate, "no-tests")

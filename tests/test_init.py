@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TARGETS, line_of, run_gate, start_cli
+from tests.conftest import TARGETS, cli_in_process, line_of, run_gate, start_cli
 from tests.test_entrypoint_shapes import make_target
 from traingate.pipeline.gate.init_propose import candidates, hint
 from traingate.pipeline.gate.init_scan import scan
@@ -248,12 +248,12 @@ def test_the_written_configuration_runs_the_gate_with_every_step_observed(initia
     assert smoke_run["budget_stop"].startswith("stopped by the step budget after 16 optimizer steps")
 
 
-@pytest.mark.slow
 def test_an_existing_configuration_is_kept_unless_forced_and_dry_run_prints(tmp_path: Path):
     make_target(tmp_path, {"train.py": "import torch\nloss = torch.ones(1, requires_grad=True).sum()\nloss.backward()\noptimizer.step()\n", "traingate.toml": "tests = false\n"})
-    refused = start_cli(["init", str(tmp_path), "--no-check"])
+    # --no-check runs nothing of the target's: the command runs in this process.
+    refused = cli_in_process("init", str(tmp_path), "--no-check")
     assert refused.returncode == 2 and "traingate.toml already configures traingate" in refused.stderr
-    printed = start_cli(["init", str(tmp_path), "--no-check", "--dry-run"])
+    printed = cli_in_process("init", str(tmp_path), "--no-check", "--dry-run")
     assert printed.returncode == 0 and 'script = "train.py"' in printed.stdout
     assert (tmp_path / "traingate.toml").read_text() == "tests = false\n"
 

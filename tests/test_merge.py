@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TARGETS, cli_in_process, run_gate
+from tests.conftest import GateRun, cli_in_process
 from tests.report_builders import measured, report, stage, write
 from traingate.pipeline.gate.merge import MergeError, merge_reports
 from traingate.pipeline.gate.policy import decide
@@ -92,8 +93,8 @@ def test_parts_that_do_not_belong_together_are_refused(tmp_path: Path, change: d
     assert not (tmp_path / "merged" / "report.json").exists()
 
 
-def test_a_real_cpu_part_merges_with_a_gpu_part(tmp_path: Path) -> None:
-    cpu = run_gate(TARGETS / "exec_clean", tmp_path / "cpu", "--stages", "execution", "--version", "v1")
+def test_a_real_cpu_part_merges_with_a_gpu_part(tmp_path: Path, shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
+    cpu, _ = shared_gate("exec_clean", "--stages", "execution")  # the run tests/test_execution.py reads
     assert cpu.returncode == 0, cpu.stderr
     real = PipelineReport.model_validate(cpu.report)
     gpu = report([stage("performance"), stage("concurrency"), stage("correctness")], device="cuda", task=real.task, version=real.version, commit=real.target.commit)

@@ -68,21 +68,21 @@ CASES: dict[str, tuple[str, str, str, list[tuple[str, str, str]]]] = {
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], GateRun]:
-    """runs(case, configured): the gate's run of the fixture as it is (no entrypoint), or of a
-    copy with the hand-written entrypoint; each run once for the module."""
+def runs(tmp_path_factory: pytest.TempPathFactory, shared_gate: Callable[..., tuple[GateRun, float]]) -> Callable[[str, bool], GateRun]:
+    """runs(case, configured): the session's run of the fixture as it is (no entrypoint), or
+    the run of a copy with the hand-written entrypoint, once for the module."""
     done: dict[tuple[str, bool], GateRun] = {}
 
     def run(case: str, configured: bool) -> GateRun:
+        stages, entrypoint, _, _ = CASES[case]
+        if not configured:
+            return shared_gate(case, "--stages", stages)[0]
         if (case, configured) not in done:
-            stages, entrypoint, _, _ = CASES[case]
-            base = tmp_path_factory.mktemp(f"{case}-{'configured' if configured else 'observed'}")
-            target = TARGETS / case
-            if configured:
-                target = base / "repo"
-                shutil.copytree(TARGETS / case, target)
-                with (target / "pyproject.toml").open("a") as toml:
-                    toml.write(f"\n[tool.traingate.entrypoint]\n{entrypoint}\n")
+            base = tmp_path_factory.mktemp(f"{case}-configured")
+            target = base / "repo"
+            shutil.copytree(TARGETS / case, target)
+            with (target / "pyproject.toml").open("a") as toml:
+                toml.write(f"\n[tool.traingate.entrypoint]\n{entrypoint}\n")
             done[(case, configured)] = run_gate(target, base / "out", "--stages", stages)
         return done[(case, configured)]
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jsonschema
 import pytest
 
-from tests.conftest import TARGETS, GateRun, run_gate
+from tests.conftest import TARGETS, GateRun
 from traingate.pipeline.model.findings import locations_data
 from traingate.pipeline.gate.policy import PASS_SCORE_FLOOR
 from traingate.pipeline.model.config import TargetConfig
@@ -25,10 +26,9 @@ NARROWED = TARGETS / "exec_narrowed_suite"
 LEFT_OUT = [f"tests/test_m{n:02d}.py" for n in range(2, 22)]
 
 
-@pytest.fixture(scope="module")
-def narrowed_gate(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    out = tmp_path_factory.mktemp("narrowed") / "out"
-    return run_gate(NARROWED, out, "--stages", "execution", "--format", "json,md,sarif")
+@pytest.fixture
+def narrowed_gate(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRun:
+    return shared_gate("exec_narrowed_suite", "--stages", "execution", "--format", "json,md,sarif")[0]
 
 
 @pytest.mark.slow

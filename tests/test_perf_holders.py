@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import TARGETS, line_of
-from tests.test_performance import metric, only, perf_gate
+from tests.test_performance import PERFORMANCE, Shared, metric, only
 from traingate.stages.performance.probe.payloads import HolderRecord
 from traingate.stages.performance.probe.frame_index import FrameIndex
 from traingate.stages.performance.probe.holders import chain_keys, find_holder, live_tensors_with
@@ -65,8 +65,8 @@ def test_stores_are_found_in_the_source_and_initialisation_is_not_one() -> None:
 
 
 @pytest.mark.slow
-def test_a_tracker_keeping_every_steps_outputs_leaks_at_the_store(tmp_path: Path) -> None:
-    run = perf_gate(TRACKER, tmp_path / "out")
+def test_a_tracker_keeping_every_steps_outputs_leaks_at_the_store(shared_gate: Shared) -> None:
+    run = shared_gate("perf_leak_tracker", *PERFORMANCE)[0]
     assert run.returncode == 1
     leak = only(run, "memory-leak")
     assert leak["location"] == {"path": "train.py", "line": line_of(TRACKER / "train.py", "marker: tracker-store"), "function": "update"}
@@ -83,7 +83,7 @@ def test_a_tracker_keeping_every_steps_outputs_leaks_at_the_store(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_the_same_tracker_reset_every_step_holds_nothing(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_leak_tracker_reset", tmp_path / "out")
+def test_the_same_tracker_reset_every_step_holds_nothing(shared_gate: Shared) -> None:
+    run = shared_gate("perf_leak_tracker_reset", *PERFORMANCE)[0]
     assert "memory-leak" not in run.categories(), [f["title"] for f in run.findings()]
     assert metric(run, "memory held between steps")["passed"] is True

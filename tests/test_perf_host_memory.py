@@ -4,6 +4,7 @@ and end to end on a loop whose step builds more than 10,000 autograd nodes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import torch
 
 from tests.conftest import TARGETS, GateRun, line_of
 from tests.test_perf_units import make_ctx, memory_record
-from tests.test_performance import perf_gate
+from tests.test_performance import PERFORMANCE
 from traingate.pipeline.model.schema import Severity
 from traingate.stages.performance import memory as perf_memory
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES
@@ -99,9 +100,9 @@ def test_a_graph_past_the_node_cap_is_followed_by_the_steps_it_holds(tmp_path: P
     assert perf_memory.analyse(make_ctx(tmp_path), memory_record(steady), 3, 8, "cpu")[1] == []
 
 
-@pytest.fixture(scope="module")
-def heavy_leak(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return perf_gate(TARGETS / "perf_leak_heavy_graph", tmp_path_factory.mktemp("heavy") / "out")
+@pytest.fixture
+def heavy_leak(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRun:
+    return shared_gate("perf_leak_heavy_graph", *PERFORMANCE)[0]
 
 
 @pytest.mark.slow
@@ -118,9 +119,9 @@ def test_a_running_total_over_a_10000_node_step_blocks_at_the_storing_line(heavy
     assert host["passed"] is False and host["value"] >= 1 << 20
 
 
-@pytest.fixture(scope="module")
-def heavy_clean(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return perf_gate(TARGETS / "perf_heavy_graph_clean", tmp_path_factory.mktemp("heavy-clean") / "out")
+@pytest.fixture
+def heavy_clean(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRun:
+    return shared_gate("perf_heavy_graph_clean", *PERFORMANCE)[0]
 
 
 @pytest.mark.slow

@@ -16,8 +16,7 @@ from traingate.stages.performance.probe.payloads import LeakCheck
 Shared = Callable[..., tuple[GateRun, float]]
 
 
-def _gate(shared_gate: Shared, case: str) -> GateRun:
-    return shared_gate(case, "--stages", "performance", timeout=300)[0]
+PERFORMANCE = ("--stages", "performance")
 
 
 def _marker(case: str, name: str) -> tuple[str, int]:
@@ -30,7 +29,7 @@ def _located(finding: dict) -> tuple[str, int]:
 
 @pytest.mark.slow
 def test_the_list_that_keeps_every_step_is_named_not_the_local_holding_the_last_three(shared_gate: Shared) -> None:
-    run = _gate(shared_gate, "perf_leak_list_window")
+    run = shared_gate("perf_leak_list_window", *PERFORMANCE)[0]
     [finding] = run.findings("memory-leak")
     assert finding["severity"] == "high" and run.report["decision"] == "BLOCK"
     assert _located(finding) == _marker("perf_leak_list_window", "leak-append")
@@ -44,7 +43,7 @@ def test_the_list_that_keeps_every_step_is_named_not_the_local_holding_the_last_
 @pytest.mark.slow
 def test_a_graph_released_at_every_epochs_end_is_a_leak_scaling_with_the_epoch(shared_gate: Shared) -> None:
     case = "perf_leak_epoch_total"
-    run = _gate(shared_gate, case)
+    run = shared_gate(case, *PERFORMANCE)[0]
     [finding] = run.findings("memory-leak")
     assert finding["severity"] == "medium" and finding["blocking"] is False  # bounded by the run's epochs
     assert _located(finding) == _marker(case, "epoch-total")
@@ -59,7 +58,7 @@ def test_a_graph_released_at_every_epochs_end_is_a_leak_scaling_with_the_epoch(s
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["perf_leak_list_window_clean", "perf_leak_epoch_total_clean"])
 def test_the_same_loops_keeping_numbers_have_no_leak(shared_gate: Shared, case: str) -> None:
-    run = _gate(shared_gate, case)
+    run = shared_gate(case, *PERFORMANCE)[0]
     assert run.findings("memory-leak") == []
     assert run.stage("performance")["details"]["memory"]["verdict"]["leak"] is False
 

@@ -3,13 +3,12 @@ missed without the finding that explains it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import TARGETS, line_of
 from tests.test_perf_units import MACHINE, QUIET_RUN, quiet_timings
-from tests.test_performance import metric, only, perf_gate
+from tests.test_performance import PERFORMANCE, Shared, metric, only
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.performance.consistency import missed_without_finding, undecided_misses
 from traingate.stages.performance.leak import decide
@@ -60,9 +59,9 @@ def test_a_missed_metric_without_its_finding_is_shown_undecided() -> None:
 
 
 @pytest.mark.slow
-def test_five_profiled_steps_waiting_on_data_are_an_input_stall(tmp_path: Path) -> None:
+def test_five_profiled_steps_waiting_on_data_are_an_input_stall(shared_gate: Shared) -> None:
     target = TARGETS / "perf_stall_few_steps"
-    run = perf_gate(target, tmp_path / "out")
+    run = shared_gate("perf_stall_few_steps", *PERFORMANCE)[0]
     assert run.returncode == 1
     stall = only(run, "input-stall")
     assert stall["location"] == {"path": "train.py", "line": line_of(target / "train.py", "marker: filterbank-getitem"), "function": "__getitem__"}

@@ -158,9 +158,9 @@ def test_nothing_growing_is_no_leak_on_either_measure(tmp_path: Path) -> None:
 
 
 # -- end to end ----------------------------------------------------------------------------
-def perf_gate(shared_gate: Callable[..., tuple[GateRun, float]], target: str) -> GateRun:
-    """The performance stage on a fixture target, run once for the session (test_performance reads the same runs)."""
-    return shared_gate(target, "--stages", "performance", timeout=400)[0]
+# The performance stage on a fixture target: the session's run (`shared_gate`), which
+# test_performance reads too.
+PERFORMANCE = ("--stages", "performance")
 
 
 def memory_section(run: GateRun) -> str:
@@ -175,7 +175,7 @@ def held_growth(run: GateRun) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["perf_leak_graph", "perf_leak_running_total"])
 def test_a_graph_leak_has_one_verdict_with_both_measures(target: str, shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
-    run = perf_gate(shared_gate, target)
+    run = shared_gate(target, *PERFORMANCE)[0]
     assert run.returncode == 1 and run.categories() == {"memory-leak"}
     [leak] = run.findings("memory-leak")
     assert leak["blocking"]
@@ -197,7 +197,7 @@ def test_a_graph_leak_has_one_verdict_with_both_measures(target: str, shared_gat
 
 @pytest.mark.slow
 def test_the_clean_control_says_no_leak_on_both_measures(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
-    run = perf_gate(shared_gate, "perf_clean_plain")
+    run = shared_gate("perf_clean_plain", *PERFORMANCE)[0]
     assert run.returncode == 0 and run.findings() == []
     assert held_growth(run)["passed"] is True
     verdict = run.stage("performance")["details"]["memory"]["verdict"]

@@ -18,14 +18,10 @@ from tests.conftest import REPO, TARGETS, GateRun, line_of, run_gate
 pytestmark = pytest.mark.slow
 
 
-def perf_gate(target: Path, out: Path, *args: str) -> GateRun:
-    # One intra-op thread per run (conftest) keeps the timings of two workers on two cores sane.
-    return run_gate(target, out, "--stages", "performance", *args, timeout=400)
-
-
-def shared_perf_gate(shared_gate: Callable[..., tuple[GateRun, float]], case: str) -> GateRun:
-    """The performance stage on a fixture target, run once for the session (test_perf_verdicts reads the same runs)."""
-    return shared_gate(case, "--stages", "performance", timeout=400)[0]
+# The performance stage alone: a fixture target's run is the session's (`shared_gate`), which
+# test_perf_verdicts and others read too; a target a test builds gets a run of its own.
+PERFORMANCE = ("--stages", "performance")
+Shared = Callable[..., tuple[GateRun, float]]
 
 
 def marker_line(path: Path, marker: str) -> int:
@@ -42,8 +38,8 @@ def metric(run: GateRun, prefix: str) -> dict[str, Any]:
     return next(m for m in run.stage("performance")["metrics"] if m["name"].startswith(prefix))
 
 
-def test_losses_kept_with_their_graph_leak_at_the_append(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
-    run = shared_perf_gate(shared_gate, "perf_leak_graph")
+def test_losses_kept_with_their_graph_leak_at_the_append(shared_gate: Shared) -> None:
+    run = shared_gate("perf_leak_graph", *PERFORMANCE)[0]
     assert run.returncode == 1 and run.report["decision"] == "BLOCK"
     leak = only(run, "memory-leak")
     assert leak["location"]["path"] == "train.py"
@@ -57,8 +53,8 @@ def test_losses_kept_with_their_graph_leak_at_the_append(shared_gate: Callable[.
     assert run.categories() == {"memory-leak"}
 
 
-def test_an_unbounded_cache_on_a_trainer_leaks_where_it_is_filled(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_leak_cache", tmp_path / "out")
+def test_an_unbounded_cache_on_a_trainer_leaks_where_it_is_filled(shared_gate: Shared) -> None:
+    run = shared_gate("perf_leak_cache", *PERFORMANCE)[0]
     assert run.returncode == 1
     leak = only(run, "memory-leak")
     assert leak["location"] == {
@@ -74,8 +70,8 @@ def test_an_unbounded_cache_on_a_trainer_leaks_where_it_is_filled(tmp_path: Path
     assert "xychart-beta" in md and "Held by `self.feature_cache` (dict) of `Trainer`" in md
 
 
-def test_per_step_reads_are_host_syncs_at_each_line(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_sync", tmp_path / "out")
+def test_per_step_reads_are_host_syncs_at_each_line(shared_gate: Shared) -> None:
+    run = shared_gate("perf_sync", *PERFORMANCE)[0]
     source = TARGETS / "perf_sync" / "loop.py"
     assert run.returncode == 0 and run.report["decision"] == "PASS"
     found = {f["location"]["line"]: f for f in run.findings("host-sync")}
@@ -90,8 +86,8 @@ def test_per_step_reads_are_host_syncs_at_each_line(tmp_path: Path) -> None:
     assert run.categories() == {"host-sync"}
 
 
-def test_autocast_around_nothing_is_amp_inactive(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_amp_inactive", tmp_path / "out")
+def test_autocast_around_nothing_is_amp_inactive(shared_gate: Shared) -> None:
+    run = shared_gate("perf_amp_inactive", *PERFORMANCE)[0]
     assert run.returncode == 1
     inactive = only(run, "amp-inactive")
     assert inactive["location"]["line"] == marker_line(TARGETS / "perf_amp_inactive" / "train.py", "amp-empty")
@@ -107,8 +103,8 @@ def test_autocast_around_nothing_is_amp_inactive(tmp_path: Path) -> None:
     assert not run.categories() & {"amp-speedup", "amp-memory"}
 
 
-def test_a_loss_that_loses_precision_in_bf16_is_amp_accuracy(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_amp_accuracy", tmp_path / "out")
+def test_a_loss_that_loses_precision_in_bf16_is_amp_accuracy(shared_gate: Shared) -> None:
+    run = shared_gate("perf_amp_accuracy", *PERFORMANCE)[0]
     assert run.returncode == 1
     accuracy = only(run, "amp-accuracy")
     assert accuracy["location"]["line"] == marker_line(TARGETS / "perf_amp_accuracy" / "train.py", "amp-autocast")
@@ -119,8 +115,8 @@ def test_a_loss_that_loses_precision_in_bf16_is_amp_accuracy(tmp_path: Path) -> 
     assert "amp-inactive" not in run.categories()
 
 
-def test_a_sleeping_dataset_is_an_input_stall(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_stall", tmp_path / "out")
+def test_a_sleeping_dataset_is_an_input_stall(shared_gate: Shared) -> None:
+    run = shared_gate("perf_stall", *PERFORMANCE)[0]
     assert run.returncode == 1
     stall = only(run, "input-stall")
     assert stall["location"] == {"path": "train.py", "line": marker_line(TARGETS / "perf_stall" / "train.py", "slow-getitem"), "function": "__getitem__"}
@@ -130,8 +126,8 @@ def test_a_sleeping_dataset_is_an_input_stall(tmp_path: Path) -> None:
     assert data["loader"]["created_at"][0] == "train.py"
 
 
-def test_correct_amp_loop_passes_with_measured_numbers(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_clean_amp", tmp_path / "out")
+def test_correct_amp_loop_passes_with_measured_numbers(shared_gate: Shared) -> None:
+    run = shared_gate("perf_clean_amp", *PERFORMANCE)[0]
     assert run.returncode == 0 and run.report["decision"] == "PASS", [f["title"] for f in run.findings()]
     assert run.findings() == []
     stage = run.stage("performance")
@@ -148,8 +144,8 @@ def test_correct_amp_loop_passes_with_measured_numbers(tmp_path: Path) -> None:
     assert "| | fp32 | AMP |" in md and "not applicable on cpu" in md and "## Not measured, and why" in md
 
 
-def test_plain_closure_loop_passes_and_every_step_is_found(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
-    run = shared_perf_gate(shared_gate, "perf_clean_plain")
+def test_plain_closure_loop_passes_and_every_step_is_found(shared_gate: Shared) -> None:
+    run = shared_gate("perf_clean_plain", *PERFORMANCE)[0]
     assert run.returncode == 0 and run.findings() == []
     stage = run.stage("performance")
     assert metric(run, "training steps observed")["value"] == 40
@@ -174,7 +170,7 @@ def test_bounded_cache_is_no_leak_and_a_larger_baseline_peak_is_a_regression(tmp
             {"id": "memory.peak.live_tensors", "name": "peak memory", "value": 1000, "unit": "bytes"},
         ]}],
     }))
-    run = perf_gate(TARGETS / "perf_bounded_cache", tmp_path / "out", "--baseline", str(baseline))
+    run = run_gate(TARGETS / "perf_bounded_cache", tmp_path / "out", *PERFORMANCE, "--baseline", str(baseline))
     assert run.returncode == 1
     assert "memory-leak" not in run.categories()
     verdict = run.stage("performance")["details"]["memory"]["verdict"]
@@ -193,8 +189,8 @@ def test_bounded_cache_is_no_leak_and_a_larger_baseline_peak_is_a_regression(tmp
     assert "older gate" in regression["not_comparable"][0]["reason"] and "records no commit" in regression["side_by_side_note"]
 
 
-def test_an_entrypoint_without_optimizer_steps_fails_closed(tmp_path: Path) -> None:
-    run = perf_gate(TARGETS / "perf_no_steps", tmp_path / "out")
+def test_an_entrypoint_without_optimizer_steps_fails_closed(shared_gate: Shared) -> None:
+    run = shared_gate("perf_no_steps", *PERFORMANCE)[0]
     assert run.returncode == 1
     error = only(run, "stage-error")
     assert error["blocking"] and "nothing was profiled" in error["title"]
@@ -205,7 +201,7 @@ def test_no_entrypoint_skips_the_stage_with_a_reason(tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.mkdir()
     (target / "pyproject.toml").write_text('[tool.traingate]\ntask = "no-entrypoint"\n')
-    run = perf_gate(target, tmp_path / "out")
+    run = run_gate(target, tmp_path / "out", *PERFORMANCE)
     stage = run.stage("performance")
     assert stage["status"] == "skipped" and "entrypoint" in stage["skipped_reason"]
     assert run.findings() == []
@@ -217,7 +213,7 @@ def test_example_v6_batching_holds_nothing_and_its_item_syncs_are_counted(tmp_pa
         pytest.skip("the example target is not in this checkout")
     target = tmp_path / "v6"
     subprocess.run([sys.executable, str(materialize), "v6", str(target)], check=True, capture_output=True)
-    run = perf_gate(target, tmp_path / "out")
+    run = run_gate(target, tmp_path / "out", *PERFORMANCE)
     assert "memory-leak" not in run.categories()
     memory = run.stage("performance")["details"]["memory"]
     assert not memory["verdict"]["leak"] and memory["verdict"]["steps"] >= 8
@@ -262,7 +258,7 @@ def test_one_hot_syncs_only_where_cuda_would(tmp_path: Path) -> None:
     target.mkdir()
     (target / "loop.py").write_text(ONE_HOT_LOOP)
     (target / "traingate.toml").write_text('task = "one-hot"\ntests = false\ntimeout_s = 120\n\n[entrypoint]\ncall = "loop:run"\n')
-    run = perf_gate(target, tmp_path / "out")
+    run = run_gate(target, tmp_path / "out", *PERFORMANCE)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {row["line"]: row for row in run.stage("performance")["details"]["syncs"]["rows"] if row["path"] == "loop.py"}
     assert marker_line(target / "loop.py", "one-hot-with-classes") not in rows

@@ -4,18 +4,20 @@ instead of failing closed in the correctness stage's step hook. One gate run, sh
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from tests.conftest import TARGETS, GateRun, run_gate
+from tests.conftest import GateRun
 
 pytestmark = pytest.mark.slow
 
 STAGES = ["execution", "performance", "concurrency", "correctness"]
 
 
-@pytest.fixture(scope="module")
-def float64_run(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
-    return run_gate(TARGETS / "real_float64_clean", tmp_path_factory.mktemp("real_float64_clean") / "out")
+@pytest.fixture
+def float64_run(shared_gate: Callable[..., tuple[GateRun, float]]) -> GateRun:
+    return shared_gate("real_float64_clean")[0]
 
 
 def test_a_clean_float64_model_passes_every_stage(float64_run: GateRun) -> None:

@@ -10,16 +10,14 @@ findings that do not need the baseline are read from the same run.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, run_gate
+from tests.conftest import TARGETS, GateRun, gate_once, run_gate, shared_folder
 
 pytestmark = pytest.mark.slow
 
@@ -126,24 +124,12 @@ ROUTES: dict[str, tuple[list[Callable[[Path], None]], str, bool]] = {
 }
 
 
-def _shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder every xdist worker of this session sees (the session's own without xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+_shared_dir = shared_folder
 
 
 def _once(shared: Path, name: str, make: Callable[[Path], GateRun]) -> GateRun:
-    """One gate run per name across xdist workers; the others read its result."""
-    out = shared / f"accounting-{name}"
-    saved = shared / f"accounting-{name}.json"
-    with open(shared / f"accounting-{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not saved.is_file():
-            gate = make(out)
-            saved.write_text(json.dumps({"returncode": gate.returncode, "stdout": gate.stdout, "stderr": gate.stderr}))
-    done = json.loads(saved.read_text())
-    report = out / "report.json"
-    return GateRun(done["returncode"], json.loads(report.read_text()) if report.is_file() else {}, out, done["stdout"], done["stderr"])
+    """One gate run of a built target per name across xdist workers (`gate_once`)."""
+    return gate_once(shared, f"accounting-{name}", make)[0]
 
 
 @pytest.fixture(scope="session")
