@@ -7,7 +7,8 @@ on PYTHONPATH, outside the target root as site-packages are): `miniaccel` wraps 
 in a `torch.optim.Optimizer` subclass that delegates `step` and rebuilds the loader around its
 batch sampler; `minihf` runs the loop in its own code over the model's `{"loss": ...}`;
 `minilit` steps a wrapper with a closure, so the user's `training_step` runs inside the
-optimizer's `step`. Each case has a planted defect and a clean control.
+optimizer's `step`, and calls the module's epoch hook after it set train mode. Each case has a
+planted defect and a clean control.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ CASES: dict[str, tuple[str, str, str, list[tuple[str, str, str]]]] = {
         'call = "minilit:Trainer.fit"\nsetup = "traingate_setup:build"',
         "tests/test_model.py::test_fit_forty_steps",
         [("memory-leak", "model.py", "marker: leak")],
+    ),
+    "observe_lit_eval": (
+        "execution,correctness",
+        'call = "minilit:Trainer.fit"\nsetup = "traingate_setup:build"',
+        "tests/test_model.py::test_fit_forty_steps",
+        [("train-eval-mode", "model.py", "marker: eval")],
     ),
     "observe_lit_clean": (
         "execution,performance",

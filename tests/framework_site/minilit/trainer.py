@@ -16,6 +16,9 @@ class LightningModule(nn.Module):
     def configure_optimizers(self) -> torch.optim.Optimizer:
         raise NotImplementedError
 
+    def on_train_epoch_start(self) -> None:
+        return None
+
 
 class LightningOptimizer:
     """Wraps the module's optimizer; its `step(closure)` is the wrapped optimizer's."""
@@ -43,6 +46,7 @@ class Trainer:
         optimizer = LightningOptimizer(model.configure_optimizers())
         model.train()
         for _ in range(self.max_epochs):
+            model.on_train_epoch_start()
             for batch_idx, batch in enumerate(train_dataloaders):
                 optimizer.step(closure=self._closure(model, optimizer, batch, batch_idx))
                 self.global_step += 1
