@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -152,3 +153,17 @@ def test_a_loader_rebuilt_around_a_shuffling_batch_sampler_is_judged_by_the_samp
     assert _ordering(rebuilt, {})["sampler"] == _ordering(shuffled, {})["sampler"] == "RandomSampler"
     assert _ordering(DataLoader(data, batch_size=4), {})["sampler"] == "SequentialSampler"
     assert _ordering(DataLoader(data, batch_sampler=DataLoader(data, batch_size=4).batch_sampler), {})["sampler"] == "SequentialSampler"
+
+
+def test_init_reads_a_fit_on_a_trainer_held_in_a_name_of_any_spelling(tmp_path: Path) -> None:
+    from traingate.pipeline.gate.init_scan import scan
+
+    (tmp_path / "model.py").write_text(
+        "import lightning as L\n\n"
+        "def trainer(max_steps):\n    return L.Trainer(max_steps=max_steps)\n\n"
+        "def fit(max_steps=40):\n    t = trainer(max_steps)\n    t.fit(object())\n\n"
+        "def fit_direct():\n    t = L.Trainer(max_steps=4)\n    t.fit(object())\n\n"
+        "def evaluate(model):\n    m = model\n    m.fit(object())\n"
+    )
+    trains = {f.qualname: f.trains for f in scan(tmp_path).functions}
+    assert (trains["fit"], trains["fit_direct"], trains["evaluate"]) == ("fit", "fit", None)
