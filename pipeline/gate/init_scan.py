@@ -211,8 +211,11 @@ def _constructor(node: ast.ClassDef) -> list[Param] | None:
 
 
 def _calls(body: list[ast.stmt]) -> list[tuple[str, str]]:
-    """(called name, receiver's source) of every call in `body`, nested functions left out."""
+    """(called name, receiver's source) of every call in `body`, nested functions left out. A
+    receiver that is a name assigned once from a call (`t = L.Trainer(...)`, `t = make_trainer()`)
+    is given as that call's callee, so `t.fit(...)` reads as a trainer's fit."""
     found: list[tuple[str, str]] = []
+    made: dict[str, list[str]] = {}  # name -> the callees of the calls assigned to it
     stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
@@ -223,8 +226,11 @@ def _calls(body: list[ast.stmt]) -> list[tuple[str, str]]:
                 found.append((node.func.id, ""))
             elif isinstance(node.func, ast.Attribute):
                 found.append((node.func.attr, ast.unparse(node.func.value)))
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call):
+            made.setdefault(node.targets[0].id, []).append(ast.unparse(node.value.func))
         stack.extend(ast.iter_child_nodes(node))
-    return found
+    callee = {name: callees[0] for name, callees in made.items() if len(callees) == 1}
+    return [(name, callee.get(receiver, receiver)) for name, receiver in found]
 
 
 def _trains(calls: list[tuple[str, str]]) -> str | None:

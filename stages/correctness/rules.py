@@ -91,7 +91,7 @@ RULES: tuple[Rule, ...] = (
         category=UNSHUFFLED_TRAINING, stage=STAGE, severity=Severity.MEDIUM,
         description="a DataLoader that drives optimizer steps never shuffles, or its DistributedSampler repeats one order every epoch",
         check="Records every DataLoader, which one handed out the batch before each optimizer step, its sampler and `DistributedSampler.set_epoch` calls.",
-        measure="Observed: a loader that drove steps with a SequentialSampler over more than one batch, or a shuffling DistributedSampler iterated over more than one epoch without `set_epoch`.",
+        measure="Observed: a loader that drove steps with a SequentialSampler over more than one batch (the sampler its batch sampler draws from: a loader rebuilt around another loader's batch sampler, as Accelerate's `prepare` does, is judged by that one), or a shuffling DistributedSampler iterated over more than one epoch without `set_epoch`.",
         blocks=Blocks.POLICY,
         impact='Every epoch sees the data in the same order (sorted by class or time, often): gradients are biased and the model generalises worse.',
         fix='Pass shuffle=True (or a shuffling sampler) to the training DataLoader, and call sampler.set_epoch(epoch) at the start of every epoch with a DistributedSampler.',

@@ -143,12 +143,14 @@ class LoaderWatch:
 
 
 def _ordering(loader: Any, set_epoch_calls: Any) -> dict[str, Any]:
-    """How the loader orders its data: its sampler's class, and for a DistributedSampler
-    whether it shuffles and how often its epoch was set."""
+    """How the loader orders its data: the class of the sampler its batches are drawn from,
+    and for a DistributedSampler whether it shuffles and how often its epoch was set."""
     sampler = loader.sampler
     batch_sampler = loader.batch_sampler
-    custom_batches = batch_sampler is not None and type(batch_sampler).__name__ != "BatchSampler"
-    inner = getattr(batch_sampler, "sampler", None) if custom_batches else sampler
+    # The batch sampler orders the data whenever there is one: a loader built around another
+    # loader's batch sampler (Accelerate's `prepare`, the Hugging Face Trainer's loader) keeps
+    # a default SequentialSampler as its `sampler`, which it never draws from.
+    inner = getattr(batch_sampler, "sampler", None) if batch_sampler is not None else sampler
     try:
         length: int | None = len(loader)
     except TypeError:
