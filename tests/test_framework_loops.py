@@ -14,21 +14,19 @@ planted defect and a clean control.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.conftest import GateRun
+from tests.observed_vs_configured import Case, assert_found_at_markers, assert_same_verdict, observed_or_configured, places
 from tests.test_framework_entrypoint import FRAMEWORK_SITE
 
-OBSERVING = ("performance", "concurrency", "correctness")
 
 # case: (stages, the hand-written entrypoint making the test's call, the observed test,
 #        expected findings as (category, file, marker))
-CASES: dict[str, tuple[str, str, str, list[tuple[str, str, str]]]] = {
+CASES: dict[str, Case] = {
     "observe_accelerate_stale": (
         "execution,correctness",
         'call = "train:train"\nkwargs = { steps = 12 }',
@@ -84,57 +82,20 @@ def framework_installed() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def runs(shared_gate: Callable[..., tuple[GateRun, float]], tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, bool], GateRun]:
-    """runs(case, configured): the gate's run of the fixture as it is (no entrypoint, shared),
-    or of a copy with the hand-written entrypoint; each run once."""
-    done: dict[str, GateRun] = {}
-
-    def run(case: str, configured: bool) -> GateRun:
-        stages, entrypoint, _, _ = CASES[case]
-        if not configured:
-            return shared_gate(case, "--stages", stages)[0]
-        if case not in done:
-            base = tmp_path_factory.mktemp(f"{case}-configured")
-            target = base / "repo"
-            shutil.copytree(TARGETS / case, target)
-            with (target / "pyproject.toml").open("a") as toml:
-                toml.write(f"\n[tool.traingate.entrypoint]\n{entrypoint}\n")
-            done[case] = run_gate(target, base / "out", "--stages", stages)
-        return done[case]
-
-    return run
-
-
-def _observed_findings(run: GateRun) -> list[dict[str, Any]]:
-    return [f for s in run.report["stages"] if s["name"] in OBSERVING for f in s["findings"]]
-
-
-def _places(run: GateRun) -> set[tuple[str, str | None, int | None]]:
-    return {(f["category"], (f["location"] or {}).get("path"), (f["location"] or {}).get("line")) for f in _observed_findings(run)}
+    return observed_or_configured(CASES, shared_gate, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_frameworks_loop_observed_in_its_test_gets_the_verdict_of_a_hand_written_entrypoint(runs: Callable[[str, bool], GateRun], case: str) -> None:
-    observed, configured = runs(case, False), runs(case, True)
-    assert observed.report["decision"] == configured.report["decision"], (observed.stdout, configured.stdout)
-    assert _places(observed) == _places(configured), (observed.stdout, configured.stdout)
-    assert [s["name"] for s in observed.report["stages"]] == CASES[case][0].split(",")
-    assert all(s["status"] != "skipped" for s in observed.report["stages"]), observed.stdout
+    assert_same_verdict(runs(case, False), runs(case, True), CASES[case][0])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_findings_are_at_the_users_lines_never_in_the_framework(runs: Callable[[str, bool], GateRun], case: str) -> None:
     _, _, test, expected = CASES[case]
     run = runs(case, False)
-    assert run.report["observed_training"]["test"] == test, run.stdout
-    for category, path, marker in expected:
-        found = [f for f in _observed_findings(run) if f["category"] == category]
-        assert found, (case, category, run.stdout)
-        assert (found[0]["location"]["path"], found[0]["location"]["line"]) == (path, line_of(TARGETS / case / path, marker))
-        assert found[0]["blocking"]
-        assert found[0]["evidence"]["data"]["training_test"] == test
-    assert {c for c, _, _ in _places(run)} == {c for c, _, _ in expected}, run.stdout
-    assert all(not (path or "").startswith(("..", "/")) for _, path, _ in _places(run))
-    assert run.report["decision"] == ("BLOCK" if expected else "PASS"), run.stdout
+    assert_found_at_markers(run, case, test, expected)
+    assert all(not (path or "").startswith(("..", "/")) for _, path, _ in places(run))
 
 
 # -- the shapes themselves, without a gate run ------------------------------------------------

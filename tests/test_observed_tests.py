@@ -16,18 +16,17 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of, run_gate
+from tests.observed_vs_configured import Case, assert_found_at_markers, assert_same_verdict, observed_findings, observed_or_configured
 
-OBSERVING = ("performance", "concurrency", "correctness")
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false", "-c", "init.defaultBranch=main"]
 
 # case: (stages, the hand-written entrypoint making the test's call, the observed test,
 #        expected findings as (category, file, marker))
-CASES: dict[str, tuple[str, str, str, list[tuple[str, str, str]]]] = {
+CASES: dict[str, Case] = {
     "observe_loop_stale": (
         "execution,correctness",
         'call = "loop:train"\nkwargs = { steps = 8, batch_size = 8 }',
@@ -69,57 +68,20 @@ CASES: dict[str, tuple[str, str, str, list[tuple[str, str, str]]]] = {
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, shared_gate: Callable[..., tuple[GateRun, float]]) -> Callable[[str, bool], GateRun]:
-    """runs(case, configured): the session's run of the fixture as it is (no entrypoint), or
-    the run of a copy with the hand-written entrypoint, once for the module."""
-    done: dict[tuple[str, bool], GateRun] = {}
-
-    def run(case: str, configured: bool) -> GateRun:
-        stages, entrypoint, _, _ = CASES[case]
-        if not configured:
-            return shared_gate(case, "--stages", stages)[0]
-        if (case, configured) not in done:
-            base = tmp_path_factory.mktemp(f"{case}-configured")
-            target = base / "repo"
-            shutil.copytree(TARGETS / case, target)
-            with (target / "pyproject.toml").open("a") as toml:
-                toml.write(f"\n[tool.traingate.entrypoint]\n{entrypoint}\n")
-            done[(case, configured)] = run_gate(target, base / "out", "--stages", stages)
-        return done[(case, configured)]
-
-    return run
-
-
-def _observed_findings(run: GateRun) -> list[dict[str, Any]]:
-    return [f for s in run.report["stages"] if s["name"] in OBSERVING for f in s["findings"]]
-
-
-def _places(run: GateRun) -> set[tuple[str, str | None, int | None]]:
-    return {(f["category"], (f["location"] or {}).get("path"), (f["location"] or {}).get("line")) for f in _observed_findings(run)}
+    return observed_or_configured(CASES, shared_gate, tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_tests_training_gets_the_verdict_of_a_hand_written_entrypoint(runs: Callable[[str, bool], GateRun], case: str) -> None:
-    observed, configured = runs(case, False), runs(case, True)
-    assert observed.report["decision"] == configured.report["decision"], (observed.stdout, configured.stdout)
-    assert _places(observed) == _places(configured)
-    stages = CASES[case][0].split(",")
-    assert [s["name"] for s in observed.report["stages"]] == stages
-    assert all(s["status"] != "skipped" for s in observed.report["stages"]), observed.stdout
+    assert_same_verdict(runs(case, False), runs(case, True), CASES[case][0])
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_findings_are_at_the_users_lines_and_name_the_test(runs: Callable[[str, bool], GateRun], case: str) -> None:
     _, _, test, expected = CASES[case]
     run = runs(case, False)
-    assert run.report["observed_training"]["test"] == test
+    assert_found_at_markers(run, case, test, expected)
     assert "most optimizer steps" in run.report["observed_training"]["reason"]
-    for category, path, marker in expected:
-        found = [f for f in _observed_findings(run) if f["category"] == category]
-        assert found, (case, category, run.stdout)
-        assert (found[0]["location"]["path"], found[0]["location"]["line"]) == (path, line_of(TARGETS / case / path, marker))
-        assert found[0]["blocking"]
-    assert all(f["evidence"]["data"]["training_test"] == test for f in _observed_findings(run))
-    assert run.report["decision"] == ("BLOCK" if expected else "PASS")
     assert f"`{test}`" in (run.out / "report.md").read_text()
 
 
@@ -139,7 +101,7 @@ def test_what_a_tests_training_cannot_run_is_not_measured_never_passed(runs: Cal
 
 
 def test_the_eval_call_left_on_is_found_inside_the_trainer_the_test_fits(runs: Callable[[str, bool], GateRun]) -> None:
-    [left] = [f for f in _observed_findings(runs("observe_trainer_eval", False)) if f["category"] == "train-eval-mode"]
+    [left] = [f for f in observed_findings(runs("observe_trainer_eval", False)) if f["category"] == "train-eval-mode"]
     site = left["evidence"]["data"]["eval_site"]
     assert (site["path"], site["line"]) == ("pkg/trainer.py", line_of(TARGETS / "observe_trainer_eval" / "pkg" / "trainer.py", "marker: eval"))
 
@@ -157,7 +119,7 @@ def test_the_test_that_made_the_most_steps_is_observed_and_the_others_listed(run
 def test_an_entrypoint_configured_changes_nothing(runs: Callable[[str, bool], GateRun]) -> None:
     run = runs("observe_loop_stale", True)
     assert run.report["observed_training"] is None
-    assert all("training_test" not in f["evidence"]["data"] for f in _observed_findings(run))
+    assert all("training_test" not in f["evidence"]["data"] for f in observed_findings(run))
     assert {t["optimizer_steps"] for t in run.stage("execution")["tests"]} == {0, 8}
 
 
