@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, line_of, run_gate
-from traingate.stages.execution import smoke
 from traingate.stages.execution.smoke import calls_at_once
 
 HANG_AMP = TARGETS / "exec_smoke_hang_amp"
@@ -27,9 +26,15 @@ HANG_AMP = TARGETS / "exec_smoke_hang_amp"
     ],
 )
 def test_calls_at_once_counts_the_cores_each_call_needs(monkeypatch: pytest.MonkeyPatch, cores: int, omp: str | None, beside: int, expected: int) -> None:
-    monkeypatch.setattr(smoke.os, "sched_getaffinity", lambda _pid: set(range(cores)))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
     env = {"OMP_NUM_THREADS": omp} if omp is not None else {}
     assert calls_at_once(env, beside) == expected
+
+
+def test_calls_at_once_counts_the_machines_cores_where_the_platform_has_no_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert calls_at_once({"OMP_NUM_THREADS": "1"}, 1) == 3
 
 
 @pytest.mark.slow

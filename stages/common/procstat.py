@@ -1,5 +1,5 @@
-"""`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only), and the
-signal both sides send to a process that may already be gone."""
+"""`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only), the
+signal both sides send to a process that may already be gone, and the CPUs a process may use."""
 
 from __future__ import annotations
 
@@ -28,3 +28,12 @@ def send_signal(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: what the runner gives), or the
+    machine's count where the platform has no mask."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -13,7 +13,6 @@ second time); side by side, the second's own overrun is then said in a note, not
 from __future__ import annotations
 
 import json
-import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from traingate.pipeline.model.schema import Category, Finding, Location
 from traingate.stages.base import EntrypointRun, StageContext, hang_finding, run_entrypoint
 from traingate.stages.contract.messages import ExceptionRecord
 from traingate.stages.agent.crash import entrypoint_crash_finding, head
+from traingate.stages.common.procstat import usable_cpus
 from traingate.stages.execution.coverage import EntrypointSource
 
 _SYNTAX_AT = re.compile(r"\((?P<file>[^()]+), line (?P<line>\d+)\)")
@@ -53,7 +53,7 @@ def calls_at_once(env: dict[str, str], beside: int) -> int:
     """How many smoke calls may run at once: the cores in this process's affinity mask (what
     the runner gives) hold each call's intra-op threads (`OMP_NUM_THREADS`, torch's default
     being one per core), after the `beside` children the stage runs next to them."""
-    cores = len(os.sched_getaffinity(0))
+    cores = usable_cpus()
     first = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     threads = int(first) if first.isdigit() and int(first) > 0 else cores
     return max(1, cores // threads - beside)

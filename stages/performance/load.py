@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from traingate.stages.common.procstat import usable_cpus
 from traingate.stages.performance.details import LoadRecord, MachineRecord
 
 # Other processes' CPU time, as a share of all cores, at or under which a run counts as quiet.
@@ -66,13 +67,6 @@ def machine(device: str, torch_build: str | None, device_name: str | None, proc:
     """The machine a timing ran on, as far as the stage's process can tell without torch, and
     the OpenMP wait policy its timing runs had."""
     return MachineRecord(cpu_model=_cpu_model(proc), cpus=usable_cpus(), device=device, device_name=device_name, torch=torch_build, omp_wait_policy=wait_policy)
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _tick_hz() -> float:
