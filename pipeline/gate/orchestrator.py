@@ -388,16 +388,20 @@ def run_stage_agent(
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this
     # nonce: no file in the work folder that a target's process could rewrite before it is read.
     nonce = new_nonce()
-    # For people reading the work folder: without the baseline and the channel (no nonce).
-    shown = agent_request(ChannelSpec(fd=-1, nonce="")).model_dump(mode="json", exclude={"baseline", "channel"})
-    (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
+
+    def sent(fd: int) -> bytes:
+        built = agent_request(ChannelSpec(fd=fd, nonce=nonce))
+        # For people reading the work folder, with the deadline sent: without the baseline and the channel (no nonce).
+        shown = built.model_dump(mode="json", exclude={"baseline", "channel"})
+        (scratch / "agent-request.json").write_text(json.dumps(shown, indent=1))
+        return built.model_dump_json().encode()
 
     # The agents' host's imports are the gate's, not the stage's: the agent waits for them
     # before its budget starts, so a busy machine that slows them leaves the target's budget
     # whole (a hanging entrypoint is still the execution stage's one finding). Past the wait's
     # limit the agent starts fresh within its budget and keeps its margin.
     child = run_child(
-        python_argv("traingate.stages.agent", disguise=request.disguise), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=lambda fd: agent_request(ChannelSpec(fd=fd, nonce=nonce)).model_dump_json().encode(), channel=True, warm=agents,
+        python_argv("traingate.stages.agent", disguise=request.disguise), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=sent, channel=True, warm=agents,
         keep_s=margin, ready_wait_s=warm.READY_TIMEOUT_S if agents is not None else None,
     )
     ctx = GateView(stage=name, root=root, config=config)
