@@ -117,7 +117,8 @@ class Divergence:
             if isinstance(self.first, str) and isinstance(self.second, str) and ("\n" in self.first + self.second or len(self.first + self.second) > 160):
                 return f"returned `{self.key}`: {text_difference(self.first, self.second)}"
             return f"returned `{self.key}`: {_fmt(self.first)} vs {_fmt(self.second)}"
-        return f"outcome: {self.first} vs {self.second}"
+        after = f" after {self.step} optimizer step(s) that matched" if self.step else ""
+        return f"outcome{after}: {_clipped(self.first)} vs {_clipped(self.second)}"
 
     def shown_values(self) -> list[Any]:
         """The two values as evidence: for the text of a returned object, the lines that differ."""
@@ -128,6 +129,10 @@ class Divergence:
                     return [clip_line(strip_ansi(x), 300), clip_line(strip_ansi(y), 300)]
             return [f"{len(a)} lines", f"{len(b)} lines"]
         return [self.first, self.second]
+
+
+def _clipped(text: Any, limit: int = 200) -> str:
+    return clip_line(strip_ansi(str(text)), limit)
 
 
 def _fmt(value: Any) -> str:
@@ -235,6 +240,9 @@ def compare(a: RunData, b: RunData) -> Divergence | None:
                 return moved
     if len(a.losses) != len(b.losses):
         n = min(len(a.losses), len(b.losses))
+        if not (a.run.ok and b.run.ok):
+            # A run that failed stopped early: its missing steps say how it ended, not what it computed.
+            return Divergence("outcome", n, a.outcome, b.outcome)
         return Divergence("step", n, a.losses[n] if n < len(a.losses) else "no step", b.losses[n] if n < len(b.losses) else "no step")
     if a.run.ok and b.run.ok:
         left, _ = comparable_leaves(a.run.record.returned if a.run.record is not None else None)
@@ -336,6 +344,10 @@ KIND_TEXT: dict[str, tuple[str, str]] = {
     "same-hash-unlocated": (
         "Training is not reproducible with the same seeds",
         "Look for randomness that is not derived from the configured seed (clock-based seeds, os.urandom, uuid, thread timing, iteration over sets of objects) on the path the divergence starts from.",
+    ),
+    "race": (
+        "Training is not reproducible: a CUDA race feeds it",
+        "Fix the race this stage reports (synchronise before reading a non_blocking copy; make a stream wait for the stream that wrote its input), then rerun the gate.",
     ),
     "unclassified": (
         "Training is not reproducible with the same seeds",

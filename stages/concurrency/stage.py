@@ -51,7 +51,7 @@ from traingate.stages.concurrency.probe.payloads import (
     ProtocolTracePayload,
     RngPayload,
 )
-from traingate.stages.concurrency.rules import DATALOADER_HAZARD, GRADSCALER_PROTOCOL, STREAM_RACE
+from traingate.stages.concurrency.rules import DATALOADER_HAZARD, GRADSCALER_PROTOCOL, NONBLOCKING_RACE, STREAM_RACE
 
 FIRST_HASH_SEED = "0"
 _SCALER_ERRORS = ("unscale_()", "step() has already been called", "No inf checks were recorded")
@@ -233,6 +233,10 @@ class Determinism:
     def evaluate(self, session: _Session) -> Checked:
         first = session.first
         assert first is not None  # it runs only after the instrumented run's checks
+        if not first.ok:
+            # Its failure is another check's finding (a loader worker, the scaler): a run that
+            # stopped there computed nothing to compare, and its reruns would stop the same way.
+            return Checked(record=CheckNote(ran=False, note=f"not compared: run 1 (the instrumented run) {first.failure() or 'failed'}, so there was no training to compare"))
         base = _run_data(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first)
         # Set field by field as the check gets there: the fields never set stay out of the report.
         details = DeterminismDetails(ran=False, compared=[])
@@ -312,6 +316,17 @@ class Determinism:
             explanation = f"The hash seed was the same, so a random source differs: `{cause['api']}` at {site['path']}:{site['line']} was {cause['why']} (seeds {cause['seeds']})."
             data["site_code"] = site["code"]
             return [nondeterminism_finding(ctx, "unseeded-random", divergence, (base, same), location, explanation, data)]
+        race = _observed_race(session.findings)
+        if race is not None:
+            details.kind = "race"
+            where = race.location
+            at = f" at {where.path}:{where.line}" if where else ""
+            explanation = (
+                f"The hash seed was the same and no seeding call differed; this stage observed a {race.category}{at}: "
+                "a read that races a copy or another stream's kernel sees values that differ from run to run."
+            )
+            data["site_code"] = race.category
+            return [nondeterminism_finding(ctx, "race", divergence, (base, same), where or session.fallback, explanation, data)]
         op = None
         if session._budget_allows(first):
             run = session._run("deterministic", "determinism: torch.use_deterministic_algorithms(True)", [LOSSES], FIRST_HASH_SEED, deterministic=True)
@@ -331,6 +346,11 @@ class Determinism:
         data["static_hint"] = [h.as_dict() for h in hints[:10]]
         explanation = "The hash seed was the same, no seeding call of the target differed and deterministic algorithms named no op; the source of the randomness was not observed."
         return [nondeterminism_finding(ctx, "same-hash-unlocated", divergence, (base, same), session.fallback, explanation, data)]
+
+
+def _observed_race(findings: list[Finding]) -> Finding | None:
+    """A race this stage observed on CUDA: the likeliest cause of a divergence with the same seeds."""
+    return next((f for f in findings if f.category in (NONBLOCKING_RACE, STREAM_RACE) and f.evidence.kind is EvidenceKind.OBSERVED), None)
 
 
 def _out_of_budget(session: _Session, first: EntrypointRun, what: str, check: str) -> Finding:

@@ -10,11 +10,17 @@ the pending tensor, `.item()`, `.tolist()` or `.numpy()` before that is a race.
 `StreamSanitizer` runs PyTorch's CUDA sanitizer (CSAN) and records each unsynchronised access
 it reports, with the target's frame, instead of letting it abort the run: the training goes
 on, so the other checks of the same run still observe it.
+
+Both are dispatch modes, and a DataLoader worker started with `fork` inherits them. Nothing a
+worker runs touches the GPU, but CSAN asks for the current CUDA stream on every operator,
+which CUDA refuses in a forked child ("Cannot re-initialize CUDA in forked subprocess"): in a
+forked child both modes pass every operator straight through (`passing_through_in_forked_children`).
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import traceback
 from typing import Any
@@ -24,6 +30,42 @@ from ...harness.sites import SiteTable
 from ...harness.identity import reference
 
 MAX_RECORDS = 50
+
+
+class _ForkState:
+    """Whether this process is a fork of the one the watches were installed in. Registered at
+    the first install, in the run's own process: a process forked before that (the run itself,
+    from a host that imported this module) is not a forked child."""
+
+    forked = False
+    registered = False
+
+    @classmethod
+    def mark(cls) -> None:
+        cls.forked = True
+
+    @classmethod
+    def register(cls) -> None:
+        if not cls.registered:
+            os.register_at_fork(after_in_child=cls.mark)
+            cls.registered = True
+
+
+def passing_through_in_forked_children(mode_class: Any) -> None:
+    """Make `mode_class`'s dispatch a plain call of the operator in a forked child (once)."""
+    _ForkState.register()
+    original = mode_class.__torch_dispatch__
+    if getattr(original, "passes_through_in_forked_children", False):
+        return
+
+    @functools.wraps(original)
+    def dispatch(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if _ForkState.forked:
+            return func(*args, **(kwargs or {}))
+        return original(mode, func, types, args, kwargs)
+
+    dispatch.passes_through_in_forked_children = True  # type: ignore[attr-defined]
+    mode_class.__torch_dispatch__ = dispatch
 
 
 class NonBlockingWatch:
@@ -47,7 +89,9 @@ class NonBlockingWatch:
         self.sites = SiteTable(ctx.root)
         self._register_sync_callbacks(torch)
         self._wrap_host_reads(torch)
-        _mode_class(torch)(self).__enter__()
+        mode_class = _mode_class(torch)
+        passing_through_in_forked_children(mode_class)
+        mode_class(self).__enter__()
 
     def _register_sync_callbacks(self, torch: Any) -> None:
         from torch.cuda import _gpu_trace
@@ -91,7 +135,7 @@ class NonBlockingWatch:
             self.pending[int(storage.data_ptr())] = (reference(storage), {"copy_site": self.sites.site(self.sites.innermost())})
 
     def check_read(self, tensor: Any, how: str) -> None:
-        if not self.pending or getattr(tensor, "device", None) is None or tensor.device.type != "cpu":
+        if _ForkState.forked or not self.pending or getattr(tensor, "device", None) is None or tensor.device.type != "cpu":
             return
         storage = self.storage(tensor)
         with self._lock:
@@ -184,6 +228,7 @@ class StreamSanitizer:
             return []  # recorded; the run goes on so its other checks still observe it
 
         _sanitizer.EventHandler._handle_kernel_launch = handle_kernel_launch  # type: ignore[method-assign,assignment]
+        passing_through_in_forked_children(_sanitizer.CUDASanitizerDispatchMode)
         _sanitizer.enable_cuda_sanitizer()
 
     def _target_frame(self, stack: Any) -> dict[str, Any] | None:

@@ -126,9 +126,17 @@ class SyncCounter:
         finally:
             self._local.depth -= 1
 
+    def _own(self) -> bool:
+        return getattr(self._local, "own", 0) > 0
+
     def read_scalar(self, tensor: torch.Tensor) -> float:
-        with self.quiet():
-            return float(self._originals.get("item", torch.Tensor.item)(tensor))
+        """An instrument's read of a loss: neither counted nor seen by the CUDA cross-check."""
+        self._local.own = getattr(self._local, "own", 0) + 1
+        try:
+            with self.quiet():
+                return float(self._originals.get("item", torch.Tensor.item)(tensor))
+        finally:
+            self._local.own -= 1
 
     def note(self, kind: str, explicit: bool) -> None:
         """Count one sync; its caller is the first frame above the instruments' own
@@ -218,9 +226,13 @@ class SyncCounter:
         def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if counter._busy() or self.device.type == "cpu" or not _to_host(args, kwargs):
                 return original(self, *args, **kwargs)
-            counter.note(".to('cpu')", False)
             with counter.quiet():
-                return original(self, *args, **kwargs)
+                result = original(self, *args, **kwargs)
+            # A non_blocking copy into pinned memory is queued on the stream: the host does not
+            # wait (reading it before a synchronisation is the concurrency stage's race).
+            if not (_non_blocking(args, kwargs) and isinstance(result, torch.Tensor) and result.is_pinned()):
+                counter.note(".to('cpu')", False)
+            return result
 
         torch.Tensor.to = to  # type: ignore[method-assign,assignment]
 
@@ -294,7 +306,9 @@ class SyncCounter:
 
         def showwarning(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
             if _SYNC_WARNING.search(str(message)):
-                if counter.recording and counter.clock.mine() and counter.clock.started and not counter.clock.in_data() and not counter._busy():
+                # Inside a wrapped call too (`.item()` warns from inside it): the cross-check
+                # counts on its own; only the instruments' own reads are left out.
+                if counter.recording and counter.clock.mine() and counter.clock.started and not counter.clock.in_data() and not counter._own():
                     site = counter.frames.innermost(caller_frame(2))
                     steps = counter.debug_warnings.setdefault(site, {})
                     steps[counter.clock.completed] = steps.get(counter.clock.completed, 0) + 1
@@ -334,6 +348,14 @@ def _to_host(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if isinstance(target, torch.Tensor) and target.device.type == "cpu":
             return True
     return False
+
+
+def _non_blocking(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """`.to(..., non_blocking=True)`: by keyword, or the one bool among the positional arguments
+    (`to(device, dtype, non_blocking)`, `to(dtype, non_blocking)`, `to(other, non_blocking)`)."""
+    if "non_blocking" in kwargs:
+        return bool(kwargs["non_blocking"])
+    return next((a for a in args if isinstance(a, bool)), False)
 
 
 def _to_device(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
