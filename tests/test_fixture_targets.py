@@ -91,6 +91,8 @@ EXPECTED = [
     concurrency("conc_lambda_dataset", "BLOCK", high("dataloader-hazard", "lambda")),
     concurrency("conc_seeded_loader", "PASS"),
     concurrency("conc_persistent", "PASS", Found("dataloader-hazard", "medium", False, "recreated")),
+    # a rerun that fails where run 1 returned is that failure, at its line, not a divergence
+    concurrency("conc_rerun_crash", "BLOCK", Found("entrypoint-crash", "critical", True, "rerun-crash")),
 ]
 
 

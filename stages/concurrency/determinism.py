@@ -351,7 +351,7 @@ KIND_TEXT: dict[str, tuple[str, str]] = {
     ),
     "unclassified": (
         "Training is not reproducible with the same seeds",
-        "Compare the two runs' steps around the first divergence; the stage had no budget left to tell hash-order dependence from an unseeded source.",
+        "Compare the two runs' steps around the first divergence; the stage could not tell hash-order dependence from an unseeded source (no budget left, or the run that tells them apart failed).",
     ),
 }
 

@@ -158,14 +158,24 @@ class _Session(StageSession[ConcurrencyRun]):
         self._crash_or_fail(first)
         return True
 
-    def _crash_or_fail(self, run: EntrypointRun) -> None:
+    def _crash_or_fail(self, run: EntrypointRun, which: str = "instrumented run") -> None:
         """A crash of the target's own code is its `entrypoint-crash`; anything else, the gate's."""
         if is_target_crash(self.ctx, run):
             setting = f" ({self.entrypoint.amp_setting(True)})" if self.entrypoint.amp_switch else ""
-            what = f"The concurrency stage's instrumented run of {self.entrypoint.label}{setting}"
+            what = f"The concurrency stage's {which} of {self.entrypoint.label}{setting}"
             self.findings.append(entrypoint_crash_finding(self.ctx, run, what, fallback=self.fallback))
             return
-        self._fail(run, f"the entrypoint {run.failure()}", reason="entrypoint-failed")
+        if which == "instrumented run":
+            self._fail(run, f"the entrypoint {run.failure()}", reason="entrypoint-failed")
+        else:
+            self._fail(run, f"the {which} {run.failure()}", reason="rerun-failed", key=which)
+
+    def rerun_failed(self, run: EntrypointRun, which: str, details: DeterminismDetails) -> Checked:
+        """A rerun that failed where run 1 returned: its failure, where it happened, instead of a
+        divergence of training it never finished (an import that fails, state left by run 1)."""
+        self._crash_or_fail(run, which)
+        details.verdict = f"not compared further: the {which} {run.failure() or 'failed'}"
+        return Checked(record=details)
 
 
     # -- the outcome -------------------------------------------------------------------------------
@@ -248,6 +258,8 @@ class Determinism:
             run = session._run(f"rerun-hashseed-{seed}", "determinism: same seeds, another PYTHONHASHSEED", [LOSSES, RNG], seed)
             if run is None:
                 return Checked(record=details)
+            if not run.ok:
+                return session.rerun_failed(run, f"determinism rerun with PYTHONHASHSEED={seed}", details)
             other = _run_data(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run)
             details.compared.append(other.label)
             divergence = compare(base, other)
@@ -277,6 +289,11 @@ class Determinism:
         run = session._run("rerun-same-hashseed", "determinism: same PYTHONHASHSEED as run 1", [LOSSES, RNG], FIRST_HASH_SEED)
         if run is None:
             return []
+        if not run.ok:
+            session.rerun_failed(run, f"determinism rerun with PYTHONHASHSEED={FIRST_HASH_SEED}", details)
+            details.kind = "unclassified"
+            explanation = "The rerun that tells hash order from an unseeded source failed (its own finding says how)."
+            return [nondeterminism_finding(session.ctx, "unclassified", divergence, (base, other), session.fallback, explanation, {})]
         same = _run_data(f"run {len(details.compared) + 2} (PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, run)
         details.compared.append(same.label)
         same_divergence = compare(base, same)
