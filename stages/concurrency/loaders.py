@@ -24,6 +24,7 @@ from traingate.stages.contract.payloads.base import Payload
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.concurrency.probe.payloads import (
     BatchFailed,
+    BatchLoaded,
     ConstructionError,
     Culprit,
     IterationError,
@@ -118,7 +119,7 @@ def _start_method_groups(checks: list[StartMethodCheck]) -> list[list[StartMetho
     a worker that fails for another reason is a group of its own."""
     groups: dict[Any, list[StartMethodCheck]] = {}
     for check in checks:
-        if check.batch.ok:
+        if check.batch.ok or check.batch.slow_start:
             continue  # the pickling probe alone is a hint; a worker that loads a batch is the answer
         culprit = _culprit_of(check)
         defined = culprit.defined_at if culprit else None
@@ -251,6 +252,14 @@ def _start_method_data(group: list[StartMethodCheck], loaders: list[LoaderRecord
     }
 
 
+def _batch_error(batch: BatchLoaded | BatchFailed) -> str | None:
+    if not isinstance(batch, BatchFailed):
+        return None
+    if batch.slow_start:
+        return f"not measured: the worker had not started when the probe gave up after {batch.seconds:.0f}s (a busy machine starts an interpreter slowly); {batch.error}"
+    return batch.error
+
+
 def _recreated_persistent(ctx: StageContext, loader: LoaderRecord, fallback: Location | None) -> Finding | None:
     settings = loader.settings
     if not (settings.persistent_workers and settings.num_workers > 0 and loader.constructions >= 2 and loader.iterations >= 2):
@@ -300,7 +309,7 @@ def loader_details(watch: LoaderPayload, start_methods: list[str]) -> LoaderDeta
                 ok=c.batch.ok,
                 pickled=c.pickle.ok if c.pickle is not None else True,
                 seconds=c.batch.seconds,
-                error=(c.pickle.error if isinstance(c.pickle, PickleFailed) else None) or (c.batch.error if isinstance(c.batch, BatchFailed) else None),
+                error=(c.pickle.error if isinstance(c.pickle, PickleFailed) else None) or _batch_error(c.batch),
             )
             for c in watch.start_method_checks
         ],

@@ -281,12 +281,13 @@ class LoaderWatch:
         self._tls.internal = True
         probe: dict[str, Any] = {"started": time.perf_counter()}
         try:
-            kwargs: dict[str, Any] = {"num_workers": 1, "multiprocessing_context": method, "timeout": self.probe_timeout_s}
+            context = multiprocessing.get_context(method)
+            probe["worker_started"] = context.Event()
+            kwargs: dict[str, Any] = {"num_workers": 1, "multiprocessing_context": context, "timeout": self.probe_timeout_s}
             kwargs["generator"] = torch._C.Generator().manual_seed(0)  # leaves the global RNG untouched
             if inputs["collate_fn"] is not None:
                 kwargs["collate_fn"] = inputs["collate_fn"]
-            if inputs["worker_init_fn"] is not None:
-                kwargs["worker_init_fn"] = inputs["worker_init_fn"]
+            kwargs["worker_init_fn"] = WorkerStarted(probe["worker_started"], inputs["worker_init_fn"])
             probe["iterator"] = iter(DataLoader(inputs["dataset"], batch_size=inputs["batch_size"], **kwargs))
             self._probe_iterators.append(probe["iterator"])
         except Exception as exc:  # noqa: BLE001 - the error is the observation
@@ -311,7 +312,11 @@ class LoaderWatch:
         if error is None:
             return {"ok": True, "seconds": seconds}
         message = f"{type(error).__name__}: {error}"
-        return {"ok": False, "error": message[:3000], "kind": error_kind(message), "worker_site": self._worker_site(message), "seconds": seconds}
+        started = probe.get("worker_started")
+        return {
+            "ok": False, "error": message[:3000], "kind": error_kind(message), "worker_site": self._worker_site(message), "seconds": seconds,
+            "worker_started": started.is_set() if started is not None else None,
+        }
 
     def collect(self) -> dict[str, Any]:
         from .payloads import LoaderPayload  # at collect(): no start-up cost
@@ -323,6 +328,21 @@ class LoaderWatch:
             "errors": [{k: v for k, v in e.items() if k != "key"} for e in self.errors],
             "start_method_checks": checks,
         })
+
+
+class WorkerStarted:
+    """The start-method probe's worker_init_fn: it tells the probe that its worker is up (the
+    interpreter started, torch imported, the dataset unpickled), then runs the loader's own.
+    A probe that times out before that saw a slow start on a busy machine, not a worker that
+    hangs. A class at module level: a spawned worker unpickles it by name."""
+
+    def __init__(self, started: Any, own: Any) -> None:
+        self.started, self.own = started, own
+
+    def __call__(self, worker_id: int) -> None:
+        self.started.set()
+        if self.own is not None:
+            self.own(worker_id)
 
 
 _WALK_DEPTH = 6

@@ -284,6 +284,15 @@ class BatchFailed(Payload):
     worker_site: Site | None
     seconds: float
     same_as: Site | None = None
+    # Whether the probe's worker had started (its worker_init_fn ran) when the probe gave up;
+    # None where not known.
+    worker_started: bool | None = None
+
+    @property
+    def slow_start(self) -> bool:
+        """Timed out before its worker was up: a busy machine's slow start, nothing observed
+        of the dataset or the loader."""
+        return self.kind == "worker-timeout" and self.worker_started is False
 
 
 class StartMethodCheck(Payload):

@@ -1,0 +1,67 @@
+"""The start-method probe tells a worker that never came up (a busy machine starting a fresh
+interpreter slowly) from one that came up and failed: only the second is a hazard."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO
+from traingate.stages.concurrency.loaders import _start_method_groups
+from traingate.stages.concurrency.probe.payloads import StartMethodCheck
+
+pytest.importorskip("torch")
+
+# The probe in a process of its own, as in the harness: its spawned worker and the resource
+# tracker the spawn context starts end with it.
+PROBE = """
+import json, sys
+from pathlib import Path
+from tests import spawn_datasets
+from traingate.stages.concurrency.probe.loaders import LoaderWatch
+from traingate.stages.harness.sites import SiteTable
+watch = LoaderWatch()
+watch.sites = SiteTable(Path.cwd())
+watch.probe_timeout_s = float(sys.argv[2])
+inputs = {"dataset": getattr(spawn_datasets, sys.argv[1])(), "batch_size": 2, "collate_fn": None, "worker_init_fn": None, "used": "fork"}
+batch = watch._finish_probe(watch._start_probe(inputs, "spawn"))
+for iterator in watch._probe_iterators:
+    iterator._shutdown_workers()
+print(json.dumps(batch))
+"""
+
+
+def probe(dataset: str, timeout_s: float) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", PROBE, dataset, str(timeout_s)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_probe_that_gives_up_before_its_worker_is_up_is_a_slow_start() -> None:
+    # A spawned worker imports torch before its worker_init_fn runs: far longer than 0.2 s.
+    batch = probe("Numbers", timeout_s=0.2)
+    assert batch["ok"] is False and batch["kind"] == "worker-timeout" and batch["worker_started"] is False
+
+
+def test_a_worker_that_came_up_and_failed_says_it_started() -> None:
+    batch = probe("Broken", timeout_s=120)
+    assert batch["ok"] is False and batch["kind"] == "worker-exception" and batch["worker_started"] is True
+    assert "no such sample" in batch["error"]
+
+
+def check(kind: str, started: bool | None) -> StartMethodCheck:
+    return StartMethodCheck.model_validate({
+        "site": None, "method": "spawn", "used": "fork", "pickle": {"ok": True},
+        "batch": {"ok": False, "error": "RuntimeError: DataLoader timed out after 10 seconds", "kind": kind, "worker_site": None, "seconds": 10.0, "worker_started": started},
+    })
+
+
+def test_only_a_timeout_after_the_worker_started_is_a_hazard() -> None:
+    assert _start_method_groups([check("worker-timeout", False)]) == []
+    assert len(_start_method_groups([check("worker-timeout", True)])) == 1
+    assert len(_start_method_groups([check("worker-timeout", None)])) == 1  # not known: as before
+    assert len(_start_method_groups([check("worker-exception", False)])) == 1
