@@ -110,7 +110,7 @@ RULES: tuple[Rule, ...] = (
         category=DATALOADER_HAZARD, stage=STAGE, severity=Severity.HIGH,
         description="DataLoader workers crash, hang, lose dataset state, or only work under one start method",
         check="Records every DataLoader the entrypoint builds and loads a batch from each under `fork` and `spawn`.",
-        measure="Worker failures, timeouts and pickling errors observed per loader and start method.",
+        measure="Worker failures, timeouts and pickling errors observed per loader and start method; a probe worker that had not started when its timeout ran out (a fresh interpreter starting slowly on a busy machine) is not measured, not a hazard.",
         blocks=Blocks.POLICY,
         impact="The training run stops (or waits forever without a timeout) at this loader.",
         fix="Fix the dataset or collate_fn at the location shown so that its workers start and load under every start method.",
