@@ -21,7 +21,8 @@ from types import ModuleType
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.paths import REPO
+
 MATERIALIZE = REPO / "examples" / "materialize.py"
 ENTRYPOINT_FILE = Path("utils") / "tier3_training_utilities.py"
 CRASH_STATEMENT = "print(f\"Training samples: {len(env['train_data'])}\")"

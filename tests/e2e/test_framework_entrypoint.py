@@ -11,10 +11,9 @@ import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of, start_cli
 from tests.markdown_tables import report_folder_problems
-from tests.test_entrypoint_shapes import config_error
+from tests.entrypoint_targets import config_error
+from tests.paths import FRAMEWORK_SITE
 from traingate.pipeline.gate.config_file import load_config
-
-FRAMEWORK_SITE = Path(__file__).parent / "framework_site"
 
 
 def with_framework(env: dict[str, str] | None = None) -> dict[str, str]:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import GateRun
 from tests.observed_vs_configured import Case, assert_found_at_markers, assert_same_verdict, observed_or_configured, places
-from tests.test_framework_entrypoint import FRAMEWORK_SITE
+from tests.paths import FRAMEWORK_SITE
 
 
 # case: (stages, the hand-written entrypoint making the test's call, the observed test,

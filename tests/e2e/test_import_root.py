@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS
+from tests.paths import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +90,7 @@ def test_child_side_code_never_needs_numpy() -> None:
     # target's own call, and the gate would report the target as crashing.
     import ast
 
-    repo = Path(__file__).resolve().parent.parent
+    repo = REPO
     child_side = [*sorted((repo / "stages" / "harness").glob("*.py")), *sorted(repo.glob("stages/*/probe/*.py"))]
     assert len(child_side) > 10
     calls = []

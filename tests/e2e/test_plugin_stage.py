@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GateRun, run_gate, start_cli
+from tests.paths import PLUGIN_SITE, REPO
 from traingate.pipeline.model.registry import build_registry, parts
 from traingate.pipeline.model.schema import Category
 
-PLUGIN_SITE = Path(__file__).parent / "plugin_site"
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _with_plugin() -> dict[str, str]:

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, GateRun, line_of, run_gate
-from tests.test_suite_accounting import _once, _shared_dir
+from tests.built_runs import built_run_once as _once
+from tests.conftest import shared_folder as _shared_dir
 
 pytestmark = pytest.mark.slow
 

@@ -19,6 +19,7 @@ from junitparser import Failure, JUnitXml, Skipped
 from ruamel.yaml import YAML  # check-jsonschema's own YAML reader
 
 from tests.conftest import REPO, TARGETS, TRAINGATE, cli_env, line_of
+from tests.paths import SCHEMAS
 from traingate.pipeline.gate.outputs import DEFAULT_FORMATS, FormatError, display_path, parse_formats, run_facts, write_reports
 from traingate.pipeline.gate.outputs import stage_pages
 from traingate.pipeline.model.registry import rule_table
@@ -49,7 +50,7 @@ from traingate.stages.shared_categories import ENTRYPOINT_CRASH
 
 RULES = rule_table().rules
 
-SARIF_SCHEMA = json.loads((Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text())
+SARIF_SCHEMA = json.loads((SCHEMAS / "sarif-schema-2.1.0.json").read_text())
 BLOCK_ON = {Severity.CRITICAL, Severity.HIGH}
 ANNOTATION = re.compile(r"^::(error|warning|notice) ([^:]*)::(.*)$")
 CHECK_JSONSCHEMA = str(Path(sys.executable).with_name("check-jsonschema"))

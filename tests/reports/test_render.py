@@ -22,6 +22,7 @@ from tests.conftest import cli_in_process
 from tests.details_strategies import NASTY_TEXT, bare, model_data
 from tests.markdown_tables import report_folder_problems, table_problems
 from tests.report_builders import measured, report, stage, write
+from tests.paths import SCHEMAS
 from traingate.pipeline.gate import outputs
 from traingate.pipeline.model.findings import finding
 from traingate.pipeline.gate.outputs import write_reports
@@ -38,7 +39,6 @@ from traingate.reports.step_summary import render_step_summary
 from traingate.stages.performance.rules import HOST_SYNC
 from traingate.stages.shared_categories import ENTRYPOINT_CRASH
 
-SCHEMAS = Path(__file__).parent / "schemas"
 PAGES = stage_pages()
 STAGE_DETAILS = {name: page.details_model for name, page in PAGES.items() if page.details_model is not None}
 FACTS = RunFacts(target_prefix="", config_file=None, rules=rule_table().rules, pages=PAGES)

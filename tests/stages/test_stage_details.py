@@ -10,13 +10,13 @@ the concurrency report they render (from the first section to the metrics) as it
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from tests.report_builders import report, stage
+from tests.paths import SCHEMAS
 from traingate.stages.concurrency.details import ConcurrencyDetails, DeterminismDetails, LoaderDetails, ProtocolDetails
 from traingate.stages.correctness.details import CorrectnessDetails, DistributedCheck
 from traingate.pipeline.gate.outputs import stage_pages
@@ -25,7 +25,7 @@ from traingate.reports.render import render_stage_md
 PAGES = stage_pages()
 STAGE_DETAILS = {name: page.details_model for name, page in PAGES.items() if page.details_model is not None}
 
-SAMPLES: dict[str, list[dict[str, Any]]] = json.loads((Path(__file__).parent / "schemas" / "stage_details.json").read_text())
+SAMPLES: dict[str, list[dict[str, Any]]] = json.loads((SCHEMAS / "stage_details.json").read_text())
 CONCURRENCY = SAMPLES["concurrency"]
 CORRECTNESS = SAMPLES["correctness"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import TARGETS, cli_in_process, line_of, run_gate, start_cli
-from tests.test_entrypoint_shapes import make_target
+from tests.entrypoint_targets import make_target
 from traingate.pipeline.gate.init_propose import candidates, hint
 from traingate.pipeline.gate.init_scan import scan
 from traingate.pipeline.gate.initializer import propose

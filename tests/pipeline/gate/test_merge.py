@@ -94,7 +94,7 @@ def test_parts_that_do_not_belong_together_are_refused(tmp_path: Path, change: d
 
 
 def test_a_real_cpu_part_merges_with_a_gpu_part(tmp_path: Path, shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
-    cpu, _ = shared_gate("exec_clean", "--stages", "execution")  # the run tests/test_execution.py reads
+    cpu, _ = shared_gate("exec_clean", "--stages", "execution")  # the run tests/stages/execution/test_execution.py reads
     assert cpu.returncode == 0, cpu.stderr
     real = PipelineReport.model_validate(cpu.report)
     gpu = report([stage("performance"), stage("concurrency"), stage("correctness")], device="cuda", task=real.task, version=real.version, commit=real.target.commit)

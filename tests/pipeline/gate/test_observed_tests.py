@@ -1,5 +1,5 @@
 """The choice of the test whose training is observed, and the parts that carry it, in process
-(the gate runs are in tests/test_observed_tests.py)."""
+(the gate runs are in tests/e2e/test_observed_tests.py)."""
 
 from __future__ import annotations
 

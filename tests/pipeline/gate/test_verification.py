@@ -1,7 +1,7 @@
 """The configuration comparison and the baseline's settings read from git, without a gate run:
 each key that narrows what is verified, each that only widens it, and variants of the routes
 (a budget cut, a check turned off, a selecting option, a keyword removed) the end-to-end routes
-do not take (tests/test_verification_floor.py)."""
+do not take (tests/e2e/test_verification_floor.py)."""
 
 from __future__ import annotations
 

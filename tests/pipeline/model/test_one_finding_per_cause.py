@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from tests.conftest import TARGETS, GateRun
+from tests.paths import SCHEMAS
 from traingate.pipeline.model.findings import locations_data
 from traingate.pipeline.gate.policy import PASS_SCORE_FLOOR
 from traingate.pipeline.model.config import TargetConfig
@@ -50,7 +51,7 @@ def test_a_suite_narrowed_to_one_file_of_twenty_one_is_one_finding_naming_the_tw
 @pytest.mark.slow
 def test_the_sarif_result_carries_every_left_out_file(narrowed_gate: GateRun) -> None:
     sarif = json.loads((narrowed_gate.out / "report.sarif").read_text())
-    schema = json.loads((Path(__file__).parent / "schemas" / "sarif-schema-2.1.0.json").read_text())
+    schema = json.loads((SCHEMAS / "sarif-schema-2.1.0.json").read_text())
     jsonschema.Draft4Validator(schema).validate(sarif)
     [result] = sarif["runs"][0]["results"]
     uris = [loc["physicalLocation"]["artifactLocation"]["uri"] for loc in result["locations"]]

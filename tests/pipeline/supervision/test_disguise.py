@@ -21,9 +21,9 @@ from traingate.pipeline.model.config import TargetConfig
 from traingate.stages.base import StageContext, run_entrypoint
 from traingate.stages.performance.config import PerformanceConfig
 from traingate.stages.performance.stage import _TimingDone, _timing_environment
+from tests.paths import REPO
 
 MARKER = "traingate"
-REPO = Path(__file__).resolve().parent.parent
 LAUNCHER = "traingate.stages.execution.probe.pytest_launcher"
 
 

@@ -13,7 +13,7 @@ from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.supervision.isolation import child_environment
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.base import StageContext, start_warm_early
-from tests.test_warm_start import PROBE, _facts, _run
+from tests.pipeline.supervision.warm_probe import PROBE, probe_facts as _facts, run_probe as _run
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the warm start is Linux's")
 

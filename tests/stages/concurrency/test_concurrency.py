@@ -1,11 +1,11 @@
 """The concurrency stage end to end: one gate run per fixture target, every assertion on it.
 
 Each fixture target is run once for the session (`shared_gate`), with `--stages concurrency`,
-or with `--stages concurrency,correctness` where tests/test_correctness.py reads the same
+or with `--stages concurrency,correctness` where tests/stages/correctness/test_correctness.py reads the same
 target (one run for both); expected lines come from `# marker:` comments in the fixture
 sources, never from hard-coded numbers.
 The decision and each finding's category, severity and line are rows of
-tests/test_fixture_targets.py, which reads the same run; the evidence is checked here.
+tests/e2e/test_fixture_targets.py, which reads the same run; the evidence is checked here.
 """
 
 from __future__ import annotations

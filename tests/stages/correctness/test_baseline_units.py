@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.test_perf_units import make_ctx
+from tests.stages.performance.measurements import make_ctx
 from traingate.stages.correctness.details import TrainingFacts
 from traingate.pipeline.model.schema import Location
 from traingate.stages.correctness.probe.payloads import FactsPayload

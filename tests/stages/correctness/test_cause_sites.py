@@ -4,7 +4,7 @@ layer frozen by `requires_grad = False`, a head whose output reaches no loss aga
 warm-up whose zero rate goes beyond its first step. One `traingate run --stages correctness`
 per fixture target, shared by the assertions on its report.
 The decision and each finding's category, severity and line are rows of
-tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
+tests/e2e/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ discarded-backward at the clear, with the passes it threw away), each with its c
 One `traingate run --stages correctness` per fixture target; expected lines come from
 `# marker:` comments.
 The decision and each finding's category, severity and line are rows of
-tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
+tests/e2e/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 

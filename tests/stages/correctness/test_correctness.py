@@ -1,6 +1,6 @@
 """The correctness stage end to end: one `traingate run --stages correctness` per fixture
 target for the session (`shared_gate`), every assertion on its report; a target that
-tests/test_concurrency_stage.py reads too is run once with both stages, for both files.
+tests/stages/concurrency/test_concurrency.py reads too is run once with both stages, for both files.
 Expected lines come from `# marker:` comments."""
 
 from __future__ import annotations

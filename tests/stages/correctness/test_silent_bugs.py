@@ -3,7 +3,7 @@ data-leakage, end to end: one
 `traingate run --stages correctness` per fixture target, shared by the assertions on its
 report; expected lines come from `# marker:` comments.
 The decision and each finding's category, severity and line are rows of
-tests/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
+tests/e2e/test_fixture_targets.py, which reads the same run; the evidence is checked here."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TARGETS, GateRun, gate_once, run_gate, shared_folder
+from tests.built_runs import built_run_once
+from tests.conftest import TARGETS, GateRun, run_gate, shared_folder
 
 pytestmark = pytest.mark.slow
 
@@ -125,11 +126,7 @@ ROUTES: dict[str, tuple[list[Callable[[Path], None]], str, bool]] = {
 
 
 _shared_dir = shared_folder
-
-
-def _once(shared: Path, name: str, make: Callable[[Path], GateRun]) -> GateRun:
-    """One gate run of a built target per name across xdist workers (`gate_once`)."""
-    return gate_once(shared, f"accounting-{name}", make)[0]
+_once = built_run_once
 
 
 @pytest.fixture(scope="session")

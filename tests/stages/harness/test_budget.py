@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_entrypoint_shapes import make_target, smoke
+from tests.entrypoint_targets import make_target, smoke
 
 LOOP = """
     import torch
@@ -133,7 +133,7 @@ def test_max_batches_cuts_every_loader_iteration_and_the_loop_goes_on(tmp_path: 
 
 @pytest.mark.parametrize("key", ["max_batches", "max_steps"])
 def test_a_budget_below_one_is_a_configuration_error(tmp_path: Path, key: str):
-    from tests.test_entrypoint_shapes import config_error
+    from tests.entrypoint_targets import config_error
 
     error = config_error(tmp_path, f'script = "train.py"\n{key} = 0\n', {"train.py": "pass\n"})
     assert error.key == f"traingate.entrypoint.{key}"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_perf_units import MACHINE, QUIET_RUN, as_report, baseline_with, quiet_timings
+from tests.stages.performance.measurements import MACHINE, QUIET_RUN, as_report, baseline_with, quiet_timings
 from traingate.stages.performance import baseline_code, load as perf_load, regression as perf_regression, side_by_side as perf_side
 from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.performance.details import MachineRecord, NotComparable, RegressionDetails
@@ -81,7 +81,7 @@ def test_too_few_steps_are_not_measured() -> None:
 
 
 def test_a_side_by_side_slowdown_is_a_blocking_finding_with_both_versions_runs(tmp_path: Path) -> None:
-    from tests.test_perf_units import make_ctx
+    from tests.stages.performance.measurements import make_ctx
 
     ctx = make_ctx(tmp_path, baseline_with([]))
     result = perf_side.judge("0123456789abcdef", "default", runs([1.0, 3.0, 1.0, 3.0]), min_steps=8)
@@ -132,7 +132,7 @@ def test_target_runs_wait_passively_for_their_openmp_threads_unless_the_user_cho
 def test_a_busy_run_against_a_quiet_report_is_not_comparable_and_never_a_finding(tmp_path: Path) -> None:
     """The issue's case: the same code, 97 times slower under load, its spread 98 % of its median."""
     from traingate.pipeline.model.schema import Metric
-    from tests.test_perf_units import make_ctx
+    from tests.stages.performance.measurements import make_ctx
 
     now = [Metric(id="step_time.median.default", name="step time, median (default)", value=97.0, unit="ms"), Metric(id="step_time.iqr.default", name="step time, IQR (default)", value=95.0, unit="ms"),
            Metric(id="memory.peak.live_tensors", name="peak live tensor memory (instrumented run)", value=1_300_000, unit="bytes")]
@@ -148,7 +148,7 @@ def test_a_busy_run_against_a_quiet_report_is_not_comparable_and_never_a_finding
 
 
 def test_few_steps_against_a_stored_time_are_not_comparable_on_a_busy_machine(tmp_path: Path) -> None:
-    from tests.test_perf_units import make_ctx
+    from tests.stages.performance.measurements import make_ctx
 
     ctx = make_ctx(tmp_path, baseline_with(STEP_METRICS))
     busy = perf_regression.Timings(MachineRecord.model_validate(MACHINE), False, "other processes took up to 80% of its CPU time")
@@ -229,8 +229,8 @@ def test_no_baseline_tree_without_a_commit_of_this_clone(tmp_path: Path, commit:
 
 # -- the AMP speedup's floor on CUDA ---------------------------------------------------------
 def test_an_amp_speedup_under_the_floor_within_its_noise_is_not_measured(tmp_path: Path) -> None:
-    from tests.test_perf_units import clock, make_ctx
-    from tests.test_perf_verdicts import ACTIVE, noisy
+    from tests.stages.performance.measurements import clock, make_ctx
+    from tests.stages.performance.measurements import ACTIVE, noisy
     from traingate.stages.performance import amp as perf_amp
 
     ctx = make_ctx(tmp_path)

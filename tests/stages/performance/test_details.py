@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.report_builders import report, stage
+from tests.paths import SCHEMAS
 from traingate.stages.performance.details import PerformanceDetails
 from traingate.pipeline.gate.outputs import stage_pages
 from traingate.reports.render import render_stage_md
 
-SAMPLES: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "schemas" / "performance_details.json").read_text())
+SAMPLES: dict[str, dict[str, Any]] = json.loads((SCHEMAS / "performance_details.json").read_text())
 
 
 def _text(data: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import TARGETS, line_of
-from tests.test_performance import PERFORMANCE, Shared, metric, only
+from tests.stages.performance.performance_runs import PERFORMANCE, Shared, metric, only
 from traingate.stages.performance.probe.payloads import HolderRecord
 from traingate.stages.performance.probe.frame_index import FrameIndex
 from traingate.stages.performance.probe.holders import chain_keys, find_holder, live_tensors_with

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tests.conftest import TARGETS, GateRun, line_of
-from tests.test_perf_units import make_ctx, memory_record
-from tests.test_performance import PERFORMANCE
+from tests.stages.performance.measurements import make_ctx, memory_record
+from tests.stages.performance.performance_runs import PERFORMANCE
 from traingate.pipeline.model.schema import Severity
 from traingate.stages.performance import memory as perf_memory
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES

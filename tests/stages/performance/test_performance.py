@@ -5,37 +5,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, TARGETS, GateRun, line_of, run_gate
+from tests.conftest import REPO, TARGETS, line_of, run_gate
+from tests.stages.performance.performance_runs import PERFORMANCE, Shared, metric, only
 
 pytestmark = pytest.mark.slow
 
 
-# The performance stage alone: a fixture target's run is the session's (`shared_gate`), which
-# test_perf_verdicts and others read too; a target a test builds gets a run of its own.
-PERFORMANCE = ("--stages", "performance")
-Shared = Callable[..., tuple[GateRun, float]]
-
-
 def marker_line(path: Path, marker: str) -> int:
     return line_of(path, f"marker: {marker}")
-
-
-def only(run: GateRun, category: str) -> dict[str, Any]:
-    found = run.findings(category)
-    assert len(found) == 1, [f["title"] for f in run.findings()]
-    return found[0]
-
-
-def metric(run: GateRun, prefix: str) -> dict[str, Any]:
-    return next(m for m in run.stage("performance")["metrics"] if m["name"].startswith(prefix))
 
 
 def test_losses_kept_with_their_graph_leak_at_the_append(shared_gate: Shared) -> None:

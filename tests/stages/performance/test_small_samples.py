@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import TARGETS, line_of
-from tests.test_perf_units import MACHINE, QUIET_RUN, quiet_timings
-from tests.test_performance import PERFORMANCE, Shared, metric, only
+from tests.stages.performance.measurements import MACHINE, QUIET_RUN, quiet_timings
+from tests.stages.performance.performance_runs import PERFORMANCE, Shared, metric, only
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Metric, PipelineReport, Severity
 from traingate.stages.performance.consistency import missed_without_finding, undecided_misses
 from traingate.stages.performance.leak import decide

@@ -3,7 +3,6 @@ hand-made clocks, and gate runs on fixture targets."""
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -15,11 +14,11 @@ from tests.conftest import TARGETS, GateRun, line_of
 from traingate.stages.performance.config import PerformancePolicy
 from traingate.stages.performance.details import RegressionRow
 from traingate.pipeline.model.schema import Metric
-from traingate.stages.performance.probe.payloads import AmpCounts, StepClockRecord
+from traingate.stages.performance.probe.payloads import StepClockRecord
 from traingate.stages.performance import amp as perf_amp, memory as perf_memory, regression as perf_regression
 from traingate.stages.performance.spread import ratio_from_iqr, ratio_of_medians
 from traingate.stages.performance.stage import analyse
-from tests.test_perf_units import baseline_with, full_payload, make_ctx, memory_record, quiet_timings
+from tests.stages.performance.measurements import ACTIVE, INACTIVE, baseline_with, full_payload, make_ctx, memory_record, noisy, quiet_timings
 
 
 def clock(step_ms: list[float], losses: list[float] | None = None) -> StepClockRecord:
@@ -30,15 +29,6 @@ def clock(step_ms: list[float], losses: list[float] | None = None) -> StepClockR
         "steps": len(steps), "backward_calls": len(steps), "training_forwards": len(steps), "training_device": "cpu", "host": host, "device": None,
         "losses": losses or [1.0] * len(steps), "loaders": [], "forward_sites": [], "peak_memory_bytes": None, "truncated": False,
     })
-
-
-def noisy(centre_ms: float, steps: int, spread: float, seed: int) -> list[float]:
-    rng = random.Random(seed)
-    return [centre_ms * (1 + rng.uniform(-spread, spread)) for _ in range(steps)]
-
-
-ACTIVE = AmpCounts.model_validate({"matmul_dtypes_in_steps": {"bfloat16": 40}, "matmul_dtypes_outside_steps": {}, "reduced_in_steps": 40, "autocast": []})
-INACTIVE = AmpCounts.model_validate({"matmul_dtypes_in_steps": {"float32": 40}, "matmul_dtypes_outside_steps": {}, "reduced_in_steps": 0, "autocast": []})
 
 
 # -- timing ratios and their spread -------------------------------------------------------
