@@ -3,7 +3,7 @@
 #   bash benchmarks/cuda_check.sh OUTDIR
 # 1. the bundled example, v7 (crashes with a KeyError) and v7-fixed, four stages with
 #    --device cuda: reports under OUTDIR/example-*;
-# 2. the tests that need a GPU (tests/test_cuda_paths.py: CUDA events, the allocator, the sync
+# 2. the tests that need a GPU (tests/e2e/test_cuda_paths.py: CUDA events, the allocator, the sync
 #    debug mode, the non_blocking watch, the CUDA sanitizer, a float16 speedup) and the ones
 #    that take another path on CUDA, with the reports of their gate runs under OUTDIR.
 # Needs traingate installed (pip install -e .) in the interpreter that has CUDA's torch.
@@ -26,8 +26,8 @@ for version in v7 v7-fixed; do
   echo "example $version: exit $? in $(( $(date +%s) - start )) s" | tee -a "$out/summary.txt"
 done
 timeout 400 python3 -m pytest -q -p no:randomly -p no:benchmark -p no:cacheprovider -n 4 --basetemp="$work/pytest" -rs --durations=10 \
-  tests/test_cuda_paths.py tests/test_cuda_found_units.py tests/test_payloads_concurrency.py tests/test_gate_process.py \
-  "tests/test_example_variants.py::test_example_suite_results" >"$out/pytest.log" 2>&1
+  tests/e2e/test_cuda_paths.py tests/stages/test_cuda_found_units.py tests/stages/concurrency/test_payloads.py tests/pipeline/gate/test_torch_probe.py \
+  "tests/e2e/test_example_variants.py::test_example_suite_results" >"$out/pytest.log" 2>&1
 echo "pytest: exit $?" | tee -a "$out/summary.txt"
 tail -15 "$out/pytest.log"
 # The reports, without the children's work folders.

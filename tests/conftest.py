@@ -32,9 +32,8 @@ from traingate.pipeline.supervision.processes import ProcessInfo, become_subreap
 from traingate.stages.base import run_entrypoint
 
 from tests.markdown_tables import report_folder_problems
+from tests.paths import REPO, TARGETS, suite_modules
 
-REPO = Path(__file__).resolve().parent.parent
-TARGETS = Path(__file__).resolve().parent / "targets"
 # The installed console script, as users and CI run it (never this checkout's folders on sys.path).
 TRAINGATE = [str(Path(sys.executable).with_name("traingate"))]
 
@@ -157,7 +156,7 @@ def _one_worker_modules() -> frozenset[str]:
     module's session fixtures are made once for all workers, under a file lock, as
     `shared_gate` is: their tests may go to any worker.)"""
     found = set()
-    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+    for path in suite_modules():
         text = path.read_text(encoding="utf-8")
         if "scope=" not in text:  # parsed only where a fixture may have a scope
             continue
@@ -215,7 +214,7 @@ def _target_named_in_test() -> dict[str, str]:
     fixture of its module it asks for, spells as a string."""
     names = _fixture_target_names()
     found: dict[str, str] = {}
-    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+    for path in suite_modules():
         module = path.relative_to(REPO).as_posix()
         functions = [node for node in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(node, ast.FunctionDef)]
         spelt = {f.name: [n.value for n in ast.walk(f) if isinstance(n, ast.Constant) and n.value in names] for f in functions}

@@ -1,6 +1,6 @@
 """A fixture repo's training observed through its tests (no entrypoint configured) against the
 same repo with a hand-written entrypoint that makes its test's call: the shared reading of
-tests/test_observed_tests.py and tests/test_framework_loops.py.
+tests/e2e/test_observed_tests.py and tests/e2e/test_framework_loops.py.
 
 A case is (stages, the hand-written entrypoint, the observed test, expected findings as
 (category, file, marker)).

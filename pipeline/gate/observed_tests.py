@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from pydantic import BaseModel, ConfigDict
+
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.model.schema import Finding, ObservedTraining, StageReport
 
@@ -17,6 +19,14 @@ from traingate.pipeline.model.schema import Finding, ObservedTraining, StageRepo
 # first, where several showed it: all of them under TRAINING_TESTS_KEY).
 TRAINING_TEST_KEY = "training_test"
 TRAINING_TESTS_KEY = "training_tests"
+
+
+class _ObservedIn(BaseModel):
+    """What `with_test_named` wrote into a finding's evidence, read back: the test it names
+    (the field is named as TRAINING_TEST_KEY)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    training_test: str | None = None
 
 
 def fact(reports: list[StageReport]) -> ObservedTraining | None:
@@ -60,8 +70,8 @@ def merged(findings: list[list[Finding]]) -> list[Finding]:
     for found in findings:
         for f in found:
             by_id.setdefault(f.id, f)
-            test = f.evidence.data.get(TRAINING_TEST_KEY)
-            if isinstance(test, str) and test not in tests[f.id]:
+            test = _ObservedIn.model_validate(f.evidence.data).training_test
+            if test is not None and test not in tests[f.id]:
                 tests[f.id].append(test)
     if len({test for named in tests.values() for test in named}) < 2:
         return list(by_id.values())

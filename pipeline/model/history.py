@@ -126,7 +126,7 @@ def _value(metric: HistoryMetric, metrics: Mapping[str, object]) -> MetricValue:
     found = next((i for i in metric.ids if i in metrics), None)
     if found is None and metric.prefix:
         found = next((i for i in sorted(metrics) if i.startswith(metric.prefix)), None)
-    value = _number(metrics.get(found)) if found else None
+    value = _number(metrics[found]) if found else None  # `found` is one of the run's metric ids
     return MetricValue(metric, value, found if value is not None else None, _number(metrics.get(metric.total)) if metric.total else None)
 
 
