@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.paths import REPO
 from traingate.stages.concurrency.loaders import _start_method_groups
 from traingate.stages.concurrency.probe.payloads import StartMethodCheck
 
