@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import fcntl
 import functools
+import hashlib
 import inspect
 import io
 import json
@@ -234,7 +235,11 @@ def start_cli(args: list[str], *, cwd: Path = REPO, timeout: float = 600, env: d
     """`traingate ARGS` in a subprocess, as a CI job runs it, from a test marked slow."""
     if _current and _current[0].get_closest_marker("slow") is None:
         pytest.fail(f"{_current[0].nodeid} starts the traingate CLI but was not marked slow: call it through start_cli, run_gate or the gate fixture")
-    return subprocess.run([*TRAINGATE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=cli_env(env), **options)
+    started, children = time.monotonic(), _children_cpu()
+    done = subprocess.run([*TRAINGATE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=cli_env(env), **options)
+    if RUN_LOG:
+        note_cli_run(args, time.monotonic() - started, _children_cpu() - children, done.returncode)
+    return done
 
 
 def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -386,3 +391,58 @@ def no_process_left_behind():
         listing = "; ".join(f"pid {p.pid} (sid {p.sid}) {p.cmdline[:120]}" for p in left)
         pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")
 
+
+
+# -- The suite's own runs, listed on request ------------------------------------------------
+# TRAINGATE_SUITE_RUNS=FILE: every `traingate` command a test starts through `start_cli` (a gate
+# run, shared or its own, or another command) is one JSON line appended to FILE: the test, the
+# command, a digest of the target's files and of each file argument's content, the wall time
+# and the children's CPU. `benchmarks/suite_runs.py FILE` counts them and names the runs made
+# more than once (same content, same arguments), which a shared run could serve.
+RUN_LOG = os.environ.get("TRAINGATE_SUITE_RUNS")
+_SKIPPED_IN_DIGEST = {"__pycache__", ".pytest_cache", ".hypothesis"}
+
+
+def _children_cpu() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
+def content_digest(path: Path) -> str:
+    """A digest of what a file or a folder's files hold (their paths relative to it and their
+    bytes), so two copies of one target are known to be the same."""
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and not _SKIPPED_IN_DIGEST & set(p.relative_to(path).parts))
+    for file in files:
+        with contextlib.suppress(OSError):
+            digest.update(file.relative_to(path).as_posix().encode() if file != path else b"")
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _described(args: list[str]) -> tuple[str | None, list[str]]:
+    """The target named by `run TARGET` (a fixture's name or `copy:NAME`) and the arguments,
+    each path replaced by its content's digest (an --out folder by `OUT`)."""
+    target = None
+    shown = []
+    for index, arg in enumerate(args):
+        path = Path(arg)
+        if index and args[index - 1] == "--out":
+            shown.append("OUT")
+        elif index == 1 and args[0] == "run":
+            target = path.name if path.parent == TARGETS else f"copy:{path.name}"
+            shown.append(f"@{content_digest(path)}" if path.exists() else arg)
+        elif path.is_absolute() and path.exists():
+            shown.append(f"@{content_digest(path)}")
+        else:
+            shown.append(arg)
+    return target, shown
+
+
+def note_cli_run(args: list[str], wall: float, cpu: float, returncode: int) -> None:
+    target, shown = _described(args)
+    record = {"test": _current[0].nodeid if _current else None, "worker": os.environ.get("PYTEST_XDIST_WORKER"), "target": target, "args": shown, "wall_s": round(wall, 2), "children_cpu_s": round(cpu, 2), "returncode": returncode}
+    assert RUN_LOG is not None
+    with open(RUN_LOG, "a", encoding="utf-8") as log:
+        fcntl.flock(log, fcntl.LOCK_EX)
+        log.write(json.dumps(record) + "\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TARGETS, line_of, run_gate
+from tests.conftest import TARGETS, GateRun, gate_once, line_of, run_gate, shared_folder
 from traingate.pipeline.model.config import PolicyConfig, TargetConfig
 from traingate.pipeline.gate.config_file import ConfigError, load_config
 from traingate.pipeline.model.findings import finding, stage_error
@@ -62,9 +62,21 @@ def test_waived_findings_stay_in_the_report_and_do_not_block(tmp_path: Path) -> 
     assert "**expired**" in md and "**unused**" in md and "flaky on CI runners" in md
 
 
-def test_the_ci_policy_can_forbid_waivers(tmp_path: Path) -> None:
-    policy = _ci_policy(tmp_path, "allow_waivers = false\n")
-    run = run_gate(WAIVE, tmp_path / "out", "--stages", "execution", "--policy", str(policy))
+@pytest.fixture
+def no_waivers_run(tmp_path_factory: pytest.TempPathFactory) -> GateRun:
+    """The session's one run of the target under a CI policy that forbids waivers, read by
+    the tests of that policy and of the new-findings rule that starts from it."""
+    shared = shared_folder(tmp_path_factory)
+
+    def make(out: Path) -> GateRun:
+        policy = _ci_policy(shared, "allow_waivers = false\n", name="waive-no-waivers.toml")
+        return run_gate(TARGETS / "waive_findings", out, "--stages", "execution", "--policy", str(policy))
+
+    return gate_once(shared, "waive-no-waivers", make)[0]
+
+
+def test_the_ci_policy_can_forbid_waivers(no_waivers_run: GateRun) -> None:
+    run = no_waivers_run
     failures = _by_test(run.report)
     assert all(f["blocking"] and f["waived"] is None for f in failures.values()) and len(failures) == 4
     assert run.returncode == 1
@@ -202,10 +214,10 @@ def test_new_without_a_baseline_behaves_as_all_and_says_so() -> None:
     assert summary.block == "all" and "no --baseline" in summary.block_note
 
 
-def test_new_findings_policy_against_a_baseline(tmp_path: Path) -> None:
+def test_new_findings_policy_against_a_baseline(tmp_path: Path, no_waivers_run: GateRun) -> None:
     """Clean as you code: with a CI policy `block = "new"`, only findings the baseline lacks block."""
     no_waivers = _ci_policy(tmp_path, "allow_waivers = false\n")
-    first = run_gate(WAIVE, tmp_path / "v1", "--stages", "execution", "--policy", str(no_waivers))
+    first = no_waivers_run
     failures = _by_test(first.report)
     assert len(failures) == 4 and all(f["blocking"] for f in failures.values())
 

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from traingate.pipeline.model.rules import ANY_STAGE
 from traingate.pipeline.model.schema import Blocks, Category, Evidence, EvidenceKind, Finding, Location, Metric, Severity, StageReport, StageStatus, TrainingStopped
 from traingate.stages.base import StageContext
 from tests import report_builders
-from tests.conftest import REPO, TARGETS, cli_in_process, line_of, run_gate
+from tests.conftest import REPO, TARGETS, GateRun, cli_in_process, line_of, run_gate
 from traingate.stages.concurrency.rules import GRADSCALER_PROTOCOL
 from traingate.stages.execution.rules import DEPRECATED_API
 from traingate.stages.performance.rules import INPUT_STALL, MEMORY_LEAK
@@ -241,10 +242,12 @@ def _crash_line(report: dict[str, Any]) -> int:
     return crash["location"]["line"]
 
 
-def test_finding_ids_survive_lines_inserted_above_the_defects(tmp_path: Path) -> None:
+def test_finding_ids_survive_lines_inserted_above_the_defects(tmp_path: Path, shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
     target = tmp_path / "target"
     shutil.copytree(TARGETS / "exec_defects", target)
-    before = run_gate(target, tmp_path / "before", "--stages", "execution")
+    # Before the edit: the copy is the fixture as it is, so the session's run of it (the one
+    # tests/test_execution.py reads) is the run before.
+    before, _ = shared_gate("exec_defects", "--stages", "execution")
     assert before.returncode == 1, before.stderr
 
     crash_line = line_of(target / "train_loop.py", "planted: KeyError")
