@@ -42,14 +42,15 @@ def loc(finding: dict) -> tuple[str, int | None]:
 
 
 def test_hanging_suite_is_a_hang_within_the_budget(shared_gate: Shared):
-    gate, wall = shared_gate("exec_hang", *EXECUTION)
+    gate, _ = shared_gate("exec_hang", *EXECUTION)
     assert gate.returncode == 1
     hang = only(gate, "hang")
     assert loc(hang) == ("tests/test_wait.py", line_of("exec_hang", "tests/test_wait.py", "planted: nothing ever sets it"))
     assert "test_waits_forever" in hang["title"] and hang["blocking"] is True
     assert "test_waits_forever" in hang["evidence"]["traceback"]
-    assert gate.report["duration_s"] <= HANG_BUDGET_S + 3
-    assert wall <= HANG_BUDGET_S + 10  # the CLI's own start-up (torch import) on top
+    # The stage keeps its budget; the whole run also holds the gate's wait for the agents'
+    # host's imports, which a busy machine stretches and which is bounded apart.
+    assert gate.stage("execution")["duration_s"] <= HANG_BUDGET_S + 3
     assert "test-failure" not in gate.categories()  # the running test is the hang, not a failure
 
 
