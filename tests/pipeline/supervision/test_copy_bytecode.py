@@ -1,6 +1,6 @@
-"""What a gate run's start-up is spared, without changing what the target's processes see:
-the copy of the child side reuses the installed bytecode (renamed to the copy, never naming
-the install), and `traingate run` does not import the initializer."""
+"""The run's copy of the child side takes the installed bytecode (renamed to the copy, never
+naming the install) instead of compiling its modules at every gate run, and compiles afresh
+what is not current; `traingate run` does not import the initializer."""
 
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ from types import CodeType
 
 import pytest
 
+from tests.paths import REPO
 from traingate.pipeline.supervision import disguise
 from traingate.pipeline.supervision.disguise import Disguise, DisguiseError, compile_copy
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
