@@ -28,7 +28,6 @@ from traingate.pipeline.supervision.lifecycle import (
     stop_after_interrupt,
     write_atomic,
 )
-from traingate.pipeline.gate.initializer import CONFIG_NAME, existing_configuration, propose
 from traingate.pipeline.gate.merge import MergeError, load_report, merge_reports
 from traingate.pipeline.gate.orchestrator import RunRequest, config_error_report, run_pipeline
 from traingate.pipeline.gate.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
@@ -323,6 +322,9 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
 def init_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`traingate init`: 0 when a configuration was written (or printed), 1 when no training
     entry point was found, 2 on a usage error (an existing configuration without --force)."""
+    # Imported here: `traingate run`, the command every CI job starts, never needs it.
+    from traingate.pipeline.gate.initializer import CONFIG_NAME, existing_configuration, propose
+
     root = Path(args.target).resolve()
     if not root.is_dir():
         print(f"traingate: error: {args.target} is not a folder", file=sys.stderr)

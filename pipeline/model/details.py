@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict
 
 
 class Detail(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built at first use, not at import: a gate run imports every stage's details models and
+    # reads those of the stages it ran (a third of a gate process's start-up otherwise).
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 RunT = TypeVar("RunT")

@@ -19,14 +19,16 @@ Nothing here hides the instrumentation itself (see the threat model in docs/edit
 
 from __future__ import annotations
 
-import compileall
 import importlib.util
+import marshal
+import py_compile
 import secrets
 import shutil
 import string
 import sys
 import tempfile
 from pathlib import Path
+from types import CodeType
 
 from pydantic import BaseModel, ConfigDict
 
@@ -156,12 +158,49 @@ def build() -> Disguise:
         for package in {copy, *(p.parent for p in copy.glob("*/probe"))}:
             (package / "__init__.py").write_text("")
         # Compiled once here: each child reads them (the target's environment writes no bytecode).
-        if not compileall.compile_dir(copy, quiet=2, workers=1):
-            raise DisguiseError("the copied child-side modules do not compile")
+        compile_copy(copy, stages)
     except (DisguiseError, OSError):
         remove(disguise)
         raise
     return disguise
+
+
+def compile_copy(copy: Path, stages: Path) -> None:
+    """Bytecode beside every module of `copy` (laid out as `stages`): the installed module's
+    own where it is current for the file copied (the copy keeps its source's time and size,
+    which the bytecode's header records), with its code's file name made the copy's, as
+    compiling the copy would have written it (the installed path names the gate); else
+    compiled here. A third of a second of every run's start-up is the compiling saved."""
+    for source in copy.rglob("*.py"):
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        installed = _current_bytecode(Path(importlib.util.cache_from_source(str(stages / source.relative_to(copy)))), source)
+        if installed is not None:
+            cached.parent.mkdir(exist_ok=True)
+            cached.write_bytes(installed[:16] + marshal.dumps(_renamed(marshal.loads(installed[16:]), str(source))))
+            continue
+        try:
+            py_compile.compile(str(source), cfile=str(cached), doraise=True)
+        except py_compile.PyCompileError as exc:
+            raise DisguiseError(f"the copied child-side modules do not compile: {exc.msg}") from exc
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """`code` and every code object inside it, with `filename` as their file name."""
+    consts = tuple(_renamed(const, filename) if isinstance(const, CodeType) else const for const in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def _current_bytecode(cached: Path, source: Path) -> bytes | None:
+    """The bytecode file `cached`, when this interpreter wrote it from a source of `source`'s
+    time and size (a timestamp-checked one); None otherwise."""
+    try:
+        data = cached.read_bytes()
+    except OSError:
+        return None
+    stat = source.stat()
+    header = (importlib.util.MAGIC_NUMBER, 0, int(stat.st_mtime) & 0xFFFFFFFF, stat.st_size & 0xFFFFFFFF)
+    fields = (data[:4], *(int.from_bytes(data[at : at + 4], "little") for at in (4, 8, 12)))
+    return data if len(data) > 16 and fields == header else None
 
 
 def remove(disguise: Disguise) -> None:

@@ -11,7 +11,9 @@ class Payload(BaseModel):
     """What one instrument's `collect()` hands back, or a record inside it. Unknown keys are
     an error, so a probe and the analysis reading it cannot drift apart unnoticed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built at first use, not at import: the gate and an agent import more payload models
+    # than their runs hand back.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     @classmethod
     def sent(cls, data: dict[str, Any]) -> dict[str, Any]:
