@@ -54,7 +54,11 @@ def loader_findings(ctx: StageContext, watch: LoaderPayload, fallback: Location 
     findings += [_rejected(ctx, e, fallback) for e in watch.construction_errors]
     findings += [_worker_failure(ctx, e, fallback) for e in watch.errors if e.kind != "other"]
     loaders = {_site_key(loader.site): loader for loader in watch.loaders}
-    for group in _start_method_groups(watch.start_method_checks):
+    # A loader whose own workers already failed in the run fails under another start method
+    # for the same cause: that is the finding above, not a second one saying it "works under fork".
+    failed = {_site_key(e.site) for e in watch.errors if e.kind != "other"}
+    probed = [c for c in watch.start_method_checks if _site_key(c.site) not in failed]
+    for group in _start_method_groups(probed):
         findings.append(_start_method_failure(ctx, group, [loaders.get(_site_key(c.site)) for c in group], fallback))
     for loader in watch.loaders:
         recreated = _recreated_persistent(ctx, loader, fallback)

@@ -194,9 +194,14 @@ class _Session(StageSession[ConcurrencyRun]):
             determinism=self.records.get(Determinism.name) or not_run,
         )
 
+    def _compared(self) -> DeterminismDetails | None:
+        """The determinism check's record where it compared runs (a note where it did not)."""
+        record = self.records.get(Determinism.name)
+        return record if isinstance(record, DeterminismDetails) else None
+
     def _outcome(self, first: EntrypointRun | None) -> StageOutcome:
         protocol: ProtocolDetails | None = self.records.get(GradScalerProtocol.name)
-        determinism: DeterminismDetails | None = self.records.get(Determinism.name)
+        determinism = self._compared()
         watched: LoaderDetails | None = self.records.get(DataLoaderHazards.name)
         loaders = watched.loaders if watched is not None else []
         metrics = [
@@ -223,7 +228,7 @@ class _Session(StageSession[ConcurrencyRun]):
             else:
                 # Most training loops use no scaler; "protocol checked" would claim a check that had nothing to check.
                 parts.append(f"no GradScaler used ({protocol.steps} optimizer step(s) observed)")
-        determinism: DeterminismDetails | None = self.records.get(Determinism.name)
+        determinism = self._compared()
         if determinism is not None and determinism.ran:
             parts.append("runs " + (determinism.verdict or "compared").split(":")[0])
         if self.stopped:
@@ -246,7 +251,7 @@ class Determinism:
         if not first.ok:
             # Its failure is another check's finding (a loader worker, the scaler): a run that
             # stopped there computed nothing to compare, and its reruns would stop the same way.
-            return Checked(record=CheckNote(ran=False, note=f"not compared: run 1 (the instrumented run) {first.failure() or 'failed'}, so there was no training to compare"))
+            return Checked(record=CheckNote(ran=False, note=f"not compared: run 1 (the instrumented run) {(first.failure() or 'failed').splitlines()[0]}, so there was no training to compare"))
         base = _run_data(f"run 1 (instrumented, PYTHONHASHSEED={FIRST_HASH_SEED})", FIRST_HASH_SEED, first)
         # Set field by field as the check gets there: the fields never set stay out of the report.
         details = DeterminismDetails(ran=False, compared=[])

@@ -93,6 +93,8 @@ EXPECTED = [
     concurrency("conc_persistent", "PASS", Found("dataloader-hazard", "medium", False, "recreated")),
     # a rerun that fails where run 1 returned is that failure, at its line, not a divergence
     concurrency("conc_rerun_crash", "BLOCK", Found("entrypoint-crash", "critical", True, "rerun-crash")),
+    # run 1 stopped by its loader's worker: that one finding, and no runs compared
+    concurrency("conc_worker_raises", "BLOCK", high("dataloader-hazard", "worker-raises")),
 ]
 
 
