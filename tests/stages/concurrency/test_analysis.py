@@ -153,6 +153,7 @@ def test_deterministic_rerun_names_the_refused_op() -> None:
 # -- DataLoaders ------------------------------------------------------------------------------------
 
 SITE = {"path": "data.py", "line": 30, "function": "make", "code": "DataLoader(ds, num_workers=2)"}
+OTHER_SITE = {"path": "data.py", "line": 41, "function": "make_val", "code": "DataLoader(val, num_workers=2)"}
 
 
 SETTINGS = {
@@ -182,13 +183,17 @@ def test_loader_observations_become_hazards_with_their_severity(ctx: StageContex
         loaders=[loader(3, [2, 4, 6])],
         start_method_checks=[
             {"site": SITE, "method": "spawn", "used": "fork", "pickle": {"ok": True}, "batch": {"ok": True, "seconds": 2.0}},
+            # the loader whose workers failed in the run: the same cause, not a second finding
             {"site": SITE, "method": "forkserver", "used": "fork", "pickle": {"ok": True}, "batch": {"ok": False, "error": "KeyError: 'vocab'", "kind": "worker-exception", "worker_site": None, "seconds": 2.0}},
+            # another loader, fine in the run, failing under forkserver
+            {"site": OTHER_SITE, "method": "forkserver", "used": "fork", "pickle": {"ok": True}, "batch": {"ok": False, "error": "KeyError: 'vocab'", "kind": "worker-exception", "worker_site": None, "seconds": 2.0}},
         ],
     )
     findings = loader_findings(ctx, observed, None)
     assert all(f.category is DATALOADER_HAZARD for f in findings)
     summary = sorted((f.location.line if f.location else 0, f.severity.value, f.blocking, f.title.split(" ")[0]) for f in findings)
-    assert summary == [(12, "high", True, "A"), (30, "high", True, "A"), (30, "high", True, "DataLoader"), (30, "high", True, "DataLoader"), (30, "high", True, "Persistent")]
+    assert summary == [(12, "high", True, "A"), (30, "high", True, "A"), (30, "high", True, "DataLoader"), (30, "high", True, "Persistent"), (41, "high", True, "DataLoader")]
+    assert [f.title for f in findings if f.location and f.location.line == 41] == ["DataLoader works under `fork` but fails under `forkserver`"]
     assert len({f.id for f in findings}) == len(findings)
 
 
