@@ -158,24 +158,27 @@ class _Session(StageSession[ConcurrencyRun]):
         self._crash_or_fail(first)
         return True
 
-    def _crash_or_fail(self, run: EntrypointRun, which: str = "instrumented run") -> None:
-        """A crash of the target's own code is its `entrypoint-crash`; anything else, the gate's."""
-        if is_target_crash(self.ctx, run):
-            setting = f" ({self.entrypoint.amp_setting(True)})" if self.entrypoint.amp_switch else ""
-            what = f"The concurrency stage's {which} of {self.entrypoint.label}{setting}"
-            self.findings.append(entrypoint_crash_finding(self.ctx, run, what, fallback=self.fallback))
-            return
-        if which == "instrumented run":
-            self._fail(run, f"the entrypoint {run.failure()}", reason="entrypoint-failed")
-        else:
-            self._fail(run, f"the {which} {run.failure()}", reason="rerun-failed", key=which)
+    def _target_crash(self, run: EntrypointRun, which: str) -> bool:
+        """A crash of the target's own code in `which` run, as its `entrypoint-crash`; False
+        (nothing added) when the run failed another way."""
+        if not is_target_crash(self.ctx, run):
+            return False
+        setting = f" ({self.entrypoint.amp_setting(True)})" if self.entrypoint.amp_switch else ""
+        what = f"The concurrency stage's {which} of {self.entrypoint.label}{setting}"
+        self.findings.append(entrypoint_crash_finding(self.ctx, run, what, fallback=self.fallback))
+        return True
 
-    def rerun_failed(self, run: EntrypointRun, which: str, details: DeterminismDetails) -> Checked:
+    def _crash_or_fail(self, run: EntrypointRun) -> None:
+        """A crash of the target's own code is its `entrypoint-crash`; anything else, the gate's."""
+        if not self._target_crash(run, "instrumented run"):
+            self._fail(run, f"the entrypoint {run.failure()}", reason="entrypoint-failed")
+
+    def rerun_failed(self, run: EntrypointRun, which: str, details: DeterminismDetails) -> None:
         """A rerun that failed where run 1 returned: its failure, where it happened, instead of a
         divergence of training it never finished (an import that fails, state left by run 1)."""
-        self._crash_or_fail(run, which)
+        if not self._target_crash(run, which):
+            self._fail(run, f"the {which} {run.failure()}", reason="rerun-failed", key=which)
         details.verdict = f"not compared further: the {which} {run.failure() or 'failed'}"
-        return Checked(record=details)
 
 
     # -- the outcome -------------------------------------------------------------------------------
@@ -264,7 +267,8 @@ class Determinism:
             if run is None:
                 return Checked(record=details)
             if not run.ok:
-                return session.rerun_failed(run, f"determinism rerun with PYTHONHASHSEED={seed}", details)
+                session.rerun_failed(run, f"determinism rerun with PYTHONHASHSEED={seed}", details)
+                return Checked(record=details)
             other = _run_data(f"run {index + 1} (PYTHONHASHSEED={seed})", seed, run)
             details.compared.append(other.label)
             divergence = compare(base, other)

@@ -129,14 +129,20 @@ class SyncCounter:
     def _own(self) -> bool:
         return getattr(self._local, "own", 0) > 0
 
-    def read_scalar(self, tensor: torch.Tensor) -> float:
-        """An instrument's read of a loss: neither counted nor seen by the CUDA cross-check."""
+    @contextmanager
+    def _own_reads(self) -> Iterator[None]:
+        """The instruments' own reads: not the target's, and not seen by the CUDA cross-check."""
         self._local.own = getattr(self._local, "own", 0) + 1
         try:
             with self.quiet():
-                return float(self._originals.get("item", torch.Tensor.item)(tensor))
+                yield
         finally:
             self._local.own -= 1
+
+    def read_scalar(self, tensor: torch.Tensor) -> float:
+        """An instrument's read of a loss."""
+        with self._own_reads():
+            return float(self._originals.get("item", torch.Tensor.item)(tensor))
 
     def note(self, kind: str, explicit: bool) -> None:
         """Count one sync; its caller is the first frame above the instruments' own
