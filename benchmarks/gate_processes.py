@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -26,6 +25,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from whole_gate import children_cpu  # this folder's: the CPU of every process reaped under this one
+
+from traingate.stages.common import procstat
 
 REPO = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
@@ -44,11 +47,9 @@ class Seen:
 
 def read_stat(pid: int) -> tuple[int, float, int] | None:
     """(ppid, CPU seconds, start time in ticks) of `pid`, or None when it is gone."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    fields = procstat.read_stat(pid)
+    if fields is None:
         return None
-    fields = raw[raw.rindex(")") + 2 :].split()
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK, int(fields[19])
 
 
@@ -112,11 +113,6 @@ def sample(root: int, seen: dict[tuple[int, int], Seen], now: float) -> None:
         label = f"fork of [{parent.pid}]" if parent is not None and short(read_cmdline(ppid)) == cmd else cmd
         seen[key] = Seen(pid, ppid, label, now, now, cpu, run_tag(pid))
         by_pid[pid] = seen[key]
-
-
-def children_cpu() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
 
 
 def one_run(traingate: str, target: Path, stages: str | None) -> tuple[float, float, list[Seen], str]:
