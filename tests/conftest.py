@@ -13,11 +13,13 @@ import io
 import json
 import linecache
 import os
+import shutil
 import textwrap
 import time
 from collections.abc import Callable
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,10 @@ import pytest
 from traingate.pipeline.gate.cli import main
 from traingate.pipeline.supervision.isolation import run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
-from traingate.pipeline.supervision import warm
+from traingate.pipeline.supervision import import_server, warm
+from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.orchestrator import run_pipeline
-from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, kill_descendants
+from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, descendants, kill_descendants
 from traingate.stages.base import run_entrypoint
 
 from tests.markdown_tables import report_folder_problems
@@ -377,16 +380,48 @@ def warm_pool(tmp_path_factory: pytest.TempPathFactory):
         pool.close()
 
 
+# The import server of this worker (`import_server`), when it runs: kept between tests.
+_servers: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_torch_import():
+    """One import server per worker (`pipeline/supervision/import_server.py`): the agents' host
+    of every gate run a test starts through `start_cli` is a fork of it, so the suite pays
+    `import torch` once per worker instead of once per gate run. TRAINGATE_SUITE_IMPORT_SERVER=0
+    leaves it out (every run then starts its host afresh, as a CI job does)."""
+    if os.environ.get("TRAINGATE_SUITE_IMPORT_SERVER", "1") == "0" or not warm.enabled():
+        yield
+        return
+    # A short folder of its own: a Unix socket's path has at most 107 bytes.
+    folder = Path(tempfile.mkdtemp(prefix="tg-import-"))
+    socket_path = folder / "socket"
+    device = "cuda" if torch_facts().cuda else "cpu"
+    server = import_server.start(socket_path, cli_env({**os.environ, import_server.SERVER_ENV: str(socket_path)}), device)
+    _servers.append(server)
+    os.environ[import_server.SERVER_ENV] = str(socket_path)
+    try:
+        yield
+    finally:
+        os.environ.pop(import_server.SERVER_ENV, None)
+        _servers.remove(server)
+        server.terminate()
+        server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _kept(process: ProcessInfo) -> bool:
-    return any(process.pid == w.pid for pool in _open_pools for w in pool.interpreters())
+    return any(process.pid == w.pid for pool in _open_pools for w in pool.interpreters()) or any(process.pid == s.pid for s in _servers)
 
 
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     """Every test ends with no process of its own still running: the gate kills what the
-    target starts, and the tests kill what they start. One /proc scan when nothing is left."""
+    target starts, and the tests kill what they start (the import server's hosts included:
+    each gate run has its own killed before it ends). One /proc scan when nothing is left."""
     yield
     left = [p for p in kill_descendants(skip=_kept) if p.alive]
+    left += [p for s in _servers for p in kill_descendants(s.pid) if p.alive]
     if left:
         listing = "; ".join(f"pid {p.pid} (sid {p.sid}) {p.cmdline[:120]}" for p in left)
         pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")

@@ -289,7 +289,10 @@ def _kill_leftovers(child_pid: int, tag: str, tag_names: tuple[str, ...]) -> lis
                 tags[info.pid] = read_tag(found) if found is not None else None
             return tags[info.pid] in running_tags
 
-        seen = kill_descendants(skip=belongs_to_another_run)
+        # A served agents' host (`import_server.py`) is not below this process: the orphans of
+        # an agent killed at its budget go to it, a subreaper, and are swept there.
+        served = [pid for pid, warm in spawned.WARM.items() if warm.served]
+        seen = [found for root in (None, *served) for found in kill_descendants(root, skip=belongs_to_another_run)]
     return [
         {
             **info.as_dict(),

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from traingate.pipeline.supervision.import_server import ServedHost, request_host
 from traingate.pipeline.supervision.processes import kill, kill_group
 from traingate.stages.common.inherited import InheritedWarm
 from traingate.pipeline.supervision import disguise
@@ -107,7 +108,7 @@ class WarmInterpreter:
     hands_down = False
 
     def __init__(
-        self, env: dict[str, str], cwd: Path, sock: socket.socket, process: subprocess.Popen[bytes] | _OwnFork, mask: Disguise | None = None,
+        self, env: dict[str, str], cwd: Path, sock: socket.socket, process: subprocess.Popen[bytes] | _OwnFork | ServedHost, mask: Disguise | None = None,
     ) -> None:
         # The run's copy of the child side this interpreter runs (`pipeline/supervision/disguise.py`): the
         # names of the variables that differ between runs are its.
@@ -135,6 +136,11 @@ class WarmInterpreter:
     @property
     def pid(self) -> int:
         return self._proc.pid
+
+    @property
+    def served(self) -> bool:
+        """Forked by an import server, not below this process (`import_server.py`)."""
+        return isinstance(self._proc, ServedHost)
 
     def accepts(self, env: dict[str, str], cwd: Path) -> bool:
         """Whether a run with this environment and folder would have started as this interpreter
@@ -240,7 +246,7 @@ class AgentHost(WarmInterpreter):
     hands_down = True
 
     def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None, preload: tuple[str, ...] = ()) -> None:
-        sock, process = _start_process(target_env, cwd, scratch, tag, mask, preload)
+        sock, process = _start_process(target_env, cwd, scratch, tag, mask, preload, served=True)
         super().__init__(target_env, cwd, sock, process, mask)
         self.agent_env = _shared(agent_env, mask)
 
@@ -280,18 +286,30 @@ class _OwnFork:
             self._code = os.waitstatus_to_exitcode(status)
 
 
-def _start_process(env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None, preload: tuple[str, ...] = ()) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+def _start_process(
+    env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None, preload: tuple[str, ...] = (), *, served: bool = False,
+) -> tuple[socket.socket, subprocess.Popen[bytes] | ServedHost]:
     """A warm interpreter started with `env` (and the tag, padded) in `cwd`, from the run's copy
     of the child side when `mask` is given, importing `preload` too: this end of its socket, and
-    the process."""
-    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    the process. `served`: a fork of the import server the environment names, where it serves
+    this environment (`import_server.py`), else a fresh interpreter."""
     scratch.mkdir(parents=True, exist_ok=True)
     # Its own files: it checks that its imports printed nothing.
     name = f"warm-{tag.rsplit(':', 1)[-1]}"
     with open(scratch / f"{name}.stdout", "wb") as out, open(scratch / f"{name}.stderr", "wb") as err:
+        tag_name = disguise.tag_env(WARM_MODULE, mask)
+        if served:
+            module = mask.module(WARM_MODULE) if mask is not None else WARM_MODULE
+            host = request_host(
+                _shared(env, mask), tag_name, tag.ljust(TAG_WIDTH), cwd, module, mask.folder if mask is not None else None, list(preload),
+                out.fileno(), err.fileno(),
+            )
+            if host is not None:
+                return host
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         process = subprocess.Popen(
             disguise.module_argv(WARM_MODULE, str(child_end.fileno()), *preload, disguise=mask),
-            cwd=cwd, env={**_shared(env, mask), disguise.tag_env(WARM_MODULE, mask): tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            cwd=cwd, env={**_shared(env, mask), tag_name: tag.ljust(TAG_WIDTH)}, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             pass_fds=(child_end.fileno(),),
         )
     child_end.close()

@@ -1,0 +1,422 @@
+"""An interpreter that imports torch once and hands every gate run on this machine that asks a
+fork of itself as that run's agents' host (`warm.AgentHost`): for a queue of gate runs (a CI
+runner's, this project's test suite's) the 2-4 CPU-seconds of `import torch` and
+`torch._dynamo` are paid once instead of once per run.
+
+    start(socket_path, gate_env, device)    # from the process that will start the gate runs
+    TRAINGATE_IMPORT_SERVER=<socket path>   # in the gate runs' environment
+
+A gate run whose agents' host would have started with exactly the environment the server's
+imports ran with (`host_environment`) asks it for a fork (`request_host`), which then becomes
+what `python -c <bootstrap> <socket> [pytest]` would have been: the run's descriptors, folder,
+environment, run tag (written into the environment block `/proc/<pid>/environ` shows, in the
+space the server reserved at `SLOT_ENV`), `sys.path` and module run as `__main__`; none of the
+server's own modules (nor pytest, unless the run preloads it) left in `sys.modules`. Any other
+environment, a server that is gone, busy or refuses, and the run starts its host afresh as
+without one. The server never runs target code: its forks do, after they have become the host.
+
+Lifetime: each fork is a subreaper and leads a session of its own; when the run closes its
+connection (or dies, which closes it), the server kills the fork and everything below it, and
+answers `closed` once they are gone. The server is a subreaper too (a host that dies hands its
+children to it) and, when its parent dies or it is told to stop, kills everything below it.
+Requests are taken only from the server's parent and the parent's children (the gate runs it
+starts), by the peer credentials of the connection. Linux only, as the warm start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SERVER_ENV = "TRAINGATE_IMPORT_SERVER"
+# Bytes of the server's environment block set aside for each fork's run tag: the fork writes
+# `<tag variable>=<tag>` over them, as a fresh host is started with its tag in its environment.
+SLOT_ENV = "TRAINGATE_ENV_SLOT"
+SLOT_WIDTH = 480
+_MAX_MESSAGE = 1 << 20
+_MAX_FDS = 3  # the host's socket, stdout, stderr
+_REPLY_TIMEOUT_S = 30.0
+_CLOSE_TIMEOUT_S = 15.0
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+# What a fresh host's imports are (`stages/harness/fork_server.py`); pytest only when preloaded.
+_IMPORTS = ("torch", "torch._dynamo")
+_PRELOADABLE = ("pytest",)
+# How the server starts: without the current folder on sys.path, as a fresh host's `-c` does not
+# keep it either (its bootstrap replaces it with the folder of the run's copy of the child side).
+_BOOTSTRAP = "import sys, runpy; sys.path.pop(0); runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+
+
+def host_environment(gate_env: Mapping[str, str], device: str) -> dict[str, str]:
+    """The environment a gate run started with `gate_env` gives its agents' host on `device`
+    (`orchestrator.agent_host`): what the server must import with to serve it."""
+    from traingate.pipeline.supervision.isolation import child_environment
+    from traingate.pipeline.supervision.target_env import target_env
+
+    return target_env(child_environment(dict(gate_env)), device)
+
+
+def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subprocess.Popen[bytes]:
+    """Start a server at `socket_path` for gate runs started with `gate_env` on `device`; its
+    output goes to files beside the socket. Ready when the socket exists (`wait_ready`)."""
+    env = {**host_environment(gate_env, device), SLOT_ENV: " " * SLOT_WIDTH}
+    folder = socket_path.parent
+    with open(folder / "import-server.stdout", "wb") as out, open(folder / "import-server.stderr", "wb") as err:
+        return subprocess.Popen(
+            [sys.executable, "-c", _BOOTSTRAP.format(module=__name__), str(socket_path)],
+            env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The gate run's side
+
+
+@dataclass
+class ServedHost:
+    """The parts of `subprocess.Popen` a warm interpreter uses, for a host the server forked:
+    killing it asks the server, which kills everything below it too and answers once they
+    are gone."""
+
+    pid: int
+    connection: socket.socket
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, 0)
+                return None
+            self.returncode = -9
+        return self.returncode
+
+    def kill(self) -> None:
+        """The host and every process below it, killed by the server; closing the connection
+        would do it too, but not wait for it."""
+        if self.returncode is not None:
+            return
+        with contextlib.suppress(OSError):
+            self.connection.settimeout(_CLOSE_TIMEOUT_S)
+            self.connection.sendall(b"close")
+            self.connection.recv(64)
+        self.connection.close()
+        self.returncode = -9
+
+    def wait(self) -> int:
+        self.kill()
+        return -9
+
+
+def request_host(
+    env: dict[str, str], tag_name: str, tag: str, cwd: Path, module: str, folder: str | None, args: list[str], out: int, err: int,
+) -> tuple[socket.socket, ServedHost] | None:
+    """A host forked by the server this run's environment names, running `module` (from
+    `folder`, the run's copy of the child side, when given) with `args` after its socket's
+    number, in `cwd`, with `env` (without its tag) and the tag `tag_name`=`tag`: this end of its
+    socket and the host; None when there is no server, or it does not serve this run."""
+    path = os.environ.get(SERVER_ENV)
+    if not path or not sys.platform.startswith("linux"):
+        return None
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    request = {"env": env, "tag_name": tag_name, "tag": tag, "cwd": str(cwd), "module": module, "folder": folder, "args": args}
+    try:
+        connection.settimeout(_REPLY_TIMEOUT_S)
+        connection.connect(path)
+        socket.send_fds(connection, [json.dumps(request).encode()], [child_end.fileno(), out, err])
+        reply = connection.recv(64)
+    except OSError:
+        reply = b""
+    finally:
+        child_end.close()
+    if not reply.startswith(b"pid "):
+        connection.close()
+        parent_end.close()
+        return None
+    return parent_end, ServedHost(int(reply.split()[1]), connection)
+
+
+# ---------------------------------------------------------------------------------------------
+# The server's side
+
+
+@dataclass
+class _Imports:
+    """What the server imported, and whether that was silent (a fresh host whose imports warn
+    or print is unusable, and its runs start fresh: then so are this server's)."""
+
+    silent: bool
+    torch_modules: frozenset[str]
+    pytest_modules: frozenset[str]
+
+
+@dataclass
+class _Server:
+    listener: socket.socket
+    imports: _Imports
+    import_env: dict[str, str]
+    slot: tuple[int, int]  # where SLOT_ENV's entry lies in the environment block, its length
+    hosts: dict[int, int] = field(default_factory=dict)  # connection fd -> the host it was given
+    connections: dict[int, socket.socket] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Become:
+    """What a fork runs once it is the host."""
+
+    module: str
+    argv: list[str]
+
+
+def _import_all() -> _Imports:
+    """torch, torch._dynamo and pytest, with the collector paused and what they made set aside
+    (as `fork_server` does, for the same reasons)."""
+    gc.disable()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                for name in _IMPORTS:
+                    __import__(name)
+                with_torch = frozenset(sys.modules)
+                for name in _PRELOADABLE:
+                    __import__(name)
+            except BaseException:  # noqa: BLE001 - the environment may have anything installed
+                return _Imports(False, frozenset(), frozenset())
+    finally:
+        gc.freeze()
+        gc.enable()
+    silent = not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
+    return _Imports(silent, with_torch, frozenset(sys.modules) - with_torch)
+
+
+def _slot_address() -> tuple[int, int] | None:
+    """Where SLOT_ENV's entry (`NAME=` and its spaces) lies in this process's environment
+    block, and its length."""
+    from traingate.stages.common.procstat import read_stat
+
+    fields = read_stat()
+    try:
+        with open("/proc/self/environ", "rb") as environ:
+            block = environ.read()
+    except OSError:
+        return None
+    key = SLOT_ENV.encode() + b"="
+    if block.startswith(key):
+        at = 0
+    elif (found := block.find(b"\0" + key)) >= 0:
+        at = found + 1
+    else:
+        return None
+    if fields is None:
+        return None
+    end = block.find(b"\0", at)
+    return int(fields[47]) + at, (end if end >= 0 else len(block)) - at
+
+
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _peer_is_trusted(connection: socket.socket) -> bool:
+    """The connecting process is this server's parent or one of its children, of this user."""
+    from traingate.pipeline.supervision.processes import read_process
+
+    raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    pid, uid = int.from_bytes(raw[0:4], sys.byteorder), int.from_bytes(raw[4:8], sys.byteorder)
+    peer = read_process(pid)
+    return uid == os.getuid() and peer is not None and os.getppid() in (pid, peer.ppid)
+
+
+def _kill_below(pid: int) -> None:
+    """`pid` and everything below it, killed and reaped (this server reaps its own)."""
+    from traingate.pipeline.supervision.processes import kill, kill_descendants
+
+    kill_descendants(pid)
+    kill([pid])
+    _reap_children()
+
+
+def _reap_children() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def _answer(connection: socket.socket, text: str) -> None:
+    with contextlib.suppress(OSError):
+        connection.sendall(text.encode())
+
+
+def _end_connection(server: _Server, fd: int, *, answer: bool) -> None:
+    connection = server.connections.pop(fd)
+    host = server.hosts.pop(fd, None)
+    if host is not None:
+        _kill_below(host)
+    if answer:
+        _answer(connection, "closed")
+    connection.close()
+
+
+def _serve_one(server: _Server, fd: int) -> _Become | None:
+    """Read one message of a connection: a host's request (then fork it; in the fork, return
+    what it runs), or its end."""
+    connection = server.connections[fd]
+    try:
+        message, fds, _flags, _address = socket.recv_fds(connection, _MAX_MESSAGE, _MAX_FDS)
+    except OSError:
+        message, fds = b"", []
+    if fd in server.hosts or not message or len(fds) != _MAX_FDS:
+        for received in fds:
+            os.close(received)
+        _end_connection(server, fd, answer=message == b"close")
+        return None
+    request = json.loads(message)
+    if not server.imports.silent or request["env"] != server.import_env:
+        differ = sorted(k for k in {*request["env"], *server.import_env} if request["env"].get(k) != server.import_env.get(k))
+        print(f"refused: imports silent {server.imports.silent}; variables that differ: {differ}", file=sys.stderr, flush=True)
+        for received in fds:
+            os.close(received)
+        _answer(connection, "refused")
+        return None
+    return _fork_host(server, fd, request, fds)
+
+
+def _fork_host(server: _Server, fd: int, request: dict[str, Any], fds: list[int]) -> _Become | None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return _become_host(server, request, fds)
+    for received in fds:
+        os.close(received)
+    server.hosts[fd] = pid
+    _answer(server.connections[fd], f"pid {pid}")
+    return None
+
+
+def _become_host(server: _Server, request: dict[str, Any], fds: list[int]) -> _Become:
+    """In the fork: the host's session, descriptors, folder, environment, tag and modules."""
+    os.setsid()
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    _prctl(_PR_SET_PDEATHSIG, 0)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    # Nothing of the server's reaches the host: its sockets are detached first, so that no
+    # socket object closes a number the host reuses later.
+    for held in [server.listener, *server.connections.values()]:
+        os.close(held.detach())
+    host_socket, out, err = fds
+    null = os.open(os.devnull, os.O_RDONLY)
+    for source, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(source, target)
+        os.close(source)
+    _write_tag(server.slot, str(request["tag_name"]), str(request["tag"]))
+    os.environ.clear()
+    os.environ.update({**request["env"], request["tag_name"]: request["tag"]})
+    os.chdir(request["cwd"])
+    _forget_modules(server.imports, preload=set(request["args"]))
+    if request["folder"] is not None:
+        sys.path.insert(0, str(request["folder"]))
+    return _Become(str(request["module"]), ["-c", str(host_socket), *request["args"]])
+
+
+def _write_tag(slot: tuple[int, int], name: str, tag: str) -> None:
+    """The slot's bytes rewritten as the entry `name=tag`, padded with spaces to its length."""
+    start, width = slot
+    entry = f"{name}={tag}".encode()
+    if len(entry) > width:
+        os._exit(70)
+    with open("/proc/self/mem", "r+b", buffering=0) as mem:
+        mem.seek(start)
+        mem.write(entry.ljust(width))
+
+
+def _forget_modules(imports: _Imports, preload: set[str]) -> None:
+    """Leave in `sys.modules` what a fresh host would have before its own code: not the
+    server's modules, not the editable install's finders (the bootstrap drops them), not pytest
+    unless the run preloads it."""
+    kept = imports.torch_modules | (imports.pytest_modules if "pytest" in preload else frozenset())
+    for name in list(sys.modules):
+        if name.startswith(("traingate", "__editable__")) or (name in imports.pytest_modules and name not in kept):
+            del sys.modules[name]
+
+
+@contextlib.contextmanager
+def _stopping() -> Iterator[None]:
+    """SIGTERM and the parent's death end the server, and everything below it with it (not in
+    a fork leaving the loop to become a host)."""
+    server_pid = os.getpid()
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    try:
+        yield
+    finally:
+        if os.getpid() == server_pid:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            from traingate.pipeline.supervision.processes import kill_descendants
+
+            kill_descendants()
+
+
+def serve(server: _Server) -> _Become | None:
+    """Answer connections until stopped; in a fork, return what it runs."""
+    while True:
+        readable, _, _ = select.select([server.listener, *server.connections.values()], [], [], 1.0)
+        _reap_children()
+        for ready in readable:
+            if ready is server.listener:
+                connection, _address = server.listener.accept()
+                if _peer_is_trusted(connection):
+                    server.connections[connection.fileno()] = connection
+                else:
+                    connection.close()
+                continue
+            become = _serve_one(server, ready.fileno())
+            if become is not None:
+                return become
+
+
+def main() -> None:
+    slot = _slot_address()
+    import_env = {k: v for k, v in os.environ.items() if k != SLOT_ENV}
+    os.environ.pop(SLOT_ENV, None)  # the imports see the hosts' environment, as a fresh host's do
+    imports = _import_all()
+    if slot is None:
+        imports.silent = False
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(sys.argv[1])
+    listener.listen(16)
+    become = None
+    with _stopping():
+        become = serve(_Server(listener, imports, import_env, slot or (0, 0)))
+    if become is None:
+        return
+    # The fork, now the host: run as `python -c` would have run it.
+    sys.argv = become.argv
+    import runpy
+
+    runpy.run_module(become.module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
