@@ -32,7 +32,7 @@ from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.supervision import import_server, warm
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.orchestrator import run_pipeline
-from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, descendants, kill_descendants
+from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, kill_descendants
 from traingate.stages.base import run_entrypoint
 
 from tests.markdown_tables import report_folder_problems
@@ -405,13 +405,12 @@ def shared_torch_import():
     finally:
         os.environ.pop(import_server.SERVER_ENV, None)
         _servers.remove(server)
-        server.terminate()
-        server.wait()
+        import_server.stop(server)
         shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kept(process: ProcessInfo) -> bool:
-    return any(process.pid == w.pid for pool in _open_pools for w in pool.interpreters()) or any(process.pid == s.pid for s in _servers)
+    return any(process.pid == w.pid for pool in _open_pools for w in pool.interpreters())
 
 
 @pytest.fixture(autouse=True)

@@ -56,8 +56,10 @@ _PR_SET_CHILD_SUBREAPER = 36
 _IMPORTS = ("torch", "torch._dynamo")
 _PRELOADABLE = ("pytest",)
 # How the server starts: without the current folder on sys.path, as a fresh host's `-c` does not
-# keep it either (its bootstrap replaces it with the folder of the run's copy of the child side).
-_BOOTSTRAP = "import sys, runpy; sys.path.pop(0); runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+# keep it either (its bootstrap replaces it with the folder of the run's copy of the child side),
+# and with its module's name in hexadecimal: its forks, the target's processes among them, show
+# its command line as their own (a fresh host's names only the run's copy, `disguise.py`).
+_BOOTSTRAP = "import sys, runpy; sys.path.pop(0); runpy.run_module(bytes.fromhex({module!r}).decode(), run_name='__main__', alter_sys=True)"
 
 
 def host_environment(gate_env: Mapping[str, str], device: str) -> dict[str, str]:
@@ -72,13 +74,26 @@ def host_environment(gate_env: Mapping[str, str], device: str) -> dict[str, str]
 def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subprocess.Popen[bytes]:
     """Start a server at `socket_path` for gate runs started with `gate_env` on `device`; its
     output goes to files beside the socket. Ready when the socket exists (`wait_ready`)."""
+    from traingate.pipeline.supervision.processes import KEPT
+
     env = {**host_environment(gate_env, device), SLOT_ENV: " " * SLOT_WIDTH}
     folder = socket_path.parent
     with open(folder / "import-server.stdout", "wb") as out, open(folder / "import-server.stderr", "wb") as err:
-        return subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP.format(module=__name__), str(socket_path)],
+        process = subprocess.Popen(
+            [sys.executable, "-c", _BOOTSTRAP.format(module=__name__.encode().hex()), str(socket_path)],
             env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
         )
+    KEPT.add(process.pid)  # this process's sweeps for leftovers leave it alone
+    return process
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """End a server `start` started, and everything below it."""
+    from traingate.pipeline.supervision.processes import KEPT
+
+    process.terminate()
+    process.wait()
+    KEPT.discard(process.pid)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,6 +263,8 @@ def _kill_below(pid: int) -> None:
 
     kill_descendants(pid)
     kill([pid])
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)  # dead before the run is told so
     _reap_children()
 
 

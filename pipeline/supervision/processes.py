@@ -24,6 +24,10 @@ from typing import Any
 
 from traingate.stages.common.procstat import stat_fields
 
+# Processes this one started to keep for its whole life (an import server,
+# `import_server.start`): no sweep for leftovers takes them, or what runs below them.
+KEPT: set[int] = set()
+
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _PROC = Path("/proc")
@@ -183,7 +187,8 @@ def kill_descendants(
     skip: Callable[[ProcessInfo], bool] | None = None,
     timeout_s: float = 5.0,
 ) -> list[ProcessInfo]:
-    """Kill every descendant of `root` (default: this process) and reap the ones that are ours.
+    """Kill every descendant of `root` (default: this process) and reap the ones that are ours,
+    but those `skip` names and the processes this one keeps (`KEPT`), with what is below them.
 
     Scans again after each round of kills, because a process may fork between the scan and
     the kill; its children come back to us (a subreaper) and show up in the next scan. Returns
@@ -193,8 +198,12 @@ def kill_descendants(
     root = me if root is None else root
     first_seen: dict[int, ProcessInfo] = {}
     deadline = time.monotonic() + timeout_s
+
+    def passed_over(info: ProcessInfo) -> bool:
+        return info.pid in KEPT or (skip is not None and skip(info))
+
     while True:
-        found = descendants(root, skip=skip)
+        found = descendants(root, skip=passed_over)
         for info in found:
             first_seen.setdefault(info.pid, info)
         alive = [p.pid for p in found if p.alive]
