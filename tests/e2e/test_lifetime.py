@@ -19,13 +19,23 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, TARGETS, TRAINGATE, run_gate
+from traingate.pipeline.supervision.import_server import SERVER_ENV
 from traingate.pipeline.supervision.isolation import run_child
+from tests.own_processes import alive_below_this_process
 from traingate.pipeline.supervision.processes import descendants, is_subreaper, process_table
 
 FORGE_MARKER = "traingate-forge-daemon"
 SLEEPER_MARKER = "traingate-sleeper-daemon"
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers and /proc are Linux's")
+
+
+@pytest.fixture(autouse=True)
+def fresh_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate runs here start their agents' hosts afresh, below the gate's process, as a CI
+    job's do: the forging daemon finds the gate's output folder through its ancestors' command
+    lines, which a host forked by the worker's import server does not have among them."""
+    monkeypatch.delenv(SERVER_ENV, raising=False)
 
 
 def _running_with(marker: str, under: int | None = None) -> list[int]:
@@ -76,7 +86,7 @@ def test_run_child_kills_and_reports_a_setsid_daemon_but_not_its_own_workers(tmp
     assert escaped["escaped-daemon"]["escaped"] == "started its own session (setsid)"
     assert escaped["own-group"]["escaped"] == "moved to its own process group (setpgid)"
     assert all(p["tagged_by_this_run"] for p in result.leftovers)
-    assert not [p for p in descendants(os.getpid()) if p.alive]
+    assert not alive_below_this_process()
 
 
 def test_a_concurrent_run_keeps_its_processes_while_another_ends(tmp_path: Path) -> None:
@@ -212,7 +222,7 @@ def test_a_stopped_run_stops_everything_and_leaves_no_verdict(tmp_path: Path, si
     assert took < 5
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert sleepers and not set(sleepers) & set(_running_with(SLEEPER_MARKER))
-    assert not [p for p in descendants(os.getpid()) if p.alive]
+    assert not alive_below_this_process()
     assert not (out / "report.json").exists()
     assert not (out / "report.md").exists()
 

@@ -17,6 +17,7 @@ import pytest
 
 from traingate.pipeline.supervision.isolation import child_environment, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
+from tests.own_processes import alive_below_this_process
 from traingate.pipeline.supervision.processes import descendants
 from tests.pipeline.supervision.warm_probe import PROBE, probe_facts as _facts, run_probe as _run
 
@@ -79,7 +80,7 @@ def test_a_forked_run_has_its_own_session_descriptors_environment_and_folder(tmp
     assert facts["environ_tag"] == [f"{os.getpid()}:probe-facts:{facts['environ_tag'][0].rsplit(':', 1)[-1]}"]
     assert first.channel == b"channel ok" and first.channel_problem is None
     assert "to stderr" in first.stderr and not first.leftovers and not first.timed_out
-    assert not [p for p in descendants(os.getpid()) if p.alive]
+    assert not alive_below_this_process()
 
 
 def test_exit_codes_the_budget_and_leftovers_are_the_runs_own(tmp_path: Path, probe_env: dict[str, str]) -> None:
@@ -123,7 +124,7 @@ def test_runs_at_once_share_one_interpreter_and_keep_their_own_leftovers(tmp_pat
     assert not quick_run.leftovers
     [left] = slow_run.leftovers
     assert left["tagged_by_this_run"] and left["escaped"] == "started its own session (setsid)"
-    assert not [p for p in descendants(os.getpid()) if p.alive]
+    assert not alive_below_this_process()
 
 
 def test_another_folder_shares_the_interpreter(tmp_path: Path, probe_env: dict[str, str]) -> None:
