@@ -10,6 +10,10 @@ the runs made more than once (the same target content and the same arguments, an
 aside, a run refused before any stage left out: one shared run, `shared_gate` or `gate_once` in tests/conftest.py, could serve them),
 and the fixture targets run with more than one set of stages (where one run of the union might
 serve, unless an earlier stage stops the training the later ones need).
+
+A run whose agents' host the worker's import server forked (`shared_torch_import` in
+tests/conftest.py) counts only its gate process's own tree: the host, the agents and their runs
+are the server's children. Compare CPU with TRAINGATE_SUITE_IMPORT_SERVER=0, or wall times.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ tree itself is never edited. Per repetition, interleaved:
 - the gate: `traingate run TARGET --out <tmp>` with every stage (wall, CLI start-up included),
   each stage's duration as report.json records it, and each entrypoint or test run a stage
   lists in its page's details (stage/label: seconds, as that stage records it);
+- with `--import-server`, the gate again with its agents' host forked by an import server
+  this process keeps (pipeline/supervision/import_server.py: a queue of gate runs pays the torch
+  import once);
 - the floor: the target's suite once as a bare `python -m pytest -q` in its folder, and the
   configured entrypoint three times as bare `python -c` processes with the configured seed
   and kwargs: AMP off, AMP on (where an AMP flag is configured) and a same-seed repeat of the
@@ -43,6 +46,7 @@ blocking stage-error, so its CPU is one run short); the one before fitted it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -52,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +65,8 @@ sys.path.insert(0, str(REPO))
 
 from traingate.pipeline.gate.config_file import load_config  # noqa: E402
 from traingate.pipeline.model.config import TargetConfig  # noqa: E402
+from traingate.pipeline.gate.torch_probe import torch_facts  # noqa: E402
+from traingate.pipeline.supervision import import_server  # noqa: E402
 
 GOAL = 1.3
 
@@ -154,11 +161,11 @@ def floor(target: Path, config: TargetConfig, env: dict[str, str]) -> dict[str, 
     return parts
 
 
-def gate(traingate: str, target: Path, out: Path) -> tuple[float, dict[str, float], str]:
+def gate(traingate: str, target: Path, out: Path, env: dict[str, str] | None = None) -> tuple[float, dict[str, float], str]:
     """The whole gate: wall seconds, each stage's recorded duration, the decision."""
     cpu = children_cpu()
     started = time.perf_counter()
-    done = subprocess.run([traingate, "run", str(target), "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run([traingate, "run", str(target), "--out", str(out)], cwd=REPO, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     CPU["last"] = children_cpu() - cpu
     report_file = out / "report.json"
@@ -197,6 +204,7 @@ class Side:
 
     name: str
     traingate: str | None = None  # None: the floor
+    env: dict[str, str] | None = None  # the gate's environment, where not this process's
     walls: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     parts: dict[str, list[float]] = field(default_factory=dict)  # per stage, or per bare process
@@ -207,7 +215,7 @@ class Side:
             parts = floor(target, config, env)
             wall = sum(parts.values())
         else:
-            wall, parts, self.decision = gate(self.traingate, target, out)
+            wall, parts, self.decision = gate(self.traingate, target, out, self.env)
         self.walls.append(wall)
         self.cpu.append(CPU["last"])
         for name, seconds in parts.items():
@@ -222,6 +230,26 @@ class Side:
         print(f"    {'total (wall)':<40} {med(self.walls):7.2f}   CPU {med(self.cpu):7.2f}")
 
 
+@contextlib.contextmanager
+def served_gates(wanted: bool, folder: Path) -> Iterator[dict[str, str] | None]:
+    """With `wanted`, an import server (pipeline/supervision/import_server.py) for gates started
+    with this process's environment, kept until the end, and that environment naming it. Its
+    side's CPU is the gate process's tree only: the host, the agents and their runs are the
+    server's children (the server's own import is paid once, before the first repetition)."""
+    if not wanted:
+        yield None
+        return
+    socket_path = folder / "import-server.socket"
+    served_env = {**os.environ, import_server.SERVER_ENV: str(socket_path)}
+    server = import_server.start(socket_path, served_env, "cuda" if torch_facts().cuda else "cpu")
+    try:
+        while not socket_path.exists() and server.poll() is None:
+            time.sleep(0.05)
+        yield served_env
+    finally:
+        import_server.stop(server)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", default="v7-fixed")
@@ -229,12 +257,15 @@ def main() -> None:
     parser.add_argument("--overlay", type=Path, help="with --target: files copied over a copy of it (its traingate.toml, a setup module)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", help="another traingate executable (an earlier install) timed in the same repetitions")
+    parser.add_argument("--import-server", action="store_true", help="also time the gate with its agents' host forked by an import server this process keeps")
     args = parser.parse_args()
     env = bare_env()
     sides = [Side("gate", str(Path(sys.executable).with_name("traingate"))), Side("floor")]
     if args.before:
         sides.insert(1, Side("gate before", args.before))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, served_gates(args.import_server, Path(tmp)) as served_env:
+        if served_env is not None:
+            sides.insert(1, Side("gate served", sides[0].traingate, served_env))
         if args.target and args.overlay:
             target = overlaid(args.target.resolve(), args.overlay.resolve(), Path(tmp) / args.target.resolve().name)
         else:
