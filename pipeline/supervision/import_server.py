@@ -221,25 +221,9 @@ def _import_all() -> _Imports:
 def _slot_address() -> tuple[int, int] | None:
     """Where SLOT_ENV's entry (`NAME=` and its spaces) lies in this process's environment
     block, and its length."""
-    from traingate.stages.common.procstat import read_stat
+    from traingate.stages.common.procstat import environment_entry
 
-    fields = read_stat()
-    try:
-        with open("/proc/self/environ", "rb") as environ:
-            block = environ.read()
-    except OSError:
-        return None
-    key = SLOT_ENV.encode() + b"="
-    if block.startswith(key):
-        at = 0
-    elif (found := block.find(b"\0" + key)) >= 0:
-        at = found + 1
-    else:
-        return None
-    if fields is None:
-        return None
-    end = block.find(b"\0", at)
-    return int(fields[47]) + at, (end if end >= 0 else len(block)) - at
+    return environment_entry(SLOT_ENV)
 
 
 def _prctl(option: int, value: int) -> None:

@@ -1,5 +1,6 @@
-"""`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only), the
-signal both sides send to a process that may already be gone, and the CPUs a process may use."""
+"""`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only), where an
+entry lies in this process's environment block, the signal both sides send to a process that
+may already be gone, and the CPUs a process may use."""
 
 from __future__ import annotations
 
@@ -20,6 +21,30 @@ def read_stat(pid: int | str = "self") -> list[str] | None:
             return stat_fields(stat.read())
     except (OSError, IndexError):
         return None
+
+
+def environment_entry(name: str) -> tuple[int, int] | None:
+    """Where the entry `name=...` lies in the environment block this process was started with
+    (the memory `/proc/<pid>/environ` reads, which a fork without an exec keeps): its address
+    and its length in bytes; None when it is not there or cannot be read."""
+    fields = read_stat()
+    try:
+        with open("/proc/self/environ", "rb") as environ:
+            block = environ.read()
+    except OSError:
+        return None
+    if fields is None:
+        return None
+    key = name.encode() + b"="
+    if block.startswith(key):
+        at = 0
+    elif (found := block.find(b"\0" + key)) >= 0:
+        at = found + 1
+    else:
+        return None
+    end = block.find(b"\0", at)
+    env_start = int(fields[47])  # field 50 of proc(5); fields[0] is field 3
+    return env_start + at, (end if end >= 0 else len(block)) - at
 
 
 def send_signal(pid: int, sig: signal.Signals) -> None:

@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..common import inherited
-from ..common.procstat import read_stat
+from ..common.procstat import environment_entry
 from ..common.stacks import RUN_TAG_ENV
 
 _MAX_FDS = 5
@@ -106,25 +106,11 @@ def _preload_harness() -> None:
 def _tag_address() -> tuple[int, int] | None:
     """Where this process's run tag lies in the environment block it was started with (the
     memory `/proc/<pid>/environ` reads) and how many bytes it has; None when it cannot be found."""
-    fields = read_stat()
-    try:
-        with open("/proc/self/environ", "rb") as environ:
-            block = environ.read()
-    except OSError:
+    entry = environment_entry(RUN_TAG_ENV)
+    if entry is None:
         return None
-    if fields is None:
-        return None
-    env_start = int(fields[47])  # field 50 of proc(5); fields[0] is field 3
-    key = RUN_TAG_ENV.encode() + b"="
-    if block.startswith(key):
-        at = 0
-    elif (found := block.find(b"\0" + key)) >= 0:
-        at = found + 1
-    else:
-        return None
-    end = block.find(b"\0", at)
-    value_at = at + len(key)
-    return env_start + value_at, (end if end >= 0 else len(block)) - value_at
+    key = len(RUN_TAG_ENV) + 1  # `NAME=`
+    return entry[0] + key, entry[1] - key
 
 
 def _retag(address: tuple[int, int], tag: str) -> bool:
