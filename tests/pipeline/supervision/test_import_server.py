@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,6 +68,7 @@ def server() -> Iterator[tuple[Path, dict[str, str]]]:
         yield socket_path, import_server.host_environment(gate_env, "cpu")
     finally:
         import_server.stop(process)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _request(socket_path: Path, env: dict[str, str], folder: Path, out: Path, preload: list[str], monkeypatch: pytest.MonkeyPatch):
