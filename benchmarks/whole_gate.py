@@ -243,8 +243,8 @@ def served_gates(wanted: bool, folder: Path) -> Iterator[dict[str, str] | None]:
     served_env = {**os.environ, import_server.SERVER_ENV: str(socket_path)}
     server = import_server.start(socket_path, served_env, "cuda" if torch_facts().cuda else "cpu")
     try:
-        while not socket_path.exists() and server.poll() is None:
-            time.sleep(0.05)
+        if not import_server.wait_ready(socket_path, server):
+            raise SystemExit(f"the import server did not start: {(folder / 'import-server.stderr').read_text()[-2000:]}")
         yield served_env
     finally:
         import_server.stop(server)

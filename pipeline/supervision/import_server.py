@@ -35,11 +35,15 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from traingate.pipeline.supervision.processes import KEPT, kill, kill_descendants, read_process
+from traingate.stages.common.procstat import environment_entry, overwrite_environment
 
 SERVER_ENV = "TRAINGATE_IMPORT_SERVER"
 # Bytes of the server's environment block set aside for each fork's run tag: the fork writes
@@ -65,6 +69,7 @@ _BOOTSTRAP = "import sys, runpy; sys.path.pop(0); runpy.run_module(bytes.fromhex
 def host_environment(gate_env: Mapping[str, str], device: str) -> dict[str, str]:
     """The environment a gate run started with `gate_env` gives its agents' host on `device`
     (`orchestrator.agent_host`): what the server must import with to serve it."""
+    # Imported here: `isolation` imports `warm`, which imports this module.
     from traingate.pipeline.supervision.isolation import child_environment
     from traingate.pipeline.supervision.target_env import target_env
 
@@ -74,8 +79,6 @@ def host_environment(gate_env: Mapping[str, str], device: str) -> dict[str, str]
 def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subprocess.Popen[bytes]:
     """Start a server at `socket_path` for gate runs started with `gate_env` on `device`; its
     output goes to files beside the socket. Ready when the socket exists (`wait_ready`)."""
-    from traingate.pipeline.supervision.processes import KEPT
-
     env = {**host_environment(gate_env, device), SLOT_ENV: " " * SLOT_WIDTH}
     folder = socket_path.parent
     with open(folder / "import-server.stdout", "wb") as out, open(folder / "import-server.stderr", "wb") as err:
@@ -87,10 +90,19 @@ def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subpro
     return process
 
 
+def wait_ready(socket_path: Path, process: subprocess.Popen[bytes], timeout_s: float = 120.0) -> bool:
+    """Whether the server `start` started is answering at `socket_path` within `timeout_s` (its
+    imports done). A gate run needs no wait: until then it starts its host afresh."""
+    deadline = time.monotonic() + timeout_s
+    while not socket_path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     """End a server `start` started, and everything below it."""
-    from traingate.pipeline.supervision.processes import KEPT
-
     process.terminate()
     process.wait()
     KEPT.discard(process.pid)
@@ -174,8 +186,7 @@ class _Imports:
     or print is unusable, and its runs start fresh: then so are this server's)."""
 
     silent: bool
-    torch_modules: frozenset[str]
-    pytest_modules: frozenset[str]
+    pytest_modules: frozenset[str]  # what importing pytest added: left out of a host that does not preload it
 
 
 @dataclass
@@ -183,7 +194,7 @@ class _Server:
     listener: socket.socket
     imports: _Imports
     import_env: dict[str, str]
-    slot: tuple[int, int]  # where SLOT_ENV's entry lies in the environment block, its length
+    slot: tuple[int, int] | None  # where SLOT_ENV's entry lies in the environment block, its length
     hosts: dict[int, int] = field(default_factory=dict)  # connection fd -> the host it was given
     connections: dict[int, socket.socket] = field(default_factory=dict)
 
@@ -210,20 +221,12 @@ def _import_all() -> _Imports:
                 for name in _PRELOADABLE:
                     __import__(name)
             except BaseException:  # noqa: BLE001 - the environment may have anything installed
-                return _Imports(False, frozenset(), frozenset())
+                return _Imports(False, frozenset())
     finally:
         gc.freeze()
         gc.enable()
     silent = not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
-    return _Imports(silent, with_torch, frozenset(sys.modules) - with_torch)
-
-
-def _slot_address() -> tuple[int, int] | None:
-    """Where SLOT_ENV's entry (`NAME=` and its spaces) lies in this process's environment
-    block, and its length."""
-    from traingate.stages.common.procstat import environment_entry
-
-    return environment_entry(SLOT_ENV)
+    return _Imports(silent, frozenset(sys.modules) - with_torch)
 
 
 def _prctl(option: int, value: int) -> None:
@@ -233,8 +236,6 @@ def _prctl(option: int, value: int) -> None:
 
 def _peer_is_trusted(connection: socket.socket) -> bool:
     """The connecting process is this server's parent or one of its children, of this user."""
-    from traingate.pipeline.supervision.processes import read_process
-
     raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
     pid, uid = int.from_bytes(raw[0:4], sys.byteorder), int.from_bytes(raw[4:8], sys.byteorder)
     peer = read_process(pid)
@@ -243,8 +244,6 @@ def _peer_is_trusted(connection: socket.socket) -> bool:
 
 def _kill_below(pid: int) -> None:
     """`pid` and everything below it, killed and reaped (this server reaps its own)."""
-    from traingate.pipeline.supervision.processes import kill, kill_descendants
-
     kill_descendants(pid)
     kill([pid])
     with contextlib.suppress(ChildProcessError):
@@ -287,7 +286,7 @@ def _serve_one(server: _Server, fd: int) -> _Become | None:
         _end_connection(server, fd, answer=message == b"close")
         return None
     request = json.loads(message)
-    if not server.imports.silent or request["env"] != server.import_env:
+    if server.slot is None or not server.imports.silent or request["env"] != server.import_env:
         differ = sorted(k for k in {*request["env"], *server.import_env} if request["env"].get(k) != server.import_env.get(k))
         print(f"refused: imports silent {server.imports.silent}; variables that differ: {differ}", file=sys.stderr, flush=True)
         for received in fds:
@@ -326,7 +325,9 @@ def _become_host(server: _Server, request: dict[str, Any], fds: list[int]) -> _B
     for source, target in ((null, 0), (out, 1), (err, 2)):
         os.dup2(source, target)
         os.close(source)
-    _write_tag(server.slot, str(request["tag_name"]), str(request["tag"]))
+    assert server.slot is not None  # a server without it refuses every request
+    if not overwrite_environment(server.slot, f"{request['tag_name']}={request['tag']}".encode()):
+        os._exit(70)  # its socket closes unready: the gate run's runs start fresh
     os.environ.clear()
     os.environ.update({**request["env"], request["tag_name"]: request["tag"]})
     os.chdir(request["cwd"])
@@ -336,24 +337,13 @@ def _become_host(server: _Server, request: dict[str, Any], fds: list[int]) -> _B
     return _Become(str(request["module"]), ["-c", str(host_socket), *request["args"]])
 
 
-def _write_tag(slot: tuple[int, int], name: str, tag: str) -> None:
-    """The slot's bytes rewritten as the entry `name=tag`, padded with spaces to its length."""
-    start, width = slot
-    entry = f"{name}={tag}".encode()
-    if len(entry) > width:
-        os._exit(70)
-    with open("/proc/self/mem", "r+b", buffering=0) as mem:
-        mem.seek(start)
-        mem.write(entry.ljust(width))
-
-
 def _forget_modules(imports: _Imports, preload: set[str]) -> None:
     """Leave in `sys.modules` what a fresh host would have before its own code: not the
     server's modules, not the editable install's finders (the bootstrap drops them), not pytest
     unless the run preloads it."""
-    kept = imports.torch_modules | (imports.pytest_modules if "pytest" in preload else frozenset())
+    pytest_too = frozenset() if "pytest" in preload else imports.pytest_modules
     for name in list(sys.modules):
-        if name.startswith(("traingate", "__editable__")) or (name in imports.pytest_modules and name not in kept):
+        if name.startswith(("traingate", "__editable__")) or name in pytest_too:
             del sys.modules[name]
 
 
@@ -374,8 +364,6 @@ def _stopping() -> Iterator[None]:
     finally:
         if os.getpid() == server_pid:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            from traingate.pipeline.supervision.processes import kill_descendants
-
             kill_descendants()
 
 
@@ -398,18 +386,16 @@ def serve(server: _Server) -> _Become | None:
 
 
 def main() -> None:
-    slot = _slot_address()
+    slot = environment_entry(SLOT_ENV)
     import_env = {k: v for k, v in os.environ.items() if k != SLOT_ENV}
     os.environ.pop(SLOT_ENV, None)  # the imports see the hosts' environment, as a fresh host's do
     imports = _import_all()
-    if slot is None:
-        imports.silent = False
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sys.argv[1])
     listener.listen(16)
     become = None
     with _stopping():
-        become = serve(_Server(listener, imports, import_env, slot or (0, 0)))
+        become = serve(_Server(listener, imports, import_env, slot))
     if become is None:
         return
     # The fork, now the host: run as `python -c` would have run it.

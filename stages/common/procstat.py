@@ -1,6 +1,6 @@
 """`/proc/<pid>/stat`, read the one way both sides of the gate need it (Linux only), where an
-entry lies in this process's environment block, the signal both sides send to a process that
-may already be gone, and the CPUs a process may use."""
+entry lies in this process's environment block and how it is written over, the signal both
+sides send to a process that may already be gone, and the CPUs a process may use."""
 
 from __future__ import annotations
 
@@ -45,6 +45,21 @@ def environment_entry(name: str) -> tuple[int, int] | None:
     end = block.find(b"\0", at)
     env_start = int(fields[47])  # field 50 of proc(5); fields[0] is field 3
     return env_start + at, (end if end >= 0 else len(block)) - at
+
+
+def overwrite_environment(where: tuple[int, int], data: bytes) -> bool:
+    """Write `data`, padded with spaces, over the `where` (address, length) of this process's
+    environment block (`environment_entry`): a process forked without an exec shows that block
+    in `/proc/<pid>/environ`. Whether it was written (not when `data` is longer)."""
+    start, width = where
+    if len(data) > width:
+        return False
+    try:
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            return mem.write(data.ljust(width)) == width
+    except OSError:
+        return False
 
 
 def send_signal(pid: int, sig: signal.Signals) -> None:

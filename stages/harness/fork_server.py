@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..common import inherited
-from ..common.procstat import environment_entry
+from ..common.procstat import environment_entry, overwrite_environment
 from ..common.stacks import RUN_TAG_ENV
 
 _MAX_FDS = 5
@@ -115,17 +115,8 @@ def _tag_address() -> tuple[int, int] | None:
 
 def _retag(address: tuple[int, int], tag: str) -> bool:
     """Write `tag` over the inherited one in this (forked) process's environment block, padded
-    with spaces to the same length: a process forked without an exec shows that block."""
-    start, width = address
-    value = tag.encode()
-    if len(value) > width:
-        return False
-    try:
-        with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            return mem.write(value.ljust(width)) == width
-    except OSError:
-        return False
+    with spaces to the same length."""
+    return overwrite_environment(address, tag.encode())
 
 
 def _become_run(request: dict[str, Any], fds: list[int], held_sockets: list[socket.socket], pidfds: list[int], settle: int, address: tuple[int, int]) -> str:

@@ -61,10 +61,7 @@ def server() -> Iterator[tuple[Path, dict[str, str]]]:
     gate_env = {k: v for k, v in os.environ.items() if k != import_server.SERVER_ENV}
     process = import_server.start(socket_path, gate_env, "cpu")
     try:
-        deadline = time.monotonic() + 120
-        while not socket_path.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert socket_path.exists(), (folder / "import-server.stderr").read_text()
+        assert import_server.wait_ready(socket_path, process), (folder / "import-server.stderr").read_text()
         yield socket_path, import_server.host_environment(gate_env, "cpu")
     finally:
         import_server.stop(process)
