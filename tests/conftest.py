@@ -420,7 +420,9 @@ def no_process_left_behind():
     each gate run has its own killed before it ends). One /proc scan when nothing is left."""
     yield
     left = [p for p in kill_descendants(skip=_kept) if p.alive]
-    left += [p for s in _servers for p in kill_descendants(s.pid) if p.alive]
+    for server in _servers:
+        resident = import_server.residents(server.pid)
+        left += [p for pid in resident for p in kill_descendants(pid, skip=lambda p, kept=resident: p.pid in kept) if p.alive]
     if left:
         listing = "; ".join(f"pid {p.pid} (sid {p.sid}) {p.cmdline[:120]}" for p in left)
         pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")

@@ -19,8 +19,12 @@ Lifetime: each fork is a subreaper and leads a session of its own; when the run 
 connection (or dies, which closes it), the server kills the fork and everything below it, and
 answers `closed` once they are gone. The server is a subreaper too (a host that dies hands its
 children to it) and, when its parent dies or it is told to stop, kills everything below it.
-Requests are taken only from the server's parent and the parent's children (the gate runs it
-starts), by the peer credentials of the connection. Linux only, as the warm start.
+Requests are taken only from the server's parent, the parent's children (the gate runs it
+starts) and the forks of its gate server, by the peer credentials of the connection. Linux only,
+as the warm start.
+
+Before its imports, the server starts its gate server (`pipeline/gate/gate_server.py`): the `traingate`
+command itself, run as a fork of an interpreter that imported the command line once.
 """
 
 from __future__ import annotations
@@ -42,10 +46,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traingate.pipeline.supervision.processes import KEPT, kill, kill_descendants, read_process
+from traingate.pipeline.supervision.processes import KEPT, kill, kill_descendants, process_table, read_process
 from traingate.stages.common.procstat import environment_entry, overwrite_environment
 
 SERVER_ENV = "TRAINGATE_IMPORT_SERVER"
+# The gate server this server starts (`pipeline/gate/gate_server.py`), named, not imported: the
+# gate's process is above process supervision.
+GATE_SERVER = "traingate.pipeline.gate.gate_server"
 # Bytes of the server's environment block set aside for each fork's run tag: the fork writes
 # `<tag variable>=<tag>` over them, as a fresh host is started with its tag in its environment.
 SLOT_ENV = "TRAINGATE_ENV_SLOT"
@@ -77,17 +84,34 @@ def host_environment(gate_env: Mapping[str, str], device: str) -> dict[str, str]
 
 
 def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subprocess.Popen[bytes]:
-    """Start a server at `socket_path` for gate runs started with `gate_env` on `device`; its
-    output goes to files beside the socket. Ready when the socket exists (`wait_ready`)."""
+    """Start a server at `socket_path` for gate runs started with `gate_env` on `device`, and
+    its gate server (`pipeline/gate/gate_server.py`); their output goes to files beside the socket. Ready
+    when the socket exists (`wait_ready`)."""
     env = {**host_environment(gate_env, device), SLOT_ENV: " " * SLOT_WIDTH}
     folder = socket_path.parent
     with open(folder / "import-server.stdout", "wb") as out, open(folder / "import-server.stderr", "wb") as err:
         process = subprocess.Popen(
             [sys.executable, "-c", _BOOTSTRAP.format(module=__name__.encode().hex()), str(socket_path)],
-            env=env, cwd=folder, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            env=env, cwd=folder, stdin=subprocess.PIPE, stdout=out, stderr=err,
         )
+    assert process.stdin is not None
+    with process.stdin:  # the gate server's environment: the gate runs'
+        process.stdin.write(json.dumps(dict(gate_env)).encode())
     KEPT.add(process.pid)  # this process's sweeps for leftovers leave it alone
     return process
+
+
+def _start_gate_server(socket_path: str, gate_env: dict[str, str]) -> int:
+    """The gate server, an interpreter of its own with the gate runs' environment, serving the
+    children of this server's parent; its pid."""
+    module = GATE_SERVER.encode().hex()
+    folder = Path(socket_path).parent
+    with open(folder / "gate-server.stdout", "wb") as out, open(folder / "gate-server.stderr", "wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-c", _BOOTSTRAP.format(module=module), socket_path, str(os.getppid())],
+            env=gate_env, cwd=folder, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+        )
+    return process.pid
 
 
 def wait_ready(socket_path: Path, process: subprocess.Popen[bytes], timeout_s: float = 120.0) -> bool:
@@ -99,6 +123,15 @@ def wait_ready(socket_path: Path, process: subprocess.Popen[bytes], timeout_s: f
             return False
         time.sleep(0.05)
     return True
+
+
+def residents(server_pid: int) -> set[int]:
+    """The server and its gate server: what runs below it for its whole life. (Every fork it
+    serves, host or command, leads a session of its own; the gate server stays in the server's.)"""
+    server = read_process(server_pid)
+    if server is None:
+        return set()
+    return {server_pid} | {p.pid for p in process_table().values() if p.ppid == server_pid and p.sid == server.sid}
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -195,6 +228,7 @@ class _Server:
     imports: _Imports
     import_env: dict[str, str]
     slot: tuple[int, int] | None  # where SLOT_ENV's entry lies in the environment block, its length
+    gate_server: int  # the pid of its gate server (`pipeline/gate/gate_server.py`), whose forks ask for hosts
     hosts: dict[int, int] = field(default_factory=dict)  # connection fd -> the host it was given
     connections: dict[int, socket.socket] = field(default_factory=dict)
 
@@ -234,12 +268,13 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def _peer_is_trusted(connection: socket.socket) -> bool:
-    """The connecting process is this server's parent or one of its children, of this user."""
+def peer_is_trusted(connection: socket.socket, parent: int, forks_of: int | None = None) -> bool:
+    """The connecting process is `parent`, one of its children, or (`forks_of`) one of that
+    server's forks, and of this user."""
     raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
     pid, uid = int.from_bytes(raw[0:4], sys.byteorder), int.from_bytes(raw[4:8], sys.byteorder)
     peer = read_process(pid)
-    return uid == os.getuid() and peer is not None and os.getppid() in (pid, peer.ppid)
+    return uid == os.getuid() and peer is not None and (pid == parent or peer.ppid in (parent, forks_of))
 
 
 def _kill_below(pid: int) -> None:
@@ -375,7 +410,8 @@ def serve(server: _Server) -> _Become | None:
         for ready in readable:
             if ready is server.listener:
                 connection, _address = server.listener.accept()
-                if _peer_is_trusted(connection):
+                # The server's parent, its children (gate runs), and the gate server's forks.
+                if peer_is_trusted(connection, os.getppid(), server.gate_server):
                     server.connections[connection.fileno()] = connection
                 else:
                     connection.close()
@@ -389,13 +425,15 @@ def main() -> None:
     slot = environment_entry(SLOT_ENV)
     import_env = {k: v for k, v in os.environ.items() if k != SLOT_ENV}
     os.environ.pop(SLOT_ENV, None)  # the imports see the hosts' environment, as a fresh host's do
+    # Started before torch is imported here, with the environment `start` was given.
+    gates = _start_gate_server(sys.argv[1], json.loads(sys.stdin.read()))
     imports = _import_all()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sys.argv[1])
     listener.listen(16)
     become = None
     with _stopping():
-        become = serve(_Server(listener, imports, import_env, slot))
+        become = serve(_Server(listener, imports, import_env, slot, gates))
     if become is None:
         return
     # The fork, now the host: run as `python -c` would have run it.

@@ -36,8 +36,7 @@ def _start_openmp() -> bool:
     bundle GNU OpenMP in torch/lib, which reads its environment as it loads and which torch's
     libraries find by their own path when they load later, so loading it is starting it. Any
     other build (a system or an Intel runtime) is started the sure way, by torch itself."""
-    torch = sys.modules.get("torch")
-    if torch is None:
+    if "torch" not in sys.modules:
         bundled = _bundled_gnu_openmp()
         if bundled is not None:
             try:
