@@ -16,7 +16,7 @@ import os
 import shutil
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 import subprocess
 import sys
 import tempfile
@@ -387,10 +387,24 @@ _servers: list[subprocess.Popen[bytes]] = []
 @pytest.fixture(scope="session", autouse=True)
 def shared_torch_import():
     """One import server per worker (`pipeline/supervision/import_server.py`): the agents' host
-    of every gate run a test starts through `start_cli` is a fork of it, so the suite pays
-    `import torch` once per worker instead of once per gate run. TRAINGATE_SUITE_IMPORT_SERVER=0
-    leaves it out (every run then starts its host afresh, as a CI job does)."""
-    if os.environ.get("TRAINGATE_SUITE_IMPORT_SERVER", "1") == "0" or not warm.enabled():
+    of every gate run a test starts through `start_cli` is a fork of it, and the `traingate`
+    process a fork of its gate server, so the suite pays `import torch` and the command line's
+    imports once per worker instead of once per gate run. TRAINGATE_SUITE_IMPORT_SERVER=0
+    leaves it out (every run then starts afresh, as a CI job's does)."""
+    with serving_this_environment():
+        yield
+
+
+def suite_import_server_on() -> bool:
+    return os.environ.get("TRAINGATE_SUITE_IMPORT_SERVER", "1") != "0" and warm.enabled()
+
+
+@contextlib.contextmanager
+def serving_this_environment() -> Iterator[None]:
+    """An import server for the gate runs started in this process's environment as it is now,
+    named in it until the block ends (a module that sets PYTHONPATH for all its runs has its own:
+    the worker's refuses them, as their interpreters start otherwise)."""
+    if not suite_import_server_on():
         yield
         return
     # A short folder of its own: a Unix socket's path has at most 107 bytes.
@@ -399,11 +413,15 @@ def shared_torch_import():
     device = "cuda" if torch_facts().cuda else "cpu"
     server = import_server.start(socket_path, cli_env({**os.environ, import_server.SERVER_ENV: str(socket_path)}), device)
     _servers.append(server)
+    before = os.environ.get(import_server.SERVER_ENV)
     os.environ[import_server.SERVER_ENV] = str(socket_path)
     try:
         yield
     finally:
-        os.environ.pop(import_server.SERVER_ENV, None)
+        if before is None:
+            os.environ.pop(import_server.SERVER_ENV, None)
+        else:
+            os.environ[import_server.SERVER_ENV] = before
         _servers.remove(server)
         import_server.stop(server)
         shutil.rmtree(folder, ignore_errors=True)

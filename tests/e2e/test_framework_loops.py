@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GateRun
+from tests.conftest import GateRun, serving_this_environment
 from tests.observed_vs_configured import Case, assert_found_at_markers, assert_same_verdict, observed_or_configured, places
 from tests.paths import FRAMEWORK_SITE
 
@@ -77,7 +77,8 @@ def framework_installed() -> Iterator[None]:
     """The stand-in frameworks importable in every process the gate starts, as installed ones are."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(FRAMEWORK_SITE), os.environ.get("PYTHONPATH", "")) if p))
-        yield
+        with serving_this_environment():
+            yield
 
 
 @pytest.fixture(scope="module")
