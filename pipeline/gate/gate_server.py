@@ -47,9 +47,6 @@ _REPLY_TIMEOUT_S = 30.0
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
-# What a served command's process exits with when its server ended before it did: the gate's
-# internal error (pipeline/gate/cli.py's ExitCode.INTERNAL), never a verdict.
-LOST = 3
 
 
 def socket_path(import_socket: str) -> str:
@@ -62,7 +59,8 @@ def socket_path(import_socket: str) -> str:
 
 def run_served(argv0: str, argv: list[str]) -> int | None:
     """`traingate ARGV` run by the gate server this process's environment names: its exit
-    status; None when there is no server or it does not serve (then run the command here)."""
+    status; None when there is no server, it does not serve, or it ended before the command did
+    (then run the command here)."""
     path = os.environ.get(SERVER_ENV)
     if not path or not sys.platform.startswith("linux"):
         return None
@@ -84,15 +82,18 @@ def run_served(argv0: str, argv: list[str]) -> int | None:
         with contextlib.suppress(OSError):
             connection.sendall(f"signal {signum}".encode())
 
-    for signum in _FORWARDED:
-        signal.signal(signum, forward)
+    before = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
     try:
         message = connection.recv(64)
     except OSError:
         message = b""
     if not message.startswith(b"exit "):
-        print("traingate: internal error: the import server that ran this command ended before it (no verdict)", file=sys.stderr)
-        return LOST
+        # The server ended first, and its fork with it: the run starts again here, so that its
+        # verdict is still written.
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        print("traingate: the import server ended before this run did; running it again in this process", file=sys.stderr)
+        return None
     status = int(message.split()[1])
     if status < 0:  # killed by a signal: so is this process, as a caller of a fresh one would see
         signal.signal(-status, signal.SIG_DFL)

@@ -4,6 +4,7 @@ and a caller that dies takes its run and everything below it along."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -29,10 +30,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sys.platform.startswith("
 SLEEPER_MARKER = "traingate-sleeper-daemon"  # tests/targets/life_sleeper's detached daemon
 
 
-@pytest.fixture(scope="module")
-def served() -> Iterator[tuple[dict[str, str], subprocess.Popen[bytes]]]:
-    """An import server of this module's own, the environment of the commands it serves, and
-    its process."""
+@contextlib.contextmanager
+def _server() -> Iterator[tuple[dict[str, str], subprocess.Popen[bytes]]]:
+    """An import server of this test's own, the environment of the commands it serves, and its
+    process; ready once its gate server answers."""
     folder = Path(tempfile.mkdtemp(prefix="tg-gate-test-"))
     socket_path = folder / "socket"
     gate_env = cli_env({k: v for k, v in os.environ.items() if k != import_server.SERVER_ENV})
@@ -41,12 +42,18 @@ def served() -> Iterator[tuple[dict[str, str], subprocess.Popen[bytes]]]:
         assert import_server.wait_ready(socket_path, process), (folder / "import-server.stderr").read_text()
         deadline = time.monotonic() + 60
         while not Path(gate_server.socket_path(str(socket_path))).exists():
-            assert time.monotonic() < deadline, (folder / "import-server.stderr").read_text()
+            assert time.monotonic() < deadline, (folder / "gate-server.stderr").read_text()
             time.sleep(0.05)
         yield {**gate_env, import_server.SERVER_ENV: str(socket_path)}, process
     finally:
         import_server.stop(process)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[dict[str, str], subprocess.Popen[bytes]]]:
+    with _server() as server:
+        yield server
 
 
 def _below(server: subprocess.Popen[bytes]) -> list[ProcessInfo]:
@@ -66,14 +73,19 @@ def _sleeper_run(served, tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
     """`traingate run life_sleeper` served, once its target's daemon runs; the caller and the
     process the gate server forked for it."""
     env, server = served
-    [gates] = import_server.residents(server.pid) - {server.pid}
     caller = subprocess.Popen(
         [*TRAINGATE, "run", str(TARGETS / "life_sleeper"), "--out", "out", "--stages", "execution"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
     )
     _wait_for(lambda: any(SLEEPER_MARKER in p.cmdline.split() for p in _below(server)), 120, "the target's daemon")
+    return caller, _command_of(server)
+
+
+def _command_of(server: subprocess.Popen[bytes]) -> int:
+    """The one command the server's gate server runs now."""
+    [gates] = import_server.residents(server.pid) - {server.pid}
     [command] = [p for p in process_table().values() if p.ppid == gates and p.alive]
-    return caller, command.pid
+    return command.pid
 
 
 def test_a_served_command_runs_in_the_callers_folder_and_answers_on_its_output(served, tmp_path: Path) -> None:
@@ -141,3 +153,17 @@ def test_a_command_whose_interpreter_would_start_otherwise_is_refused(served, tm
     assert refused.stdout.strip() == "None", refused.stderr
     served_help = subprocess.run([sys.executable, "-c", ask], env=env, capture_output=True, text=True, timeout=60)
     assert "usage: traingate" in served_help.stdout and served_help.stdout.strip().endswith("0"), served_help.stderr
+
+
+def test_a_run_whose_server_ends_first_runs_again_in_the_callers_process_and_still_gives_its_verdict(tmp_path: Path) -> None:
+    with _server() as (env, server):
+        caller = subprocess.Popen(
+            [*TRAINGATE, "run", str(TARGETS / "corr_clean"), "--out", "out", "--stages", "correctness"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+        )
+        _wait_for(lambda: bool([p for p in _below(server) if p.ppid not in import_server.residents(server.pid)]), 60, "the run's agent")
+        import_server.stop(server)
+    stdout, stderr = caller.communicate(timeout=300)
+    assert caller.returncode == 0, stderr
+    assert "running it again in this process" in stderr and "Decision: PASS" in stdout
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["decision"] == "PASS"
