@@ -11,9 +11,10 @@ aside, a run refused before any stage left out: one shared run, `shared_gate` or
 and the fixture targets run with more than one set of stages (where one run of the union might
 serve, unless an earlier stage stops the training the later ones need).
 
-A run whose agents' host the worker's import server forked (`shared_torch_import` in
-tests/conftest.py) counts only its gate process's own tree: the host, the agents and their runs
-are the server's children. Compare CPU with TRAINGATE_SUITE_IMPORT_SERVER=0, or wall times.
+A run the worker's import server served (`shared_torch_import` in tests/conftest.py) counts only
+the `traingate` caller's CPU: the gate's process is a fork of the gate server, and its host, the
+agents and their runs are the import server's children. Compare CPU with
+TRAINGATE_SUITE_IMPORT_SERVER=0, or wall times.
 """
 
 from __future__ import annotations

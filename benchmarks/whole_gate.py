@@ -11,8 +11,9 @@ tree itself is never edited. Per repetition, interleaved:
   each stage's duration as report.json records it, and each entrypoint or test run a stage
   lists in its page's details (stage/label: seconds, as that stage records it);
 - with `--import-server`, the gate again with its agents' host forked by an import server
-  this process keeps (pipeline/supervision/import_server.py: a queue of gate runs pays the torch
-  import once);
+  this process keeps, and the `traingate` process itself a fork of its gate server
+  (pipeline/supervision/import_server.py, pipeline/gate/gate_server.py: a queue of gate runs pays
+  the torch import and the command line's once);
 - the floor: the target's suite once as a bare `python -m pytest -q` in its folder, and the
   configured entrypoint three times as bare `python -c` processes with the configured seed
   and kwargs: AMP off, AMP on (where an AMP flag is configured) and a same-seed repeat of the
@@ -234,8 +235,9 @@ class Side:
 def served_gates(wanted: bool, folder: Path) -> Iterator[dict[str, str] | None]:
     """With `wanted`, an import server (pipeline/supervision/import_server.py) for gates started
     with this process's environment, kept until the end, and that environment naming it. Its
-    side's CPU is the gate process's tree only: the host, the agents and their runs are the
-    server's children (the server's own import is paid once, before the first repetition)."""
+    side's CPU is the `traingate` caller's only: the gate's process, its host, the agents and
+    their runs are the servers' children (their imports are paid once, before the first
+    repetition)."""
     if not wanted:
         yield None
         return
@@ -257,7 +259,7 @@ def main() -> None:
     parser.add_argument("--overlay", type=Path, help="with --target: files copied over a copy of it (its traingate.toml, a setup module)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", help="another traingate executable (an earlier install) timed in the same repetitions")
-    parser.add_argument("--import-server", action="store_true", help="also time the gate with its agents' host forked by an import server this process keeps")
+    parser.add_argument("--import-server", action="store_true", help="also time the gate served by an import server this process keeps (its command and its agents' host forked from it)")
     args = parser.parse_args()
     env = bare_env()
     sides = [Side("gate", str(Path(sys.executable).with_name("traingate"))), Side("floor")]

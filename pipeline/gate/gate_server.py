@@ -38,9 +38,8 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from traingate.pipeline.supervision.import_server import SERVER_ENV, peer_is_trusted
+from traingate.pipeline.supervision.import_server import GATE_SUFFIX, SERVER_ENV, peer_is_trusted
 
-_SUFFIX = ".gate"
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # the command's stdin, stdout and stderr
 _REPLY_TIMEOUT_S = 30.0
@@ -50,7 +49,7 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 def socket_path(import_socket: str) -> str:
-    return import_socket + _SUFFIX
+    return import_socket + GATE_SUFFIX
 
 
 # ---------------------------------------------------------------------------------------------

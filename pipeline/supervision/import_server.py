@@ -53,6 +53,7 @@ SERVER_ENV = "TRAINGATE_IMPORT_SERVER"
 # The gate server this server starts (`pipeline/gate/gate_server.py`), named, not imported: the
 # gate's process is above process supervision.
 GATE_SERVER = "traingate.pipeline.gate.gate_server"
+GATE_SUFFIX = ".gate"  # its socket: this server's, with this after it
 # Bytes of the server's environment block set aside for each fork's run tag: the fork writes
 # `<tag variable>=<tag>` over them, as a fresh host is started with its tag in its environment.
 SLOT_ENV = "TRAINGATE_ENV_SLOT"
@@ -99,6 +100,17 @@ def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subpro
         process.stdin.write(json.dumps(dict(gate_env)).encode())
     KEPT.add(process.pid)  # this process's sweeps for leftovers leave it alone
     return process
+
+
+def _await_gate_server(socket_path: str, pid: int, timeout_s: float = 120.0) -> None:
+    """Until the gate server answers at its socket, or has ended (its imports failed: every
+    command then runs in its own process)."""
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(socket_path + GATE_SUFFIX) and time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        time.sleep(0.02)
 
 
 def _start_gate_server(socket_path: str, gate_env: dict[str, str]) -> int:
@@ -428,6 +440,7 @@ def main() -> None:
     # Started before torch is imported here, with the environment `start` was given.
     gates = _start_gate_server(sys.argv[1], json.loads(sys.stdin.read()))
     imports = _import_all()
+    _await_gate_server(sys.argv[1], gates)  # ready (the socket `wait_ready` waits for) means both
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sys.argv[1])
     listener.listen(16)

@@ -33,17 +33,14 @@ SLEEPER_MARKER = "traingate-sleeper-daemon"  # tests/targets/life_sleeper's deta
 @contextlib.contextmanager
 def _server() -> Iterator[tuple[dict[str, str], subprocess.Popen[bytes]]]:
     """An import server of this test's own, the environment of the commands it serves, and its
-    process; ready once its gate server answers."""
+    process; ready (`wait_ready`) once its gate server answers too."""
     folder = Path(tempfile.mkdtemp(prefix="tg-gate-test-"))
     socket_path = folder / "socket"
     gate_env = cli_env({k: v for k, v in os.environ.items() if k != import_server.SERVER_ENV})
     process = import_server.start(socket_path, gate_env, "cpu")
     try:
         assert import_server.wait_ready(socket_path, process), (folder / "import-server.stderr").read_text()
-        deadline = time.monotonic() + 60
-        while not Path(gate_server.socket_path(str(socket_path))).exists():
-            assert time.monotonic() < deadline, (folder / "gate-server.stderr").read_text()
-            time.sleep(0.05)
+        assert Path(gate_server.socket_path(str(socket_path))).exists(), (folder / "gate-server.stderr").read_text()
         yield {**gate_env, import_server.SERVER_ENV: str(socket_path)}, process
     finally:
         import_server.stop(process)
