@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from traingate.pipeline.supervision.import_server import GATE_SUFFIX, SERVER_ENV, peer_is_trusted
+from traingate.pipeline.supervision.import_server import GATE_SUFFIX, SERVER_ENV, fork_handing_over, peer_is_trusted
 
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # the command's stdin, stdout and stderr
@@ -234,13 +234,9 @@ def _serve_one(gates: _Gates, fd: int) -> Command | None:
             os.close(received)
         _end(gates, fd, refused=True)
         return None
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
+    pid = fork_handing_over(fds)
     if pid == 0:
         return _become_command(gates, request, fds)
-    for received in fds:
-        os.close(received)
     gates.forks[fd] = pid
     with contextlib.suppress(OSError):
         connection.sendall(f"pid {pid}".encode())

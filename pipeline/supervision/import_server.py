@@ -343,14 +343,22 @@ def _serve_one(server: _Server, fd: int) -> _Become | None:
     return _fork_host(server, fd, request, fds)
 
 
-def _fork_host(server: _Server, fd: int, request: dict[str, Any], fds: list[int]) -> _Become | None:
+def fork_handing_over(fds: list[int]) -> int:
+    """`os.fork()`, after flushing this process's output; the parent closes `fds`, which the
+    request handed over for the fork alone. (Also the gate server's.)"""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
+    if pid:
+        for received in fds:
+            os.close(received)
+    return pid
+
+
+def _fork_host(server: _Server, fd: int, request: dict[str, Any], fds: list[int]) -> _Become | None:
+    pid = fork_handing_over(fds)
     if pid == 0:
         return _become_host(server, request, fds)
-    for received in fds:
-        os.close(received)
     server.hosts[fd] = pid
     _answer(server.connections[fd], f"pid {pid}")
     return None
