@@ -54,6 +54,14 @@ SERVER_ENV = "TRAINGATE_IMPORT_SERVER"
 # gate's process is above process supervision.
 GATE_SERVER = "traingate.pipeline.gate.gate_server"
 GATE_SUFFIX = ".gate"  # its socket: this server's, with this after it
+# The hash seeds other than its own that the server keeps an interpreter of their own for, each
+# at `<socket>.hashseed-<seed>` (a hash seed is fixed when an interpreter starts): the
+# concurrency stage's determinism rerun runs with PYTHONHASHSEED=1 (`_rerun_hash_seed(1)` in
+# stages/concurrency/stage.py; tests/pipeline/supervision/test_import_server.py checks the two agree).
+SIBLING_HASH_SEEDS = ("1",)
+# This module's name, also where it runs as `__main__` (a server starting its siblings).
+_MODULE = __spec__.name if __spec__ is not None else __name__
+_SIBLING = "--sibling"
 # Bytes of the server's environment block set aside for each fork's run tag: the fork writes
 # `<tag variable>=<tag>` over them, as a fresh host is started with its tag in its environment.
 SLOT_ENV = "TRAINGATE_ENV_SLOT"
@@ -92,7 +100,7 @@ def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subpro
     folder = socket_path.parent
     with open(folder / "import-server.stdout", "wb") as out, open(folder / "import-server.stderr", "wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP.format(module=__name__.encode().hex()), str(socket_path)],
+            [sys.executable, "-c", _BOOTSTRAP.format(module=_MODULE.encode().hex()), str(socket_path)],
             env=env, cwd=folder, stdin=subprocess.PIPE, stdout=out, stderr=err,
         )
     assert process.stdin is not None
@@ -102,11 +110,33 @@ def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subpro
     return process
 
 
-def _await_gate_server(socket_path: str, pid: int, timeout_s: float = 120.0) -> None:
-    """Until the gate server answers at its socket, or has ended (its imports failed: every
-    command then runs in its own process)."""
+def sibling_socket(socket_path: str, hash_seed: str) -> str:
+    return f"{socket_path}.hashseed-{hash_seed}"
+
+
+def _start_siblings(socket_path: str, import_env: dict[str, str]) -> dict[str, int]:
+    """An import server of its own for each of SIBLING_HASH_SEEDS this one does not have, with
+    this one's environment but its hash seed; the pid of each, by its socket."""
+    started = {}
+    for seed in SIBLING_HASH_SEEDS:
+        if seed == import_env.get("PYTHONHASHSEED"):
+            continue
+        path = sibling_socket(socket_path, seed)
+        # Its own files: its imports are silent when they print nothing (`_import_all`).
+        with open(f"{path}.stdout", "wb") as out, open(f"{path}.stderr", "wb") as err:
+            process = subprocess.Popen(
+                [sys.executable, "-c", _BOOTSTRAP.format(module=_MODULE.encode().hex()), path, _SIBLING],
+                env={**import_env, "PYTHONHASHSEED": seed, SLOT_ENV: " " * SLOT_WIDTH}, cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            )
+        started[path] = process.pid
+    return started
+
+
+def _await_socket(path: str, pid: int, timeout_s: float = 120.0) -> None:
+    """Until the server `pid` answers at `path`, or has ended (then what it would serve is
+    started afresh)."""
     deadline = time.monotonic() + timeout_s
-    while not os.path.exists(socket_path + GATE_SUFFIX) and time.monotonic() < deadline:
+    while not os.path.exists(path) and time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return
@@ -202,6 +232,9 @@ def request_host(
     path = os.environ.get(SERVER_ENV)
     if not path or not sys.platform.startswith("linux"):
         return None
+    sibling = sibling_socket(path, env.get("PYTHONHASHSEED", ""))
+    if os.path.exists(sibling):
+        path = sibling
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     request = {"env": env, "tag_name": tag_name, "tag": tag, "cwd": str(cwd), "module": module, "folder": folder, "args": args}
@@ -240,7 +273,9 @@ class _Server:
     imports: _Imports
     import_env: dict[str, str]
     slot: tuple[int, int] | None  # where SLOT_ENV's entry lies in the environment block, its length
-    gate_server: int  # the pid of its gate server (`pipeline/gate/gate_server.py`), whose forks ask for hosts
+    gate_server: int | None  # the pid of its gate server (`pipeline/gate/gate_server.py`), whose forks ask for hosts
+    trusted_parent: int  # the process that started the import server (a sibling's grandparent)
+    hosts_of: int  # the import server whose hosts' children (stage agents) may ask too
     hosts: dict[int, int] = field(default_factory=dict)  # connection fd -> the host it was given
     connections: dict[int, socket.socket] = field(default_factory=dict)
 
@@ -280,13 +315,20 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def peer_is_trusted(connection: socket.socket, parent: int, forks_of: int | None = None) -> bool:
-    """The connecting process is `parent`, one of its children, or (`forks_of`) one of that
-    server's forks, and of this user."""
+def peer_is_trusted(connection: socket.socket, parent: int, forks_of: int | None = None, hosts_of: int | None = None) -> bool:
+    """The connecting process is `parent`, one of its children, (`forks_of`) one of that
+    server's forks, or (`hosts_of`) a child of one of the hosts that import server forked (a
+    stage agent), and of this user."""
     raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
     pid, uid = int.from_bytes(raw[0:4], sys.byteorder), int.from_bytes(raw[4:8], sys.byteorder)
     peer = read_process(pid)
-    return uid == os.getuid() and peer is not None and (pid == parent or peer.ppid in (parent, forks_of))
+    if uid != os.getuid() or peer is None:
+        return False
+    if pid == parent or peer.ppid in (parent, forks_of):
+        return True
+    host = read_process(peer.ppid) if hosts_of is not None else None
+    # A host leads a session of its own; the gate server, the other child of the import server, does not.
+    return host is not None and host.ppid == hosts_of and host.sid == host.pid
 
 
 def _kill_below(pid: int) -> None:
@@ -431,7 +473,7 @@ def serve(server: _Server) -> _Become | None:
             if ready is server.listener:
                 connection, _address = server.listener.accept()
                 # The server's parent, its children (gate runs), and the gate server's forks.
-                if peer_is_trusted(connection, os.getppid(), server.gate_server):
+                if peer_is_trusted(connection, server.trusted_parent, server.gate_server, server.hosts_of):
                     server.connections[connection.fileno()] = connection
                 else:
                     connection.close()
@@ -445,16 +487,25 @@ def main() -> None:
     slot = environment_entry(SLOT_ENV)
     import_env = {k: v for k, v in os.environ.items() if k != SLOT_ENV}
     os.environ.pop(SLOT_ENV, None)  # the imports see the hosts' environment, as a fresh host's do
-    # Started before torch is imported here, with the environment `start` was given.
-    gates = _start_gate_server(sys.argv[1], json.loads(sys.stdin.read()))
+    if sys.argv[2:] == [_SIBLING]:
+        # Started by the import server, for another hash seed: its parent's hosts, its grandparent's runs.
+        parent = read_process(os.getppid())
+        gates, started, trusted_parent, hosts_of = None, {}, parent.ppid if parent else -1, os.getppid()
+    else:
+        # Started before torch is imported here: the gate server with the environment `start`
+        # was given, and the other hash seeds' servers.
+        gates = _start_gate_server(sys.argv[1], json.loads(sys.stdin.read()))
+        started = {sys.argv[1] + GATE_SUFFIX: gates, **_start_siblings(sys.argv[1], import_env)}
+        trusted_parent, hosts_of = os.getppid(), os.getpid()
     imports = _import_all()
-    _await_gate_server(sys.argv[1], gates)  # ready (the socket `wait_ready` waits for) means both
+    for path, pid in started.items():  # ready (the socket `wait_ready` waits for) means all of them
+        _await_socket(path, pid)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(sys.argv[1])
     listener.listen(16)
     become = None
     with _stopping():
-        become = serve(_Server(listener, imports, import_env, slot, gates))
+        become = serve(_Server(listener, imports, import_env, slot, gates, trusted_parent, hosts_of))
     if become is None:
         return
     # The fork, now the host: run as `python -c` would have run it.

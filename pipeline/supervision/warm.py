@@ -124,7 +124,9 @@ class WarmInterpreter:
 
     @classmethod
     def start(cls, env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None, preload: tuple[str, ...] = ()) -> WarmInterpreter:
-        sock, process = _start_process(env, cwd, scratch, tag, mask, preload)
+        """A fork of the import server the environment names where one serves `env` (the
+        concurrency stage's other hash seed has one of its own), else a fresh interpreter."""
+        sock, process = _start_process(env, cwd, scratch, tag, mask, preload, served=True)
         return cls(env, cwd, sock, process, mask)
 
     @classmethod
@@ -241,7 +243,8 @@ class AgentHost(WarmInterpreter):
     environment the target's runs get (`target_env`), for every stage. Each agent is a fork of
     it, with the agent's own environment, and gets a fork of its own for its runs
     (`traingate.stages.common.inherited`), so no stage agent imports torch again for runs in
-    that environment (the concurrency stage's other hash seed still starts one). Where the
+    that environment (the concurrency stage's other hash seed still starts one, or asks the
+    import server's interpreter of that seed). Where the
     gate's environment names an import server that serves this environment, the host is a fork
     of it instead, and not even the gate run imports torch (`import_server.py`)."""
 

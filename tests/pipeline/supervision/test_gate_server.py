@@ -80,8 +80,9 @@ def _sleeper_run(served, tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
 
 def _command_of(server: subprocess.Popen[bytes]) -> int:
     """The one command the server's gate server runs now."""
-    [gates] = import_server.residents(server.pid) - {server.pid}
-    [command] = [p for p in process_table().values() if p.ppid == gates and p.alive]
+    table = process_table()
+    [gates] = [pid for pid in import_server.residents(server.pid) if import_server.GATE_SERVER.encode().hex() in table[pid].cmdline]
+    [command] = [p for p in table.values() if p.ppid == gates and p.alive]
     return command.pid
 
 

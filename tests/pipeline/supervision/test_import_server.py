@@ -38,6 +38,7 @@ PROBE = textwrap.dedent(
         "slot_left": [e.decode()[:40] for e in block if e.startswith(b"TRAINGATE")],
         "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
         "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("traingate", "pytest", "_pytest", "torch")),
+        "hash": hash("traingate"),
     }
     print(json.dumps(facts), flush=True)
     sock = socket.socket(fileno=int(sys.argv[1]))
@@ -124,6 +125,27 @@ def test_another_environment_is_refused_and_the_run_starts_its_own(server, tmp_p
     socket_path, env = server
     assert _request(socket_path, {**env, "PYTHONHASHSEED": "7"}, tmp_path, tmp_path / "out", [], monkeypatch) is None
     assert _request(socket_path, {k: v for k, v in env.items() if k != "PYTHONHASHSEED"}, tmp_path, tmp_path / "out", [], monkeypatch) is None
+
+
+def test_the_concurrency_stages_other_hash_seed_is_served_by_an_interpreter_started_with_it(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hash seed is fixed as an interpreter starts: the determinism rerun's is served by the
+    server's sibling of that seed, whose forks hash as a fresh interpreter of that seed does."""
+    from traingate.stages.concurrency.stage import _rerun_hash_seed
+
+    socket_path, env = server
+    seed = _rerun_hash_seed(1)
+    assert seed in import_server.SIBLING_HASH_SEEDS and seed != env["PYTHONHASHSEED"]
+    served = _request(socket_path, {**env, "PYTHONHASHSEED": seed}, tmp_path, tmp_path / "out", [], monkeypatch)
+    assert served is not None
+    sock, host = served
+    try:
+        facts = _facts(tmp_path / "out")
+        fresh = subprocess.run([sys.executable, "-c", "print(hash('traingate'))"], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True, timeout=60)
+        assert facts["env"]["PYTHONHASHSEED"] == seed and facts["hash"] == int(fresh.stdout)
+        assert "torch._dynamo" in facts["modules"]
+    finally:
+        host.kill()
+        sock.close()
 
 
 def test_killing_a_host_kills_what_it_left_and_waits_for_it(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
