@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from traingate.pipeline.supervision.import_server import GATE_SUFFIX, SERVER_ENV, fork_handing_over, peer_is_trusted
+from traingate.pipeline.supervision.import_server import GATE_SUFFIX, SERVER_ENV, die_with, fork_handing_over, peer_is_trusted
 
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # the command's stdin, stdout and stderr
@@ -125,11 +125,11 @@ class Command:
 
 def main() -> None:
     """The gate server, started by the import server (`import_server.start`) with the gate runs'
-    environment: `<import socket> <pid whose children it serves>`. In a fork that became a
+    environment: `<import socket> <pid whose children it serves> <the import server's pid>`. In a fork that became a
     command's process, the command's exit status is raised (`SystemExit`), so that the process
     ends as a fresh one would, its exit handlers run."""
     import_socket, trusted_parent = sys.argv[1], int(sys.argv[2])
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with(int(sys.argv[3]))  # the import server
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     started_with = _read_at_start(os.environ)
     command = _serve(import_socket, trusted_parent, started_with) if _imports() else None

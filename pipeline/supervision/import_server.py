@@ -125,7 +125,7 @@ def _start_siblings(socket_path: str, import_env: dict[str, str]) -> dict[str, i
         # Its own files: its imports are silent when they print nothing (`_import_all`).
         with open(f"{path}.stdout", "wb") as out, open(f"{path}.stderr", "wb") as err:
             process = subprocess.Popen(
-                [sys.executable, "-c", _BOOTSTRAP.format(module=_MODULE.encode().hex()), path, _SIBLING],
+                [sys.executable, "-c", _BOOTSTRAP.format(module=_MODULE.encode().hex()), path, _SIBLING, str(os.getpid())],
                 env={**import_env, "PYTHONHASHSEED": seed, SLOT_ENV: " " * SLOT_WIDTH}, cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             )
         started[path] = process.pid
@@ -150,7 +150,7 @@ def _start_gate_server(socket_path: str, gate_env: dict[str, str]) -> int:
     folder = Path(socket_path).parent
     with open(folder / "gate-server.stdout", "wb") as out, open(folder / "gate-server.stderr", "wb") as err:
         process = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP.format(module=module), socket_path, str(os.getppid())],
+            [sys.executable, "-c", _BOOTSTRAP.format(module=module), socket_path, str(os.getppid()), str(os.getpid())],
             env=gate_env, cwd=folder, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
         )
     return process.pid
@@ -308,6 +308,14 @@ def _import_all() -> _Imports:
         gc.enable()
     silent = not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
     return _Imports(silent, frozenset(sys.modules) - with_torch)
+
+
+def die_with(parent: int) -> None:
+    """End with `parent` (SIGTERM when it dies), and now if it is gone already: a server its
+    parent stopped before this one was up must not outlive it."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(0)
 
 
 def _prctl(option: int, value: int) -> None:
@@ -487,13 +495,15 @@ def main() -> None:
     slot = environment_entry(SLOT_ENV)
     import_env = {k: v for k, v in os.environ.items() if k != SLOT_ENV}
     os.environ.pop(SLOT_ENV, None)  # the imports see the hosts' environment, as a fresh host's do
-    if sys.argv[2:] == [_SIBLING]:
+    if sys.argv[2:3] == [_SIBLING]:
         # Started by the import server, for another hash seed: its parent's hosts, its grandparent's runs.
+        die_with(int(sys.argv[3]))
         parent = read_process(os.getppid())
         gates, started, trusted_parent, hosts_of = None, {}, parent.ppid if parent else -1, os.getppid()
     else:
         # Started before torch is imported here: the gate server with the environment `start`
         # was given, and the other hash seeds' servers.
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         gates = _start_gate_server(sys.argv[1], json.loads(sys.stdin.read()))
         started = {sys.argv[1] + GATE_SUFFIX: gates, **_start_siblings(sys.argv[1], import_env)}
         trusted_parent, hosts_of = os.getppid(), os.getpid()

@@ -208,3 +208,30 @@ def test_a_process_that_is_not_the_servers_parent_or_its_child_is_refused(server
         capture_output=True, text=True, timeout=60,
     )
     assert done.stdout.strip() == "None", done.stderr
+
+
+def test_a_server_stopped_before_it_is_up_leaves_nothing_running(tmp_path: Path) -> None:
+    """Its gate server and its siblings start before its imports, and die with it whenever it
+    dies: stopped at once, during its imports, nothing of it is left."""
+    folder = Path(tempfile.mkdtemp(prefix="tg-import-test-"))
+    socket_path = folder / "socket"
+    try:
+        process = import_server.start(socket_path, {k: v for k, v in os.environ.items() if k != import_server.SERVER_ENV}, "cpu")
+        deadline = time.monotonic() + 30
+        # Until it has started the servers beside it (they name its socket), then at once.
+        while len(_naming(socket_path)) < 1 + len(import_server.SIBLING_HASH_SEEDS) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not socket_path.exists()  # still importing
+        import_server.stop(process)
+        while _naming(socket_path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _naming(socket_path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _naming(socket_path: Path) -> list[int]:
+    """The live processes whose command line names the socket."""
+    from traingate.pipeline.supervision.processes import process_table
+
+    return [p.pid for p in process_table().values() if p.alive and str(socket_path) in p.cmdline]
