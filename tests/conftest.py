@@ -395,16 +395,12 @@ def shared_torch_import():
         yield
 
 
-def suite_import_server_on() -> bool:
-    return os.environ.get("TRAINGATE_SUITE_IMPORT_SERVER", "1") != "0" and warm.enabled()
-
-
 @contextlib.contextmanager
 def serving_this_environment() -> Iterator[None]:
     """An import server for the gate runs started in this process's environment as it is now,
     named in it until the block ends (a module that sets PYTHONPATH for all its runs has its own:
     the worker's refuses them, as their interpreters start otherwise)."""
-    if not suite_import_server_on():
+    if os.environ.get("TRAINGATE_SUITE_IMPORT_SERVER", "1") == "0" or not warm.enabled():
         yield
         return
     # A short folder of its own: a Unix socket's path has at most 107 bytes.

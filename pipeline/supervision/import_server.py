@@ -20,11 +20,14 @@ connection (or dies, which closes it), the server kills the fork and everything 
 answers `closed` once they are gone. The server is a subreaper too (a host that dies hands its
 children to it) and, when its parent dies or it is told to stop, kills everything below it.
 Requests are taken only from the server's parent, the parent's children (the gate runs it
-starts) and the forks of its gate server, by the peer credentials of the connection. Linux only,
-as the warm start.
+starts), the forks of its gate server and the children of its hosts (stage agents, asking for
+the warm interpreters of their runs), by the peer credentials of the connection. Linux only, as
+the warm start.
 
-Before its imports, the server starts its gate server (`pipeline/gate/gate_server.py`): the `traingate`
-command itself, run as a fork of an interpreter that imported the command line once.
+Before its imports, the server starts the servers beside it: its gate server
+(`pipeline/gate/gate_server.py`: the `traingate` command itself, run as a fork of an interpreter
+that imported the command line once) and a sibling for each other hash seed the stages' runs
+use (`SIBLING_HASH_SEEDS`), which serves the same requests with that seed. They die with it.
 """
 
 from __future__ import annotations
@@ -93,9 +96,9 @@ def host_environment(gate_env: Mapping[str, str], device: str) -> dict[str, str]
 
 
 def start(socket_path: Path, gate_env: Mapping[str, str], device: str) -> subprocess.Popen[bytes]:
-    """Start a server at `socket_path` for gate runs started with `gate_env` on `device`, and
-    its gate server (`pipeline/gate/gate_server.py`); their output goes to files beside the socket. Ready
-    when the socket exists (`wait_ready`)."""
+    """Start a server at `socket_path` for gate runs started with `gate_env` on `device`, with
+    the servers beside it (its gate server, its siblings); their output goes to files beside the
+    socket. Ready, all of them, when the socket exists (`wait_ready`)."""
     env = {**host_environment(gate_env, device), SLOT_ENV: " " * SLOT_WIDTH}
     folder = socket_path.parent
     with open(folder / "import-server.stdout", "wb") as out, open(folder / "import-server.stderr", "wb") as err:
@@ -168,8 +171,9 @@ def wait_ready(socket_path: Path, process: subprocess.Popen[bytes], timeout_s: f
 
 
 def residents(server_pid: int) -> set[int]:
-    """The server and its gate server: what runs below it for its whole life. (Every fork it
-    serves, host or command, leads a session of its own; the gate server stays in the server's.)"""
+    """The server and the servers beside it (its gate server, its siblings): what runs below it
+    for its whole life. (Every fork they serve, host or command, leads a session of its own;
+    they stay in the server's.)"""
     server = read_process(server_pid)
     if server is None:
         return set()
@@ -335,7 +339,7 @@ def peer_is_trusted(connection: socket.socket, parent: int, forks_of: int | None
     if pid == parent or peer.ppid in (parent, forks_of):
         return True
     host = read_process(peer.ppid) if hosts_of is not None else None
-    # A host leads a session of its own; the gate server, the other child of the import server, does not.
+    # A host leads a session of its own; the servers beside the import server, its other children, do not.
     return host is not None and host.ppid == hosts_of and host.sid == host.pid
 
 
@@ -480,7 +484,7 @@ def serve(server: _Server) -> _Become | None:
         for ready in readable:
             if ready is server.listener:
                 connection, _address = server.listener.accept()
-                # The server's parent, its children (gate runs), and the gate server's forks.
+                # The server's parent, its children (gate runs), the gate server's forks, the hosts' agents.
                 if peer_is_trusted(connection, server.trusted_parent, server.gate_server, server.hosts_of):
                     server.connections[connection.fileno()] = connection
                 else:

@@ -243,10 +243,10 @@ class AgentHost(WarmInterpreter):
     environment the target's runs get (`target_env`), for every stage. Each agent is a fork of
     it, with the agent's own environment, and gets a fork of its own for its runs
     (`traingate.stages.common.inherited`), so no stage agent imports torch again for runs in
-    that environment (the concurrency stage's other hash seed still starts one, or asks the
-    import server's interpreter of that seed). Where the
-    gate's environment names an import server that serves this environment, the host is a fork
-    of it instead, and not even the gate run imports torch (`import_server.py`)."""
+    that environment (the concurrency stage's other hash seed needs one of its own: a fresh one,
+    or the import server's sibling of that seed). Where the gate's environment names an import
+    server that serves this environment, the host is a fork of it instead, and not even the gate
+    run imports torch (`import_server.py`)."""
 
     hands_down = True
 
