@@ -424,7 +424,13 @@ def serving_this_environment() -> Iterator[None]:
 
 
 def _kept(process: ProcessInfo) -> bool:
-    return any(process.pid == w.pid for pool in _open_pools for w in pool.interpreters())
+    return any(process.pid == w.pid for pool in _open_pools for w in pool.interpreters()) or _a_server(process)
+
+
+def _a_server(process: ProcessInfo) -> bool:
+    """One of the servers of this worker's import servers (the import server, its gate server,
+    its siblings: each names its socket, and none leads a session, as every fork they serve does)."""
+    return process.sid != process.pid and any(str(Path(s.args[-1])) in process.cmdline for s in _servers if isinstance(s.args, list) and s.args)
 
 
 @pytest.fixture(autouse=True)
@@ -436,9 +442,9 @@ def no_process_left_behind():
     left = [p for p in kill_descendants(skip=_kept) if p.alive]
     for server in _servers:
         resident = import_server.residents(server.pid)
-        left += [p for pid in resident for p in kill_descendants(pid, skip=lambda p, kept=resident: p.pid in kept) if p.alive]
+        left += [p for pid in resident for p in kill_descendants(pid, skip=lambda p, kept=resident: p.pid in kept or _a_server(p)) if p.alive]
     if left:
-        listing = "; ".join(f"pid {p.pid} (sid {p.sid}) {p.cmdline[:120]}" for p in left)
+        listing = "; ".join(f"pid {p.pid} (parent {p.ppid}, sid {p.sid}) {p.cmdline[:300]}" for p in left)
         pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traingate.pipeline.supervision.processes import KEPT, kill, kill_descendants, process_table, read_process
+from traingate.pipeline.supervision.processes import KEPT, kill, kill_descendants, process_table, read_process, reap
 from traingate.stages.common.procstat import environment_entry, overwrite_environment
 
 SERVER_ENV = "TRAINGATE_IMPORT_SERVER"
@@ -181,10 +181,18 @@ def residents(server_pid: int) -> set[int]:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """End a server `start` started, and everything below it."""
+    """End a server `start` started, and everything below it: the servers beside it too, by
+    their pids taken before, whatever state the server was in (they would die with it, but not
+    before this returns)."""
+    beside = [pid for pid in residents(process.pid) if pid != process.pid]
     process.terminate()
     process.wait()
     KEPT.discard(process.pid)
+    kill(beside)
+    deadline = time.monotonic() + 5.0
+    while any((info := read_process(pid)) is not None and info.alive for pid in beside) and time.monotonic() < deadline:
+        reap(beside)  # this process's, where it is their subreaper
+        time.sleep(0.01)
 
 
 # ---------------------------------------------------------------------------------------------
