@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from traingate.pipeline.supervision.import_server import GATE_SUFFIX, SERVER_ENV, die_with, fork_handing_over, peer_is_trusted
+from traingate.pipeline.supervision.processes import kill, kill_descendants, process_table
 
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # the command's stdin, stdout and stderr
@@ -125,9 +126,9 @@ class Command:
 
 def main() -> None:
     """The gate server, started by the import server (`import_server.start`) with the gate runs'
-    environment: `<import socket> <pid whose children it serves> <the import server's pid>`. In a fork that became a
-    command's process, the command's exit status is raised (`SystemExit`), so that the process
-    ends as a fresh one would, its exit handlers run."""
+    environment: `<import socket> <pid whose children it serves> <the import server's pid>`.
+    In a fork that became a command's process, the command's exit status is raised
+    (`SystemExit`), so that the process ends as a fresh one would, its exit handlers run."""
     import_socket, trusted_parent = sys.argv[1], int(sys.argv[2])
     die_with(int(sys.argv[3]))  # the import server
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -196,8 +197,6 @@ def _serve(import_socket: str, trusted_parent: int, started_with: dict[str, str]
                         return command
     finally:
         if os.getpid() == server_pid:
-            from traingate.pipeline.supervision.processes import kill_descendants
-
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             kill_descendants()
 
@@ -275,8 +274,6 @@ def _become_command(gates: _Gates, request: dict[str, object], fds: list[int]) -
 def _end(gates: _Gates, fd: int, status: int | None = None, refused: bool = False) -> None:
     """Close a connection: with its command's exit status when it ended, refusing its command,
     else (the command died) after killing its process and what is below it."""
-    from traingate.pipeline.supervision.processes import kill, kill_descendants
-
     connection = gates.connections.pop(fd)
     pid = gates.forks.pop(fd, None)
     if pid is not None and status is None:
@@ -295,8 +292,6 @@ def _end(gates: _Gates, fd: int, status: int | None = None, refused: bool = Fals
 def _kill_session(sid: int) -> None:
     """What is left of a command's session once its process has ended (its orphans are this
     server's then)."""
-    from traingate.pipeline.supervision.processes import kill, process_table
-
     kill([p.pid for p in process_table().values() if p.sid == sid])
 
 
