@@ -26,7 +26,6 @@ import server's. Linux only.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import select
@@ -38,15 +37,22 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from traingate.pipeline.supervision.import_server import GATE_SUFFIX, SERVER_ENV, die_with, fork_handing_over, peer_is_trusted
+from traingate.pipeline.supervision.import_server import (
+    GATE_SUFFIX,
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_PDEATHSIG,
+    SERVER_ENV,
+    die_with,
+    fork_handing_over,
+    peer_is_trusted,
+    prctl,
+)
 from traingate.pipeline.supervision.processes import kill, kill_descendants, process_table
 
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # the command's stdin, stdout and stderr
 _REPLY_TIMEOUT_S = 30.0
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 def socket_path(import_socket: str) -> str:
@@ -131,7 +137,7 @@ def main() -> None:
     (`SystemExit`), so that the process ends as a fresh one would, its exit handlers run."""
     import_socket, trusted_parent = sys.argv[1], int(sys.argv[2])
     die_with(int(sys.argv[3]))  # the import server
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
     started_with = _read_at_start(os.environ)
     command = _serve(import_socket, trusted_parent, started_with) if _imports() else None
     if command is None:
@@ -245,8 +251,8 @@ def _serve_one(gates: _Gates, fd: int) -> Command | None:
 def _become_command(gates: _Gates, request: dict[str, object], fds: list[int]) -> Command:
     """In the fork: the command's session, descriptors, folder and environment."""
     os.setsid()
-    _prctl(_PR_SET_CHILD_SUBREAPER, 0)
-    _prctl(_PR_SET_PDEATHSIG, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 0)
+    prctl(PR_SET_PDEATHSIG, 0)
     signal.set_wakeup_fd(-1)
     for signum in (*_FORWARDED, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
@@ -308,11 +314,6 @@ def _reap(gates: _Gates) -> None:
         fd = by_pid.get(pid)
         if fd is not None:
             _end(gates, fd, os.waitstatus_to_exitcode(status))
-
-
-def _prctl(option: int, value: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
 if __name__ == "__main__":

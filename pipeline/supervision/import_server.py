@@ -73,8 +73,8 @@ _MAX_MESSAGE = 1 << 20
 _MAX_FDS = 3  # the host's socket, stdout, stderr
 _REPLY_TIMEOUT_S = 30.0
 _CLOSE_TIMEOUT_S = 15.0
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 # What a fresh host's imports are (`stages/harness/fork_server.py`); pytest only when preloaded.
 _IMPORTS = ("torch", "torch._dynamo")
 _PRELOADABLE = ("pytest",)
@@ -325,12 +325,13 @@ def _import_all() -> _Imports:
 def die_with(parent: int) -> None:
     """End with `parent` (SIGTERM when it dies), and now if it is gone already: a server its
     parent stopped before this one was up must not outlive it."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:
         os._exit(0)
 
 
-def _prctl(option: int, value: int) -> None:
+def prctl(option: int, value: int) -> None:
+    """`prctl(2)`, where there is one (also the gate server's)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
@@ -429,8 +430,8 @@ def _fork_host(server: _Server, fd: int, request: dict[str, Any], fds: list[int]
 def _become_host(server: _Server, request: dict[str, Any], fds: list[int]) -> _Become:
     """In the fork: the host's session, descriptors, folder, environment, tag and modules."""
     os.setsid()
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(_PR_SET_PDEATHSIG, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_PDEATHSIG, 0)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
     # Nothing of the server's reaches the host: its sockets are detached first, so that no
@@ -474,8 +475,8 @@ def _stopping() -> Iterator[None]:
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
     try:
         yield
     finally:
@@ -515,7 +516,7 @@ def main() -> None:
     else:
         # Started before torch is imported here: the gate server with the environment `start`
         # was given, and the other hash seeds' servers.
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         gates = _start_gate_server(sys.argv[1], json.loads(sys.stdin.read()))
         started = {sys.argv[1] + GATE_SUFFIX: gates, **_start_siblings(sys.argv[1], import_env)}
         trusted_parent, hosts_of = os.getppid(), os.getpid()
