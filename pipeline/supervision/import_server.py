@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import importlib
 import json
 import os
 import select
@@ -78,6 +79,12 @@ PR_SET_CHILD_SUBREAPER = 36
 # What a fresh host's imports are (`stages/harness/fork_server.py`); pytest only when preloaded.
 _IMPORTS = ("torch", "torch._dynamo")
 _PRELOADABLE = ("pytest",)
+# What a gate run's agents' host prepares for the stage agents it forks (`stages/agent/preload.py`),
+# named to its fork server in hexadecimal, as the agents' own modules are named: a target's
+# process forked there shows the host's command line as its own. The server prepares it once
+# for all its hosts, and a host that asks for it keeps the gate's modules the server imported.
+AGENTS_PRELOAD_MODULE = "traingate.stages.agent.preload"
+AGENTS_PRELOAD = "agents:" + AGENTS_PRELOAD_MODULE.encode().hex()
 # How the server starts: without the current folder on sys.path, as a fresh host's `-c` does not
 # keep it either (its bootstrap replaces it with the folder of the run's copy of the child side),
 # and with its module's name in hexadecimal: its forks, the target's processes among them, show
@@ -301,8 +308,9 @@ class _Become:
 
 
 def _import_all() -> _Imports:
-    """torch, torch._dynamo and pytest, with the collector paused and what they made set aside
-    (as `fork_server` does, for the same reasons)."""
+    """torch, torch._dynamo, pytest and what the stage agents prepare (`AGENTS_PRELOAD_MODULE`),
+    with the collector paused and what they made set aside (as `fork_server` does, for the same
+    reasons)."""
     gc.disable()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -313,13 +321,15 @@ def _import_all() -> _Imports:
                 with_torch = frozenset(sys.modules)
                 for name in _PRELOADABLE:
                     __import__(name)
+                pytest_modules = frozenset(sys.modules) - with_torch
+                importlib.import_module(AGENTS_PRELOAD_MODULE).prepare()
             except BaseException:  # noqa: BLE001 - the environment may have anything installed
                 return _Imports(False, frozenset())
     finally:
         gc.freeze()
         gc.enable()
     silent = not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
-    return _Imports(silent, frozenset(sys.modules) - with_torch)
+    return _Imports(silent, pytest_modules)
 
 
 def die_with(parent: int) -> None:
@@ -457,11 +467,13 @@ def _become_host(server: _Server, request: dict[str, Any], fds: list[int]) -> _B
 
 def _forget_modules(imports: _Imports, preload: set[str]) -> None:
     """Leave in `sys.modules` what a fresh host would have before its own code: not the
-    server's modules, not the editable install's finders (the bootstrap drops them), not pytest
-    unless the run preloads it."""
+    server's modules (unless the host prepares the stage agents it forks: `AGENTS_PRELOAD`), not
+    the editable install's finders (the bootstrap drops them), not pytest unless the run
+    preloads it."""
     pytest_too = frozenset() if "pytest" in preload else imports.pytest_modules
+    gate = ("__editable__",) if AGENTS_PRELOAD in preload else ("traingate", "__editable__")
     for name in list(sys.modules):
-        if name.startswith(("traingate", "__editable__")) or name in pytest_too:
+        if name.startswith(gate) or name in pytest_too:
             del sys.modules[name]
 
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from traingate.pipeline.supervision.import_server import ServedHost, request_host
+from traingate.pipeline.supervision.import_server import AGENTS_PRELOAD, ServedHost, request_host
 from traingate.pipeline.supervision.processes import kill, kill_group
 from traingate.stages.common.inherited import InheritedWarm
 from traingate.pipeline.supervision import disguise
@@ -251,7 +251,7 @@ class AgentHost(WarmInterpreter):
     hands_down = True
 
     def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None, preload: tuple[str, ...] = ()) -> None:
-        sock, process = _start_process(target_env, cwd, scratch, tag, mask, preload, served=True)
+        sock, process = _start_process(target_env, cwd, scratch, tag, mask, (*preload, AGENTS_PRELOAD), served=True)
         super().__init__(target_env, cwd, sock, process, mask)
         self.agent_env = _shared(agent_env, mask)
 

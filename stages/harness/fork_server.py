@@ -50,10 +50,17 @@ _MAX_FDS = 5
 # test as their entrypoint (the parent asks for it in argv): pytest, whose import every such
 # run would repeat.
 PRELOADABLE = frozenset({"pytest"})
+# `agents:HEX`, in the argv of a gate run's agents' host: the module (its name in hexadecimal, as
+# the agents' own are named) whose `prepare()` does, once for every stage agent forked here,
+# what each would do before its stage runs. Gate-side modules: the forks that run target code
+# forget them (`_forget_gate`).
+AGENTS_PRELOAD = "agents:"
 _MAX_MESSAGE = 1 << 20
 # The environment this interpreter started with: what its imports saw (importing torch sets
 # variables of its own), which a handed-down interpreter's runs must have.
 _START_ENV = dict(os.environ)
+# The gate's import root, where an `agents:` preload imported its modules here.
+_gate_root: str | None = None
 
 
 def _preload(extra: list[str]) -> bool:
@@ -74,6 +81,9 @@ def _preload(extra: list[str]) -> bool:
         except BaseException:  # noqa: BLE001 - a target environment may have anything installed
             return False
         _preload_harness()
+        for name in extra:
+            if name.startswith(AGENTS_PRELOAD) and not _prepare_agents(bytes.fromhex(name[len(AGENTS_PRELOAD):]).decode()):
+                return False
     return not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
 
 
@@ -101,6 +111,27 @@ def _preload_harness() -> None:
     del sys.modules[name]
     package, _, attr = name.rpartition(".")
     delattr(sys.modules[package], attr)
+
+
+def _prepare_agents(module: str) -> bool:
+    """Run `module.prepare()` (the gate's, for the stage agents forked here); whether it did."""
+    global _gate_root
+    _gate_root = module.partition(".")[0]
+    try:
+        importlib.import_module(module).prepare()
+    except Exception:  # noqa: BLE001 - then the agents' host is unusable, and the agents start fresh
+        return False
+    return True
+
+
+def _forget_gate() -> None:
+    """In a fork that runs target code: the gate's modules an `agents:` preload imported are not
+    in its `sys.modules` (a fresh child has none of them)."""
+    if _gate_root is None:
+        return
+    for name in list(sys.modules):
+        if name == _gate_root or name.startswith(f"{_gate_root}."):
+            del sys.modules[name]
 
 
 def _tag_address() -> tuple[int, int] | None:
@@ -143,6 +174,8 @@ def _become_run(request: dict[str, Any], fds: list[int], held_sockets: list[sock
         module = _hand_down(address, fds, floor)
         if module is not None:  # this process is a run of the handed-down interpreter
             return module
+    else:  # a run of target code (a stage agent is the gate's)
+        _forget_gate()
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in fds]
     for fd in fds:
         os.close(fd)

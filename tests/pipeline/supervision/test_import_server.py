@@ -121,6 +121,24 @@ def test_pytest_stays_imported_for_a_host_that_preloads_it(server, tmp_path: Pat
         sock.close()
 
 
+def test_a_host_that_prepares_stage_agents_keeps_the_gates_modules_the_server_prepared(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server prepared what every stage agent imports and builds (`stages/agent/preload.py`)
+    once; an agents' host keeps it for the agents it forks (whose forks that run target code
+    forget it again: test_warm_start.py), and no other host does."""
+    socket_path, env = server
+    served = _request(socket_path, env, tmp_path, tmp_path / "out", [import_server.AGENTS_PRELOAD], monkeypatch)
+    assert served is not None
+    sock, host = served
+    try:
+        facts = _facts(tmp_path / "out")
+        assert {import_server.AGENTS_PRELOAD_MODULE, "traingate.pipeline.model.registry", "traingate.stages.contract.messages"} <= set(facts["modules"])
+        assert "pytest" not in facts["modules"] and not [m for m in facts["modules"] if m.startswith("__editable__")]
+        assert "traingate" not in facts["cmdline"]  # the preload is named in hexadecimal
+    finally:
+        host.kill()
+        sock.close()
+
+
 def test_another_environment_is_refused_and_the_run_starts_its_own(server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     socket_path, env = server
     assert _request(socket_path, {**env, "PYTHONHASHSEED": "7"}, tmp_path, tmp_path / "out", [], monkeypatch) is None

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 # this process and run the probe through it.
 AGENT = textwrap.dedent('''
     import gc, json, os, sys
+    prepared = "traingate.stages.agent.preload" in sys.modules
     from pathlib import Path
     from traingate.pipeline.supervision.isolation import python_argv, run_child
     from traingate.pipeline.supervision.warm_pool import WarmPool
@@ -34,7 +35,9 @@ AGENT = textwrap.dedent('''
 
     handed = inherited.take()
     scratch = Path(os.environ.pop("AGENT_SCRATCH"))
-    facts = {"agent": os.getpid(), "torch": "torch" in sys.modules, "frozen": gc.get_freeze_count() > 0, "handed": handed is not None}
+    from traingate.pipeline.model.registry import build_registry
+
+    facts = {"agent": os.getpid(), "torch": "torch" in sys.modules, "prepared": prepared, "registry_built": build_registry.cache_info().currsize == 1, "frozen": gc.get_freeze_count() > 0, "handed": handed is not None}
     pool = WarmPool(scratch, handed_down=handed)
     try:
         run = run_child(
@@ -188,6 +191,9 @@ def test_an_agent_forked_from_the_agents_host_runs_its_runs_from_a_fork_of_its_o
     # The gate's agents' host imports torch once with the runs' environment; each agent is a
     # fork of it with its own environment, handed a fork of its own for its runs: a child of the
     # agent (whose orphans come back to the agent), with the host's imports and environment.
+    # The host also prepared what every agent imports and builds (`stages/agent/preload.py`);
+    # the runs, target code, see none of the gate's modules. (A fresh host: the suite's import
+    # server serves no PYTHONPATH; test_import_server.py checks a served host's modules.)
     (Path(probe_env["PYTHONPATH"]) / "warmagent.py").write_text(AGENT)
     agent_env = {**probe_env, "AGENT_SCRATCH": str(tmp_path / "agent-runs")}
     host = WarmPool(tmp_path / "host")
@@ -199,8 +205,10 @@ def test_an_agent_forked_from_the_agents_host_runs_its_runs_from_a_fork_of_its_o
     assert agent.returncode == 0, agent.stderr
     facts = json.loads(agent.stdout)
     assert facts["handed"] and facts["torch"] and facts["frozen"]
+    assert facts["prepared"] and facts["registry_built"]
     assert facts["interpreter_parent"] == facts["agent"]
     run = facts["run"]
     assert run["preloaded"] and run["ppid"] == facts["interpreter"] and run["marker"] == "the run's environment"
+    assert run["gate_modules"] == []
     assert run["sid"] == run["pid"] and run["cwd"] == str(tmp_path)
     assert facts["started_here"] == []  # the agent started no interpreter of its own

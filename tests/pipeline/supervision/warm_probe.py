@@ -14,6 +14,7 @@ from traingate.pipeline.supervision.warm_pool import WarmPool
 PROBE = textwrap.dedent('''
     import faulthandler, json, os, signal, sys, time
     preloaded = "torch" in sys.modules
+    gate_modules = sorted(m for m in sys.modules if m.split(".")[0] == "traingate")
     # As the harness's guard does: the budget's stack-dump request writes this run's stacks.
     faulthandler.register(signal.SIGUSR1, file=open(os.environ["TRAINGATE_STACKS_FILE"], "a"), all_threads=True)
     order = json.loads(sys.stdin.read())
@@ -35,7 +36,7 @@ PROBE = textwrap.dedent('''
         os.kill(os.getppid(), 9)
         time.sleep(120)
     facts = {
-        "preloaded": preloaded, "pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
+        "preloaded": preloaded, "gate_modules": gate_modules, "pid": os.getpid(), "sid": os.getsid(0), "pgid": os.getpgid(0),
         "ppid": os.getppid(), "cwd": os.getcwd(), "marker": os.environ.get("WARM_MARKER"),
         "name": __name__, "argv0": sys.argv[0], "order": order,
         "environ_tag": [e.split(b"=", 1)[1].decode().rstrip() for e in open("/proc/self/environ", "rb").read().split(bytes(1)) if e.startswith(b"TRAINGATE_RUN_TAG=")],

@@ -1,0 +1,49 @@
+"""What every stage agent does before its stage runs, done once where the agents fork from.
+
+A stage agent forked from the gate run's agents' host (`pipeline/supervision/warm.py:
+AgentHost`) would otherwise import the gate's models, build every registered stage's
+declaration (their pydantic models) and parametrize its request's model on its own: about half
+a second of CPU per agent, the same in each. The host calls `prepare` after its imports, and
+an import server does it once for all the hosts it forks (`pipeline/supervision/import_server.py`),
+so each agent finds it done. The host's forks that run target code forget these modules
+(`stages/harness/fork_server.py`), so no process of the target's sees the gate's name in
+`sys.modules`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# The modules `__main__` imports (not `__main__` itself: runpy would warn about running a
+# module already imported).
+AGENT_MODULES = (
+    "traingate.pipeline.model.config",
+    "traingate.pipeline.model.registry",
+    "traingate.pipeline.model.schema",
+    "traingate.pipeline.supervision.disguise",
+    "traingate.pipeline.supervision.processes",
+    "traingate.pipeline.supervision.warm",
+    "traingate.pipeline.supervision.warm_pool",
+    "traingate.stages.base",
+    "traingate.stages.common.channel",
+    "traingate.stages.common.guard",
+    "traingate.stages.common.inherited",
+    "traingate.stages.common.reads",
+    "traingate.stages.contract.messages",
+)
+
+
+def prepare() -> None:
+    """Import what an agent imports, load the registered stages' declarations (cached for the
+    process: `build_registry`) and build the models an agent's request and reply are read and
+    written with."""
+    for name in AGENT_MODULES:
+        importlib.import_module(name)
+    from traingate.pipeline.model.config import TargetConfig
+    from traingate.pipeline.model.registry import build_registry
+    from traingate.pipeline.model.schema import PipelineReport, StageOutcome
+    from traingate.stages.contract.messages import AgentReply, AgentRequest
+
+    build_registry()
+    AgentRequest[TargetConfig, PipelineReport]  # noqa: B018 - pydantic caches the parametrized model
+    AgentReply[StageOutcome]  # noqa: B018
