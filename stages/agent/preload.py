@@ -45,5 +45,5 @@ def prepare() -> None:
     from traingate.stages.contract.messages import AgentReply, AgentRequest
 
     build_registry()
-    AgentRequest[TargetConfig, PipelineReport]  # noqa: B018 - pydantic caches the parametrized model
-    AgentReply[StageOutcome]  # noqa: B018
+    AgentRequest[TargetConfig, PipelineReport]  # pydantic caches the parametrized model
+    AgentReply[StageOutcome]
