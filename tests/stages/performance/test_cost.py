@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from traingate.stages.performance.probe.payloads import PERFORMANCE_FULL
 from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.supervision.warm_pool import WarmPool
@@ -80,9 +82,15 @@ def _profile(tmp_path: Path, warm: WarmPool | None, links: int, leak: bool, **lo
     return ctx, run.instrument(PERFORMANCE_FULL)
 
 
-def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(tmp_path: Path, warm_pool: WarmPool | None) -> None:
-    links = HEAVY_OPS_PER_STEP // 8  # about 1.4x the threshold in operators per step
-    ctx, profile = _profile(tmp_path, warm_pool, links, leak=True)
+@pytest.fixture(scope="module")
+def late_leak(tmp_path_factory: pytest.TempPathFactory, warm_pool: WarmPool | None) -> tuple[StageContext, dict[str, Any]]:
+    """A heavy loop (about 1.4x the threshold in operators per step) with a list that starts
+    keeping 4 KiB per step a few steps after warm-up: one run read by the two tests below."""
+    return _profile(tmp_path_factory.mktemp("late-leak"), warm_pool, HEAVY_OPS_PER_STEP // 8, leak=True, leak_from=WARMUP + 2)
+
+
+def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(late_leak: tuple[StageContext, dict[str, Any]]) -> None:
+    ctx, profile = late_leak
     window = profile["instrumentation"]
     assert window["ops_per_step"] > HEAVY_OPS_PER_STEP
     assert window["window_end"] == WINDOW_END
@@ -162,10 +170,10 @@ def test_a_heavy_loop_whose_syncs_vary_keeps_the_whole_window(tmp_path: Path, wa
     assert window["instrumented_steps"] == WINDOW_END
 
 
-def test_a_leak_that_starts_after_warm_up_keeps_the_whole_window(tmp_path: Path, warm_pool: WarmPool | None) -> None:
+def test_a_leak_that_starts_after_warm_up_keeps_the_whole_window(late_leak: tuple[StageContext, dict[str, Any]]) -> None:
     """A list that starts keeping 4 KiB per step a few steps after warm-up: the held memory
     moves within the shortest window, so the window runs to its end and the leak is found."""
-    ctx, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 8, leak=True, leak_from=WARMUP + 2)
+    ctx, profile = late_leak
     window = profile["instrumentation"]
     assert window["ended_steady"] is False
     assert window["instrumented_steps"] == WINDOW_END
