@@ -246,7 +246,8 @@ class AgentHost(WarmInterpreter):
     that environment (the concurrency stage's other hash seed needs one of its own: a fresh one,
     or the import server's sibling of that seed). Where the gate's environment names an import
     server that serves this environment, the host is a fork of it instead, and not even the gate
-    run imports torch (`import_server.py`)."""
+    run imports torch (`import_server.py`). It also prepares, once, what every agent would
+    import and build before its stage runs (`AGENTS_PRELOAD`: `stages/agent/preload.py`)."""
 
     hands_down = True
 
