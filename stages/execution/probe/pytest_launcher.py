@@ -54,6 +54,24 @@ class CoverageWindow:
             self._cov.save()
 
 
+class UnusedHypothesisSummary:
+    """Hypothesis's pytest plugin (installed with hypothesis, so loaded in every run where it
+    is installed) imports hypothesis in its terminal summary, at the end of every run, whether
+    or not a test used it: 0.6 to 0.8 s of CPU per run on a two-core machine (hypothesis
+    6.170). Without that import it has nothing to report (statistics, observations and failing
+    examples all come from hypothesis), so where no test imported hypothesis the plugin is
+    unregistered before the summary: the run's output is the same, only sooner."""
+
+    PLUGIN = "hypothesispytest"  # its entry point's name, under which pytest registers it
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        # Inside the terminal reporter's wrapper of this hook, which writes the summary after it.
+        manager = session.config.pluginmanager
+        plugin = manager.get_plugin(self.PLUGIN)
+        if plugin is not None and "hypothesis" not in sys.modules:
+            manager.unregister(plugin)
+
+
 def main() -> None:
     guard.install()
     request, channel = receive_request(PytestRequest)
@@ -71,7 +89,7 @@ def main() -> None:
     install_warning_sites()
     from .pytest_steps import StepCounter
 
-    plugins: list[Any] = [recorder, accountant, StepCounter(recorder.emit, root)]
+    plugins: list[Any] = [recorder, accountant, StepCounter(recorder.emit, root), UnusedHypothesisSummary()]
     if request.coverage is not None:
         plugins.append(CoverageWindow(request.coverage))
     # What `python -m pytest` in the target's root gives its tests: the root first on sys.path
