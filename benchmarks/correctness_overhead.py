@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from traingate.pipeline.gate.config_file import load_config  # noqa: E402
+from traingate.stages.correctness.config import DISTRIBUTED, DistributedConfig  # noqa: E402
 
 GOAL = 1.5
 # torch's gloo teardown can abort a rank at interpreter exit after the training finished (the
@@ -157,7 +158,7 @@ def measure(given: Path | None, args: argparse.Namespace, label: str = "") -> No
             target.mkdir()
             (target / "pyproject.toml").write_text(HEAVY_PYPROJECT)
             (target / "train.py").write_text(HEAVY_TRAIN)
-        distributed = load_config(target)[0].distributed
+        distributed = load_config(target)[0].optional_section(DISTRIBUTED, DistributedConfig)
         script = Path(tmp) / "bare_distributed.py"
         stage_s, bare_s, ratios, first_ratios, distributed_ratios = [], [], [], [], []
         baseline = None
