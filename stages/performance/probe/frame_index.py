@@ -43,6 +43,10 @@ class FrameIndex:
         self._target: dict[CodeType, bool] = {}
         self._transparent: dict[CodeType, bool] = {}
         self._paths: dict[CodeType, str] = {}  # relative path per code object: on every new storage
+        # The site of each call instruction seen: a frame's line number is found by walking its
+        # code's line table (microseconds near the end of a long training function), and the
+        # same few call sites make every operator of a loop.
+        self._sites: dict[tuple[CodeType, int], Site] = {}
         self._plumbing = _torch_plumbing_files()
 
     def is_target(self, code: CodeType) -> bool:
@@ -63,10 +67,14 @@ class FrameIndex:
 
     def site(self, frame: FrameType) -> Site:
         code = frame.f_code
-        path = self._paths.get(code)
-        if path is None:
-            path = self._paths[code] = relative(code.co_filename, self.root)
-        return (path, frame.f_lineno, code.co_name)
+        key = (code, frame.f_lasti)
+        found = self._sites.get(key)
+        if found is None:
+            path = self._paths.get(code)
+            if path is None:
+                path = self._paths[code] = relative(code.co_filename, self.root)
+            found = self._sites[key] = (path, frame.f_lineno, code.co_name)
+        return found
 
     def innermost(self, frame: FrameType | None) -> Site | None:
         """The innermost target frame at or above `frame`."""
