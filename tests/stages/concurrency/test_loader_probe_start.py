@@ -17,7 +17,7 @@ from traingate.stages.concurrency.probe.payloads import StartMethodCheck
 pytest.importorskip("torch")
 
 # The probe in a process of its own, as in the harness: its spawned worker and the resource
-# tracker the spawn context starts end with it.
+# tracker the spawn context starts end with it (the tracker stopped and reaped before it exits).
 PROBE = """
 import json, sys
 from pathlib import Path
@@ -31,6 +31,10 @@ inputs = {"dataset": getattr(spawn_datasets, sys.argv[1])(), "batch_size": 2, "c
 batch = watch._finish_probe(watch._start_probe(inputs, "spawn"))
 for iterator in watch._probe_iterators:
     iterator._shutdown_workers()
+# The resource tracker ends when this process does, but a moment later: stopped and reaped
+# here, so the test's check for leftover processes never finds it on its way out.
+from multiprocessing import resource_tracker
+resource_tracker._resource_tracker._stop()
 print(json.dumps(batch))
 """
 
