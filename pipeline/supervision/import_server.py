@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.supervision.processes import KEPT, kill, kill_descendants, process_table, read_process, reap
+from traingate.stages.common.inherited import agents_preload_arg
 from traingate.stages.common.procstat import environment_entry, overwrite_environment
 
 SERVER_ENV = "TRAINGATE_IMPORT_SERVER"
@@ -84,7 +85,7 @@ _PRELOADABLE = ("pytest",)
 # process forked there shows the host's command line as its own. The server prepares it once
 # for all its hosts, and a host that asks for it keeps the gate's modules the server imported.
 AGENTS_PRELOAD_MODULE = "traingate.stages.agent.preload"
-AGENTS_PRELOAD = "agents:" + AGENTS_PRELOAD_MODULE.encode().hex()
+AGENTS_PRELOAD = agents_preload_arg(AGENTS_PRELOAD_MODULE)
 # How the server starts: without the current folder on sys.path, as a fresh host's `-c` does not
 # keep it either (its bootstrap replaces it with the folder of the run's copy of the child side),
 # and with its module's name in hexadecimal: its forks, the target's processes among them, show

@@ -24,6 +24,20 @@ class InheritedWarm:
 
 handed_down: InheritedWarm | None = None
 
+# In the argv of a gate run's agents' host: `agents:HEX`, the module (its name in hexadecimal, as
+# the agents' own modules are named: a target's process forked there shows the host's command
+# line as its own) whose `prepare()` does once what every stage agent forked there would do.
+_AGENTS_PRELOAD = "agents:"
+
+
+def agents_preload_arg(module: str) -> str:
+    return _AGENTS_PRELOAD + module.encode().hex()
+
+
+def agents_preload_module(arg: str) -> str | None:
+    """The module an `agents_preload_arg` names; None for any other argument."""
+    return bytes.fromhex(arg[len(_AGENTS_PRELOAD):]).decode() if arg.startswith(_AGENTS_PRELOAD) else None
+
 
 def take() -> InheritedWarm | None:
     """The interpreter handed down to this process, once (None when there is none)."""

@@ -50,16 +50,12 @@ _MAX_FDS = 5
 # test as their entrypoint (the parent asks for it in argv): pytest, whose import every such
 # run would repeat.
 PRELOADABLE = frozenset({"pytest"})
-# `agents:HEX`, in the argv of a gate run's agents' host: the module (its name in hexadecimal, as
-# the agents' own are named) whose `prepare()` does, once for every stage agent forked here,
-# what each would do before its stage runs. Gate-side modules: the forks that run target code
-# forget them (`_forget_gate`).
-AGENTS_PRELOAD = "agents:"
 _MAX_MESSAGE = 1 << 20
 # The environment this interpreter started with: what its imports saw (importing torch sets
 # variables of its own), which a handed-down interpreter's runs must have.
 _START_ENV = dict(os.environ)
-# The gate's import root, where an `agents:` preload imported its modules here.
+# The gate's import root, where an agents' preload (`inherited.agents_preload_arg`) imported its
+# modules here: gate-side modules, which the forks that run target code forget (`_forget_gate`).
 _gate_root: str | None = None
 
 
@@ -82,7 +78,8 @@ def _preload(extra: list[str]) -> bool:
             return False
         _preload_harness()
         for name in extra:
-            if name.startswith(AGENTS_PRELOAD) and not _prepare_agents(bytes.fromhex(name[len(AGENTS_PRELOAD):]).decode()):
+            module = inherited.agents_preload_module(name)
+            if module is not None and not _prepare_agents(module):
                 return False
     return not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
 
@@ -125,7 +122,7 @@ def _prepare_agents(module: str) -> bool:
 
 
 def _forget_gate() -> None:
-    """In a fork that runs target code: the gate's modules an `agents:` preload imported are not
+    """In a fork that runs target code: the gate's modules an agents' preload imported are not
     in its `sys.modules` (a fresh child has none of them)."""
     if _gate_root is None:
         return
