@@ -127,7 +127,6 @@ class Tracker:
         self.autocast: dict[tuple[Any, ...], AutocastUse] = {}
         self._autocast_stack: list[AutocastUse | None] = []
         self._mode: _Mode | None = None
-        self._sites: dict[Site, Site] = {}
         # On a CPU every tensor lives on the host; what would live on the device in a CUDA
         # run is followed instead: model parameters and buffers, anything moved with
         # `.to(device)`, and every operator output with such an input.
@@ -251,9 +250,7 @@ class Tracker:
         nbytes = storage.nbytes()
         if nbytes == 0:
             return
-        site = self._creation_site(sys._getframe(3))
-        if site is not None:
-            site = self._sites.setdefault(site, site)
+        site = self._creation_site(sys._getframe(3))  # one tuple per call instruction (`FrameIndex.site`)
         try:
             tensor_ref = weakref.ref(tensor)
         except TypeError:
