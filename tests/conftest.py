@@ -409,6 +409,9 @@ def serving_this_environment() -> Iterator[None]:
     device = "cuda" if torch_facts().cuda else "cpu"
     server = import_server.start(socket_path, cli_env({**os.environ, import_server.SERVER_ENV: str(socket_path)}), device)
     _servers.append(server)
+    # Served from the first run on: a run made before the server is up would start its host
+    # afresh, or none at all for a suite alone (`agent_host`), whichever test happens to be first.
+    import_server.wait_ready(socket_path, server)
     before = os.environ.get(import_server.SERVER_ENV)
     os.environ[import_server.SERVER_ENV] = str(socket_path)
     try:

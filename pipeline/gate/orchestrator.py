@@ -249,11 +249,14 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     now so its imports overlap the snapshot: one `import torch` for every stage's runs instead
     of one per stage. Started for an entrypoint, and for a test suite whose training the later
     stages may observe (the suite's own run forks from it then, as it does beside smoke calls:
-    the suite's training is what they observe). None where the runs would not fork from it anyway:
-    neither, warm start off, or a PYTHONPATH that names the folder a run starts in (each stage
-    runs in a copy of its own)."""
+    the suite's training is what they observe). For a suite alone (one stage, no entrypoint) only
+    where an import server serves it: a fork of it costs less than a fresh agent and a fresh
+    pytest, an interpreter's own `import torch` more. None where the runs would not fork from it
+    anyway: nothing to run, warm start off, or a PYTHONPATH that names the folder a run starts in
+    (each stage runs in a copy of its own)."""
     # With no entrypoint, a suite's tests may train: the stages after it would observe one.
-    if (config.entrypoint is None and not (config.has_test_suite and len(request.stages) > 1)) or not warm.enabled():
+    observed = config.entrypoint is not None or (config.has_test_suite and len(request.stages) > 1)
+    if not (observed or config.has_test_suite) or not warm.enabled():
         return None
     agent_env = child_environment()
     runs_env = target_env(agent_env, request.device)
@@ -262,8 +265,7 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     scratch = (request.out / "work" / "agents").resolve()
     # With no entrypoint, every run of the stages after the suite runs a test: pytest imported once.
     pool = WarmPool(scratch, disguise=request.disguise, preload=warm.TEST_RUN_IMPORTS if config.entrypoint is None else ())
-    pool.host_agents(runs_env, agent_env, cwd=scratch)
-    return pool
+    return pool if pool.host_agents(runs_env, agent_env, cwd=scratch, served_only=not observed) else None
 
 
 def stages_not_run(known: list[str], reports: list[StageReport], left_out: str = "not requested with --stages") -> list[StageNotRun]:

@@ -251,8 +251,13 @@ class AgentHost(WarmInterpreter):
 
     hands_down = True
 
-    def __init__(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None, preload: tuple[str, ...] = ()) -> None:
-        sock, process = _start_process(target_env, cwd, scratch, tag, mask, (*preload, AGENTS_PRELOAD), served=True)
+    def __init__(
+        self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None = None,
+        preload: tuple[str, ...] = (), *, served_only: bool = False,
+    ) -> None:
+        """`served_only`: only a fork of the import server, else `NotServed` is raised (where
+        the host is worth a fork but not an interpreter's imports of its own)."""
+        sock, process = _start_process(target_env, cwd, scratch, tag, mask, (*preload, AGENTS_PRELOAD), served=True, served_only=served_only)
         super().__init__(target_env, cwd, sock, process, mask)
         self.agent_env = _shared(agent_env, mask)
 
@@ -292,13 +297,19 @@ class _OwnFork:
             self._code = os.waitstatus_to_exitcode(status)
 
 
+class NotServed(Exception):
+    """No import server serves this environment, and a fresh interpreter was not wanted."""
+
+
 def _start_process(
-    env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None, preload: tuple[str, ...] = (), *, served: bool = False,
+    env: dict[str, str], cwd: Path, scratch: Path, tag: str, mask: Disguise | None, preload: tuple[str, ...] = (), *,
+    served: bool = False, served_only: bool = False,
 ) -> tuple[socket.socket, subprocess.Popen[bytes] | ServedHost]:
     """A warm interpreter started with `env` (and the tag, padded) in `cwd`, from the run's copy
     of the child side when `mask` is given, importing `preload` too: this end of its socket, and
     the process. `served`: a fork of the import server the environment names, where it serves
-    this environment (`import_server.py`), else a fresh interpreter."""
+    this environment (`import_server.py`), else a fresh interpreter, or `NotServed` with
+    `served_only`."""
     scratch.mkdir(parents=True, exist_ok=True)
     # Its own files: it checks that its imports printed nothing.
     name = f"warm-{tag.rsplit(':', 1)[-1]}"
@@ -312,6 +323,10 @@ def _start_process(
             )
             if host is not None:
                 return host
+        if served_only:
+            for unused in (out, err):
+                os.unlink(unused.name)
+            raise NotServed(WARM_MODULE)
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         process = subprocess.Popen(
             disguise.module_argv(WARM_MODULE, str(child_end.fileno()), *preload, disguise=mask),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from traingate.pipeline.supervision import spawned
 from traingate.pipeline.supervision.disguise import Disguise
-from traingate.pipeline.supervision.warm import AgentHost, WarmInterpreter
+from traingate.pipeline.supervision.warm import AgentHost, NotServed, WarmInterpreter
 from traingate.stages.common.inherited import InheritedWarm
 
 
@@ -33,11 +33,17 @@ class WarmPool:
             with spawned.LOCK:
                 self._add(WarmInterpreter.adopt(handed_down, disguise))
 
-    def host_agents(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path) -> None:
+    def host_agents(self, target_env: dict[str, str], agent_env: dict[str, str], cwd: Path, *, served_only: bool = False) -> bool:
         """Start the gate run's `AgentHost` now, so its imports overlap the work before the
-        first stage (stage agents launched with this pool are forks of it)."""
+        first stage (stage agents launched with this pool are forks of it); whether it started
+        (`served_only`: only as a fork of the import server, `warm.AgentHost`)."""
         with self._lock, spawned.LOCK:
-            self._add(AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise, preload=self.preload))
+            try:
+                host = AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise, preload=self.preload, served_only=served_only)
+            except NotServed:
+                return False
+            self._add(host)
+        return True
 
     def _add(self, warm: WarmInterpreter) -> None:
         spawned.WARM[warm.pid] = warm

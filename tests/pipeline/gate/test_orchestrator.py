@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from traingate.pipeline.model.config import TargetConfig
-from traingate.pipeline.gate.orchestrator import RunRequest, run_pipeline
+from traingate.pipeline.gate.orchestrator import RunRequest, agent_host, run_pipeline
 from traingate.pipeline.model.schema import Decision, StageStatus
+from traingate.pipeline.supervision import import_server
 from tests.conftest import REPO
 from tests.fake_stages import build
 
@@ -25,6 +26,18 @@ def _run(tmp_path: Path, stage: str, timeout_s: float = 60):
         registry_factory="tests.fake_stages:build",
     )
     return run_pipeline(request, TargetConfig(timeout_s=timeout_s), build())
+
+
+def test_a_suite_alone_gets_no_agents_host_where_no_import_server_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One stage, a test suite, no entrypoint: the agents' host is worth a fork of an import
+    server (tests/stages/execution/test_suite_accounting.py), not an `import torch` of its own.
+    With no server named, or one that does not answer, there is none and nothing is left."""
+    request = RunRequest(root=tmp_path, task="T", version="v", stages=["execution"], out=tmp_path / "out", device="cpu")
+    monkeypatch.delenv(import_server.SERVER_ENV, raising=False)
+    assert agent_host(request, TargetConfig(tests=["tests"])) is None
+    monkeypatch.setenv(import_server.SERVER_ENV, str(tmp_path / "no-server"))
+    assert agent_host(request, TargetConfig(tests=["tests"])) is None
+    assert not list((tmp_path / "out").rglob("warm-*"))
 
 
 def test_clean_stage_passes(tmp_path: Path) -> None:

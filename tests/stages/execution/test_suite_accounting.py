@@ -11,6 +11,7 @@ findings that do not need the baseline are read from the same run.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from tests.built_runs import built_run_once
 from tests.conftest import TARGETS, GateRun, run_gate, shared_folder
+from traingate.pipeline.supervision import import_server
 
 pytestmark = pytest.mark.slow
 
@@ -161,6 +163,15 @@ def test_the_baseline_passes_and_records_every_test(baseline: GateRun) -> None:
     assert records[TEST]["outcome"] == "passed"
     assert records["tests/test_trainer.py::test_on_gpu"]["outcome"] == "skipped"
     assert records["tests/test_trainer.py::test_on_gpu"]["taken_out"]["how"] == "skip-marker"
+
+
+def test_a_suite_alone_forks_its_agent_and_its_run_from_a_served_host(baseline: GateRun) -> None:
+    """No entrypoint, one stage: where the suite's import server serves the gate run, its stage
+    agent and the suite's own run are forks of the agents' host the server forked (no fresh
+    agent, no fresh pytest); where none serves, no host imports torch only for them
+    (tests/pipeline/gate/test_orchestrator.py)."""
+    started = sorted(p.parent.name for p in (baseline.out / "work").glob("*/warm-*.stdout"))
+    assert started == (["agents"] if os.environ.get(import_server.SERVER_ENV) else [])
 
 
 @pytest.mark.parametrize("route", sorted(ROUTES))
