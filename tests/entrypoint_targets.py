@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from traingate.pipeline.gate.config_file import ConfigError, load_config
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.base import StageContext
 from traingate.stages.execution.coverage import entrypoint_source
 from traingate.stages.execution.smoke import SmokeResult, smoke_calls
@@ -23,9 +24,11 @@ def make_target(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def smoke(root: Path) -> SmokeResult:
+def smoke(root: Path, warm: WarmPool | None = None) -> SmokeResult:
+    """The execution stage's smoke calls of the target at `root`; forked from `warm`'s
+    interpreters when given (the `warm_pool` fixture), as a stage agent's runs are."""
     config, _ = load_config(root)
-    ctx = StageContext(stage="execution", root=root, config=config, device="cpu", deadline=time.time() + 120, scratch=root / ".scratch")
+    ctx = StageContext(stage="execution", root=root, config=config, device="cpu", deadline=time.time() + 120, scratch=root / ".scratch", warm=warm)
     assert config.entrypoint is not None
     return smoke_calls(ctx, entrypoint_source(root, config.entrypoint))
 

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import TARGETS, line_of
 from traingate.pipeline.gate.config_file import load_config
 from traingate.stages.execution.coverage import entrypoint_source
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from tests.entrypoint_targets import config_error, make_target, smoke
 
 
@@ -52,7 +53,7 @@ def test_a_script_that_raises_is_located_at_its_line(gate):
     assert untested["location"]["path"] == "train.py" and untested["blocking"] is False
 
 
-def test_a_scripts_setup_prepares_its_git_ignored_data_before_it_runs(gate, tmp_path: Path):
+def test_a_scripts_setup_prepares_its_git_ignored_data_before_it_runs(gate, tmp_path: Path, warm_pool: WarmPool | None):
     # train.py reads data/train.bin, which only the setup writes: the smoke call passes only if
     # the setup ran first, in the target root.
     run = gate("entry_script_setup", "--stages", "execution")
@@ -66,7 +67,7 @@ def test_a_scripts_setup_prepares_its_git_ignored_data_before_it_runs(gate, tmp_
     shutil.copytree(TARGETS / "entry_script_setup", bare, ignore=shutil.ignore_patterns("data"))
     toml = bare / "traingate.toml"
     toml.write_text("\n".join(line for line in toml.read_text().splitlines() if not line.startswith("setup")))
-    [crash] = smoke(bare).findings
+    [crash] = smoke(bare, warm_pool).findings
     assert crash.category.value == "entrypoint-crash" and "FileNotFoundError" in crash.title
     assert (crash.location.path, crash.location.line) == ("train.py", line_of(bare / "train.py", 'read_bytes()'))
 
@@ -83,7 +84,7 @@ def test_a_trainer_method_passes_every_stage_with_setup_before_import(gate):
 # -- the harness: scripts --------------------------------------------------------------------
 
 
-def test_a_script_exit_zero_is_a_normal_return_and_a_non_zero_exit_is_located(tmp_path: Path):
+def test_a_script_exit_zero_is_a_normal_return_and_a_non_zero_exit_is_located(tmp_path: Path, warm_pool: WarmPool | None):
     clean = make_target(tmp_path / "clean", {
         "traingate.toml": '[entrypoint]\nscript = "scripts/run.py"\nargs = ["--name", "x"]\n',
         "scripts/run.py": """
@@ -96,7 +97,7 @@ def test_a_script_exit_zero_is_a_normal_return_and_a_non_zero_exit_is_located(tm
         """,
         "scripts/helper.py": "def greet():\n    print('hello')\n",
     })
-    result = smoke(clean)
+    result = smoke(clean, warm_pool)
     assert result.findings == [] and result.runs[0][2].ok
 
     failing = make_target(tmp_path / "failing", {
@@ -111,12 +112,12 @@ def test_a_script_exit_zero_is_a_normal_return_and_a_non_zero_exit_is_located(tm
                 sys.exit(main())
         """,
     })
-    [crash] = smoke(failing).findings
+    [crash] = smoke(failing, warm_pool).findings
     assert crash.category.value == "entrypoint-crash"
     assert (crash.location.path, crash.location.line) == ("train.py", line_of(failing / "train.py", "sys.exit(main())"))
 
 
-def test_a_script_that_cannot_parse_its_arguments_is_located_at_parse_args(tmp_path: Path):
+def test_a_script_that_cannot_parse_its_arguments_is_located_at_parse_args(tmp_path: Path, warm_pool: WarmPool | None):
     root = make_target(tmp_path, {
         "traingate.toml": '[entrypoint]\nscript = "train.py"\nargs = ["--epochs", "two"]\n',
         "train.py": """
@@ -126,7 +127,7 @@ def test_a_script_that_cannot_parse_its_arguments_is_located_at_parse_args(tmp_p
             args = parser.parse_args()
         """,
     })
-    [crash] = smoke(root).findings
+    [crash] = smoke(root, warm_pool).findings
     assert (crash.location.path, crash.location.line) == ("train.py", line_of(root / "train.py", "parse_args()"))
     # Never the harness or runpy: only the target's own frames become locations.
     assert "traingate" not in crash.location.path and "runpy" not in crash.location.path
@@ -148,7 +149,7 @@ def test_what_a_script_defines_stays_picklable_after_it_ran(tmp_path: Path):
 # -- the harness: setup and methods ---------------------------------------------------------
 
 
-def test_a_scripts_setup_runs_first_in_the_target_root_and_its_return_value_is_unused(tmp_path: Path):
+def test_a_scripts_setup_runs_first_in_the_target_root_and_its_return_value_is_unused(tmp_path: Path, warm_pool: WarmPool | None):
     root = make_target(tmp_path, {
         "traingate.toml": '[entrypoint]\nscript = "scripts/run.py"\nsetup = "prepare:env"\nargs = ["--fast"]\n',
         "prepare.py": """
@@ -166,12 +167,12 @@ def test_a_scripts_setup_runs_first_in_the_target_root_and_its_return_value_is_u
             assert sys.argv[1:] == ["--fast"], sys.argv
         """,
     })
-    result = smoke(root)
+    result = smoke(root, warm_pool)
     assert result.findings == [] and result.runs[0][2].ok
     assert (root / "marker.txt").read_text() == str(root.resolve())
 
 
-def test_a_scripts_setup_that_raises_is_a_setup_crash_at_its_line(tmp_path: Path):
+def test_a_scripts_setup_that_raises_is_a_setup_crash_at_its_line(tmp_path: Path, warm_pool: WarmPool | None):
     root = make_target(tmp_path, {
         "traingate.toml": '[entrypoint]\nscript = "train.py"\nsetup = "prepare:download"\n',
         "prepare.py": """
@@ -180,25 +181,25 @@ def test_a_scripts_setup_that_raises_is_a_setup_crash_at_its_line(tmp_path: Path
         """,
         "train.py": "open('ran.txt', 'w').write('the script ran')\n",
     })
-    [crash] = smoke(root).findings
+    [crash] = smoke(root, warm_pool).findings
     assert crash.category.value == "entrypoint-crash" and crash.evidence.data["phase"] == "setup"
     assert (crash.location.path, crash.location.line) == ("prepare.py", line_of(root / "prepare.py", "the setup's failing line"))
     assert "running its setup" in crash.problem
     assert not (root / "ran.txt").exists()  # the script never ran after its setup failed
 
 
-def test_setup_runs_before_the_entrypoints_module_is_imported(tmp_path: Path):
+def test_setup_runs_before_the_entrypoints_module_is_imported(tmp_path: Path, warm_pool: WarmPool | None):
     root = make_target(tmp_path, {
         "traingate.toml": '[entrypoint]\ncall = "job:run"\nsetup = "prepare:env"\n',
         "prepare.py": "import os\n\ndef env():\n    os.environ['JOB_MODE'] = 'tiny'\n    return {'scale': 2}\n",
         "job.py": "import os\nMODE = os.environ['JOB_MODE']\n\ndef run(scale):\n    return f'{MODE}-{scale}'\n",
     })
-    result = smoke(root)
+    result = smoke(root, warm_pool)
     assert result.findings == []
     assert result.runs[0][2].result["returned"] == "tiny-2"
 
 
-def test_a_method_gets_the_instance_and_kwargs_from_a_setup_dict(tmp_path: Path):
+def test_a_method_gets_the_instance_and_kwargs_from_a_setup_dict(tmp_path: Path, warm_pool: WarmPool | None):
     root = make_target(tmp_path, {
         "traingate.toml": '[entrypoint]\ncall = "fit:Trainer.fit"\nsetup = "fit:build"\nkwargs = { epochs = 3 }\n',
         "fit.py": """
@@ -217,19 +218,19 @@ def test_a_method_gets_the_instance_and_kwargs_from_a_setup_dict(tmp_path: Path)
                 return {"self": Trainer(10), "verbose": True}
         """,
     })
-    result = smoke(root)
+    result = smoke(root, warm_pool)
     assert result.findings == []
     assert result.runs[0][2].result["returned"] == 113
     source = entrypoint_source(root, "fit:Trainer.fit")
     assert source is not None and source.def_line == line_of(root / "fit.py", "def fit(self, epochs")
 
 
-def test_a_setup_returning_the_wrong_object_is_a_setup_crash_not_located_in_the_harness(tmp_path: Path):
+def test_a_setup_returning_the_wrong_object_is_a_setup_crash_not_located_in_the_harness(tmp_path: Path, warm_pool: WarmPool | None):
     root = make_target(tmp_path, {
         "traingate.toml": '[entrypoint]\ncall = "fit:Trainer.fit"\nsetup = "fit:build"\n',
         "fit.py": "class Trainer:\n    def fit(self):\n        return 1\n\ndef build():\n    return object()\n",
     })
-    [crash] = smoke(root).findings
+    [crash] = smoke(root, warm_pool).findings
     assert crash.evidence.data["phase"] == "setup"
     assert "not an instance of Trainer" in crash.problem
     # No frame of the target raised: the finding points at the entrypoint, not at traingate's code.

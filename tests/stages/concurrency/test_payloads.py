@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS, CONCURRENCY_LOSSES, CONCURRENCY_NONBLOCKING, CONCURRENCY_RNG, CONCURRENCY_STREAMS, CONCURRENCY_TRACE
 from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.supervision.isolation import ChildResult
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.base import EntrypointRun, StageContext, read_harness_result, run_entrypoint
 from traingate.stages.concurrency import stage as concurrency_stage
 from traingate.stages.concurrency.probe.params import DETAILED_STEPS
@@ -105,18 +106,18 @@ def train(steps):
 '''
 
 
-def _context(root: Path, scratch: Path, steps: int) -> StageContext:
+def _context(root: Path, scratch: Path, steps: int, warm: WarmPool | None = None) -> StageContext:
     config = TargetConfig.model_validate({"entrypoint": {"call": "train:train", "kwargs": {"steps": steps}}})
-    return StageContext(stage="concurrency", root=root, config=config, device="cpu", deadline=time.time() + 240, scratch=scratch)
+    return StageContext(stage="concurrency", root=root, config=config, device="cpu", deadline=time.time() + 240, scratch=scratch, warm=warm)
 
 
 @pytest.mark.slow
-def test_payloads_of_a_real_cpu_run_validate_on_every_recorded_path(tmp_path: Path) -> None:
+def test_payloads_of_a_real_cpu_run_validate_on_every_recorded_path(tmp_path: Path, warm_pool: WarmPool | None) -> None:
     root = tmp_path / "target"
     root.mkdir()
     (root / "train.py").write_text(TRAIN)
     steps = DETAILED_STEPS + 4
-    ctx = _context(root, tmp_path / "scratch", steps)
+    ctx = _context(root, tmp_path / "scratch", steps, warm_pool)
     options = {"concurrency": {"start_methods": ["fork", "spawn"], "probe_timeout_s": 60.0}}
     run = run_entrypoint(ctx, label="payloads", instruments=CONCURRENCY, options=options)
     # A payload its model rejects would have made the whole result malformed.

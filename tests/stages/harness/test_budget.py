@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from traingate.pipeline.supervision.warm_pool import WarmPool
 from tests.entrypoint_targets import make_target, smoke
 
 LOOP = """
@@ -29,14 +30,14 @@ LOOP = """
 """
 
 
-def budget_of(root: Path) -> tuple[bool, dict | None, str | None]:
-    result = smoke(root)
+def budget_of(root: Path, warm: WarmPool | None) -> tuple[bool, dict | None, str | None]:
+    result = smoke(root, warm)
     [(_, _, run)] = result.runs
     record = run.record
     return run.ok, (record.budget.model_dump() if record and record.budget else None), run.failure()
 
 
-def test_a_loop_that_never_ends_stops_at_max_steps(tmp_path: Path):
+def test_a_loop_that_never_ends_stops_at_max_steps(tmp_path: Path, warm_pool: WarmPool | None):
     make_target(tmp_path, {
         "loop.py": LOOP + """
     def train_forever():
@@ -46,12 +47,12 @@ def test_a_loop_that_never_ends_stops_at_max_steps(tmp_path: Path):
     """,
         "traingate.toml": '[entrypoint]\ncall = "loop:train_forever"\nmax_steps = 9\n',
     })
-    ok, budget, failure = budget_of(tmp_path)
+    ok, budget, failure = budget_of(tmp_path, warm_pool)
     assert ok, failure
     assert budget is not None and (budget["steps"], budget["stopped_at_steps"]) == (9, True)
 
 
-def test_an_except_exception_in_the_loop_does_not_swallow_the_stop(tmp_path: Path):
+def test_an_except_exception_in_the_loop_does_not_swallow_the_stop(tmp_path: Path, warm_pool: WarmPool | None):
     make_target(tmp_path, {
         "loop.py": LOOP + """
     def train_forgiving():
@@ -64,12 +65,12 @@ def test_an_except_exception_in_the_loop_does_not_swallow_the_stop(tmp_path: Pat
     """,
         "traingate.toml": '[entrypoint]\ncall = "loop:train_forgiving"\nmax_steps = 5\n',
     })
-    ok, budget, failure = budget_of(tmp_path)
+    ok, budget, failure = budget_of(tmp_path, warm_pool)
     assert ok, failure
     assert budget is not None and budget["steps"] == 5
 
 
-def test_a_crash_before_the_budget_is_still_a_crash(tmp_path: Path):
+def test_a_crash_before_the_budget_is_still_a_crash(tmp_path: Path, warm_pool: WarmPool | None):
     make_target(tmp_path, {
         "loop.py": LOOP + """
     def train_then_fail():
@@ -80,12 +81,12 @@ def test_a_crash_before_the_budget_is_still_a_crash(tmp_path: Path):
     """,
         "traingate.toml": '[entrypoint]\ncall = "loop:train_then_fail"\nmax_steps = 10\n',
     })
-    ok, budget, failure = budget_of(tmp_path)
+    ok, budget, failure = budget_of(tmp_path, warm_pool)
     assert not ok and failure is not None and "diverged" in failure
     assert budget is not None and (budget["steps"], budget["stopped_at_steps"]) == (3, False)
 
 
-def test_an_exception_the_target_raises_itself_is_not_a_budget_stop(tmp_path: Path):
+def test_an_exception_the_target_raises_itself_is_not_a_budget_stop(tmp_path: Path, warm_pool: WarmPool | None):
     """The harness accepts the stop it raised, not one of the same name from the target."""
     make_target(tmp_path, {
         "loop.py": LOOP + """
@@ -100,11 +101,11 @@ def test_an_exception_the_target_raises_itself_is_not_a_budget_stop(tmp_path: Pa
     """,
         "traingate.toml": '[entrypoint]\ncall = "loop:train_and_pretend"\nmax_steps = 10\n',
     })
-    ok, _, failure = budget_of(tmp_path)
+    ok, _, failure = budget_of(tmp_path, warm_pool)
     assert not ok and failure is not None and "StepBudgetReached" in failure
 
 
-def test_max_batches_cuts_every_loader_iteration_and_the_loop_goes_on(tmp_path: Path):
+def test_max_batches_cuts_every_loader_iteration_and_the_loop_goes_on(tmp_path: Path, warm_pool: WarmPool | None):
     make_target(tmp_path, {
         "loop.py": LOOP + """
     def fit(epochs=3):
@@ -123,7 +124,7 @@ def test_max_batches_cuts_every_loader_iteration_and_the_loop_goes_on(tmp_path: 
     """,
         "traingate.toml": '[entrypoint]\ncall = "loop:fit"\nmax_batches = 5\n',
     })
-    result = smoke(tmp_path)
+    result = smoke(tmp_path, warm_pool)
     [(_, _, run)] = result.runs
     assert run.ok, run.failure()
     assert run.record is not None and run.record.returned == [5, 5, 5]  # each evaluation pass: 5 batches
