@@ -186,7 +186,8 @@ def test_a_graph_larger_than_the_walk_cap_is_counted_up_to_it_and_says_so(tmp_pa
     says the count is a lower bound, and the node-growth metric's note says graphs are not
     followed by node count on this loop."""
     links = MAX_WALK_NODES // 3 + 200  # three nodes per link: past the cap
-    ctx, profile = _profile(tmp_path, warm_pool, links, leak=False)
+    # The steady window and one step past it: the steps after it, uninstrumented, add nothing here.
+    ctx, profile = _profile(tmp_path, warm_pool, links, leak=False, steps=STEADY_END + 1)
     assert profile["memory"]["step_graph_nodes"] == MAX_WALK_NODES
     window = profile["instrumentation"]
     assert window["graph_walk_capped"] is True and window["graph_walk_cap"] == MAX_WALK_NODES
