@@ -17,6 +17,7 @@ from tests.stages.performance.performance_runs import PERFORMANCE
 from traingate.pipeline.model.schema import Severity
 from traingate.stages.performance import memory as perf_memory
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES
+from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES
 from traingate.stages.performance.probe.graph_span import sequence_number, steps_held
 from traingate.stages.performance.probe.host_memory import HostMemory
 
@@ -129,3 +130,15 @@ def test_the_same_loop_summing_numbers_has_no_leak(heavy_clean: GateRun) -> None
     assert heavy_clean.findings("memory-leak") == [], [f["title"] for f in heavy_clean.findings()]
     host = next(m for m in heavy_clean.stage("performance")["metrics"] if m["id"] == "memory.host_growth")
     assert host["passed"] is True and host["value"] < HOST_MIN_SLOPE_BYTES
+
+
+@pytest.mark.slow
+def test_a_step_graph_past_the_walk_cap_is_counted_up_to_it_and_says_so(heavy_clean: GateRun) -> None:
+    """One step's graph (about 10,400 nodes) is past MAX_WALK_NODES: the walk stops at the cap,
+    the run says the count is a lower bound, and the node-growth metric's note says graphs are
+    not followed by node count on this loop."""
+    performance = heavy_clean.stage("performance")
+    window = performance["details"]["instrumentation"]
+    assert window["graph_walk_capped"] is True and window["graph_walk_cap"] == MAX_WALK_NODES
+    nodes = next(m for m in performance["metrics"] if m["id"] == "memory.graph_nodes_growth")
+    assert f"at least {MAX_WALK_NODES:,} nodes" in (nodes["note"] or "")
