@@ -4,6 +4,7 @@ what this process owns (`spawned`), all stopped at the stage's end."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -41,6 +42,8 @@ class WarmPool:
             try:
                 host = AgentHost(target_env, agent_env, cwd, self.scratch, tag=_warm_tag(), mask=self.disguise, preload=self.preload, served_only=served_only)
             except NotServed:
+                with contextlib.suppress(OSError):
+                    self.scratch.rmdir()  # only when empty: nothing was started there
                 return False
             self._add(host)
         return True
