@@ -254,9 +254,10 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     pytest, an interpreter's own `import torch` more. None where the runs would not fork from it
     anyway: nothing to run, warm start off, or a PYTHONPATH that names the folder a run starts in
     (each stage runs in a copy of its own)."""
-    # With no entrypoint, a suite's tests may train: the stages after it would observe one.
-    observed = config.entrypoint is not None or (config.has_test_suite and len(request.stages) > 1)
-    if not (observed or config.has_test_suite) or not warm.enabled():
+    # An entrypoint's runs, or a suite's training that later stages observe, are worth a host's
+    # own imports; a suite alone is worth only a served host's fork.
+    worth_own_imports = config.entrypoint is not None or (config.has_test_suite and len(request.stages) > 1)
+    if not (worth_own_imports or config.has_test_suite) or not warm.enabled():
         return None
     agent_env = child_environment()
     runs_env = target_env(agent_env, request.device)
@@ -265,7 +266,7 @@ def agent_host(request: RunRequest, config: TargetConfig) -> WarmPool | None:
     scratch = (request.out / "work" / "agents").resolve()
     # With no entrypoint, every run of the stages after the suite runs a test: pytest imported once.
     pool = WarmPool(scratch, disguise=request.disguise, preload=warm.TEST_RUN_IMPORTS if config.entrypoint is None else ())
-    return pool if pool.host_agents(runs_env, agent_env, cwd=scratch, served_only=not observed) else None
+    return pool if pool.host_agents(runs_env, agent_env, cwd=scratch, served_only=not worth_own_imports) else None
 
 
 def stages_not_run(known: list[str], reports: list[StageReport], left_out: str = "not requested with --stages") -> list[StageNotRun]:
