@@ -155,9 +155,10 @@ def _imports() -> bool:
         warnings.simplefilter("always")
         try:
             from traingate.pipeline.gate import cli  # noqa: F401
-            from traingate.pipeline.model.registry import build_registry
+            from traingate.pipeline.model.registry import build_deferred_models, build_registry
 
             build_registry()
+            build_deferred_models()  # the stages' details, read as the reports are written
         except Exception:  # noqa: BLE001 - then no command is served: each runs as without a server
             traceback.print_exc()
             return False

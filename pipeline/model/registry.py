@@ -116,6 +116,23 @@ def build_registry() -> dict[str, Stage]:
     return {s.name: s for s in sorted(stages, key=lambda s: (s.order, s.name))}
 
 
+def build_deferred_models() -> None:
+    """Build now every model of the gate's loaded modules that defers its validator to its
+    first use (`defer_build`: payloads, details). For a process that many others fork from (an
+    import server, a gate server): each fork would otherwise build the ones it uses, the same
+    work in each. A model that cannot be built yet is left to build on first use."""
+    pending: list[type[BaseModel]] = [BaseModel]
+    seen: set[type[BaseModel]] = set()
+    while pending:
+        for model in pending.pop().__subclasses__():
+            if model in seen:
+                continue
+            seen.add(model)
+            pending.append(model)
+            if model.__module__.startswith("traingate.") and not model.__pydantic_complete__:
+                model.model_rebuild(raise_errors=False)
+
+
 def load_stage(name: str) -> Stage:
     """The one registered stage called `name` (a stage agent imports its own stage only)."""
     found = entry_points(group=ENTRY_POINT_GROUP, name=name)

@@ -7,7 +7,8 @@ process started below it stays its descendant until it is killed and reaped. The
 process and each stage agent make themselves subreapers; elsewhere than Linux this is a no-op
 and only the process group of each child is killed.
 
-Descendants are found from /proc (the parent-pid chain), in one scan of the process table.
+Descendants are found from /proc (the parent-pid chain), in one scan of the process table
+(each process's `stat`; the command lines of the descendants only).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -80,31 +81,54 @@ def is_subreaper() -> bool:
         return False
 
 
-def read_process(pid: int) -> ProcessInfo | None:
-    """The process `pid`, or None when it is gone (or /proc is not there)."""
-    base = _PROC / str(pid)
+def _read_proc(pid: int | str, name: str) -> bytes:
+    """`/proc/<pid>/<name>` as bytes, with plain descriptor calls: a scan reads one file per
+    process on the machine, and pathlib's objects cost more than the read itself."""
+    fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
     try:
-        fields = stat_fields((base / "stat").read_text())
+        parts = []
+        while chunk := os.read(fd, 65536):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def read_cmdline(pid: int) -> str:
+    """The command line of `pid` as one string ("" when it is gone or has none)."""
+    try:
+        return _read_proc(pid, "cmdline").replace(b"\0", b" ").decode(errors="replace").strip()[:500]
+    except OSError:
+        return ""
+
+
+def read_process(pid: int, *, cmdline: bool = True) -> ProcessInfo | None:
+    """The process `pid`, or None when it is gone (or /proc is not there). Without `cmdline`,
+    its command line is left empty (`with_cmdline` reads it later, while it still runs)."""
+    try:
+        fields = stat_fields(_read_proc(pid, "stat").decode(errors="replace"))
         state, ppid, pgid, sid = fields[0], int(fields[1]), int(fields[2]), int(fields[3])
     except (OSError, ValueError, IndexError):
         return None
-    try:
-        cmdline = (base / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        cmdline = ""
-    return ProcessInfo(pid=pid, ppid=ppid, pgid=pgid, sid=sid, state=state, cmdline=cmdline[:500])
+    return ProcessInfo(pid=pid, ppid=ppid, pgid=pgid, sid=sid, state=state, cmdline=read_cmdline(pid) if cmdline else "")
 
 
-def process_table() -> dict[int, ProcessInfo]:
-    """Every process this user can see, by pid (empty where there is no /proc)."""
+def with_cmdline(info: ProcessInfo) -> ProcessInfo:
+    return info if info.cmdline else replace(info, cmdline=read_cmdline(info.pid))
+
+
+def process_table(*, cmdlines: bool = True) -> dict[int, ProcessInfo]:
+    """Every process this user can see, by pid (empty where there is no /proc); without
+    `cmdlines`, their command lines are left empty: a scan for one process's descendants
+    reads one file per process instead of two, and only the descendants' command lines."""
     table: dict[int, ProcessInfo] = {}
     try:
-        entries = list(os.scandir(_PROC))
+        names = os.listdir(_PROC)
     except OSError:
         return table
-    for entry in entries:
-        if entry.name.isdigit():
-            info = read_process(int(entry.name))
+    for name in names:
+        if name.isdigit():
+            info = read_process(int(name), cmdline=cmdlines)
             if info is not None:
                 table[info.pid] = info
     return table
@@ -118,9 +142,12 @@ def descendants(
 ) -> list[ProcessInfo]:
     """Every descendant of `root` (not `root` itself), parents before children.
 
-    A process for which `skip` says True is left out together with everything below it.
+    A process for which `skip` says True is left out together with everything below it. The
+    scan reads each process's state and parents only; a descendant's command line is read
+    when it is found, before `skip` sees it.
     """
-    table = process_table() if table is None else table
+    scanned = table is None
+    table = process_table(cmdlines=False) if table is None else table
     children: dict[int, list[ProcessInfo]] = {}
     for info in table.values():
         children.setdefault(info.ppid, []).append(info)
@@ -130,7 +157,10 @@ def descendants(
     while frontier:
         parent = frontier.pop()
         for child in sorted(children.get(parent, []), key=lambda p: p.pid):
-            if child.pid in seen or (skip is not None and skip(child)):
+            if child.pid in seen:
+                continue
+            child = with_cmdline(child) if scanned else child
+            if skip is not None and skip(child):
                 continue
             seen.add(child.pid)
             found.append(child)

@@ -36,14 +36,15 @@ AGENT_MODULES = (
 def prepare() -> None:
     """Import what an agent imports, load the registered stages' declarations (cached for the
     process: `build_registry`) and build the models an agent's request and reply are read and
-    written with."""
+    written with, and those its stage's payloads and details are checked with."""
     for name in AGENT_MODULES:
         importlib.import_module(name)
     from traingate.pipeline.model.config import TargetConfig
-    from traingate.pipeline.model.registry import build_registry
+    from traingate.pipeline.model.registry import build_deferred_models, build_registry
     from traingate.pipeline.model.schema import PipelineReport, StageOutcome
     from traingate.stages.contract.messages import AgentReply, AgentRequest
 
     build_registry()
     AgentRequest[TargetConfig, PipelineReport]  # pydantic caches the parametrized model
     AgentReply[StageOutcome]
+    build_deferred_models()

@@ -84,9 +84,10 @@ def _profile(tmp_path: Path, warm: WarmPool | None, links: int, leak: bool, **lo
 
 @pytest.fixture(scope="module")
 def late_leak(tmp_path_factory: pytest.TempPathFactory, warm_pool: WarmPool | None) -> tuple[StageContext, dict[str, Any]]:
-    """A heavy loop (about 1.4x the threshold in operators per step) with a list that starts
-    keeping 4 KiB per step a few steps after warm-up: one run read by the two tests below."""
-    return _profile(tmp_path_factory.mktemp("late-leak"), warm_pool, HEAVY_OPS_PER_STEP // 8, leak=True, leak_from=WARMUP + 2)
+    """A heavy loop (about 1.1x the threshold in operators per step, the same count every run)
+    with a list that starts keeping 4 KiB per step a few steps after warm-up: one run read by
+    the two tests below."""
+    return _profile(tmp_path_factory.mktemp("late-leak"), warm_pool, HEAVY_OPS_PER_STEP // 10, leak=True, leak_from=WARMUP + 2)
 
 
 def test_a_heavy_loop_is_instrumented_over_the_verdicts_window_only(late_leak: tuple[StageContext, dict[str, Any]]) -> None:
@@ -137,7 +138,7 @@ def test_a_steady_heavy_loop_ends_its_window_after_the_shortest_one(tmp_path: Pa
     """Nothing retained, held memory flat, one `.item()` per step: the per-operator
     instruments stop after max(min_steps, STEADY_WINDOW_STEPS) steps past warm-up, and the
     verdicts and notes say over how many steps they were measured and why."""
-    ctx, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 8, leak=False)
+    ctx, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 10, leak=False)
     window = profile["instrumentation"]
     assert window["ops_per_step"] > HEAVY_OPS_PER_STEP
     assert window["window_planned"] == WINDOW_END
@@ -164,7 +165,7 @@ def test_a_steady_heavy_loop_ends_its_window_after_the_shortest_one(tmp_path: Pa
 def test_a_heavy_loop_whose_syncs_vary_keeps_the_whole_window(tmp_path: Path, warm_pool: WarmPool | None) -> None:
     """`.item()` every other step: the per-step sync pattern is not steady, so the window is
     not cut short (a rate over a few steps could miss a sync made every k-th step)."""
-    _, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 8, leak=False, log_every=2)
+    _, profile = _profile(tmp_path, warm_pool, HEAVY_OPS_PER_STEP // 10, leak=False, log_every=2)
     window = profile["instrumentation"]
     assert window["ended_steady"] is False
     assert window["instrumented_steps"] == WINDOW_END
