@@ -32,7 +32,7 @@ from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.pipeline.supervision import import_server, warm
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.orchestrator import run_pipeline
-from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, kill_descendants
+from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, descendants, kill_descendants, process_table
 from traingate.stages.base import run_entrypoint
 
 from tests.markdown_tables import report_folder_problems
@@ -436,12 +436,27 @@ def _a_server(process: ProcessInfo) -> bool:
     return process.sid != process.pid and any(str(Path(s.args[-1])) in process.cmdline for s in _servers if isinstance(s.args, list) and s.args)
 
 
+def _anything_left(table: dict[int, ProcessInfo]) -> bool:
+    """Whether a process of this test's still runs below this process or below the servers, or
+    an orphan handed to this process (a subreaper) waits to be reaped."""
+    me = os.getpid()
+    if any(p.alive or p.ppid == me for p in descendants(me, table, skip=_kept)):
+        return True
+    for server in _servers:
+        resident = import_server.residents(server.pid, table)
+        if any(p.alive for pid in resident for p in descendants(pid, table, skip=lambda p, kept=resident: p.pid in kept or _a_server(p))):
+            return True
+    return False
+
+
 @pytest.fixture(autouse=True)
 def no_process_left_behind():
     """Every test ends with no process of its own still running: the gate kills what the
     target starts, and the tests kill what they start (the import server's hosts included:
     each gate run has its own killed before it ends). One /proc scan when nothing is left."""
     yield
+    if not _anything_left(process_table(cmdlines=False)):
+        return
     left = [p for p in kill_descendants(skip=_kept) if p.alive]
     for server in _servers:
         resident = import_server.residents(server.pid)

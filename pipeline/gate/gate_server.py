@@ -299,7 +299,7 @@ def _end(gates: _Gates, fd: int, status: int | None = None, refused: bool = Fals
 def _kill_session(sid: int) -> None:
     """What is left of a command's session once its process has ended (its orphans are this
     server's then)."""
-    kill([p.pid for p in process_table().values() if p.sid == sid])
+    kill([p.pid for p in process_table(cmdlines=False).values() if p.sid == sid])
 
 
 def _reap(gates: _Gates) -> None:

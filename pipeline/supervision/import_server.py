@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traingate.pipeline.supervision.processes import KEPT, kill, kill_descendants, process_table, read_process, reap
+from traingate.pipeline.supervision.processes import KEPT, ProcessInfo, kill, kill_descendants, process_table, read_process, reap
 from traingate.stages.common.inherited import agents_preload_arg
 from traingate.stages.common.procstat import environment_entry, overwrite_environment
 
@@ -178,14 +178,15 @@ def wait_ready(socket_path: Path, process: subprocess.Popen[bytes], timeout_s: f
     return True
 
 
-def residents(server_pid: int) -> set[int]:
+def residents(server_pid: int, table: Mapping[int, ProcessInfo] | None = None) -> set[int]:
     """The server and the servers beside it (its gate server, its siblings): what runs below it
     for its whole life. (Every fork they serve, host or command, leads a session of its own;
-    they stay in the server's.)"""
-    server = read_process(server_pid)
+    they stay in the server's.) From `table` where given, else from a scan of its own."""
+    table = process_table(cmdlines=False) if table is None else table
+    server = table.get(server_pid)
     if server is None:
         return set()
-    return {server_pid} | {p.pid for p in process_table().values() if p.ppid == server_pid and p.sid == server.sid}
+    return {server_pid} | {p.pid for p in table.values() if p.ppid == server_pid and p.sid == server.sid}
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

@@ -144,9 +144,8 @@ def descendants(
 
     A process for which `skip` says True is left out together with everything below it. The
     scan reads each process's state and parents only; a descendant's command line is read
-    when it is found, before `skip` sees it.
+    when it is found (where `table` lacks it), before `skip` sees it.
     """
-    scanned = table is None
     table = process_table(cmdlines=False) if table is None else table
     children: dict[int, list[ProcessInfo]] = {}
     for info in table.values():
@@ -159,7 +158,7 @@ def descendants(
         for child in sorted(children.get(parent, []), key=lambda p: p.pid):
             if child.pid in seen:
                 continue
-            child = with_cmdline(child) if scanned else child
+            child = with_cmdline(child)
             if skip is not None and skip(child):
                 continue
             seen.add(child.pid)
