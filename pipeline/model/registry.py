@@ -53,6 +53,9 @@ class StageDeclaration:
     - `times_runs`: its runs are timed, so no other stage runs beside it.
     - `checks_steps`: it reports the optimizer steps it observed as the `steps.observed` metric,
       so `traingate init` can run it alone to check a proposed configuration.
+    - `agent_modules`: the modules its `run` imports (its work, kept out of the gate's
+      process), which an import server imports once for every agent it serves instead of each
+      agent on its own.
     """
 
     rules: tuple[Rule, ...] = ()
@@ -67,6 +70,7 @@ class StageDeclaration:
     purpose: str = "observe"
     times_runs: bool = False
     checks_steps: bool = False
+    agent_modules: tuple[str, ...] = ()
 
 
 _DECLARED = tuple(a for a in vars(StageDeclaration) if not a.startswith("_"))

@@ -324,7 +324,7 @@ def _import_all() -> _Imports:
                 for name in _PRELOADABLE:
                     __import__(name)
                 pytest_modules = frozenset(sys.modules) - with_torch
-                importlib.import_module(AGENTS_PRELOAD_MODULE).prepare()
+                importlib.import_module(AGENTS_PRELOAD_MODULE).prepare(every_stage=True)
             except BaseException:  # noqa: BLE001 - the environment may have anything installed
                 return _Imports(False, frozenset())
     finally:

@@ -33,18 +33,24 @@ AGENT_MODULES = (
 )
 
 
-def prepare() -> None:
+def prepare(every_stage: bool = False) -> None:
     """Import what an agent imports, load the registered stages' declarations (cached for the
     process: `build_registry`) and build the models an agent's request and reply are read and
-    written with, and those its stage's payloads and details are checked with."""
+    written with, and those its stage's payloads and details are checked with. With
+    `every_stage` (an import server: the hosts it forks serve many runs), each stage's own work
+    too (`agent_modules`), which an agent would import when its stage runs."""
     for name in AGENT_MODULES:
         importlib.import_module(name)
     from traingate.pipeline.model.config import TargetConfig
-    from traingate.pipeline.model.registry import build_deferred_models, build_registry
+    from traingate.pipeline.model.registry import build_deferred_models, build_registry, parts
     from traingate.pipeline.model.schema import PipelineReport, StageOutcome
     from traingate.stages.contract.messages import AgentReply, AgentRequest
 
-    build_registry()
+    stages = build_registry()
     AgentRequest[TargetConfig, PipelineReport]  # pydantic caches the parametrized model
     AgentReply[StageOutcome]
+    if every_stage:
+        for stage in stages.values():
+            for name in parts(stage).agent_modules:
+                importlib.import_module(name)
     build_deferred_models()

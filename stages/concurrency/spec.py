@@ -29,7 +29,9 @@ class ConcurrencyStage(Stage):
     # A run that cannot call the training function skips the stage: nothing to observe.
     purpose = "observe"
 
+    agent_modules = ("traingate.stages.concurrency.stage",)
+
     def run(self, ctx: StageContext) -> StageOutcome:
-        from traingate.stages.concurrency.stage import ConcurrencyWork  # its agent's work only
+        from traingate.stages.concurrency.stage import ConcurrencyWork  # its agent's work only (agent_modules)
 
         return ConcurrencyWork().run(ctx)

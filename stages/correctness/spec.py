@@ -34,7 +34,9 @@ class CorrectnessStage(Stage):
     # It reports `steps.observed` from its one instrumented run: `traingate init` checks with it alone.
     checks_steps = True
 
+    agent_modules = ("traingate.stages.correctness.stage",)
+
     def run(self, ctx: StageContext) -> StageOutcome:
-        from traingate.stages.correctness.stage import CorrectnessWork  # its agent's work only
+        from traingate.stages.correctness.stage import CorrectnessWork  # its agent's work only (agent_modules)
 
         return CorrectnessWork().run(ctx)

@@ -28,7 +28,9 @@ class ExecutionStage(Stage):
     needs_training = False
     history_metrics = (HistoryMetric(column="Tests passed", ids=("tests.passed",), total="tests.collected"),)
 
+    agent_modules = ("traingate.stages.execution.stage",)
+
     def run(self, ctx: StageContext) -> StageOutcome:
-        from traingate.stages.execution.stage import ExecutionWork  # its agent's work only
+        from traingate.stages.execution.stage import ExecutionWork  # its agent's work only (agent_modules)
 
         return ExecutionWork().run(ctx)

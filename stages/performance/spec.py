@@ -41,7 +41,9 @@ class PerformanceStage(Stage):
         HistoryMetric(column="AMP speedup", ids=("amp.speedup",), unit="x"),
     )
 
+    agent_modules = ("traingate.stages.performance.stage",)
+
     def run(self, ctx: StageContext) -> StageOutcome:
-        from traingate.stages.performance.stage import PerformanceWork  # its agent's work only
+        from traingate.stages.performance.stage import PerformanceWork  # its agent's work only (agent_modules)
 
         return PerformanceWork().run(ctx)

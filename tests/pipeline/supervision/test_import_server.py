@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from traingate.pipeline.model.registry import build_registry, parts
 from traingate.pipeline.supervision import import_server
 from traingate.pipeline.supervision.processes import descendants, read_process
 
@@ -28,6 +29,10 @@ TAG_NAME = "PROBEPKG_RUN_TAG"
 PROBE = textwrap.dedent(
     """
     import ctypes, json, os, socket, sys, time
+    def _subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from _subclasses(sub)
     flag = ctypes.c_int(0)
     ctypes.CDLL(None).prctl(37, ctypes.byref(flag), 0, 0, 0)
     block = open("/proc/self/environ", "rb").read().split(b"\\0")
@@ -39,6 +44,11 @@ PROBE = textwrap.dedent(
         "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
         "modules": sorted(m for m in sys.modules if m.split(".")[0] in ("traingate", "pytest", "_pytest", "torch")),
         "hash": hash("traingate"),
+        # Models of the gate's modules still to build on first use (pydantic's deferred ones).
+        "unbuilt_models": sorted(
+            m.__qualname__ for m in _subclasses(sys.modules["pydantic"].BaseModel)
+            if m.__module__.startswith("traingate.") and not m.__pydantic_complete__
+        ) if "pydantic" in sys.modules else None,
     }
     print(json.dumps(facts), flush=True)
     sock = socket.socket(fileno=int(sys.argv[1]))
@@ -132,6 +142,10 @@ def test_a_host_that_prepares_stage_agents_keeps_the_gates_modules_the_server_pr
     try:
         facts = _facts(tmp_path / "out")
         assert {import_server.AGENTS_PRELOAD_MODULE, "traingate.pipeline.model.registry", "traingate.stages.contract.messages"} <= set(facts["modules"])
+        # Each stage's own work, and every model its payloads and details are checked with.
+        works = {name for stage in build_registry().values() for name in parts(stage).agent_modules}
+        assert works >= {f"traingate.stages.{name}.stage" for name in ("execution", "performance", "concurrency", "correctness")}
+        assert works <= set(facts["modules"]) and facts["unbuilt_models"] == []
         assert "pytest" not in facts["modules"] and not [m for m in facts["modules"] if m.startswith("__editable__")]
         assert "traingate" not in facts["cmdline"]  # the preload is named in hexadecimal
     finally:
