@@ -29,20 +29,30 @@ CRASH_STATEMENT = "print(f\"Training samples: {len(env['train_data'])}\")"
 VERSIONS = ("v7", "v7-fixed", "v6")
 MIN_OPTIMIZER_STEPS = 20
 
-# Run the configured entrypoint call in the materialized tree and print one JSON line.
+# Run the configured entrypoint call in each materialized tree and print one JSON line per
+# tree: torch is imported once, and each call runs in a fork of its own, in its tree's folder,
+# importing that tree's modules afresh.
 DRIVER = """
-import json, math, sys, traceback
-sys.path.insert(0, ".")
-from utils.tier3_training_utilities import test_fine_tuning
-try:
-    result = test_fine_tuning(**json.loads(sys.argv[1]))
-    out = {"ok": True, "loss_history": result["loss_history"], "final_loss": result["final_loss"],
-           "n_steps": result["n_steps"]}
-except Exception as exc:
-    frame = traceback.extract_tb(exc.__traceback__)[-1]
-    out = {"ok": False, "type": type(exc).__name__, "args": [str(a) for a in exc.args],
-           "file": frame.filename, "line": frame.lineno, "text": frame.line}
-print("RESULT " + json.dumps(out))
+import json, os, sys, traceback
+import torch
+for version, tree, kwargs in json.loads(sys.argv[1]):
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        continue
+    os.chdir(tree)
+    sys.path.insert(0, tree)
+    try:
+        from utils.tier3_training_utilities import test_fine_tuning
+        result = test_fine_tuning(**kwargs)
+        out = {"ok": True, "loss_history": result["loss_history"], "final_loss": result["final_loss"],
+               "n_steps": result["n_steps"]}
+    except Exception as exc:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        out = {"ok": False, "type": type(exc).__name__, "args": [str(a) for a in exc.args],
+               "file": frame.filename, "line": frame.lineno, "text": frame.line}
+    print("RESULT " + version + " " + json.dumps(out), flush=True)
+    os._exit(0)
 """
 
 
@@ -73,16 +83,20 @@ def _entrypoint_config(tree: Path) -> dict:
     return config
 
 
-def _run_entrypoint(tree: Path) -> dict:
-    config = _entrypoint_config(tree)
-    kwargs = {**config["kwargs"], config["amp_flag"]: False}
+@pytest.fixture(scope="module")
+def outcomes(trees: dict[str, Path]) -> dict[str, dict]:
+    """Each version's configured entrypoint call, AMP off, run once for the module's tests."""
+    calls = []
+    for version, tree in trees.items():
+        config = _entrypoint_config(tree)
+        calls.append((version, str(tree), {**config["kwargs"], config["amp_flag"]: False}))
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(kwargs)],
-        cwd=tree, env=_child_env(), capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", DRIVER, json.dumps(calls)],
+        env=_child_env(), capture_output=True, text=True, timeout=300,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-2000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    found = dict(line.removeprefix("RESULT ").split(" ", 1) for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    assert done.returncode == 0 and set(found) == set(trees), done.stdout[-2000:] + done.stderr[-2000:]
+    return {version: json.loads(text) for version, text in found.items()}
 
 
 def _line_of(path: Path, statement: str) -> int:
@@ -121,9 +135,9 @@ def test_unknown_version_is_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_v7_entrypoint_crashes_on_train_data_key(trees: dict[str, Path]) -> None:
+def test_v7_entrypoint_crashes_on_train_data_key(trees: dict[str, Path], outcomes: dict[str, dict]) -> None:
     tree = trees["v7"]
-    outcome = _run_entrypoint(tree)
+    outcome = outcomes["v7"]
     assert outcome["ok"] is False
     assert (outcome["type"], outcome["args"]) == ("KeyError", ["train_data"])
     assert Path(outcome["file"]).resolve() == (tree / ENTRYPOINT_FILE).resolve()
@@ -132,8 +146,8 @@ def test_v7_entrypoint_crashes_on_train_data_key(trees: dict[str, Path]) -> None
 
 
 @pytest.mark.parametrize("version", ["v7-fixed", "v6"])
-def test_working_versions_train(trees: dict[str, Path], version: str) -> None:
-    outcome = _run_entrypoint(trees[version])
+def test_working_versions_train(outcomes: dict[str, dict], version: str) -> None:
+    outcome = outcomes[version]
     assert outcome["ok"] is True, outcome
     losses = outcome["loss_history"]
     assert outcome["n_steps"] == len(losses) >= MIN_OPTIMIZER_STEPS
