@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,18 @@ class TemplateFiles(BaseLoader):
 @lru_cache(maxsize=1)
 def _env() -> Environment:
     return template_environment()
+
+
+def load_templates(pages: Iterable[StagePage] = ()) -> None:
+    """Load every report template into this process's environment: the gate's and the pages'
+    own. For a process that many gate runs fork from (a gate server), each of which would
+    otherwise load the ones it renders."""
+    env = _env()
+    for name in env.list_templates(extensions=["j2"]):
+        env.get_template(name)
+    for page in pages:
+        if page.template is not None:
+            env.get_template(str(page.template))
 
 
 def template_environment(loader: BaseLoader | None = None, compiled: CompiledTemplates | None = None) -> Environment:

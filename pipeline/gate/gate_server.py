@@ -149,16 +149,19 @@ def main() -> None:
 
 
 def _imports() -> bool:
-    """The command line and the installed stages' declarations, imported once; whether that
-    was silent (else a fresh process would print what a fork would not)."""
+    """The command line, the installed stages' declarations and the report templates, loaded
+    once; whether that was silent (else a fresh process would print what a fork would not)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             from traingate.pipeline.gate import cli  # noqa: F401
+            from traingate.pipeline.gate.outputs import stage_pages
             from traingate.pipeline.model.registry import build_deferred_models, build_registry
+            from traingate.reports.render import load_templates
 
             build_registry()
             build_deferred_models()  # the stages' details, read as the reports are written
+            load_templates(stage_pages().values())
         except Exception:  # noqa: BLE001 - then no command is served: each runs as without a server
             traceback.print_exc()
             return False

@@ -30,6 +30,7 @@ from traingate.pipeline.gate.outputs import stage_pages
 from traingate.pipeline.model.registry import rule_table
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Location, Metric, PipelineReport, Severity, StageReport
 from traingate.reports.facts import RunFacts
+from traingate.reports import render
 from traingate.reports.render import render_report_md, render_stage_md, render_summary, table_cell
 from traingate.reports.github import render_annotations
 from traingate.reports.junit import render_junit
@@ -95,6 +96,19 @@ BARE_PARTS = [
 @pytest.mark.parametrize("stage_name", [*STAGE_DETAILS, "unknown"])
 def test_a_stage_without_details_renders(stage_name: str) -> None:
     assert_clean(render_all(stage_with(stage_name, {})))
+
+
+def test_loaded_templates_render_every_page_without_reading_one_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate server loads every template once (`load_templates`): the runs it forks render
+    every page and format from what it loaded."""
+    render.load_templates(PAGES.values())
+
+    def read_again(_env: Any, name: str, *_: Any) -> Any:
+        raise AssertionError(f"template {name} read again")
+
+    monkeypatch.setattr(render._env().loader, "load", read_again)
+    for stage_name in [*STAGE_DETAILS, "unknown"]:
+        assert_clean(render_all(stage_with(stage_name, {})))
 
 
 @pytest.mark.parametrize(("stage_name", "part", "member"), BARE_PARTS)
