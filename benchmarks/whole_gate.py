@@ -42,6 +42,16 @@ timing run (41 s) are what the floor's AMP-off runs cost. The execution stage: 2
 two smoke calls side by side, 240 s one after the other before (the load moved more than that
 between the two). That run's concurrency stage ran out of its 600 s budget before its rerun (a
 blocking stage-error, so its CPU is one run short); the one before fitted it.
+What sharing runs between stages could reach there, from the same figures: the mission still
+needs one timed AMP-on run and one instrumented AMP-on run (the GradScaler protocol and the
+training are observed as configured), where the floor makes one AMP-on run. With every other
+run shared (each smoke call also its setting's timing run, one instrumented run read by the
+three observing stages, the same-seed comparison made between the instrumented AMP-on run and
+the timed one), the gate would make 164 + 164 + 49 = 377 s of bare runs (1.48x) before the
+instruments' own cost, and about 164 + 212 + 49 = 425 s (1.67x) at the instrumented run's
+measured cost (212 s against 164 s bare): 1.5x on this repo on a CPU needs the instrumented
+run within about 1.1x of a bare one, or AMP-on runs that cost less than this CPU's software
+bfloat16 (a GPU's).
 """
 
 from __future__ import annotations
