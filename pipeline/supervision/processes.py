@@ -114,6 +114,7 @@ def read_process(pid: int, *, cmdline: bool = True) -> ProcessInfo | None:
 
 
 def with_cmdline(info: ProcessInfo) -> ProcessInfo:
+    """`info` with its command line, read now where a scan left it out."""
     return info if info.cmdline else replace(info, cmdline=read_cmdline(info.pid))
 
 
