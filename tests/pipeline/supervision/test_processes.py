@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from traingate.pipeline.supervision.processes import descendants, kill_descendants, process_table, read_process
+from traingate.pipeline.supervision.processes import descendants, kill, kill_descendants, process_table, read_process, reap
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 
@@ -37,18 +37,22 @@ def test_the_scan_reads_command_lines_for_the_descendants_only() -> None:
         assert MARKER in process_table()[sleeper.pid].cmdline
         assert read_process(sleeper.pid, cmdline=False).cmdline == ""  # type: ignore[union-attr]
     finally:
-        kill_descendants()
+        kill_descendants(shell.pid)  # only what the test started: a worker keeps others (warm pools)
         shell.wait()
 
 
 def test_skip_judges_a_descendant_by_its_command_line() -> None:
     shell = _shell_with_a_sleeping_child()
+    me = os.getpid()
+    others = {p.pid for p in descendants(me) if p.ppid == me and p.pid != shell.pid}  # a worker's own (warm pools)
     try:
-        left = kill_descendants(skip=lambda p: p.cmdline == MARKER)
+        left = kill_descendants(skip=lambda p: p.cmdline == MARKER or p.pid in others)
         assert [p.pid for p in left] == [shell.pid]  # the shell, not the sleep it started
         assert read_process(shell.pid) is None  # killed, and reaped: it was this process's child
         shell.wait(timeout=10)  # its status is gone with it: only Popen's own record is closed
-        [sleeper] = [p for p in descendants(os.getpid()) if p.cmdline == MARKER]
+        [sleeper] = [p for p in descendants(me) if p.cmdline == MARKER]
         assert sleeper.alive
     finally:
-        kill_descendants()
+        sleepers = [p.pid for p in descendants(me) if p.cmdline == MARKER]
+        kill(sleepers)
+        reap(sleepers)  # handed to this process (a subreaper) when the shell died
