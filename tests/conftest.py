@@ -436,6 +436,11 @@ def _a_server(process: ProcessInfo) -> bool:
     return process.sid != process.pid and any(str(Path(s.args[-1])) in process.cmdline for s in _servers if isinstance(s.args, list) and s.args)
 
 
+def _kept_below(resident: set[int]) -> Callable[[ProcessInfo], bool]:
+    """What a leftover sweep below a server passes over: the servers themselves."""
+    return lambda process: process.pid in resident or _a_server(process)
+
+
 def _anything_left(table: dict[int, ProcessInfo]) -> bool:
     """Whether a process of this test's still runs below this process or below the servers, or
     an orphan handed to this process (a subreaper) waits to be reaped."""
@@ -444,7 +449,7 @@ def _anything_left(table: dict[int, ProcessInfo]) -> bool:
         return True
     for server in _servers:
         resident = import_server.residents(server.pid, table)
-        if any(p.alive for pid in resident for p in descendants(pid, table, skip=lambda p, kept=resident: p.pid in kept or _a_server(p))):
+        if any(p.alive for pid in resident for p in descendants(pid, table, skip=_kept_below(resident))):
             return True
     return False
 
@@ -460,7 +465,7 @@ def no_process_left_behind():
     left = [p for p in kill_descendants(skip=_kept) if p.alive]
     for server in _servers:
         resident = import_server.residents(server.pid)
-        left += [p for pid in resident for p in kill_descendants(pid, skip=lambda p, kept=resident: p.pid in kept or _a_server(p)) if p.alive]
+        left += [p for pid in resident for p in kill_descendants(pid, skip=_kept_below(resident)) if p.alive]
     if left:
         listing = "; ".join(f"pid {p.pid} (parent {p.ppid}, sid {p.sid}) {p.cmdline[:300]}" for p in left)
         pytest.fail(f"{len(left)} process(es) left running after the test (now killed): {listing}")

@@ -199,7 +199,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
     KEPT.discard(process.pid)
     kill(beside)
     deadline = time.monotonic() + 5.0
-    while any((info := read_process(pid)) is not None and info.alive for pid in beside) and time.monotonic() < deadline:
+    while any((info := read_process(pid, cmdline=False)) is not None and info.alive for pid in beside) and time.monotonic() < deadline:
         reap(beside)  # this process's, where it is their subreaper
         time.sleep(0.01)
 
@@ -354,12 +354,12 @@ def peer_is_trusted(connection: socket.socket, parent: int, forks_of: int | None
     stage agent), and of this user."""
     raw = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
     pid, uid = int.from_bytes(raw[0:4], sys.byteorder), int.from_bytes(raw[4:8], sys.byteorder)
-    peer = read_process(pid)
+    peer = read_process(pid, cmdline=False)
     if uid != os.getuid() or peer is None:
         return False
     if pid == parent or peer.ppid in (parent, forks_of):
         return True
-    host = read_process(peer.ppid) if hosts_of is not None else None
+    host = read_process(peer.ppid, cmdline=False) if hosts_of is not None else None
     # A host leads a session of its own; the servers beside the import server, its other children, do not.
     return host is not None and host.ppid == hosts_of and host.sid == host.pid
 
@@ -525,7 +525,7 @@ def main() -> None:
     if sys.argv[2:3] == [_SIBLING]:
         # Started by the import server, for another hash seed: its parent's hosts, its grandparent's runs.
         die_with(int(sys.argv[3]))
-        parent = read_process(os.getppid())
+        parent = read_process(os.getppid(), cmdline=False)
         gates, started, trusted_parent, hosts_of = None, {}, parent.ppid if parent else -1, os.getppid()
     else:
         # Started before torch is imported here: the gate server with the environment `start`

@@ -36,9 +36,10 @@ AGENT_MODULES = (
 def prepare(every_stage: bool = False) -> None:
     """Import what an agent imports, load the registered stages' declarations (cached for the
     process: `build_registry`) and build the models an agent's request and reply are read and
-    written with, and those its stage's payloads and details are checked with. With
-    `every_stage` (an import server: the hosts it forks serve many runs), each stage's own work
-    too (`agent_modules`), which an agent would import when its stage runs."""
+    written with. With `every_stage` (an import server: the hosts it forks serve many runs),
+    also each stage's own work (`agent_modules`) and every model its payloads and details are
+    checked with, which an agent would import and build when its stage runs; a host started
+    for one run leaves those to the agents of the stages it runs."""
     for name in AGENT_MODULES:
         importlib.import_module(name)
     from traingate.pipeline.model.config import TargetConfig
@@ -53,4 +54,4 @@ def prepare(every_stage: bool = False) -> None:
         for stage in stages.values():
             for name in parts(stage).agent_modules:
                 importlib.import_module(name)
-    build_deferred_models()
+        build_deferred_models()
