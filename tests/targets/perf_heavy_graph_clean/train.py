@@ -4,7 +4,7 @@ as numbers (`loss.item()`): the host memory stays flat, nothing is held across s
 import torch
 
 
-def train(steps: int = 20, links: int = 3470) -> float:
+def train(steps: int = 20, links: int = 10_400) -> float:
     torch.manual_seed(0)
     weights = torch.nn.Parameter(torch.randn(8) * 0.1)
     optimizer = torch.optim.SGD([weights], lr=0.01)
@@ -12,10 +12,10 @@ def train(steps: int = 20, links: int = 3470) -> float:
     running_loss = 0.0
     for _ in range(steps):
         optimizer.zero_grad()
-        h = votes
+        h = votes * weights
         for _ in range(links):
-            h = torch.tanh(h * weights + 0.1)
-        loss = h.pow(2).mean()
+            h = h + 1e-4
+        loss = torch.tanh(h).pow(2).mean()
         loss.backward()
         optimizer.step()
         running_loss += loss.item()
