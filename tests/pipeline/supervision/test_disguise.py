@@ -74,6 +74,31 @@ def test_two_runs_get_different_names() -> None:
         disguise.remove(second)
 
 
+
+def test_the_copy_goes_to_memory_unless_a_temporary_folder_is_chosen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy's 150 files go to a memory folder with room (their creation is most of the
+    copy's cost on a disk), to the chosen folder when TMPDIR, TEMP or TMP names one, and to
+    the default temporary folder when no memory folder is usable."""
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(disguise, "MEMORY_FOLDERS", (str(tmp_path / "absent"), str(memory)))
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(name, raising=False)
+    assert disguise.copy_parent() == str(memory)
+    built = disguise.build()
+    try:
+        assert Path(built.folder).parent == memory and (Path(built.folder) / built.package / "harness" / "entrypoint.py").is_file()
+    finally:
+        disguise.remove(built)
+    assert not any(memory.iterdir())
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        assert disguise.copy_parent({name: str(tmp_path)}) is None
+    monkeypatch.setattr(disguise, "MEMORY_ROOM", 1 << 62)  # no folder has that much room
+    assert disguise.copy_parent() is None
+    monkeypatch.setattr(disguise, "MEMORY_FOLDERS", (str(tmp_path / "absent"),))
+    monkeypatch.setattr(disguise, "MEMORY_ROOM", 0)
+    assert disguise.copy_parent() is None
+
 @pytest.mark.slow
 def test_a_child_side_module_runs_from_the_copy_and_the_gate_keeps_its_own(mask: Disguise) -> None:
     command = python_argv("traingate.stages.contract.pytest_events", disguise=mask)
