@@ -29,7 +29,7 @@ import pytest
 from traingate.pipeline.gate.cli import main
 from traingate.pipeline.supervision.isolation import run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
-from traingate.pipeline.supervision import import_server, warm
+from traingate.pipeline.supervision import disguise, import_server, warm
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.orchestrator import run_pipeline
 from traingate.pipeline.supervision.processes import ProcessInfo, become_subreaper, descendants, kill_descendants, process_table
@@ -352,6 +352,24 @@ def shared_gate(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple
         return gate_once(shared, name, lambda out: run_gate(TARGETS / case, out, *args, timeout=timeout))
 
     return run
+
+
+# The session's temporary folders (tmp_path) go to memory where the machine has room for them:
+# a suite run creates about 12,000 files there (the gate runs' out folders, copied targets),
+# each about 0.7 ms on the disk-backed /tmp of a CI machine. Set in the process that names
+# them (xdist's controller hands each worker its folder); the gate's own processes keep their
+# defaults, which are what the suite tests. TMPDIR, TEMP, TMP or --basetemp still choose.
+SUITE_MEMORY_ROOM = 1 << 30
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or config.option.basetemp or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
+        return
+    if any(os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")):
+        return
+    folder = disguise.memory_folder(SUITE_MEMORY_ROOM)
+    if folder is not None:
+        tempfile.tempdir = folder
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -150,16 +150,21 @@ MEMORY_ROOM = 64 << 20  # free bytes a memory folder must have (the copy takes 1
 
 
 def copy_parent(env: Mapping[str, str] = os.environ) -> str | None:
-    """The folder the copy's temporary folder is made in: a memory folder with room, writable,
-    unless a temporary folder is chosen; None for the default temporary folder."""
+    """The folder the copy's temporary folder is made in: a memory folder with room, unless a
+    temporary folder is chosen; None for the default temporary folder."""
     if any(env.get(name) for name in ("TMPDIR", "TEMP", "TMP")):
         return None
+    return memory_folder(MEMORY_ROOM)
+
+
+def memory_folder(room: int) -> str | None:
+    """The first of MEMORY_FOLDERS this process may write to with `room` bytes free, if any."""
     for folder in MEMORY_FOLDERS:
         try:
-            room = os.statvfs(folder)
+            free = os.statvfs(folder)
         except OSError:
             continue
-        if room.f_bavail * room.f_frsize >= MEMORY_ROOM and os.access(folder, os.W_OK | os.X_OK):
+        if free.f_bavail * free.f_frsize >= room and os.access(folder, os.W_OK | os.X_OK):
             return folder
     return None
 
