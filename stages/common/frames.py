@@ -14,11 +14,17 @@ _FOREIGN_PARTS = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".n
 
 @lru_cache(maxsize=8192)
 def is_target_file(filename: str, root: Path) -> bool:
-    """Cached: instruments ask on hot paths (every sync, storage or scaler call)."""
+    """Cached: instruments ask on hot paths (every sync, storage or scaler call). A file outside
+    `root` is told by its path's text first: a probe asks about every loaded module's file at
+    its end (torch's two thousand), where building a path object each cost 40 ms a run."""
     if not filename or filename.startswith("<"):
         return False
+    path = os.path.abspath(filename)
+    base = str(root)
+    if path != base and not path.startswith(base if base.endswith(os.sep) else base + os.sep):
+        return False
     try:
-        rel = Path(os.path.abspath(filename)).relative_to(root)
+        rel = Path(path).relative_to(root)
     except ValueError:
         return False
     return not (_FOREIGN_PARTS & set(rel.parts))
