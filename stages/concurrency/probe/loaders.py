@@ -220,13 +220,22 @@ class LoaderWatch:
 
         All probe workers are started first and read from afterwards, so their start-ups
         overlap; loaders sharing a dataset class and functions are probed once. The probe
-        workers are left running: the harness exits right after and its group is killed.
+        workers are left running: the harness exits right after and its group is killed. The
+        names of the semaphores their queues share go once every worker has opened them
+        (`_release_names`): the kill would leave them in /dev/shm for good.
         """
+        before = _semaphore_finalizers()
+        try:
+            return self._probe_each(self._probe_inputs)
+        finally:
+            _release_names(_semaphore_finalizers().keys() - before.keys())
+
+    def _probe_each(self, inputs_by_site: dict[Any, dict[str, Any]]) -> list[dict[str, Any]]:
         checks: list[dict[str, Any]] = []
         started: list[tuple[dict[str, Any], dict[str, Any]]] = []
         probed: dict[tuple[Any, ...], dict[str, Any]] = {}
         available = multiprocessing.get_all_start_methods()
-        for site, inputs in list(self._probe_inputs.items())[:MAX_PROBED_SITES]:
+        for site, inputs in list(inputs_by_site.items())[:MAX_PROBED_SITES]:
             for method in self.start_methods:
                 if method == inputs["used"] or method not in available:
                     continue
@@ -328,6 +337,31 @@ class LoaderWatch:
             "errors": [{k: v for k, v in e.items() if k != "key"} for e in self.errors],
             "start_method_checks": checks,
         })
+
+
+def _semaphore_finalizers() -> dict[Any, Any]:
+    """multiprocessing's pending finalizers that unlink a named semaphore (a SemLock made for a
+    start method other than fork, whose name lives in /dev/shm until unlinked), by their key."""
+    from multiprocessing import synchronize, util
+
+    cleanup = getattr(synchronize.SemLock, "_cleanup", None)
+    registry = getattr(util, "_finalizer_registry", {})
+    return {key: f for key, f in list(registry.items()) if cleanup is not None and getattr(f, "_callback", None) is cleanup}
+
+
+def _release_names(keys: Any) -> None:
+    """Unlink the named semaphores of these finalizers now: the processes that use them hold
+    them open, and the name is only how a new process would open one."""
+    from multiprocessing import util
+
+    registry = getattr(util, "_finalizer_registry", {})
+    for key in keys:
+        finalizer = registry.get(key)
+        if finalizer is not None:
+            try:
+                finalizer()
+            except Exception:  # noqa: BLE001 - a name already gone
+                pass
 
 
 class WorkerStarted:

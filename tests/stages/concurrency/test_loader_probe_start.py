@@ -45,6 +45,52 @@ def probe(dataset: str, timeout_s: float) -> dict[str, Any]:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+# The whole start-method check, as the probe runs it at the end of a run whose loaders used
+# fork: the names of the semaphores the spawn probe's queues and events made, whether each
+# existed in /dev/shm when it was released, and whether it exists afterwards.
+RELEASES = """
+import json, os
+from pathlib import Path
+from multiprocessing import util
+from tests import spawn_datasets
+from traingate.stages.concurrency.probe import loaders
+from traingate.stages.harness.sites import SiteTable
+released = []
+release = loaders._release_names
+
+def recording(keys):
+    keys = list(keys)
+    for key in keys:
+        name = util._finalizer_registry[key]._args[0]
+        released.append([name, os.path.exists("/dev/shm/sem." + name.lstrip("/"))])
+    release(keys)
+
+loaders._release_names = recording
+watch = loaders.LoaderWatch()
+watch.sites = SiteTable(Path.cwd())
+watch._probe_inputs = {None: {"dataset": spawn_datasets.Numbers(), "batch_size": 2, "collate_fn": None, "worker_init_fn": None, "used": "fork"}}
+[check] = watch._probe_start_methods()
+after = [os.path.exists("/dev/shm/sem." + name.lstrip("/")) for name, _ in released]
+for iterator in watch._probe_iterators:
+    iterator._shutdown_workers()
+from multiprocessing import resource_tracker
+resource_tracker._resource_tracker._stop()
+print(json.dumps({"ok": check["batch"]["ok"], "released": released, "after": after}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="named semaphores live in /dev/shm on Linux")
+def test_the_spawn_probe_leaves_no_semaphore_name_behind() -> None:
+    """The probe's workers are left running for the kill that follows the run, which no
+    finalizer survives: the names their queues share go as soon as every worker has them open."""
+    done = subprocess.run([sys.executable, "-c", RELEASES], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["ok"] is True and found["released"], found
+    assert all(existed for _, existed in found["released"])  # the names were there to release
+    assert not any(found["after"])
+
+
 def test_a_probe_that_gives_up_before_its_worker_is_up_is_a_slow_start() -> None:
     # A spawned worker imports torch before its worker_init_fn runs: far longer than 0.2 s.
     batch = probe("Numbers", timeout_s=0.2)
