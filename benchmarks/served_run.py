@@ -14,7 +14,12 @@ checkout's interpreter. Asserts nothing.
 Measured on this 2-core machine (OMP_NUM_THREADS=1, medians of 5): `tests/targets/exec_suite_base
 --stages execution` (a test suite, no entrypoint) took 1.69 s of wall time and 1.59 s of CPU when
 its agent and its pytest started fresh (59f26d7), and 0.96 s and 0.92 s once both were forks of
-a served agents' host.
+a served agents' host. The same target went from 0.99 and 0.93 s of wall time (0.97 and
+0.95 s of CPU) at 9974d07 to 0.66 and 0.60 s (0.66 and 0.58 s) once the run's copy of the
+child side was written to memory and the gate server's imports were set aside from its forks'
+collector, in two interleaved rounds; `tests/targets/conc_clip --stages concurrency` went
+from 0.78-0.83 s to 0.58-0.64 s in three (the scan of loaded modules at the probes' end, 44 ms
+to 4 ms, counts there too).
 """
 
 from __future__ import annotations
