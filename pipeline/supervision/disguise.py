@@ -19,6 +19,7 @@ Nothing here hides the instrumentation itself (see the threat model in docs/edit
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import marshal
 import os
@@ -174,10 +175,15 @@ def _word(length: int = 9) -> str:
 
 
 def build() -> Disguise:
-    """Copy the child-side packages into a new neutral temporary folder, under a random name."""
+    """Copy the child-side packages into a new neutral temporary folder, under a random name.
+    In a memory folder, the copies of runs that were killed outright go first (`sweep`)."""
     stages = _stages_folder()
     packages = child_packages()
-    folder = Path(tempfile.mkdtemp(dir=copy_parent()))
+    parent = copy_parent()
+    if parent is not None:
+        sweep(Path(parent))
+    folder = Path(tempfile.mkdtemp(dir=parent))
+    _held[str(folder)] = _hold(folder)  # before anything is copied: a sweep passes over an empty folder
     disguise = Disguise(folder=str(folder), package=_word(), packages=packages)
     copy = folder / disguise.package
     try:
@@ -235,3 +241,59 @@ def _current_bytecode(cached: Path, source: Path) -> bytes | None:
 
 def remove(disguise: Disguise) -> None:
     shutil.rmtree(disguise.folder, ignore_errors=True)
+    held = _held.pop(disguise.folder, None)
+    if held is not None:
+        os.close(held)
+
+
+# A copy is held, for as long as its run lasts, by a lock on its folder that the process which
+# built it keeps (`_hold`): the kernel drops the lock when that process dies, however it dies. A
+# run killed outright (SIGKILL: its caller died, the job was cancelled) removes nothing, and a
+# copy in memory would keep its 1.5 MB until the machine restarts.
+_held: dict[str, int] = {}
+
+
+def _hold(folder: Path) -> int:
+    """An open descriptor of `folder` with an exclusive lock on it (not inherited by children)."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    return descriptor
+
+
+def sweep(parent: Path) -> list[str]:
+    """Remove the copies under `parent` that no live process holds; the folders removed. Only a
+    folder laid out as a copy is looked at (`_laid_out_as_copy`), and only one whose lock can be
+    taken is removed, under that lock."""
+    removed = []
+    try:
+        entries = [e for e in os.scandir(parent) if e.name.startswith("tmp") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return removed
+    for entry in entries:
+        if not _laid_out_as_copy(Path(entry.path)):
+            continue
+        try:
+            descriptor = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: its run goes on
+            os.close(descriptor)
+            continue
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        finally:
+            os.close(descriptor)
+    return removed
+
+
+def _laid_out_as_copy(folder: Path) -> bool:
+    """One package of the copy's layout, beside nothing but hidden files (the stack files
+    `isolation` writes there)."""
+    try:
+        inside = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    except OSError:
+        return False
+    return len(inside) == 1 and inside[0].is_dir() and all((inside[0] / name).is_dir() for name in ("harness", "contract", "common"))

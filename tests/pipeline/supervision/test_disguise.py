@@ -4,7 +4,9 @@ copy is a plain copy of the files."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,6 +100,48 @@ def test_the_copy_goes_to_memory_unless_a_temporary_folder_is_chosen(tmp_path: P
     monkeypatch.setattr(disguise, "MEMORY_FOLDERS", (str(tmp_path / "absent"),))
     monkeypatch.setattr(disguise, "MEMORY_ROOM", 0)
     assert disguise.copy_parent() is None
+
+
+# Builds a copy in `parent` (argv[1]) as a gate run does, says where, and waits to be killed.
+BUILDS_AND_WAITS = """
+import sys, time
+from traingate.pipeline.supervision import disguise
+disguise.MEMORY_FOLDERS, disguise.MEMORY_ROOM = (sys.argv[1],), 0
+print(disguise.build().folder, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_a_copy_whose_run_was_killed_outright_goes_at_the_next_build_and_no_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed with SIGKILL removes nothing; its copy, in memory, would stay until the
+    machine restarts. The next build in that folder removes it: no process holds its lock.
+    A live run's copy and a folder laid out otherwise are left alone."""
+    parent = tmp_path / "memory"
+    parent.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "TEMP", "TMP")}
+    with subprocess.Popen([sys.executable, "-c", BUILDS_AND_WAITS, str(parent)], stdout=subprocess.PIPE, text=True, env=env) as killed:
+        assert killed.stdout is not None
+        orphan = Path(killed.stdout.readline().strip())
+        assert orphan.parent == parent and orphan.is_dir()
+        assert disguise.sweep(parent) == []  # held: its run goes on
+        killed.kill()
+        killed.wait()
+    (orphan / ".0a1b2c3d4e5f").write_text("# dump main pid 1\n")  # a stack file the run left there
+    decoy = parent / "tmpdecoy"
+    (decoy / "package" / "harness").mkdir(parents=True)
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(disguise, "MEMORY_FOLDERS", (str(parent),))
+    monkeypatch.setattr(disguise, "MEMORY_ROOM", 0)
+    live = disguise.build()
+    try:
+        assert not orphan.exists() and Path(live.folder).is_dir() and decoy.is_dir()
+        assert disguise.sweep(parent) == [] and Path(live.folder).is_dir()
+    finally:
+        disguise.remove(live)
+    assert sorted(p.name for p in parent.iterdir()) == ["tmpdecoy"]
+
 
 @pytest.mark.slow
 def test_a_child_side_module_runs_from_the_copy_and_the_gate_keeps_its_own(mask: Disguise) -> None:
