@@ -264,7 +264,7 @@ def sweep(parent: Path) -> list[str]:
     """Remove the copies under `parent` that no live process holds; the folders removed. Only a
     folder laid out as a copy is looked at (`_laid_out_as_copy`), and only one whose lock can be
     taken is removed, under that lock."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = [e for e in os.scandir(parent) if e.name.startswith("tmp") and e.is_dir(follow_symlinks=False)]
     except OSError:
