@@ -17,6 +17,7 @@ import re
 import threading
 import time
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from ...harness.sites import SiteTable
@@ -221,8 +222,9 @@ class LoaderWatch:
         All probe workers are started first and read from afterwards, so their start-ups
         overlap; loaders sharing a dataset class and functions are probed once. The probe
         workers are left running: the harness exits right after and its group is killed. The
-        names of the semaphores their queues share go once every worker has opened them
-        (`_release_names`): the kill would leave them in /dev/shm for good.
+        names of the semaphores their queues share go once the checks are done
+        (`_release_names`; a worker that is up holds them open): the kill would leave them in
+        /dev/shm for good.
         """
         before = _semaphore_finalizers()
         try:
@@ -349,7 +351,7 @@ def _semaphore_finalizers() -> dict[Any, Any]:
     return {key: f for key, f in list(registry.items()) if cleanup is not None and getattr(f, "_callback", None) is cleanup}
 
 
-def _release_names(keys: Any) -> None:
+def _release_names(keys: Iterable[Any]) -> None:
     """Unlink the named semaphores of these finalizers now: the processes that use them hold
     them open, and the name is only how a new process would open one."""
     from multiprocessing import util
