@@ -357,8 +357,9 @@ def shared_gate(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple
 # The session's temporary folders (tmp_path) go to memory where the machine has room for them:
 # a suite run creates about 12,000 files there (the gate runs' out folders, copied targets),
 # each about 0.7 ms on the disk-backed /tmp of a CI machine. Set in the process that names
-# them (xdist's controller hands each worker its folder); the gate's own processes keep their
-# defaults, which are what the suite tests. TMPDIR, TEMP, TMP or --basetemp still choose.
+# them: with xdist, the controller, which hands each worker its folder, so the workers and
+# the gate's processes keep their defaults, which are what the suite tests (without xdist the
+# one process's own temporary files go there too). TMPDIR, TEMP, TMP or --basetemp still choose.
 SUITE_MEMORY_ROOM = 1 << 30
 
 
