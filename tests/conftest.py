@@ -364,9 +364,7 @@ SUITE_MEMORY_ROOM = 1 << 30
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or config.option.basetemp or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
-        return
-    if any(os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")):
+    if hasattr(config, "workerinput") or config.option.basetemp or os.environ.get("PYTEST_DEBUG_TEMPROOT") or disguise.temporary_folder_chosen():
         return
     folder = disguise.memory_folder(SUITE_MEMORY_ROOM)
     if folder is not None:

@@ -26,7 +26,6 @@ import server's. Linux only.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import select
@@ -49,6 +48,7 @@ from traingate.pipeline.supervision.import_server import (
     prctl,
 )
 from traingate.pipeline.supervision.processes import kill, kill_descendants, process_table
+from traingate.stages.common.collector import collector_paused
 
 _MAX_MESSAGE = 1 << 20
 _FDS = 3  # the command's stdin, stdout and stderr
@@ -152,11 +152,9 @@ def main() -> None:
 def _imports() -> bool:
     """The command line, the installed stages' declarations and the report templates, loaded
     once; whether that was silent (else a fresh process would print what a fork would not).
-    What they made is set aside from the collector (`gc.freeze`, as the import server does):
-    a full collection in a fork would otherwise walk all of it, about 30 ms a run, and write
-    to every page it shares with this server."""
-    gc.disable()
-    with warnings.catch_warnings(record=True) as caught:
+    What they made is set aside from the collector (`collector_paused`, as the import server
+    does): a full collection in each fork would otherwise walk all of it, about 30 ms a run."""
+    with collector_paused(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             from traingate.pipeline.gate import cli  # noqa: F401
@@ -170,9 +168,6 @@ def _imports() -> bool:
         except Exception:  # noqa: BLE001 - then no command is served: each runs as without a server
             traceback.print_exc()
             return False
-        finally:
-            gc.freeze()
-            gc.enable()
     return not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
 
 

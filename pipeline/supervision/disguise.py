@@ -153,9 +153,12 @@ MEMORY_ROOM = 64 << 20  # free bytes a memory folder must have (the copy takes 1
 def copy_parent(env: Mapping[str, str] = os.environ) -> str | None:
     """The folder the copy's temporary folder is made in: a memory folder with room, unless a
     temporary folder is chosen; None for the default temporary folder."""
-    if any(env.get(name) for name in ("TMPDIR", "TEMP", "TMP")):
-        return None
-    return memory_folder(MEMORY_ROOM)
+    return None if temporary_folder_chosen(env) else memory_folder(MEMORY_ROOM)
+
+
+def temporary_folder_chosen(env: Mapping[str, str] = os.environ) -> bool:
+    """Whether `env` names a temporary folder, as `tempfile` reads one."""
+    return any(env.get(name) for name in ("TMPDIR", "TEMP", "TMP"))
 
 
 def memory_folder(room: int) -> str | None:
@@ -296,4 +299,5 @@ def _laid_out_as_copy(folder: Path) -> bool:
         inside = [p for p in folder.iterdir() if not p.name.startswith(".")]
     except OSError:
         return False
-    return len(inside) == 1 and inside[0].is_dir() and all((inside[0] / name).is_dir() for name in ("harness", "contract", "common"))
+    shared = (name.rpartition(".")[2] for name in SHARED_CHILD_PACKAGES)
+    return len(inside) == 1 and inside[0].is_dir() and all((inside[0] / name).is_dir() for name in shared)

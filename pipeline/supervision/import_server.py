@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import gc
 import importlib
 import json
 import os
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.supervision.processes import KEPT, ProcessInfo, kill, kill_descendants, process_table, read_process, reap
+from traingate.stages.common.collector import collector_paused
 from traingate.stages.common.inherited import agents_preload_arg
 from traingate.stages.common.procstat import environment_entry, overwrite_environment
 
@@ -313,23 +313,18 @@ def _import_all() -> _Imports:
     """torch, torch._dynamo, pytest and what the stage agents prepare (`AGENTS_PRELOAD_MODULE`),
     with the collector paused and what they made set aside (as `fork_server` does, for the same
     reasons)."""
-    gc.disable()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                for name in _IMPORTS:
-                    __import__(name)
-                with_torch = frozenset(sys.modules)
-                for name in _PRELOADABLE:
-                    __import__(name)
-                pytest_modules = frozenset(sys.modules) - with_torch
-                importlib.import_module(AGENTS_PRELOAD_MODULE).prepare(every_stage=True)
-            except BaseException:  # noqa: BLE001 - the environment may have anything installed
-                return _Imports(False, frozenset())
-    finally:
-        gc.freeze()
-        gc.enable()
+    with collector_paused(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            for name in _IMPORTS:
+                __import__(name)
+            with_torch = frozenset(sys.modules)
+            for name in _PRELOADABLE:
+                __import__(name)
+            pytest_modules = frozenset(sys.modules) - with_torch
+            importlib.import_module(AGENTS_PRELOAD_MODULE).prepare(every_stage=True)
+        except BaseException:  # noqa: BLE001 - the environment may have anything installed
+            return _Imports(False, frozenset())
     silent = not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
     return _Imports(silent, pytest_modules)
 

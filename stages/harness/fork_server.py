@@ -26,7 +26,6 @@ interpreter. The parent side is `pipeline/supervision/warm.py`.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import gc
 import importlib
@@ -38,10 +37,10 @@ import signal
 import socket
 import sys
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 from ..common import inherited
+from ..common.collector import collector_paused
 from ..common.procstat import environment_entry, overwrite_environment
 from ..common.stacks import RUN_TAG_ENV
 
@@ -64,7 +63,7 @@ def _preload(extra: list[str]) -> bool:
     A fresh child imports torch under the harness's warning log, so an import that warns or
     prints (torch without numpy, say) would leave that out of every forked run's record: then
     nothing is forked."""
-    with warnings.catch_warnings(record=True) as caught, _collector_paused():
+    with warnings.catch_warnings(record=True) as caught, collector_paused():
         warnings.simplefilter("always")
         try:
             # Imported for the forks, not used here.
@@ -82,21 +81,6 @@ def _preload(extra: list[str]) -> bool:
             if module is not None and not _prepare_agents(module):
                 return False
     return not caught and os.fstat(1).st_size == 0 and os.fstat(2).st_size == 0
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No garbage collection while the imports run, and what they made set aside after: the
-    collections an import of torch triggers walk its ever-growing heap again and again (a
-    sixth of its CPU), and in every fork a collection would walk, and copy page by page,
-    objects that are never freed. The forks collect what they make, with the collector on
-    (the pattern `gc.freeze` documents for a process that forks without exec)."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.enable()
 
 
 def _preload_harness() -> None:

@@ -9,9 +9,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from traingate.stages.common.frames import is_target_file
-
-FOREIGN = {"site-packages", "dist-packages", ".venv", "venv", ".tox", ".nox"}
+from traingate.stages.common.frames import _FOREIGN_PARTS as FOREIGN, is_target_file
 
 
 def by_path_objects(filename: str, root: Path) -> bool:
