@@ -186,7 +186,9 @@ def build() -> Disguise:
     if parent is not None:
         sweep(Path(parent))
     folder = Path(tempfile.mkdtemp(dir=parent))
-    _held[str(folder)] = _hold(folder)  # before anything is copied: a sweep passes over an empty folder
+    held = _hold(folder)  # before anything is copied: a sweep passes over an empty folder
+    if held is not None:
+        _held[str(folder)] = held
     disguise = Disguise(folder=str(folder), package=_word(), packages=packages)
     copy = folder / disguise.package
     try:
@@ -256,10 +258,18 @@ def remove(disguise: Disguise) -> None:
 _held: dict[str, int] = {}
 
 
-def _hold(folder: Path) -> int:
-    """An open descriptor of `folder` with an exclusive lock on it (not inherited by children)."""
-    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    fcntl.flock(descriptor, fcntl.LOCK_EX)
+def _hold(folder: Path) -> int | None:
+    """An open descriptor of `folder` with an exclusive lock on it (not inherited by children);
+    None where the folder cannot be locked, where no sweep can lock it either, so none removes it."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new folder: nobody else holds it
+    except OSError:
+        os.close(descriptor)
+        return None
     return descriptor
 
 
