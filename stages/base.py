@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypedDict, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -82,6 +82,9 @@ class StageContext:
     # Findings of this stage that show the training function cannot run here (later stages
     # that run it are skipped): the agent hands them back with the outcome.
     training_stopped: list[TrainingStopped] = field(default_factory=list, repr=False)
+    # Tells the gate that the stage's timed runs are done, so the stages waiting for the
+    # machine may start beside what it runs next (`machine_released`); the agent sets it.
+    release_machine: Callable[[], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.payload_models is None:
@@ -105,6 +108,13 @@ class StageContext:
     @property
     def block_on(self) -> set[Severity]:
         return set(self.config.policy.block_on)
+
+    def machine_released(self) -> None:
+        """The stage's timed runs are done: what it runs next may share the machine. Once; a
+        stage that times nothing, or ends, releases it by ending."""
+        release, self.release_machine = self.release_machine, None
+        if release is not None:
+            release()
 
     def remaining(self) -> float:
         return self.deadline - time.time()

@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -51,15 +52,15 @@ from traingate.pipeline.model.schema import (
     TargetInfo,
 )
 from traingate.pipeline.gate.once_per_run import OncePerRun
-from traingate.pipeline.gate.schedule import side_by_side, stage_groups, usable_cores
+from traingate.pipeline.gate.schedule import side_by_side, stage_groups, timed_first, usable_cores
 from traingate.pipeline.gate import observed_runs, observed_tests
 from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
 from traingate.pipeline.gate.verification import CONFIGURATION_STAGE, added_waivers, review, summary, waiver_findings
-from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_single
-from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
+from traingate.stages.common.channel import ChannelError, ChannelSpec, first_notice, new_nonce, read_single
+from traingate.stages.contract.messages import AGENT_REPLY, MACHINE_RELEASED, AgentReply, AgentRequest
 from traingate.pipeline.supervision.target_env import target_env
 
 from traingate import __version__
@@ -127,8 +128,9 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     agents = agent_host(request, config)
     try:
         with snapshot:
-            for group in stage_groups(request.stages, registry, side_by_side(usable_cores(), os.environ)):
-                _run_group(group, registry, request, config, snapshot, reports, Settling(adjudicator, once), agents, verification.baseline_entrypoint)
+            width = side_by_side(usable_cores(), os.environ)
+            for group in stage_groups(request.stages, registry, width):
+                _run_group(group, registry, request, config, snapshot, reports, Settling(adjudicator, once), agents, verification.baseline_entrypoint, width=width)
     finally:
         if agents is not None:
             agents.close()
@@ -166,24 +168,26 @@ class Settling:
 
 def _run_group(
     group: list[str], registry: dict[str, Stage], request: RunRequest, config: TargetConfig, snapshot: Snapshot,
-    reports: list[StageReport], settling: Settling, agents: WarmPool | None, baseline_entrypoint: EntrypointConfig | None = None,
+    reports: list[StageReport], settling: Settling, agents: WarmPool | None, baseline_entrypoint: EntrypointConfig | None = None, width: int | None = None,
 ) -> None:
-    """Run the stages of one group (`schedule.stage_groups`) side by side and append their
-    reports in the group's order. A stage that an earlier stage's report skips is reported
-    skipped, whether or not it ran (its run is discarded)."""
+    """Run the stages of one group (`schedule.stage_groups`) side by side, `width` at once (all
+    of them by default), and append their reports in the group's order. A stage that an earlier
+    stage's report skips is reported skipped, whether or not it ran (its run is discarded)."""
     for name in group:
         for obs in request.observers:
             obs.stage_started(name, request.stages.index(name) + 1, len(request.stages))
     launched = [name for name in group if _group_skip(registry[name], config, reports) is None]
 
-    def launch(name: str) -> AgentRun:
+    def launch(name: str, released: threading.Event | None) -> AgentRun:
         # With no entrypoint configured, a stage that runs the training function observes the tests'.
         configs = observed_tests.stage_configs(config, parts(registry[name]).needs_training, reports)
         if configs[0].entrypoint is None or configs[0].entrypoint.test is None:
-            return run_stage_agent(name, registry[name], request, configs[0], snapshot, agents, baseline_entrypoint)
+            return run_stage_agent(name, registry[name], request, configs[0], snapshot, agents, baseline_entrypoint, released=released)
+        # Several agents in turn, each with timed runs of its own: the machine is released when the last ends.
         return run_observing_agents(name, registry[name], request, configs, snapshot, agents, baseline_entrypoint)
 
-    runs = _run_agents(launched, launch)
+    timed = bool(launched) and launched[0] == group[0] and timed_first(group, registry)
+    runs = _run_agents(launched, launch, width or len(launched), timed=timed)
     for name in group:
         done = runs.get(name)
         skip = _group_skip(registry[name], config, reports)
@@ -206,17 +210,40 @@ def _group_skip(stage: Stage, config: TargetConfig, reports: list[StageReport]) 
     return _skip_reason(found, reports) or observed_tests.not_measured(config, found.needs_training, reports)
 
 
-def _run_agents(names: list[str], run: Callable[[str], AgentRun]) -> dict[str, AgentRun]:
-    """`run` for each name at once: the first in this thread (a group of one starts no thread),
-    the others each in a thread of its own. An interrupt raised here while they run does not
-    wait for them: the command line kills every process of the run."""
-    if not names:
-        return {}
-    pool = ThreadPoolExecutor(max_workers=max(1, len(names) - 1))
+def _run_agents(names: list[str], run: Callable[[str, threading.Event | None], AgentRun], width: int, *, timed: bool = False) -> dict[str, AgentRun]:
+    """`run` for each name, at most `width` at once, each starting in the names' order as one
+    ends. `timed`: the first name times its runs; it gets an event to set once they are done
+    (or it ends), and the others start only then. A group of one starts no thread. An
+    interrupt raised here while they run does not wait for them: the command line kills every
+    process of the run."""
+    if len(names) <= 1:
+        return {name: run(name, None) for name in names}
+    released = threading.Event()
+    if not timed:
+        released.set()
+    queue, lock, done = iter(names), threading.Lock(), {}
+
+    def worker() -> None:
+        while True:
+            with lock:
+                name = next(queue, None)
+            if name is None:
+                return
+            if timed and name == names[0]:
+                try:
+                    done[name] = run(name, released)
+                finally:
+                    released.set()
+            else:
+                released.wait()
+                done[name] = run(name, None)
+
+    workers = min(width, len(names))
+    pool = ThreadPoolExecutor(max_workers=workers)
     try:
-        others = {name: pool.submit(run, name) for name in names[1:]}
-        done = {names[0]: run(names[0])}
-        return done | {name: future.result() for name, future in others.items()}
+        for future in [pool.submit(worker) for _ in range(workers)]:
+            future.result()
+        return {name: done[name] for name in names}
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -367,11 +394,12 @@ def _observed_test(config: TargetConfig) -> str:
 
 def run_stage_agent(
     name: str, stage: Stage, request: RunRequest, config: TargetConfig, snapshot: Snapshot | None = None, agents: WarmPool | None = None,
-    baseline_entrypoint: EntrypointConfig | None = None, budget_s: float | None = None, part: int = 0,
+    baseline_entrypoint: EntrypointConfig | None = None, budget_s: float | None = None, part: int = 0, released: threading.Event | None = None,
 ) -> AgentRun:
     """Start the stage's agent on a fresh copy of the target and check what it hands back; the
     findings that depend on the other stages are settled after (`settle_stage`). `budget_s`:
-    the stage's budget, or the share of it one observed test's run gets (`part`: its index)."""
+    the stage's budget, or the share of it one observed test's run gets (`part`: its index).
+    `released`: set when the agent says its timed runs are done (`StageContext.machine_released`)."""
     # The stage's root: a fresh copy of the target (the user's tree when no snapshot is given).
     root = snapshot.fresh_copy(name) if snapshot is not None else request.root
     budget = float(config.timeout_s) if budget_s is None else budget_s
@@ -392,6 +420,14 @@ def run_stage_agent(
     # nonce: no file in the work folder that a target's process could rewrite before it is read.
     nonce = new_nonce()
 
+    def watch(data: bytes) -> bool | None:
+        # Read before the agent is dead, the notice only lets the waiting stages start: a
+        # forged one would share the machine with timed runs, which their load readings show.
+        notice = first_notice(data, nonce, MACHINE_RELEASED)
+        if notice and released is not None:
+            released.set()
+        return notice
+
     def sent(fd: int) -> bytes:
         built = agent_request(ChannelSpec(fd=fd, nonce=nonce))
         # For people reading the work folder, with the deadline sent: without the baseline and the channel (no nonce).
@@ -405,7 +441,7 @@ def run_stage_agent(
     # limit the agent starts fresh within its budget and keeps its margin.
     child = run_child(
         python_argv("traingate.stages.agent", disguise=request.disguise), cwd=root, budget_s=budget, scratch=scratch, name="agent", stdin_data=sent, channel=True, warm=agents,
-        keep_s=margin, ready_wait_s=warm.READY_TIMEOUT_S if agents is not None else None,
+        keep_s=margin, ready_wait_s=warm.READY_TIMEOUT_S if agents is not None else None, watch=watch if released is not None else None,
     )
     ctx = GateView(stage=name, root=root, config=config)
     outcome = with_user_paths(_read_outcome(ctx, stage, child, nonce), root, request.root)
@@ -493,7 +529,7 @@ def _read_outcome(ctx: GateView, stage: Stage, child: ChildResult, nonce: str) -
     try:
         if child.channel_problem:
             raise ChannelError(child.channel_problem)
-        body = read_single(child.channel, nonce, AGENT_REPLY)
+        body = read_single(child.channel, nonce, AGENT_REPLY, notice=MACHINE_RELEASED)
         if body is None:
             return _error(ctx, "the stage agent ended without handing back a result", "agent-no-result", child)
         reply = AgentReply[StageOutcome].model_validate(body)

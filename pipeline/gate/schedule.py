@@ -4,13 +4,15 @@ Every stage runs on its own copy of the target in its own agent, so two stages c
 what orders them is what a stage's result means for the next ones and what its runs measure:
 - a stage that runs whatever happened before it (`purpose` None: the execution stage, which
   finds out whether the training function can run at all) runs alone, before the ones after it;
-- a stage that times its runs (`times_runs`: the performance stage) runs alone, so that its
-  timing runs share no core with another stage's work;
-- the others run side by side, as many at once as the cores hold their runs' threads: each
-  stage keeps one run busy at a time, and a run computes on OMP_NUM_THREADS intra-op threads,
-  torch's default being one per core. More threads than cores would have every run's threads
-  wait on the others' (`side_by_side`): without OMP_NUM_THREADS set, the stages run one after
-  another however many cores there are.
+- a stage that times its runs (`times_runs`: the performance stage) starts a group: its timed
+  runs come first, alone, and the others of its group start once it says they are done
+  (`StageContext.machine_released`), beside the rest of its work. Its timed runs share no core
+  with another stage's work, and nothing else waits for them;
+- the others run side by side, as many at once as the cores hold their runs' threads
+  (`side_by_side`), the next starting when one ends: each stage keeps one run busy at a time,
+  and a run computes on OMP_NUM_THREADS intra-op threads, torch's default being one per core.
+  More threads than cores would have every run's threads wait on the others': without
+  OMP_NUM_THREADS set, the stages run one after another however many cores there are.
 With one core every stage runs alone, in the registry's order. A stage of a group that an
 earlier stage of the same group would have skipped is still skipped in the report
 (`orchestrator`): its run is discarded, so the report is the one the stages in order write.
@@ -46,19 +48,23 @@ def run_threads(cores: int, setting: str | None) -> int:
 
 
 def stage_groups(names: Sequence[str], registry: dict[str, Stage], width: int) -> list[list[str]]:
-    """`names`, in their order, cut into groups whose stages run side by side, at most `width`
-    stages a group (`side_by_side`)."""
+    """`names`, in their order, cut into groups whose stages may run side by side, at most
+    `width` at once (the orchestrator's pool); a stage that times its runs is first in its group."""
     groups: list[list[str]] = []
     group: list[str] = []
     for name in names:
         stage = parts(registry[name])
-        if width < 2 or not stage.needs_training or stage.times_runs:
+        if width < 2 or not stage.needs_training:
+            groups += [group, [name]] if group else [[name]]
+            group = []
+        elif stage.times_runs:
             groups += [group] if group else []
-            groups.append([name])
-            group = []
-            continue
-        group.append(name)
-        if len(group) == width:
-            groups.append(group)
-            group = []
+            group = [name]
+        else:
+            group.append(name)
     return groups + ([group] if group else [])
+
+
+def timed_first(group: Sequence[str], registry: dict[str, Stage]) -> bool:
+    """Whether the group's first stage times its runs: the others wait until it releases the machine."""
+    return bool(group) and parts(registry[group[0]]).times_runs

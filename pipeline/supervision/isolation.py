@@ -109,14 +109,14 @@ def run_child(
     warm: WarmPool | None = None,
     keep_s: float | None = None,
     ready_wait_s: float | None = None,
+    watch: Callable[[bytes], bool | None] | None = None,
 ) -> ChildResult:
     """Run the command (an argv, or a module: `python_argv`) with its own process group; kill
-    the group at the budget.
-
-    `stdin_data` is written to the child's stdin (then closed); a callable is given the
-    number of the channel's write end. `channel`: the child gets the write end of a pipe
-    (`pass_fds`); what it wrote is `ChildResult.channel`, complete only once the child, its
-    group and its leftovers are dead, so nothing can write to it after the child is gone.
+    the group at the budget. `stdin_data` is written to the child's stdin (then closed); a
+    callable is given the number of the channel's write end. `channel`: the child gets the
+    write end of a pipe (`pass_fds`); what it wrote is `ChildResult.channel`, complete only
+    once the child, its group and its leftovers are dead, so nothing can write to it after the
+    child is gone; `watch` is shown its bytes as they come, until it returns True or False.
     `warm`: fork the child from the pool's warm interpreter for its environment when the
     command is a module (`python_argv`) and that interpreter can serve it, else start a fresh one.
     `keep_s`: what the run keeps of its budget whatever it waits for first (a warm interpreter's
@@ -133,7 +133,7 @@ def run_child(
     fork_from = _ready(warm, module, child_env, cwd, start_wait(budget_s, keep_s) if ready_wait_s is None else ready_wait_s)
     if ready_wait_s is not None:
         started = time.monotonic()  # that wait was the gate's, outside the budget
-    pipe = _ChannelPipe() if channel else None
+    pipe = _ChannelPipe(watch) if channel else None
     if callable(stdin_data):
         stdin_data = stdin_data(pipe.write_fd if pipe else -1)
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -306,6 +306,8 @@ def _kill_leftovers(child_pid: int, tag: str, tag_names: tuple[str, ...]) -> lis
 
 # More than this on a channel is not a result the harness writes: the rest is drained unread.
 CHANNEL_CAP = 64 * 1024 * 1024
+# What `watch` is shown at most: it looks for a first record of a few dozen bytes.
+WATCHED_BYTES = 64 * 1024
 
 
 class _ChannelPipe:
@@ -313,11 +315,12 @@ class _ChannelPipe:
     child runs (so a child writing much never blocks), and `collect` hands the bytes over
     once every writer is gone."""
 
-    def __init__(self) -> None:
+    def __init__(self, watch: Callable[[bytes], bool | None] | None = None) -> None:
         self._read_fd, self.write_fd = os.pipe()
         self._chunks: list[bytes] = []
         self._size = 0
         self._overflow = False
+        self._watch = watch
         self._reader = threading.Thread(target=self._drain, name="traingate-channel", daemon=True)
 
     def started(self) -> None:
@@ -331,6 +334,17 @@ class _ChannelPipe:
                 continue
             self._chunks.append(chunk)
             self._size += len(chunk)
+            if self._watch is not None and self._watched() is not None:
+                self._watch = None  # decided: the rest is only collected
+
+    def _watched(self) -> bool | None:
+        assert self._watch is not None
+        if self._size > WATCHED_BYTES:
+            return False
+        try:
+            return self._watch(b"".join(self._chunks))
+        except Exception:  # noqa: BLE001 - whatever the watcher does, the channel is still drained
+            return False
 
     def collect(self, grace_s: float = 5.0) -> tuple[bytes, str | None]:
         self._reader.join(grace_s)

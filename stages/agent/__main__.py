@@ -22,7 +22,7 @@ from traingate.pipeline.model.registry import build_registry, load_stage, parts
 from traingate.pipeline.model.schema import PipelineReport, StageOutcome
 from traingate.stages.base import StageContext
 from traingate.stages.common.channel import receive_request
-from traingate.stages.contract.messages import AGENT_REPLY, AgentReply, AgentRequest
+from traingate.stages.contract.messages import AGENT_REPLY, MACHINE_RELEASED, AgentReply, AgentRequest
 from traingate.stages.common import guard, inherited
 from traingate.stages.common.reads import combined
 
@@ -71,6 +71,7 @@ def main() -> None:
             warm=warm,
             disguise=mask,
             payload_models=parts(stage).payload_models,
+            release_machine=lambda: channel.send(MACHINE_RELEASED, {}),
         )
         outcome = stage.run(ctx)
         reply = AgentReply[StageOutcome](outcome=outcome.model_copy(update={"files_read": combined(ctx.files_read), "training_stopped": ctx.training_stopped}))

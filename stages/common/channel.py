@@ -118,7 +118,7 @@ def read_records(data: bytes, nonce: str, *, allow_cut_tail: bool = False) -> li
             record = Envelope.model_validate_json(raw)
         except ValidationError as exc:
             raise ChannelError(f"line {number} is not a record of the harness: {_short(raw)} ({exc.error_count()} error(s))") from None
-        if not secrets.compare_digest(record.nonce, nonce):
+        if not secrets.compare_digest(record.nonce.encode(), nonce.encode()):
             raise ChannelError(f"line {number} does not carry this run's nonce: {_short(raw)}")
         if record.seq != len(records):
             raise ChannelError(f"line {number} has sequence number {record.seq}, expected {len(records)}: a record was added, repeated or lost")
@@ -126,10 +126,15 @@ def read_records(data: bytes, nonce: str, *, allow_cut_tail: bool = False) -> li
     return records
 
 
-def read_single(data: bytes, nonce: str, kind: str) -> dict[str, Any] | None:
+def read_single(data: bytes, nonce: str, kind: str, notice: str | None = None) -> dict[str, Any] | None:
     """The one record of `kind` a child hands back; None when it wrote nothing (it died
-    first); ChannelError when there is anything else on the channel."""
+    first); ChannelError when there is anything else on the channel. `notice`: the kind of
+    one bodiless record the child may write first, while it runs (`first_notice`)."""
     records = read_records(data, nonce)
+    if notice is not None and records and records[0].kind == notice:
+        if records[0].body:
+            raise ChannelError(f"a {notice!r} record with a body")
+        records = records[1:]
     if not records:
         return None
     if len(records) > 1:
@@ -137,6 +142,21 @@ def read_single(data: bytes, nonce: str, kind: str) -> dict[str, Any] | None:
     if records[0].kind != kind:
         raise ChannelError(f"a {records[0].kind!r} record where the harness writes {kind!r}")
     return records[0].body
+
+
+def first_notice(data: bytes, nonce: str, notice: str) -> bool | None:
+    """Whether the channel's first record, read while the child runs, is a `notice` record of
+    this run: True or False once that record is complete, None while it is not. Read before
+    the child is dead, a notice only moves when the parent does something; what the child
+    hands back is still read whole, by `read_single`, once nothing can write to it."""
+    end = data.find(b"\n")
+    if end < 0:
+        return None
+    try:
+        record = Envelope.model_validate_json(data[:end])
+    except ValidationError:
+        return False
+    return secrets.compare_digest(record.nonce.encode(), nonce.encode()) and record.seq == 0 and record.kind == notice and not record.body
 
 
 def _short(raw: bytes) -> str:

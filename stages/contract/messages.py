@@ -17,6 +17,8 @@ from ..common.reads import FilesRead
 
 # Envelope kinds on the channel.
 AGENT_REPLY = "agent-reply"
+# A stage agent's one notice before its reply: its timed runs are done (`StageContext.machine_released`).
+MACHINE_RELEASED = "machine-released"
 HARNESS_RESULT = "harness-result"
 PYTEST_EVENT = "pytest-event"
 

@@ -1,13 +1,17 @@
 """The performance stage: profile the training loop the entrypoint runs, as it is.
 
 Child processes, each a fresh call of the configured entrypoint:
-1. one instrumented run (AMP on when the target has an AMP flag): step clock, storage
-   tracker, sync counter, sampler (stages/performance/probe/instrument.py:full);
-2. timing runs with the step clock only: AMP off and on when the target has an AMP flag,
+1. timing runs with the step clock only: AMP off and on when the target has an AMP flag,
    else one with its own settings; with a `--baseline` whose commit is in the clone, the
    baseline's code (its tree written out by `baseline_code`) alternates with this version's
    at the primary setting, A B A B, and `side_by_side` judges the step time from those runs.
-   Each timing run is bracketed by readings of the machine's load (`load`).
+   Each timing run is bracketed by readings of the machine's load (`load`). They run first,
+   while no other stage runs; then the stage releases the machine (`machine_released`) and
+   the stages waiting for it start beside the rest;
+2. one instrumented run (AMP on when the target has an AMP flag): step clock, storage
+   tracker, sync counter, sampler (stages/performance/probe/instrument.py:full). Nothing it
+   measures is a time: memory, syncs and operator counts are the process's own, the
+   sampler's shares are of its own steps.
 From them: `memory-leak` (perf_memory), `host-sync` (perf_sync), `amp-*` (perf_amp),
 `input-stall` and the time breakdown (perf_timing), `perf-regression` (perf_regression).
 A run that overruns is a `hang`; one that crashes in the target's own code is an
@@ -65,24 +69,26 @@ class PerformanceWork:
         baseline = _baseline_code(ctx)
         plan = _timing_plan(flag, settings.timing_runs, baseline)
 
+        # The timed runs first, while no other stage runs beside them (`pipeline/gate/schedule.py`):
+        # each run a fair share of the budget, what one leaves going to the ones after it.
+        try:
+            done = _time_runs(ctx, plan, baseline, reserve_s=ctx.child_budget() / (len(plan) + 1))
+        finally:
+            _remove(baseline)
+        ctx.machine_released()  # what follows is not timed: the stages waiting may start beside it
+        if isinstance(done, StageOutcome):
+            return done
         profile_run = run_entrypoint(
             ctx, label="profile", amp=True if flag else None, instruments=[FULL],
-            options={"warmup_steps": warmup, "min_steps": settings.min_steps}, budget_s=ctx.child_budget() * (0.6 if len(plan) > 1 else 0.7),
+            options={"warmup_steps": warmup, "min_steps": settings.min_steps}, budget_s=ctx.child_budget(),
         )
         profile = _measured(ctx, profile_run, FULL, FullPayload, "The instrumented training run", run_id="profile")
         if isinstance(profile, StageOutcome):
-            _remove(baseline)
             return profile
         steps = profile.clock.steps
         if steps == 0:
-            _remove(baseline)
             return _no_steps(ctx, profile_run, profile.clock)
-        try:
-            done = _time_runs(ctx, plan, baseline, _run_record("profile (instrumented)", True if flag else None, profile_run, steps))
-        finally:
-            _remove(baseline)
-        if isinstance(done, StageOutcome):
-            return done
+        done.runs.append(_run_record("profile (instrumented)", True if flag else None, profile_run, steps))
         environment = _timing_environment(ctx, done, profile.clock.training_device, baseline, settings)
         return analyse(ctx, profile, {k: _fastest(v, warmup) for k, v in done.timings.items()}, done.runs, flag, environment)
 
@@ -122,9 +128,10 @@ def _timing_plan(flag: str | None, repeats: int, baseline: BaselineCode | str | 
     return others + [run for pair in pairs for run in pair]
 
 
-def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode | str | None, profile_record: RunRecord) -> _TimingDone | StageOutcome:
-    """Make the planned timing runs, each bracketed by readings of the machine's load."""
-    done = _TimingDone(runs=[profile_record])
+def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode | str | None, reserve_s: float) -> _TimingDone | StageOutcome:
+    """Make the planned timing runs, each bracketed by readings of the machine's load, keeping
+    `reserve_s` of the budget for the instrumented run after them."""
+    done = _TimingDone(runs=[])
     base_ctx = _baseline_context(ctx, baseline) if isinstance(baseline, BaselineCode) else None
     for index, planned in enumerate(plan):
         if (planned.baseline or planned.extra) and (base_ctx is None or done.baseline_failed):
@@ -133,7 +140,8 @@ def _time_runs(ctx: StageContext, plan: list[_Planned], baseline: BaselineCode |
         before = perf_load.sample()
         run_ctx = base_ctx if planned.baseline and base_ctx is not None else ctx
         prefix = "baseline-" if planned.baseline else ""
-        run = run_entrypoint(run_ctx, label=f"{prefix}timing-{planned.label}", amp=planned.amp, instruments=[LIGHT], budget_s=ctx.child_budget() / left)
+        share = max(0.0, ctx.child_budget() - reserve_s) / left
+        run = run_entrypoint(run_ctx, label=f"{prefix}timing-{planned.label}", amp=planned.amp, instruments=[LIGHT], budget_s=share)
         if planned.baseline or planned.extra:
             # Made only for the side-by-side timing: one that fails leaves it not measured, never a finding.
             side_light = run.payload(LIGHT, LightPayload) if run.ok else None

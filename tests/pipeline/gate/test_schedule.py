@@ -12,7 +12,7 @@ import pytest
 
 from traingate.pipeline.gate import orchestrator
 from traingate.pipeline.gate.orchestrator import AgentRun, RunRequest, Settling, _run_group
-from traingate.pipeline.gate.schedule import side_by_side, stage_groups, usable_cores
+from traingate.pipeline.gate.schedule import side_by_side, stage_groups, timed_first, usable_cores
 from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.model.findings import SMOKE_CALL_RUN, hang_finding
 from traingate.pipeline.model.registry import build_registry
@@ -36,20 +36,84 @@ def test_one_core_runs_every_stage_alone_in_order() -> None:
     assert stage_groups(BUILT_IN, build_registry(), width=1) == [[name] for name in BUILT_IN]
 
 
-def test_the_first_stage_and_the_timed_one_run_alone_the_others_side_by_side() -> None:
+def test_the_first_stage_runs_alone_and_the_timed_one_leads_the_group_after_it() -> None:
     registry = build_registry()
     # execution finds out whether the training function runs (purpose None); performance times its runs.
-    assert stage_groups(BUILT_IN, registry, width=2) == [["execution"], ["performance"], ["concurrency", "correctness"]]
-    assert stage_groups(BUILT_IN, registry, width=4) == [["execution"], ["performance"], ["concurrency", "correctness"]]
+    assert stage_groups(BUILT_IN, registry, width=2) == [["execution"], ["performance", "concurrency", "correctness"]]
+    assert stage_groups(BUILT_IN, registry, width=4) == [["execution"], ["performance", "concurrency", "correctness"]]
     assert stage_groups(["concurrency", "correctness"], registry, width=2) == [["concurrency", "correctness"]]
-    assert stage_groups(["performance", "correctness"], registry, width=4) == [["performance"], ["correctness"]]
+    assert stage_groups(["performance", "correctness"], registry, width=4) == [["performance", "correctness"]]
+    assert timed_first(["performance", "correctness"], registry) and not timed_first(["concurrency", "correctness"], registry)
+    # A timed stage after others waits for them: it starts a group of its own.
+    timed, untimed = SimpleNamespace(needs_training=True, times_runs=True), SimpleNamespace(needs_training=True, times_runs=False)
+    mixed = {"a": untimed, "t": timed, "b": untimed, "u": timed}
+    assert stage_groups(["a", "t", "b", "u"], mixed, width=2) == [["a"], ["t", "b"], ["u"]]  # type: ignore[arg-type]
 
 
-def test_no_more_stages_side_by_side_than_the_width() -> None:
-    untimed = SimpleNamespace(purpose="observe", times_runs=False)
+def test_a_group_holds_every_stage_that_may_go_side_by_side() -> None:
+    untimed = SimpleNamespace(needs_training=True, times_runs=False)
     registry = {name: untimed for name in "abcde"}
-    assert stage_groups(list("abcde"), registry, width=2) == [["a", "b"], ["c", "d"], ["e"]]  # type: ignore[arg-type]
-    assert stage_groups(list("abcde"), registry, width=3) == [["a", "b", "c"], ["d", "e"]]  # type: ignore[arg-type]
+    assert stage_groups(list("abcde"), registry, width=2) == [list("abcde")]  # type: ignore[arg-type]
+
+
+class _Timeline:
+    """Fake agents' runs that record when each started and ended."""
+
+    def __init__(self, seconds: dict[str, float], release_after: float | None = None) -> None:
+        self.seconds, self.release_after = seconds, release_after
+        self.events: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+
+    def note(self, name: str, what: str) -> None:
+        with self.lock:
+            self.events.append((name, what))
+
+    def run(self, name: str, released: threading.Event | None) -> AgentRun:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        self.note(name, "start")
+        if released is not None and self.release_after is not None:
+            time.sleep(self.release_after)
+            self.note(name, "release")
+            released.set()
+        time.sleep(self.seconds[name])
+        with self.lock:
+            self.running -= 1
+        self.note(name, "end")
+        return AgentRun(name=name, config=TargetConfig(), root=Path(name), outcome=StageOutcome(summary=name), duration_s=self.seconds[name])
+
+    def index(self, name: str, what: str) -> int:
+        return self.events.index((name, what))
+
+
+def test_no_more_stages_at_once_than_the_width_the_next_starting_as_one_ends() -> None:
+    timeline = _Timeline({"a": 0.3, "b": 0.05, "c": 0.05, "d": 0.05})
+    runs = orchestrator._run_agents(list("abcd"), timeline.run, width=2)
+    assert list(runs) == list("abcd") and timeline.most == 2
+    starts = [name for name, what in timeline.events if what == "start"]
+    assert starts == list("abcd")
+    # c and d ran in b's slot while a, the long one, still ran: no group waited for its slowest.
+    assert timeline.index("d", "end") < timeline.index("a", "end")
+
+
+def test_the_others_start_when_the_timed_stage_releases_the_machine_and_run_beside_its_rest() -> None:
+    timeline = _Timeline({"perf": 0.4, "conc": 0.1, "corr": 0.1}, release_after=0.2)
+    runs = orchestrator._run_agents(["perf", "conc", "corr"], timeline.run, width=2, timed=True)
+    assert list(runs) == ["perf", "conc", "corr"]
+    release = timeline.index("perf", "release")
+    assert timeline.index("conc", "start") > release and timeline.index("corr", "start") > release
+    assert timeline.index("conc", "start") < timeline.index("perf", "end")  # beside the untimed rest
+    assert timeline.most == 2
+
+
+def test_a_timed_stage_that_never_releases_the_machine_holds_it_to_its_end() -> None:
+    """One that ended early (a crash in its first timed run) or that no agent's notice released."""
+    timeline = _Timeline({"perf": 0.2, "conc": 0.05})
+    orchestrator._run_agents(["perf", "conc"], timeline.run, width=2, timed=True)
+    assert timeline.index("conc", "start") > timeline.index("perf", "end")
 
 
 def test_usable_cores_is_the_affinity_mask() -> None:
@@ -73,7 +137,7 @@ def test_a_group_runs_side_by_side_and_reports_in_order_as_if_run_one_after_anot
     hang = hang_finding(ctx, child, "The smoke call", run=SMOKE_CALL_RUN)
     both_running = threading.Barrier(2, timeout=30)  # fails unless the two agents run at once
 
-    def fake_agent(name: str, stage: object, request: RunRequest, cfg: TargetConfig, snapshot: object, agents: object, baseline_entrypoint: object) -> AgentRun:
+    def fake_agent(name: str, stage: object, request: RunRequest, cfg: TargetConfig, snapshot: object, agents: object, baseline_entrypoint: object, released: object = None) -> AgentRun:
         both_running.wait()
         if name == "correctness":
             time.sleep(0.05)  # finishes last: the reports still come in the stages' order

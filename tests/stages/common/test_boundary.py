@@ -18,7 +18,7 @@ from traingate.pipeline.supervision.isolation import ChildResult, run_child
 from traingate.stages.common.stacks import crash_frames
 from traingate.stages.base import StageContext
 from traingate.stages.common import stacks
-from traingate.stages.common.channel import ChannelError, new_nonce, read_records, read_single
+from traingate.stages.common.channel import ChannelError, first_notice, new_nonce, read_records, read_single
 from traingate.stages.contract.pytest_events import PYTEST_EVENTS
 from traingate.stages.execution.checks import suite_findings
 from traingate.stages.execution.suite import SuiteRun, inconsistencies, parse_events
@@ -50,6 +50,47 @@ def test_one_record_with_the_nonce_is_accepted() -> None:
 def test_anything_but_one_record_of_the_harness_is_rejected(data: bytes, what: str) -> None:
     with pytest.raises(ChannelError, match=what):
         read_single(data, "n", "harness-result")
+
+
+def test_a_forged_nonce_in_any_alphabet_is_a_channel_error() -> None:
+    """Not a TypeError from comparing strings that are not ASCII: the run fails closed as for any other forgery."""
+    with pytest.raises(ChannelError, match="nonce"):
+        read_single(envelope("n\u00e9", 0, {"ok": True}), "n", "harness-result")
+
+
+def test_one_bodiless_notice_may_come_before_the_record() -> None:
+    notice = envelope("n", 0, {}, kind="machine-released")
+    assert read_single(notice + envelope("n", 1, {"ok": True}, kind="agent-reply"), "n", "agent-reply", notice="machine-released") == {"ok": True}
+    assert read_single(notice, "n", "agent-reply", notice="machine-released") is None  # the child died after its notice
+    for data, what in [
+        (notice + envelope("n", 1, {"ok": True}, kind="agent-reply"), "2 records"),  # not expected: no notice accepted
+        (envelope("n", 0, {"ok": True}, kind="agent-reply") + envelope("n", 1, {}, kind="machine-released"), "2 records"),
+    ]:
+        with pytest.raises(ChannelError, match=what):
+            read_single(data, "n", "agent-reply")
+    with pytest.raises(ChannelError, match="with a body"):
+        read_single(envelope("n", 0, {"x": 1}, kind="machine-released"), "n", "agent-reply", notice="machine-released")
+    with pytest.raises(ChannelError, match="2 records"):  # a second notice is a record too many
+        read_single(notice + envelope("n", 1, {}, kind="machine-released") + envelope("n", 2, {"ok": True}, kind="agent-reply"), "n", "agent-reply", notice="machine-released")
+
+
+@pytest.mark.parametrize(
+    ("data", "decided"),
+    [
+        (b"", None),
+        (envelope("n", 0, {}, kind="machine-released")[:20], None),  # its line is not complete yet
+        (envelope("n", 0, {}, kind="machine-released"), True),
+        (envelope("n", 0, {}, kind="machine-released") + b'{"nonce"', True),
+        (envelope("guess", 0, {}, kind="machine-released"), False),
+        (envelope("n\u00e9", 0, {}, kind="machine-released"), False),
+        (envelope("n", 1, {}, kind="machine-released"), False),
+        (envelope("n", 0, {"x": 1}, kind="machine-released"), False),
+        (envelope("n", 0, {"ok": True}, kind="agent-reply"), False),
+        (b"garbage\n", False),
+    ],
+)
+def test_a_notice_is_read_from_the_first_complete_line_only(data: bytes, decided: bool | None) -> None:
+    assert first_notice(data, "n", "machine-released") is decided
 
 
 def test_nonces_differ_per_run() -> None:
