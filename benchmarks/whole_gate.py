@@ -59,6 +59,16 @@ by side with it; AMP-off smoke call 9, AMP-on 59, instrumented AMP-on runs 64, 6
 AMP-on timing run 61, same-seed rerun 65), the floor 102 s (AMP off 16, AMP on 71, repeat 15):
 **3.26x** in wall time (4.06x in CPU). With every run shared as above, the same figures give
 71 + 69 + 16 = 156 s, 1.53x: on this CPU, this repo stays at about 1.5x even then.
+With the performance stage's timed runs first and alone, and the concurrency and correctness
+stages starting beside its instrumented run once it releases the machine (pipeline/gate/schedule.py),
+measured against the code before it (`--before`, a clone at d7442bd with the same packages) in
+one repetition on a quiet machine (load average under 1.3, OMP_NUM_THREADS=1): the gate 275.6 s
+(CPU 416.6 s), the gate before 332.3 s (CPU 417.5 s), the floor 89.6 s (AMP off 13.9, AMP on
+62.9, repeat 12.8): **3.08x** against 3.71x before, the same CPU in less wall time. What is left
+is the runs themselves: execution 62.6 s (its two smoke calls side by side, the AMP-on one
+62.4 s), the timed runs alone 70 s (AMP off 9.6, AMP on 60.4), then 138 s for the instrumented
+run (63.4 s), the concurrency stage's two runs (65.7 + 68.3 s) and the correctness stage's
+(75.1 s) on two cores: 271 CPU-s over two cores. Below that, only fewer runs.
 """
 
 from __future__ import annotations

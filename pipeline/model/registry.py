@@ -50,7 +50,8 @@ class StageDeclaration:
     - `needs_training`: True: a run where the training function cannot be called skips the
       stage; False: it runs whatever happened before. `purpose`: what it does with the function,
       a verb for the reason it was skipped ("profile": "nothing to profile").
-    - `times_runs`: its runs are timed, so no other stage runs beside it.
+    - `times_runs`: its runs are timed: it leads its group, and the group's other stages
+      start once it releases the machine (`StageContext.machine_released`) or ends.
     - `checks_steps`: it reports the optimizer steps it observed as the `steps.observed` metric,
       so `traingate init` can run it alone to check a proposed configuration.
     - `agent_modules`: the modules its `run` imports (its work, kept out of the gate's

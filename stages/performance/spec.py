@@ -29,7 +29,7 @@ class PerformanceStage(Stage):
     payload_models = MODELS
     # A run that cannot call the training function skips the stage: nothing to profile.
     purpose = "profile"
-    # Its timing runs are timed: no other stage runs beside it (`pipeline.gate.schedule`).
+    # Its timing runs are timed: they come first, alone; the stages after it start beside the rest (`pipeline.gate.schedule`).
     times_runs = True
     history_metrics = (
         # The full-precision run's step time where there is one.

@@ -3,6 +3,7 @@ the ones the stages in order would write (`orchestrator._run_group`)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -157,3 +158,23 @@ def test_a_group_runs_side_by_side_and_reports_in_order_as_if_run_one_after_anot
     assert reports[0].status is StageStatus.BLOCKED and reports[0].summary == "concurrency ran"
     assert reports[1].status is StageStatus.SKIPPED and "did not finish in the concurrency stage" in (reports[1].skipped_reason or "")
     assert snapshot.discarded == [tmp_path / "concurrency", tmp_path / "correctness"]
+
+
+def test_a_real_run_starts_the_observing_stages_after_the_timed_runs_and_beside_the_instrumented_one(gate) -> None:
+    """What the work folder's files show of a real gate run with two stages at once (this
+    suite sets OMP_NUM_THREADS=1): every file of the performance stage's timing runs was
+    written before the concurrency stage's agent was sent its request, and the performance
+    stage's instrumented run ended after that: the agent's notice started the others."""
+    if side_by_side(usable_cores(), os.environ) < 2:
+        pytest.skip("one stage at a time on this machine")
+    run = gate("entry_script")
+    assert (run.returncode, run.report["decision"]) == (0, "PASS"), run.stdout
+    work = run.out / "work"
+    timing = [p.stat().st_mtime_ns for p in (work / "performance").glob("performance-*-timing-*")]
+    profile = [p.stat().st_mtime_ns for p in (work / "performance").glob("performance-*-profile.*")]
+    started = {stage: (work / stage / "agent-request.json").stat().st_mtime_ns for stage in ("concurrency", "correctness")}
+    assert timing and profile
+    assert max(timing) <= started["concurrency"] < max(profile)
+    assert max(timing) <= started["correctness"]
+    labels = [r["label"] for r in run.stage("performance")["details"]["runs"]]
+    assert labels == ["timing (fp32)", "timing (amp)", "profile (instrumented)"]
