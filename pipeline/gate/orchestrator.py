@@ -173,12 +173,17 @@ def _run_group(
     """Run the stages of one group (`schedule.stage_groups`) side by side, `width` at once (all
     of them by default), and append their reports in the group's order. A stage that an earlier
     stage's report skips is reported skipped, whether or not it ran (its run is discarded)."""
-    for name in group:
+    def started(name: str) -> None:
         for obs in request.observers:
             obs.stage_started(name, request.stages.index(name) + 1, len(request.stages))
+
     launched = [name for name in group if _group_skip(registry[name], config, reports) is None]
+    for name in group:
+        if name not in launched:
+            started(name)
 
     def launch(name: str, released: threading.Event | None) -> AgentRun:
+        started(name)  # as it starts: one waiting for the machine is not running yet
         # With no entrypoint configured, a stage that runs the training function observes the tests'.
         configs = observed_tests.stage_configs(config, parts(registry[name]).needs_training, reports)
         if configs[0].entrypoint is None or configs[0].entrypoint.test is None:
