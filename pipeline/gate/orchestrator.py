@@ -191,8 +191,7 @@ def _run_group(
         # Several agents in turn, each with timed runs of its own: the machine is released when the last ends.
         return run_observing_agents(name, registry[name], request, configs, snapshot, agents, baseline_entrypoint)
 
-    timed = bool(launched) and launched[0] == group[0] and timed_first(group, registry)
-    runs = _run_agents(launched, launch, width or len(launched), timed=timed)
+    runs = _run_agents(launched, launch, width or len(launched), timed=timed_first(launched, registry))
     for name in group:
         done = runs.get(name)
         skip = _group_skip(registry[name], config, reports)

@@ -186,7 +186,7 @@ def build() -> Disguise:
     if parent is not None:
         sweep(Path(parent))
     folder = Path(tempfile.mkdtemp(dir=parent))
-    held = _hold(folder)  # before anything is copied: a sweep passes over an empty folder
+    held = _hold(folder)  # a new folder, nobody else's; locked before anything is copied: a sweep passes over an empty folder
     if held is not None:
         _held[str(folder)] = held
     disguise = Disguise(folder=str(folder), package=_word(), packages=packages)
@@ -258,15 +258,16 @@ def remove(disguise: Disguise) -> None:
 _held: dict[str, int] = {}
 
 
-def _hold(folder: Path) -> int | None:
+def _hold(folder: str | Path) -> int | None:
     """An open descriptor of `folder` with an exclusive lock on it (not inherited by children);
-    None where the folder cannot be locked, where no sweep can lock it either, so none removes it."""
+    None where another process holds the lock or the folder cannot be locked (a filesystem
+    without `flock`: no sweep can lock it either, so none removes it)."""
     try:
-        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new folder: nobody else holds it
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(descriptor)
         return None
@@ -285,14 +286,8 @@ def sweep(parent: Path) -> list[str]:
     for entry in entries:
         if not _laid_out_as_copy(Path(entry.path)):
             continue
-        try:
-            descriptor = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held: its run goes on
-            os.close(descriptor)
+        descriptor = _hold(entry.path)
+        if descriptor is None:  # held: its run goes on
             continue
         try:
             shutil.rmtree(entry.path, ignore_errors=True)

@@ -25,7 +25,7 @@ def is_target_file(filename: str, root: Path) -> bool:
         return False
     try:
         rel = Path(path).relative_to(root)
-    except ValueError:
+    except ValueError:  # still possible: POSIX keeps a leading "//" that Path reads as a root of its own
         return False
     return not (_FOREIGN_PARTS & set(rel.parts))
 

@@ -230,7 +230,8 @@ class LoaderWatch:
         try:
             return self._probe_each(self._probe_inputs)
         finally:
-            _release_names(_semaphore_finalizers().keys() - before.keys())
+            after = _semaphore_finalizers()
+            _release_names(after[key] for key in after.keys() - before.keys())
 
     def _probe_each(self, inputs_by_site: dict[Any, dict[str, Any]]) -> list[dict[str, Any]]:
         checks: list[dict[str, Any]] = []
@@ -351,19 +352,14 @@ def _semaphore_finalizers() -> dict[Any, Any]:
     return {key: f for key, f in list(registry.items()) if cleanup is not None and getattr(f, "_callback", None) is cleanup}
 
 
-def _release_names(keys: Iterable[Any]) -> None:
+def _release_names(finalizers: Iterable[Any]) -> None:
     """Unlink the named semaphores of these finalizers now: the processes that use them hold
     them open, and the name is only how a new process would open one."""
-    from multiprocessing import util
-
-    registry = getattr(util, "_finalizer_registry", {})
-    for key in keys:
-        finalizer = registry.get(key)
-        if finalizer is not None:
-            try:
-                finalizer()
-            except Exception:  # noqa: BLE001 - a name already gone
-                pass
+    for finalizer in finalizers:
+        try:
+            finalizer()
+        except Exception:  # noqa: BLE001 - a name already gone
+            pass
 
 
 class WorkerStarted:

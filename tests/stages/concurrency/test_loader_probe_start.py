@@ -51,19 +51,18 @@ def probe(dataset: str, timeout_s: float) -> dict[str, Any]:
 RELEASES = """
 import json, os
 from pathlib import Path
-from multiprocessing import util
 from tests import spawn_datasets
 from traingate.stages.concurrency.probe import loaders
 from traingate.stages.harness.sites import SiteTable
 released = []
 release = loaders._release_names
 
-def recording(keys):
-    keys = list(keys)
-    for key in keys:
-        name = util._finalizer_registry[key]._args[0]
+def recording(finalizers):
+    finalizers = list(finalizers)
+    for finalizer in finalizers:
+        name = finalizer._args[0]
         released.append([name, os.path.exists("/dev/shm/sem." + name.lstrip("/"))])
-    release(keys)
+    release(finalizers)
 
 loaders._release_names = recording
 watch = loaders.LoaderWatch()
