@@ -27,6 +27,8 @@ def is_target_crash(ctx: StageContext, run: EntrypointRun) -> bool:
         return False
     record = run.record
     if record is not None and record.exception is not None:
+        if record.exception.raised_in_gate:
+            return False  # the gate's instrument raised inside the target's call: the gate's failure
         return record.exception.target_frame is not None or record.phase in _PHASES
     return innermost_target_frame(crash_frames(run.child.stacks), ctx.root) is not None
 

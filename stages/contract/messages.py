@@ -148,6 +148,9 @@ class ExceptionRecord(Strict):
     traceback: str
     frames: list[FrameRecord]
     target_frame: TargetFrame | None
+    # Raised by the gate's own code in the target's process (`stages/harness/faults.py`): the
+    # gate's failure, never the target's crash.
+    raised_in_gate: bool = False
 
 
 class WarningRecord(Strict):

@@ -46,6 +46,7 @@ from ..contract.instruments import ERROR_KEY
 from ..contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
 from ..common import guard, reads, start_env
 from . import budget as step_budget
+from . import faults
 
 MAX_WARNINGS = 200
 # The return value's summary: no string longer than this, and the whole summary at most
@@ -217,6 +218,7 @@ def exception_record(exc: BaseException, root: Path) -> dict[str, Any]:
         "traceback": text[-MAX_TRACEBACK:],
         "frames": [{"path": a, "line": b, "function": c} for a, b, c in triples],
         "target_frame": innermost_target(triples, root, innermost_first=False),
+        "raised_in_gate": faults.raised_in_gate(exc.__traceback__),
     }
 
 
@@ -335,8 +337,9 @@ def run(request: EntrypointRequest, hand_back: HandBack | None = None) -> dict[s
     instruments = {spec: resolve(spec)() for spec in request.instruments}
     seed_everything(request.seed, request.deterministic)
     start_env.hide_after_start(request.read_at_start)  # torch is imported: before any target code
-    for instrument in instruments.values():
-        instrument.install(ctx)
+    for spec, instrument in instruments.items():
+        with faults.installing(spec):
+            instrument.install(ctx)
     # After the instruments: the step's probe hooks run before the budget's stop.
     budget = step_budget.install(request.max_batches, request.max_steps)
 
@@ -348,7 +351,7 @@ def run(request: EntrypointRequest, hand_back: HandBack | None = None) -> dict[s
         result["duration_s"] = time.perf_counter() - started
         result["warnings"] = warning_log.records
         result["warnings_omitted"] = warning_log.omitted
-        result["instruments"] = {spec: collect_payload(instrument) for spec, instrument in instruments.items()}
+        result["instruments"] = {spec: collect_payload(spec, instrument) for spec, instrument in instruments.items()}
         if budget is not None:
             result["budget"] = budget.record()
         return result
@@ -377,6 +380,10 @@ def _settle(result: dict[str, Any], root: Path, budget: step_budget.BudgetStop |
         result["returned"], result["returned_truncated"] = None, False
     else:
         result["exception"] = exception_record(error, root)
+        if result["exception"]["raised_in_gate"]:
+            # It escaped from the gate's own code (a patched function's work, a mode's body):
+            # the instrument's failure, not the target's crash.
+            faults.note(faults.owner_of(error.__traceback__), error)
 
 
 def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, Any], test_done: Callable[[BaseException | None], NoReturn] | None = None) -> Any:
@@ -405,16 +412,19 @@ def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, An
     return func(**kwargs)
 
 
-def collect_payload(instrument: Any) -> dict[str, Any]:
-    """The instrument's payload, or `{ERROR_KEY: traceback}` when its collect() raised: the
-    stage fails closed on it. A built-in probe builds its payload model in collect(), so a
-    payload that does not fit raises pydantic's ValidationError there and is reported the
-    same way, not as a harness result the parent rejects."""
+def collect_payload(spec: str, instrument: Any) -> dict[str, Any]:
+    """The instrument's payload, or `{ERROR_KEY: traceback}` when its collect() raised or one
+    of its hooks raised during the run (`faults.py`): the stage fails closed on it. A built-in
+    probe builds its payload model in collect(), so a payload that does not fit raises
+    pydantic's ValidationError there and is reported the same way, not as a harness result
+    the parent rejects."""
     try:
-        payload: dict[str, Any] = instrument.collect()
-        return payload
+        with faults.installing(spec):
+            payload: dict[str, Any] = instrument.collect()
     except Exception as exc:  # noqa: BLE001 - reported, the stage fails closed on it
         return {ERROR_KEY: "".join(traceback.format_exception(exc))[-5000:]}
+    fault = faults.fault_of(spec)
+    return {ERROR_KEY: fault} if fault is not None else payload
 
 
 def as_sent(fields: dict[str, Any]) -> dict[str, Any]:

@@ -320,13 +320,17 @@ def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[Payl
     if run.ok:
         # The instrument's collect() raised: its traceback is all the run handed back for it.
         error = run.instrument_error(spec)
-        problem = f"{what} finished, but its instrument reported no data" + (f": {error[-500:]}" if error else "")
+        last = error.strip().splitlines()[-1] if error and error.strip() else ""
+        problem = f"{what} finished, but its instrument reported no data" + (f" ({last[:300]})" if last else "")
         traceback, location = error, None
     else:
         problem = f"{what} {run.failure()}"
         exc = run.raised
         traceback = (exc.traceback if exc is not None else None) or (run.child.stderr[-8000:] or None)
-        location = location_of(exc.target_frame if exc is not None else None)
+        location = location_of(exc.target_frame if exc is not None and not exc.raised_in_gate else None)
+        if exc is not None and exc.raised_in_gate:
+            problem = f"{what}: traingate's instrument raised inside the target's call ({exc.type}: {exc.message[:200]})"
+            traceback = run.instrument_error(spec) or traceback
     finding = ctx.stage_error(
         f"{what} failed",
         reason="profiling-failed",

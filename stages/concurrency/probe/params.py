@@ -12,12 +12,12 @@ step; the per-parameter values only for the first `DETAILED_STEPS` steps, to nam
 
 from __future__ import annotations
 
-import gc
-import warnings
 import weakref
 from typing import Any
 
 from ...harness.tensors import real_values
+from ...harness import heap
+from ...harness.faults import guarded
 
 MAX_STEPS = 20_000
 DETAILED_STEPS = 20
@@ -38,7 +38,7 @@ class ParamFingerprints:
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(self._after_step)
+        register_optimizer_step_post_hook(guarded(self._after_step))
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         import torch
@@ -107,19 +107,9 @@ def _parameter_names(optimizer: Any) -> list[str]:
     params = [p for group in optimizer.param_groups for p in group["params"]]
     wanted = {id(p) for p in params}
     best: dict[int, str] = {}
-    with warnings.catch_warnings():
-        # isinstance() on every live object touches deprecated module attributes
-        # (torch.distributed.reduce_op): their warnings are the scan's, not the target's.
-        warnings.simplefilter("ignore")
-        modules = [obj for obj in gc.get_objects() if isinstance(obj, torch.nn.Module)]
-    children = {id(child) for module in modules for child in module.children()}
-    for obj in modules:
-        if id(obj) in children:
-            continue  # only whole models name parameters: a submodule's names are a suffix
-        try:
-            found = {id(p): name for name, p in obj.named_parameters() if id(p) in wanted}
-        except Exception:  # noqa: BLE001 - a module that fails to list its parameters names none
-            continue
+    # Only whole models name parameters: a submodule's names are a suffix.
+    for obj in heap.roots(heap.live(torch.nn.Module)):
+        found = {id(p): name for name, p in heap.named_parameters(obj) if id(p) in wanted}
         if len(found) > len(best):
             best = found
     names = []

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
+from ...harness.heap import module_file
 from ...harness.sites import SiteTable
 from ...common.frames import relative
 
@@ -102,7 +103,7 @@ class RngSites:
         from .payloads import RngPayload  # at collect(): no start-up cost
 
         assert self.sites is not None
-        files = {getattr(m, "__file__", None) or "" for m in list(sys.modules.values())}
+        files = {module_file(m) or "" for m in list(sys.modules.values())}
         modules = sorted(relative(f, self.sites.root) for f in files if f.endswith(".py") and self.sites.is_target(f))
         return RngPayload.sent({"records": self.records, "target_modules": modules})
 

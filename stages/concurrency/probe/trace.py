@@ -24,6 +24,7 @@ from .params import ParamFingerprints
 from ...harness.tensors import exact_sum
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import guarded
 
 MAX_EVENTS = 50_000
 MAX_STEPS = 20_000
@@ -58,7 +59,7 @@ class LossTrace:
         self._torch = torch
         self.sites = SiteTable(ctx.root)
         self._wrap_backward(torch)
-        register_optimizer_step_pre_hook(self._on_step)
+        register_optimizer_step_pre_hook(guarded(self._on_step))
         self.params.install()
 
     def _wrap_backward(self, torch: Any) -> None:

@@ -18,6 +18,7 @@ import functools
 from typing import Any
 
 from ...harness.sites import SiteTable
+from ...harness.faults import guarded
 
 REFRESHES = 3  # steps at which the parameters without a gradient are looked for
 MAX_NODES = 256  # autograd nodes walked from a detached tensor
@@ -40,7 +41,7 @@ class CutWatch:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self.torch = torch
-        register_optimizer_step_post_hook(self._stepped)
+        register_optimizer_step_post_hook(guarded(self._stepped))
 
     def _stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._nodes.clear()
@@ -53,8 +54,8 @@ class CutWatch:
         for module, _site in self.modules:
             if id(module) not in self.watched and any(id(p) in missing for p in module._parameters.values() if p is not None):
                 self.watched.add(id(module))
-                module.register_forward_pre_hook(self._before)
-                module.register_forward_hook(self._after)
+                module.register_forward_pre_hook(guarded(self._before))
+                module.register_forward_hook(guarded(self._after))
         if self.watched and not self._wrapped:
             self._wrapped = True
             self._wrap_detaching(self.torch)

@@ -13,6 +13,7 @@ MAX_ELEMENTS is not checked.
 from __future__ import annotations
 
 from typing import Any
+from ...harness.faults import guarded
 
 MAX_CHECKS = 3
 MAX_ELEMENTS = 4_000_000
@@ -39,8 +40,8 @@ class EvaluationWatch:
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
         self.torch = torch
-        register_module_forward_pre_hook(self._enter)
-        register_module_forward_hook(self._exit, with_kwargs=True, always_call=True)
+        register_module_forward_pre_hook(guarded(self._enter))
+        register_module_forward_hook(guarded(self._exit), with_kwargs=True, always_call=True)
 
     def _enter(self, module: Any, args: Any) -> None:
         self._depth += 1

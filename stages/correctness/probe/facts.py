@@ -17,6 +17,8 @@ import functools
 from typing import Any
 
 from .evaluation import EvaluationWatch
+from ...harness import heap
+from ...harness.faults import guarded
 
 MAX_STEPS = 500  # steps recorded; the rest are counted
 MAX_COPIED = 20_000_000  # elements: the step buffers and the first step's copy together
@@ -51,8 +53,8 @@ class FactsWatch:
         self.evaluation.install(torch)
         self._wrap_scheduler_step(torch)
         self._wrap_init(torch)
-        register_optimizer_step_pre_hook(self._pre)
-        register_optimizer_step_post_hook(self._post)
+        register_optimizer_step_pre_hook(guarded(self._pre))
+        register_optimizer_step_post_hook(guarded(self._post))
 
     def _wrap_scheduler_step(self, torch: Any) -> None:
         original = torch.optim.lr_scheduler.LRScheduler.step
@@ -155,17 +157,10 @@ class FactsWatch:
     def _named(self) -> list[tuple[str, Any]]:
         """(name, parameter) of every parameter the optimizers hold, named in the module tree
         that holds it (found through the garbage collector's view of the live modules)."""
-        import gc
-
-        torch = self.torch
         held = {id(p): p for o in self.optimizers for group in o.param_groups for p in group["params"]}
-        modules = [m for m in gc.get_objects() if isinstance(m, torch.nn.Module)]
-        children = {id(sub) for m in modules for _, sub in m.named_modules() if sub is not m}
         named: dict[int, tuple[str, Any]] = {}
-        for root in modules:
-            if id(root) in children:
-                continue
-            for name, p in root.named_parameters():
+        for root in heap.roots(heap.live(self.torch.nn.Module)):
+            for name, p in heap.named_parameters(root):
                 if id(p) in held and id(p) not in named:
                     named[id(p)] = (name, p)
         return sorted(named.values(), key=lambda item: item[0])

@@ -33,6 +33,7 @@ from ...harness.tensors import exact_norm
 from .clears import ClearWatch
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import guarded
 
 MAX_STEP_RECORDS = 10_000  # steps judged; past it, counted as dropped
 # An optimizer still unstepped after this many backward calls is no longer observed (its next
@@ -99,8 +100,8 @@ class StaleGradientWatch:
 
         torch.Tensor.backward = backward  # type: ignore[method-assign,assignment]  # patched while the run lasts
         torch.autograd.backward = autograd
-        register_optimizer_step_pre_hook(self._pre)
-        register_optimizer_step_post_hook(self._post)
+        register_optimizer_step_pre_hook(guarded(self._pre))
+        register_optimizer_step_post_hook(guarded(self._post))
 
     # -- the hooks ----------------------------------------------------------------------------------
     def _call(self, original: Callable[..., Any], first: Any, *args: Any, **kwargs: Any) -> Any:

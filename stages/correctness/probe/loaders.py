@@ -22,6 +22,7 @@ import weakref
 from typing import Any
 
 from ...harness.sites import SiteTable
+from ...harness.faults import guarded
 
 MAX_LOADERS = 200
 SAMPLED = 64  # elements of a sample its fingerprint reads
@@ -91,7 +92,7 @@ class LoaderWatch:
         DataLoader.__iter__ = iterate  # type: ignore[method-assign]  # patched while the run lasts
         _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign,assignment]  # patched while the run lasts
         DistributedSampler.set_epoch = set_epoch  # type: ignore[method-assign,assignment]
-        register_optimizer_step_pre_hook(self._on_step)
+        register_optimizer_step_pre_hook(guarded(self._on_step))
 
     def _fingerprint(self, record: dict[str, Any], batch: Any) -> None:
         import torch

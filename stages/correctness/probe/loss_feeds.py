@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Hashable
+from ...harness.faults import guarded
 
 MAX_OPS = 20_000  # operations followed in one window; past it, the outputs fed nothing seen
 
@@ -56,7 +57,7 @@ class LossFeeds:
                 if self._window is window:
                     self._mark(output)
 
-            handle.append(model.register_forward_hook(returned))
+            handle.append(model.register_forward_hook(guarded(returned)))
         return True
 
     def backward(self, tensors: Any) -> None:

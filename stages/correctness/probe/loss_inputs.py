@@ -38,6 +38,7 @@ from collections.abc import Callable
 from . import evaluation
 from .frozen_output import FrozenOutputWatch
 from ...harness.sites import SiteTable
+from ...harness.faults import guarded
 
 FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
 SHAPE_FUNCTIONS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits")
@@ -115,7 +116,7 @@ class LossInputWatch:
         self.frozen.install(torch)
         for name in dict.fromkeys((*FUNCTIONS, *SHAPE_FUNCTIONS)):
             setattr(F, name, self._wrap(name, getattr(F, name)))
-        register_module_forward_hook(self._forward)
+        register_module_forward_hook(guarded(self._forward))
         for distribution in _distributions(torch.distributions.Distribution):
             if "log_prob" in distribution.__dict__:
                 distribution.log_prob = self._wrap_log_prob(distribution.__dict__["log_prob"])  # type: ignore[attr-defined]  # patched while the run lasts

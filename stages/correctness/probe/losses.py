@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ...harness.tensors import exact_sum
 from ...harness.sites import SiteTable
+from ...harness.faults import guarded
 
 MAX_CALLS = 20_000
 UNSCALED_TAG = "_unscaled_loss_watched"
@@ -62,7 +63,7 @@ class LossWatch:
             return scaled
 
         torch.amp.GradScaler.scale = scale  # type: ignore[method-assign,assignment]  # patched while the run lasts
-        register_optimizer_step_pre_hook(self._on_step)
+        register_optimizer_step_pre_hook(guarded(self._on_step))
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1

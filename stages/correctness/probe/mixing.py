@@ -28,6 +28,7 @@ from typing import Any
 from . import mixing_replay
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import guarded
 
 MAX_CAPTURES = 4
 
@@ -76,10 +77,10 @@ class BatchMixingWatch:
 
         _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign,assignment]  # patched while the run lasts
         self._handles = [
-            register_module_forward_pre_hook(self._enter),
-            register_module_forward_hook(self._leave, with_kwargs=True, always_call=True),
+            register_module_forward_pre_hook(guarded(self._enter)),
+            register_module_forward_hook(guarded(self._leave), with_kwargs=True, always_call=True),
         ]
-        register_optimizer_step_pre_hook(self._on_step)
+        register_optimizer_step_pre_hook(guarded(self._on_step))
 
     def _enter(self, module: Any, args: Any) -> None:
         self._tls.depth = getattr(self._tls, "depth", 0) + 1

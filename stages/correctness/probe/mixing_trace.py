@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 from .mixing_replay import MASK_BUDGET, MAX_LISTED, Batch, batch_dim, copy_tensors, find_batch, leaves
 from ...harness.sites import SiteTable
+from ...harness.faults import guarded
 
 
 @dataclass
@@ -50,7 +51,7 @@ def _injected(torch: Any, model: Any, batch: Batch, nan_sample: int | None, trac
         injection.tensor, injection.dim = output, dim
         return output
 
-    injection.hooks = [m.register_forward_hook(hook) for m in model.modules()]
+    injection.hooks = [m.register_forward_hook(guarded(hook)) for m in model.modules()]
     try:
         yield injection
     finally:

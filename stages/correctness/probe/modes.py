@@ -41,6 +41,7 @@ from . import evaluation
 from .loss_feeds import LossFeeds
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import guarded
 
 MAX_RECORDS = 50  # distinct (line, model) pairs kept per direction
 MAX_MODULES = 20  # modules named per record
@@ -132,8 +133,8 @@ class ModeWatch:
             setattr(torch.nn.functional, name, self._dropout(name, getattr(torch.nn.functional, name)))
         torch.Tensor.backward = self._backward(torch.Tensor.backward)  # type: ignore[method-assign]
         torch.autograd.backward = self._backward(torch.autograd.backward)
-        register_module_forward_pre_hook(self._forward)
-        register_optimizer_step_post_hook(self._post)
+        register_module_forward_pre_hook(guarded(self._forward))
+        register_optimizer_step_post_hook(guarded(self._post))
 
     def _backward(self, original: Any) -> Any:
         @functools.wraps(original)

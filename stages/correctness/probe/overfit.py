@@ -13,6 +13,7 @@ import functools
 from typing import Any
 
 from ...harness.identity import ObjectMap
+from ...harness.faults import guarded
 
 STOP = "OverfitStepsDone"
 
@@ -56,7 +57,7 @@ class OneBatch:
             return tree_map(copy, first.get(dataset))
 
         _BaseDataLoaderIter.__next__ = next_batch  # type: ignore[method-assign,assignment]  # patched while the run lasts
-        register_optimizer_step_post_hook(self._on_step)
+        register_optimizer_step_post_hook(guarded(self._on_step))
 
     def _on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.steps += 1

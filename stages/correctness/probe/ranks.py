@@ -26,6 +26,7 @@ from typing import Any
 
 from ...harness.tensors import even_indexes
 from ...harness.sites import SiteTable
+from ...harness.faults import guarded
 
 EXACT_NUMEL = 4096
 SAMPLES = 1024
@@ -88,7 +89,7 @@ class RankWatch:
         torch.nn.Module.__init__ = module_made  # type: ignore[method-assign,assignment]  # patched while the run lasts
         DistributedDataParallel.__init__ = ddp_made  # type: ignore[method-assign,assignment]
         torch.manual_seed = manual_seed  # type: ignore[assignment]
-        register_optimizer_step_pre_hook(self._on_step)
+        register_optimizer_step_pre_hook(guarded(self._on_step))
 
     def _watch_loaders(self, DataLoader: Any, _BaseDataLoaderIter: Any) -> None:
         """Every DataLoader, the iterators it hands out, and a digest of each batch they yield."""

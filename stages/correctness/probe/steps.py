@@ -29,6 +29,7 @@ from .cuts import CutWatch
 from .optimizer_sites import OptimizerSites
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import guarded
 
 SAMPLES = 32
 MAX_STEP_RECORDS = 200  # ineffective steps kept in full; the rest are counted
@@ -103,11 +104,11 @@ class StepWatch:
             scheduler_init(scheduler, optimizer, *args, **kwargs)
 
         torch.optim.lr_scheduler.LRScheduler.__init__ = scheduler_made  # type: ignore[method-assign,assignment]
-        register_optimizer_step_pre_hook(self._pre)
-        register_optimizer_step_post_hook(self._post)
+        register_optimizer_step_pre_hook(guarded(self._pre))
+        register_optimizer_step_post_hook(guarded(self._post))
         from torch.nn.modules.module import register_module_forward_pre_hook
 
-        register_module_forward_pre_hook(self._ran)
+        register_module_forward_pre_hook(guarded(self._ran))
 
     def _ran(self, module: Any, args: Any) -> None:
         # The modules are kept alive in `modules`: their id()s stay theirs.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...harness.tensors import even_indexes, real_values
+from ...harness.faults import guarded
 
 SAMPLES = 64
 STOP = "FirstStepReached"
@@ -32,8 +33,8 @@ class FirstUpdate:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         self.torch = torch
-        register_optimizer_step_pre_hook(self._pre)
-        register_optimizer_step_post_hook(self._post)
+        register_optimizer_step_pre_hook(guarded(self._pre))
+        register_optimizer_step_post_hook(guarded(self._post))
 
     def _pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.done:

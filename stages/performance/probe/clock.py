@@ -33,6 +33,7 @@ from ...common.frames import relative
 from ...harness.tensors import exact_dtype
 from .frame_index import FrameIndex, Site, caller_frame, graph_size
 from .graph_span import sequence_number
+from ...harness.faults import guarded
 
 PHASES = ("data", "forward", "backward", "optimizer")
 INSTRUMENT = "instrument"  # time the instruments spend at step boundaries: not the target's
@@ -143,10 +144,10 @@ class StepClock:
     # -- hooks --------------------------------------------------------------------------
     def install(self) -> None:
         self.cuda = torch.cuda.is_available()
-        module_hooks.register_module_forward_pre_hook(self._forward_pre)
-        module_hooks.register_module_forward_hook(self._forward_post, always_call=True)
-        register_optimizer_step_pre_hook(self._step_pre)
-        register_optimizer_step_post_hook(self._step_post)
+        module_hooks.register_module_forward_pre_hook(guarded(self._forward_pre))
+        module_hooks.register_module_forward_hook(guarded(self._forward_post), always_call=True)
+        register_optimizer_step_pre_hook(guarded(self._step_pre))
+        register_optimizer_step_post_hook(guarded(self._step_post))
         self._wrap_backward()
         self._wrap_grad_scaler()
         self._wrap_dataloader()

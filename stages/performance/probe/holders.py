@@ -30,6 +30,7 @@ import torch
 from ...common.frames import relative
 from .frame_index import FrameIndex, Site, graph_size, graphs_size
 from .graph_span import steps_held
+from ...harness.heap import attributes, instance_dict, is_a, module_file, module_globals
 
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
 # The gate's own objects, under the name its modules run as (its own, or a run's copy).
@@ -138,11 +139,11 @@ def _tensors_in(container: Any, max_items: int) -> Iterator[torch.Tensor]:
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if isinstance(obj, torch.Tensor):
+        if is_a(obj, torch.Tensor):
             yield obj
-        elif isinstance(obj, dict):
+        elif is_a(obj, dict):
             todo.extend(obj.values())
-        elif isinstance(obj, _CONTAINERS):
+        elif is_a(obj, _CONTAINERS):
             todo.extend(obj)
     todo.clear()
 
@@ -165,7 +166,7 @@ class _ReferrerSearch:
             for name, value in list(snapshot.items()):
                 self.locals_of.setdefault(id(value), (name, frame))
         self.modules = _target_module_dicts(frames)
-        self.foreign_modules = {id(vars(m)) for m in list(sys.modules.values()) if isinstance(m, ModuleType)} - set(self.modules)
+        self.foreign_modules = {id(g) for g in map(module_globals, list(sys.modules.values())) if g is not None} - set(self.modules)
         # For each object reached: the sample it leads to and the containers in between.
         self.chains: dict[int, tuple[torch.Tensor, list[Any]]] = {id(s): (s, []) for s in samples}
         self.hits: list[Holder] = []
@@ -211,7 +212,7 @@ class _ReferrerSearch:
         self.mine |= {id(referrers), id(next_level)}
         self.mine |= {id(v) for v in chains.values()} | {id(v[1]) for v in chains.values()}
         for ref in referrers:
-            if id(ref) in self.mine or id(ref) in chains or isinstance(ref, (FrameType, type)):
+            if id(ref) in self.mine or id(ref) in chains or is_a(ref, (FrameType, type)):
                 continue
             child = next((o for o in level if _refers(ref, o)), None)
             if child is not None:
@@ -233,7 +234,7 @@ class _ReferrerSearch:
             return
         if id(ref) in self.foreign_modules:
             return
-        if isinstance(ref, _CONTAINERS):
+        if is_a(ref, _CONTAINERS):
             if len(next_level) < MAX_FRONTIER:
                 self.chains[id(ref)] = (sample, [*chain, ref])
                 next_level.append(ref)
@@ -269,12 +270,12 @@ def chain_keys(containers: list[Any], tensor: Any) -> list[str]:
 
 
 def _key_of(container: Any, child: Any) -> str:
-    if isinstance(container, dict):
+    if is_a(container, dict):
         key = next((k for k, v in container.items() if v is child), None)
-        if isinstance(key, str):
+        if is_a(key, str):
             return f'["{key}"]'
         return f"[<{type(key).__name__}>]" if key is not None else "[?]"
-    if isinstance(container, (list, tuple, collections.deque)):
+    if is_a(container, (list, tuple, collections.deque)):
         return "[<int>]"
     return "{<item>}"
 
@@ -355,10 +356,7 @@ def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex
         path = relative(code.co_filename, frames.root)
         for name, value in list(snapshot.items()):
             consider(value, lambda: Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(value), [], True, value))  # noqa: B023
-            try:
-                attrs = list(vars(value).items()) if not isinstance(value, (torch.Tensor, ModuleType, type)) else []
-            except TypeError:
-                attrs = []
+            attrs = attributes(value) if not is_a(value, (torch.Tensor, ModuleType, type)) else []
             for attr, held in attrs:
                 owner = type(value)
                 consider(held, lambda: Holder("attribute", str(attr), owner.__qualname__, *_class_site(owner, frames), _held_type(held), [], True, held))  # noqa: B023
@@ -394,10 +392,7 @@ def graph_spans(stack: list[FrameType], frames: FrameIndex, marks: list[int], bu
             path = relative(code.co_filename, frames.root)
             for name, value in list(snapshot.items()):
                 measure(value, lambda: Holder("local", name, code.co_name, path, code.co_firstlineno, _held_type(value), [], True))  # noqa: B023
-                try:
-                    attrs = list(vars(value).items()) if not isinstance(value, (torch.Tensor, ModuleType, type)) else []
-                except TypeError:
-                    attrs = []
+                attrs = attributes(value) if not is_a(value, (torch.Tensor, ModuleType, type)) else []
                 for attr, held in attrs:
                     owner = type(value)
                     measure(held, lambda: Holder("attribute", str(attr), owner.__qualname__, *_class_site(owner, frames), _held_type(held), [], True))  # noqa: B023
@@ -415,13 +410,26 @@ def _refers(ref: Any, obj: Any) -> bool:
     return any(x is obj for x in gc.get_referents(ref))
 
 
+def _slots(cls: type) -> list[str]:
+    """The slot names `cls` and its bases declare, read from the classes as stored."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        names += [slots] if type(slots) is str else [s for s in slots if type(s) is str] if type(slots) in (tuple, list) else []
+    return names
+
+
+def _slot_value(owner: Any, slot: str) -> Any:
+    try:
+        return object.__getattribute__(owner, slot)
+    except Exception:  # noqa: BLE001 - an empty slot, or a proxy: holds nothing
+        return None
+
+
 def _attribute(owner: Any, child: Any, sample: Any, chain: list[Any]) -> tuple[tuple[str, Any] | None, list[Any]]:
     """((attribute name, the object it holds), containers below it) when `owner` holds
     `child` as an attribute, directly or through its instance __dict__."""
-    try:
-        attrs = vars(owner)
-    except TypeError:
-        attrs = {}
+    attrs = instance_dict(owner) or {}
     if attrs is child:
         links = chain[:-1]
         below = links[-1] if links else sample
@@ -429,7 +437,7 @@ def _attribute(owner: Any, child: Any, sample: Any, chain: list[Any]) -> tuple[t
         return ((name, below) if name else None), links
     name = next((str(k) for k, v in attrs.items() if v is child), None)
     if name is None:
-        name = next((slot for slot in getattr(type(owner), "__slots__", ()) if getattr(owner, slot, None) is child), None)
+        name = next((slot for slot in _slots(type(owner)) if _slot_value(owner, slot) is child), None)
     return ((name, child) if name else None), chain
 
 
@@ -444,11 +452,11 @@ def held_graph_nodes(container: Any, limit: int, max_items: int = 100_000) -> in
 
 
 def _has_graph(obj: Any) -> bool:
-    return isinstance(obj, torch.Tensor) and obj.grad_fn is not None
+    return is_a(obj, torch.Tensor) and obj.grad_fn is not None
 
 
 def _held_type(obj: Any) -> str:
-    if isinstance(obj, torch.Tensor):
+    if is_a(obj, torch.Tensor):
         return "tensor with its autograd graph" if obj.grad_fn is not None else "tensor"
     return type(obj).__name__
 
@@ -468,9 +476,9 @@ def _target_modules_cached(frames: FrameIndex) -> list[ModuleType]:
 def _target_module_dicts(frames: FrameIndex) -> dict[int, ModuleType]:
     out = {}
     for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if path and frames.is_target_path(path):
-            out[id(vars(module))] = module
+        stored, path = module_globals(module), module_file(module)
+        if stored is not None and path and frames.is_target_path(path):
+            out[id(stored)] = module
     return out
 
 

@@ -43,6 +43,7 @@ from .clock import StepClock
 from .frame_index import FrameIndex, Site
 from .syncs import WATCHED_PACKETS, SyncCounter
 from ...harness.identity import ObjectMap
+from ...harness.faults import guarded
 
 aten = torch.ops.aten
 _MATMULS = {
@@ -151,7 +152,7 @@ class Tracker:
     def install(self) -> None:
         self._wrap_autocast()
         if self.follow_device:
-            module_hooks.register_module_forward_pre_hook(self._mark_module)
+            module_hooks.register_module_forward_pre_hook(guarded(self._mark_module))
         self._mode = _Mode(self)
         self._mode.__enter__()
 
