@@ -10,6 +10,7 @@ and where they sit is read from the source."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,12 +24,17 @@ class SkippedClear:
     line: int
     function: str
     code: str
-    branch_line: int | None  # the statement (or `except` clause) whose branch holds the call; None: no enclosing branch
+    branch_line: int | None  # the statement (or `except` clause) whose branch kept the call from running; None: no enclosing branch
     branch_code: str
     branch_arm: str  # "body", "else", "loop" or "handler"
+    calls: int = 0  # how often it ran in the run
+    steps: int = 0  # the run's optimizer steps
 
     def describe(self) -> str:
         """How the branch kept the call from running: `under `if self.scheduler:` (line 31)`."""
+        if self.calls:
+            where = f"under `{self.branch_code}` (line {self.branch_line})" if self.branch_line is not None else "outside the code that steps"
+            return f"{where}, and ran {self.calls} time(s) in {self.steps} optimizer step(s)"
         if self.branch_line is None:
             return "where the run never reached it"
         if self.branch_arm == "else":
@@ -43,28 +49,57 @@ class SkippedClear:
         return {
             "path": self.path, "line": self.line, "function": self.function, "code": self.code,
             "branch_line": self.branch_line, "branch_code": self.branch_code, "branch_arm": self.branch_arm,
+            "calls": self.calls,
         }
 
 
-def skipped_clears(root: Path, where: list[tuple[str, int]], ran: set[tuple[str, int]]) -> list[SkippedClear]:
-    """`zero_grad()` calls in the functions holding the lines `where` ((path, line): the step,
-    the backward) that never ran (no line in `ran`), in source order, each with its branch."""
-    found: dict[tuple[str, int], SkippedClear] = {}
+@dataclass(frozen=True)
+class _Arm:
+    """One branch above a clearing call: the statement, which arm holds the call, and the lines
+    that arm spans."""
+
+    node: ast.stmt | ast.excepthandler
+    arm: str
+    first: int
+    last: int
+
+    def holds(self, lines: set[int]) -> bool:
+        return any(self.first <= line <= self.last for line in lines)
+
+
+def skipped_clears(root: Path, where: list[tuple[str, int]], calls: Mapping[tuple[str, int], int], steps: int) -> list[SkippedClear]:
+    """The `zero_grad()` calls in the functions holding the lines `where` ((path, line): the step,
+    the backward) that ran at fewer than `steps` steps (`calls`: how often each (path, line)
+    ran), each with the branch that kept it from running, the likeliest cause first.
+
+    The branch named is the outermost one above the call that the run never entered (no line
+    that ran lies in that arm); for a call that ran now and then, its innermost branch. The
+    likeliest cause is the clear nearest the step: the one inside the most branches that also
+    hold the step or the backward (a clear under the step's own `if` was meant to follow it;
+    one at the top of the function that runs on an epoch's first batch was not), then the one
+    that ran least, then source order."""
+    found: dict[tuple[str, int], tuple[tuple[int, int, int], SkippedClear]] = {}
     for path, line in where:
         source, tree = _parse(root / path)
         if tree is None:
             continue
         lines = source.splitlines()
+        anchors = {at for p, at in where if p == path}
+        reached = anchors | {at for (p, at), n in calls.items() if p == path and n > 0}
         for function in _functions_holding(tree, line):
-            for call, branch, arm in _clearing_calls(function):
-                key = (path, call.lineno)
-                if key in ran or key in found:
+            for call, chain in _clearing_calls(function):
+                key, ran = (path, call.lineno), calls.get((path, call.lineno), 0)
+                if ran >= steps or key in found:
                     continue
-                found[key] = SkippedClear(
+                skipping = next((arm for arm in chain if not arm.holds(reached)), None) if not ran else None
+                branch = skipping or (chain[-1] if chain else None)
+                near = sum(1 for arm in chain if arm.holds(anchors))
+                found[key] = ((-near, ran, call.lineno), SkippedClear(
                     path=path, line=call.lineno, function=function.name, code=_text(lines, call.lineno),
-                    branch_line=branch.lineno if branch else None, branch_code=_header(lines, branch) if branch else "", branch_arm=arm,
-                )
-    return [found[k] for k in sorted(found)]
+                    branch_line=branch.node.lineno if branch else None, branch_code=_header(lines, branch.node) if branch else "",
+                    branch_arm=branch.arm if branch else "", calls=ran, steps=steps,
+                ))
+    return [clear for _, clear in sorted(found.values(), key=lambda item: item[0])]
 
 
 def _parse(file: Path) -> tuple[str, ast.Module | None]:
@@ -84,26 +119,28 @@ def _functions_holding(tree: ast.AST, line: int) -> list[ast.FunctionDef | ast.A
     return [max(holding, key=lambda n: n.lineno)] if holding else []
 
 
-def _clearing_calls(function: ast.AST) -> list[tuple[ast.Call, ast.stmt | ast.excepthandler | None, str]]:
-    """Every `<x>.zero_grad(...)` call in the function (not in functions nested in it), with
-    the innermost branch statement above it and which arm of it holds the call."""
-    out: list[tuple[ast.Call, ast.stmt | ast.excepthandler | None, str]] = []
+def _clearing_calls(function: ast.AST) -> list[tuple[ast.Call, list[_Arm]]]:
+    """Every `<x>.zero_grad(...)` call in the function (not in functions nested in it), with the
+    branches above it, outermost first (an `except` clause is a branch of its own)."""
+    out: list[tuple[ast.Call, list[_Arm]]] = []
 
-    def visit(node: ast.AST, branch: ast.stmt | ast.excepthandler | None, arm: str) -> None:
+    def visit(node: ast.AST, chain: list[_Arm]) -> None:
         for field, value in ast.iter_fields(node):
             children = value if isinstance(value, list) else [value]
+            arm = _arm(node, field) if isinstance(node, BRANCHES) else None
             for child in children:
                 if not isinstance(child, ast.AST) or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                     continue
-                inner, inner_arm = branch, arm
-                branch_arm = _arm(node, field) if isinstance(node, BRANCHES) and isinstance(child, ast.stmt | ast.excepthandler) else None
-                if branch_arm is not None and isinstance(node, ast.stmt) and isinstance(child, ast.stmt | ast.excepthandler):
-                    inner, inner_arm = (child if branch_arm == "handler" else node), branch_arm  # an `except` clause is its own branch
+                inner = chain
+                if arm is not None and isinstance(node, ast.stmt) and isinstance(child, ast.stmt | ast.excepthandler):
+                    owner = child if arm == "handler" else node
+                    span = [child] if arm == "handler" else [c for c in children if isinstance(c, ast.stmt)]
+                    inner = [*chain, _Arm(owner, arm, span[0].lineno, max(c.end_lineno or c.lineno for c in span))]
                 if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr == CLEARING:
-                    out.append((child, inner, inner_arm))
-                visit(child, inner, inner_arm)
+                    out.append((child, inner))
+                visit(child, inner)
 
-    visit(function, None, "")
+    visit(function, [])
     return out
 
 

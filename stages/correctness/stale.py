@@ -42,10 +42,16 @@ def _ratio(step: StaleStep) -> str:
 
 
 def _skipped(ctx: StageContext, gradients: GradientsPayload, step: StaleStep) -> list[SkippedClear]:
-    """The `zero_grad()` calls of the stepping and backward functions that never ran."""
+    """The `zero_grad()` calls of the stepping and backward functions that ran at fewer steps
+    than there were, the likeliest cause first."""
     where = [(s.path, s.line) for s in (located.site(gradients, step.site), located.site(gradients, step.backward_site)) if s is not None]
-    ran = {(s.path, s.line) for c in gradients.clear_sites if c.calls and (s := located.site(gradients, c.site)) is not None}
-    return skipped_clears(ctx.root, where, ran)
+    calls: dict[tuple[str, int], int] = {}
+    for clear in gradients.clear_sites:
+        if (s := located.site(gradients, clear.site)) is not None:
+            calls[(s.path, s.line)] = calls.get((s.path, s.line), 0) + clear.calls
+    # A clear serves one optimizer: with several stepping in turn, each takes its share of the steps.
+    optimizers = 1 + max((s.optimizer for s in gradients.stale), default=0)
+    return skipped_clears(ctx.root, where, calls, max(1, gradients.steps // optimizers))
 
 
 def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleStep], count: int, fallback: Location) -> Finding:
@@ -62,11 +68,11 @@ def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleSt
         category=CATEGORY,
         title=(
             f"{count} of {judged} optimizer step(s) applied gradients carried over from before the previous step: "
-            + (f"`{cause.code}` at line {cause.line} never ran" if cause else "`.grad` is never cleared between steps")
+            + (_cause_title(cause) if cause else "`.grad` is never cleared between steps")
         ),
         location=Location(path=cause.path, line=cause.line, function=cause.function) if cause else located.location(gradients, first.site, fallback),
         problem=(
-            (f"The clearing call `{cause.code}` at {cause.path}:{cause.line} exists but did not run once in {gradients.steps} optimizer step(s): it sits {cause.describe()}. " if cause else "")
+            (_cause_problem(cause, gradients.steps) if cause else "")
             + f"Between optimizer step {first.step} and the previous step of its optimizer nothing cleared the gradients of {first.params_carrying} of "
             f"{first.params} parameter(s) (no `zero_grad()`, `set_to_none` or `param.grad = None`), so the backward call at {backward_text} added to what was already there "
             f"and `{step_code}` applied the sum. At step {first.step} the gradient carried over had {_ratio(first)} of the gradient the step applied"
@@ -92,3 +98,13 @@ def _finding(ctx: StageContext, gradients: GradientsPayload, steps: list[StaleSt
         ),
         key="stale-gradients",
     )
+
+
+def _cause_title(cause: SkippedClear) -> str:
+    return f"`{cause.code}` at line {cause.line} never ran" if not cause.calls else f"`{cause.code}` at line {cause.line} ran at {cause.calls} of {cause.steps} step(s)"
+
+
+def _cause_problem(cause: SkippedClear, steps: int) -> str:
+    if not cause.calls:
+        return f"The clearing call `{cause.code}` at {cause.path}:{cause.line} exists but did not run once in {steps} optimizer step(s): it sits {cause.describe()}. "
+    return f"The clearing call `{cause.code}` at {cause.path}:{cause.line} did not run between every two steps: it sits {cause.describe()}. "

@@ -218,7 +218,8 @@ def exception_record(exc: BaseException, root: Path) -> dict[str, Any]:
         "traceback": text[-MAX_TRACEBACK:],
         "frames": [{"path": a, "line": b, "function": c} for a, b, c in triples],
         "target_frame": innermost_target(triples, root, innermost_first=False),
-        "raised_in_gate": faults.raised_in_gate(exc.__traceback__),
+        # A probe ends a run on purpose with a BaseException (`FirstStepReached`): not a fault.
+        "raised_in_gate": isinstance(exc, Exception) and faults.raised_in_gate(exc.__traceback__),
     }
 
 

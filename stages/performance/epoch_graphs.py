@@ -9,8 +9,9 @@ in this run, it scales with the epoch's length. Its size per step is the host me
 over the steps the graph grew (the graph's nodes are not tensor bytes); it is projected to the
 epoch length the run saw (the steps between releases) and to a ten times longer one.
 
-Medium: the run's own epochs release it; high when the projection to the run's epoch length
-reaches LARGE_EPOCH_BYTES.
+High, as a per-step leak: the tiny configuration's epochs release it after a few steps, but it
+grows by one step's graph a step for as long as an epoch lasts, and a real epoch is as long
+as its data (the projection says how much a ten times longer one keeps).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ GRAPH_STEPS = 3  # steps held before a drop that counts as a release
 RELEASED = 2  # at most this many steps held right after a release
 RISING_SHARE = 0.75  # of the boundaries between releases, those where the graph held one more step
 LONGER = 10
-LARGE_EPOCH_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def epoch_finding(ctx: StageContext, graph: EpochGraph, device: str) -> Finding:
     held = ", ".join(f"{n} at step {s}" for s, n in graph.series.points[:24])
     return ctx.finding(
         category=CATEGORY,
-        severity=Severity.HIGH if at_epoch is not None and at_epoch >= LARGE_EPOCH_BYTES else Severity.MEDIUM,
+        severity=Severity.HIGH,
         title=f"An autograd graph held by {holder.description} grows through every epoch and is released at its end: a leak that scales with the epoch's length",
         location=location_of(site),
         problem=(

@@ -28,7 +28,7 @@ RULES: tuple[Rule, ...] = (
         measure="A robust slope (Theil-Sen) and trend test (Mann-Kendall) over the steps after warm-up, on tensor bytes and on host memory, "
         "and graphs holding more steps at each check; with the holder and the line that stores into it. Of several names holding the same tensors, the one whose reach "
         "(tensors reachable through its containers) grows from check to check is named. A named graph that held three steps is followed at every step boundary: one "
-        "released at every epoch's end is a leak scaling with the epoch's length, medium, projected to the run's epoch length and a ten times longer one.",
+        "released at every epoch's end is a leak scaling with the epoch's length, high as a per-step leak, projected to the run's epoch length and a ten times longer one.",
         blocks=Blocks.POLICY,
         impact="A long run keeps every step's tensors until it runs out of memory; what fits for a few hundred steps fails hours in.",
         fix="Keep Python numbers or detached values instead of tensors: `losses.append(loss.item())` once per logging interval, "

@@ -39,18 +39,21 @@ def step_of(sequence: int, marks: list[int]) -> int:
 
 def steps_held(tensor: Any, marks: list[int], budget: int = SPAN_BUDGET) -> int | None:
     """Distinct steps whose nodes the descent from `tensor.grad_fn` reaches within `budget`
-    expanded nodes; None when the nodes carry no sequence numbers."""
-    root = getattr(tensor, "grad_fn", None)
-    if root is None:
+    expanded nodes; None when the nodes carry no sequence numbers. `tensor` may be a list of
+    tensors (a container's): every root counts its step, then the descent is shared."""
+    tensors = tensor if type(tensor) is list else [tensor]
+    roots = [root for t in tensors if (root := getattr(t, "grad_fn", None)) is not None]
+    if not roots:
         return 0
-    first = sequence_number(root)
-    if first < 0:
+    numbers = [sequence_number(root) for root in roots]
+    if min(numbers) < 0:
         return None
-    frontier: list[tuple[int, int, Any]] = [(first, 0, root)]
+    frontier: list[tuple[int, int, Any]] = [(n, i, root) for i, (n, root) in enumerate(zip(numbers, roots, strict=True))]
+    heapq.heapify(frontier)
     # Every node reached stays referenced until the end: an id is only unique while its
     # wrapper lives.
-    reached: dict[int, Any] = {id(root): root}
-    steps: set[int] = set()
+    reached: dict[int, Any] = {id(root): root for root in roots}
+    steps: set[int] = {step_of(n, marks) for n in numbers}
     try:
         for _ in range(budget):
             if not frontier:

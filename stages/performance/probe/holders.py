@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ...common.frames import relative
-from .frame_index import FrameIndex, Site, graph_size, graphs_size
+from .frame_index import FrameIndex, Site, graphs_size
 from .graph_span import steps_held
 from ...harness.heap import attributes, instance_dict, is_a, module_file, module_globals
 
@@ -40,6 +40,7 @@ MAX_LEVELS = 5
 MAX_FRONTIER = 200
 EXTRA_LEVELS = 2  # levels searched past the first named holder
 MAX_REACH = 100_000  # objects walked to count what a holder reaches
+MAX_ITEMS = 4096  # items of a named container read for the graphs they keep
 
 
 @dataclass
@@ -335,15 +336,16 @@ def _graph_candidates(snapshots: list[tuple[FrameType, Any]], frames: FrameIndex
     seen: set[int] = set()
 
     def consider(value: Any, make: Any) -> None:
-        if not _has_graph(value) or id(value) in seen:
+        held = graph_tensors(value)
+        if held is None or id(value) in seen:
             return
         seen.add(id(value))
-        steps = steps_held(value, marks) if marks else None
+        steps = steps_held(held, marks) if marks else None
         if steps is not None and steps < factor:
             return  # decided by the steps held: no node walk
         if steps is None and step_nodes <= 0:
             return
-        size = graph_size(value, limit=max(1, step_nodes) * 5000)
+        size = graphs_size(held, limit=max(1, step_nodes) * 5000)
         if steps is not None or size >= factor * step_nodes:
             holder = make()
             holder.steps = steps
@@ -377,11 +379,12 @@ def graph_spans(stack: list[FrameType], frames: FrameIndex, marks: list[int], bu
     seen: set[int] = set()
 
     def measure(value: Any, make: Any) -> None:
-        if not _has_graph(value) or id(value) in seen:
+        held = graph_tensors(value)
+        if held is None or id(value) in seen:
             return
         seen.add(id(value))
         holder = make()
-        steps = steps_held(value, marks, full if holder.describe() in followed else budget)
+        steps = steps_held(held, marks, full if holder.describe() in followed else budget)
         if steps is not None:
             out.append((steps, holder))
 
@@ -449,6 +452,24 @@ def held_graph_nodes(container: Any, limit: int, max_items: int = 100_000) -> in
         return graphs_size(tensors, limit)
     finally:
         tensors.clear()
+
+
+def graph_tensors(value: Any) -> list[torch.Tensor] | None:
+    """The graph-carrying tensors a named value holds: itself, or the items of a list, tuple,
+    deque or dict of them (`losses.append(loss)` keeps one step's graph per item, and no single
+    tensor shows it); None where it holds none. Only the built-in containers are read (their
+    own iteration runs no target code), at most MAX_ITEMS items from the newest end."""
+    if _has_graph(value):
+        return [value]
+    kind = type(value)
+    if kind is dict:
+        items = list(dict.values(value))[-MAX_ITEMS:]
+    elif kind in (list, tuple, collections.deque):
+        items = list(value)[-MAX_ITEMS:]
+    else:
+        return None
+    held = [item for item in items if _has_graph(item)]
+    return held or None
 
 
 def _has_graph(obj: Any) -> bool:

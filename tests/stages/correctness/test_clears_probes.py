@@ -178,13 +178,13 @@ class Trainer:
 
 def test_the_clears_that_never_ran_are_named_with_their_branch(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SOURCE)
-    found = skipped_clears(tmp_path, [("train.py", 5)], ran={("train.py", 14)})
+    found = skipped_clears(tmp_path, [("train.py", 5)], {("train.py", 14): 8}, 8)
     assert [(c.line, c.branch_line, c.branch_arm) for c in found] == [(8, 6, "body"), (12, 9, "else"), (16, 15, "handler")]
     assert found[0].code == "self.optimizer.zero_grad()" and found[0].branch_code == "if self.scheduler:" and found[0].function == "step"
     assert "under `if self.scheduler:` (line 6)" in found[0].describe()
     # Another method's clear is not this loop's; a clear that ran is not named.
     assert all(c.function == "step" for c in found)
-    assert skipped_clears(tmp_path, [("train.py", 5)], ran={("train.py", n) for n in (8, 12, 14, 16)}) == []
+    assert skipped_clears(tmp_path, [("train.py", 5)], {("train.py", n): 8 for n in (8, 12, 14, 16)}, 8) == []
 
 
 def test_a_step_a_grad_scaler_skipped_on_inf_discards_nothing() -> None:
@@ -215,3 +215,39 @@ def test_a_step_skipped_by_hand_after_clipping_found_a_non_finite_norm_discards_
         if torch.isfinite(clip(model.parameters(), 1.0)):
             run.step(optimizer)
     assert run.discarded() == 0
+
+
+# Two clears in the stepping function (the shape of tez's `train_one_step`): one at the top that
+# runs on an epoch's first batch, one nested under the scheduler's branch after the step, which
+# never runs without a scheduler. Lines: step 9, backward 7, the clears 5 and 13.
+TWO_CLEARS = '''
+class Model:
+    def train_one_step(self, data):
+        if self.accumulation_steps == 1 and self.batch_index == 0:
+            self.zero_grad()
+        loss = self.loss(data)
+        loss.backward()
+        if (self.batch_index + 1) % self.accumulation_steps == 0:
+            self.optimizer.step()
+            if self.scheduler:
+                self.scheduler.step()
+                if self.batch_index > 0:
+                    self.zero_grad()
+        return loss
+'''
+
+
+def test_among_several_clears_the_one_beside_the_step_is_the_cause_with_the_branch_that_skipped_it(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TWO_CLEARS)
+    where = [("train.py", 9), ("train.py", 7)]
+    # The top clear ran once an epoch (4 of 24 steps); the nested one never.
+    first, second = skipped_clears(tmp_path, where, {("train.py", 5): 4}, 24)
+    assert (first.line, first.calls, first.branch_line, first.branch_code) == (13, 0, 10, "if self.scheduler:")
+    assert "whose condition was false at every step" in first.describe()
+    assert (second.line, second.calls, second.branch_line) == (5, 4, 4)
+    assert "ran 4 time(s) in 24 optimizer step(s)" in second.describe()
+    # Neither ran (accumulation configured): still the one beside the step, named by the outer branch.
+    first, second = skipped_clears(tmp_path, where, {}, 24)
+    assert (first.line, first.branch_line, second.line, second.branch_line) == (13, 10, 5, 4)
+    # A clear that ran at every step is no cause.
+    assert [c.line for c in skipped_clears(tmp_path, where, {("train.py", 13): 24, ("train.py", 5): 1}, 24)] == [5]

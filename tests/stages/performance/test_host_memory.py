@@ -19,6 +19,7 @@ from traingate.stages.performance import memory as perf_memory
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES
 from traingate.stages.performance.probe.frame_index import MAX_WALK_NODES
 from traingate.stages.performance.probe.graph_span import sequence_number, steps_held
+from traingate.stages.performance.probe.holders import graph_tensors
 from traingate.stages.performance.probe.host_memory import HostMemory
 
 
@@ -52,6 +53,26 @@ def test_a_running_total_holds_one_more_step_each_step_and_a_fresh_loss_one() ->
     assert held[0] <= 2 and held == list(range(held[0], held[0] + 6))
     assert steps_held(loss, marks) == 1
     assert steps_held(total.detach(), marks) == 0
+
+
+def test_a_list_keeping_each_steps_loss_holds_one_more_step_each_step() -> None:
+    """`losses.append(loss)`: no single tensor holds more than its own step, the list holds
+    them all; a list of numbers and a list of detached values hold none."""
+    weights = torch.nn.Parameter(torch.randn(4))
+    marks: list[int] = []
+    losses: list[Any] = []
+    held = []
+    for _ in range(6):
+        loss = torch.tanh(torch.randn(2, 4) * weights).pow(2).mean()
+        loss.backward(retain_graph=True)
+        marks.append(sequence_number(loss.grad_fn))
+        losses.append(loss)
+        kept = graph_tensors(losses)
+        assert kept is not None
+        held.append(steps_held(kept, marks))
+    assert held == [1, 2, 3, 4, 5, 6]
+    assert graph_tensors([loss.item() for loss in losses]) is None and graph_tensors([loss.detach() for loss in losses]) is None
+    assert graph_tensors({"a": losses[0], "b": 1.0}) == [losses[0]] and graph_tensors(tuple(losses[:2])) == losses[:2]
 
 
 def memory_payload(host: list[int], graphs: list[dict[str, Any]] | None = None) -> dict[str, Any]:

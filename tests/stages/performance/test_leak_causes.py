@@ -45,7 +45,7 @@ def test_a_graph_released_at_every_epochs_end_is_a_leak_scaling_with_the_epoch(s
     case = "perf_leak_epoch_total"
     run = shared_gate(case, *PERFORMANCE)[0]
     [finding] = run.findings("memory-leak")
-    assert finding["severity"] == "medium" and finding["blocking"] is False  # bounded by the run's epochs
+    assert finding["severity"] == "high" and finding["blocking"] is True  # it grows as long as an epoch does
     assert _located(finding) == _marker(case, "epoch-total")
     data = finding["evidence"]["data"]
     assert data["held_by"]["name"] == "total" and data["epoch_steps"] == 8  # 64 samples / batch 8
