@@ -33,7 +33,9 @@ class CutWatch:
         self.ran: set[int] = set()  # of them, those that ran a forward with gradients recorded
         self.cuts: dict[int, tuple[str, int | None]] = {}  # module -> (how, the line): detach, data
         self.no_grad: dict[int, int | None] = {}  # module -> the first line that called its forward under no_grad
-        self._nodes: dict[int, int] = {}  # id(output grad_fn) -> id(module), until the next step
+        # id(output grad_fn) -> (the node, id(module)), until the next step. The node is kept: an
+        # id is only unique while its object lives, and a freed node's id is soon another's.
+        self._nodes: dict[int, tuple[Any, int]] = {}
         self._refreshes = 0
         self._wrapped = False
 
@@ -70,7 +72,7 @@ class CutWatch:
             return
         self.ran.add(id(module))
         if len(self._nodes) < MAX_KEPT:
-            self._nodes[id(node)] = id(module)
+            self._nodes[id(node)] = (node, id(module))
 
     def _wrap_detaching(self, torch: Any) -> None:
         detach, data = torch.Tensor.detach, torch._C.TensorBase.data
@@ -98,7 +100,8 @@ class CutWatch:
         while pending and seen < MAX_NODES:
             node = pending.pop()
             seen += 1
-            module = self._nodes.get(id(node))
+            kept = self._nodes.get(id(node))
+            module = kept[1] if kept is not None and kept[0] is node else None
             if module is not None and module not in self.cuts:
                 self.cuts[module] = (how, self.sites.innermost(2))
             pending.extend(n for n, _ in node.next_functions if n is not None)
