@@ -195,7 +195,7 @@ class MixedPrecision:
             return Checked()
         ctx, policy, clock = out.ctx, out.ctx.thresholds(PerformancePolicy), out.profile.clock
         amp_counts = out.profile.amp
-        comparison = perf_amp.compare(timings["fp32"], timings["amp"], out.warmup, out.min_steps, out.device, perf_amp.amp_active(amp_counts))
+        comparison = perf_amp.compare(timings["fp32"], timings["amp"], out.warmup, out.min_steps, out.device, perf_amp.amp_active(amp_counts), perf_amp.reduced_dtype(amp_counts))
         amp_metrics = perf_amp.metrics(comparison, policy, amp_counts)
         out.metrics += amp_metrics
         location = perf_amp.amp_location(amp_counts, clock.forward_sites)

@@ -348,6 +348,9 @@ class AmpComparison(Measured):
     speedup_spread: SpreadRecord | None
     memory_reduction: float | None
     loss_drift: float | None
+    loss_drift_interval: tuple[float, float] | None = None  # two standard errors of the paired final steps
+    reduced_dtype: str | None = None  # the AMP run's reduced matmul dtype
+    drift_explained: float | None = None  # that dtype's unit roundoff: what its rounding alone explains
 
 
 class AmpDetails(AmpComparison):

@@ -72,6 +72,35 @@ def test_amp_speedup_carries_its_interval_and_says_within_noise(tmp_path: Path) 
     assert re.search(r"95 % interval \d\.\d\d–\d\.\d\dx", speed.note or "")
 
 
+def test_an_amp_drift_blocks_only_past_its_margin_on_this_device(tmp_path: Path) -> None:
+    """Pytorch-UNet's fix commit drifted 1.04 % on one CPU against a 1 % tolerance: a
+    bfloat16 run's rounding (2^-8, 0.39 %) and the paired steps' spread explain that much, so
+    it is reported as not judged; a drift past the tolerance plus that margin blocks."""
+    ctx = make_ctx(tmp_path)
+    policy = ctx.thresholds(PerformancePolicy)
+    assert perf_amp.reduced_dtype(ACTIVE) == "bfloat16" and perf_amp.reduced_dtype(INACTIVE) is None
+    fp32_losses = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.5, 0.5, 0.5, 0.5]
+    edge = perf_amp.compare(clock([10.0] * 10, fp32_losses), clock([10.0] * 10, [*fp32_losses[:5], 0.5052, 0.5050, 0.5053, 0.5051, 0.5054]), 3, 5, "cpu", True, "bfloat16")
+    assert edge.loss_drift is not None and 0.01 < edge.loss_drift < 0.0139 and edge.drift_explained == 2.0**-8
+    assert perf_amp.accuracy_finding(ctx, edge, policy, None) is None
+    [drift] = [m for m in perf_amp.metrics(edge, policy, ACTIVE) if m.id == "amp.loss_drift"]
+    assert drift.passed is None and "not judged" in (drift.note or "")
+    # A 1.2 % drift: within what bfloat16 explains, past what float16 (a GPU's autocast,
+    # 0.05 %) does.
+    amp_tail = [*fp32_losses[:5], 0.5060, 0.5058, 0.5061, 0.5059, 0.5062]
+    assert perf_amp.accuracy_finding(ctx, perf_amp.compare(clock([10.0] * 10, fp32_losses), clock([10.0] * 10, amp_tail), 3, 5, "cpu", True, "bfloat16"), policy, None) is None
+    half = perf_amp.compare(clock([10.0] * 10, fp32_losses), clock([10.0] * 10, amp_tail), 3, 5, "cuda", True, "float16")
+    finding = perf_amp.accuracy_finding(ctx, half, policy, None)
+    assert finding is not None and finding.evidence.data["reduced_dtype"] == "float16"
+    # A noisy drift whose paired steps scatter around it: not judged either.
+    noisy_amp = [*fp32_losses[:5], 0.45, 0.56, 0.47, 0.58, 0.52]
+    scattered = perf_amp.compare(clock([10.0] * 10, fp32_losses), clock([10.0] * 10, noisy_amp), 3, 5, "cpu", True, "float16")
+    assert scattered.loss_drift is not None and scattered.loss_drift > 0.02 and perf_amp.accuracy_finding(ctx, scattered, policy, None) is None
+    # Far past: blocks on a CPU too.
+    far = perf_amp.compare(clock([10.0] * 10, fp32_losses), clock([10.0] * 10, [*fp32_losses[:5], 0.6, 0.6, 0.6, 0.6, 0.6]), 3, 5, "cpu", True, "bfloat16")
+    assert perf_amp.accuracy_finding(ctx, far, policy, None) is not None
+
+
 def test_inactive_amp_reports_no_speedup_even_when_the_timings_differ(tmp_path: Path) -> None:
     ctx = make_ctx(tmp_path)
     assert perf_amp.amp_active(INACTIVE) is False and perf_amp.amp_active(ACTIVE) is True and perf_amp.amp_active(None) is None
