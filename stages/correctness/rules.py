@@ -49,8 +49,9 @@ RULES: tuple[Rule, ...] = (
         impact="Part of the model is never trained: a layer created after the optimizer, a second model never registered, or a branch cut off from the loss (a dead branch, `detach()`, `torch.no_grad()` around part of the forward).",
         fix="Build the optimizer after the whole model and from all of its parameters, and make sure the loss depends on the parameter shown (or set requires_grad=False on it if it is meant to stay fixed).",
         note="Medium (not blocking by default) when the module holding the parameters never ran a forward, or ran one with gradients recorded whose output no `detach()`, "
-        "`.data` or `torch.no_grad()` cut and no loss used: its output reaches no loss (an unused head left in the optimizer). Located at the cut where one was seen, "
-        "and at the optimizer's construction for parameters it left out.",
+        "`.data` or `torch.no_grad()` cut and no loss used: its output reaches no loss (an unused head left in the optimizer); medium too when no cut was seen "
+        "(the run's data may never take the path that uses them). High for a cut only where one was seen, located there, "
+        "and at the optimizer's construction for parameters it left out (of several optimizers, the one over their siblings).",
     ),
     Rule(
         category=UNUSED_PARAMETER, stage=STAGE, severity=Severity.HIGH,

@@ -29,7 +29,7 @@ def _not_in_optimizer(ctx: StageContext, steps: StepsPayload, fallback: Location
     outside = steps.not_in_optimizer
     if not outside:
         return []
-    built = _optimizer_site(steps)
+    built = _optimizer_site(steps, outside)
     left_out = f" The optimizer built at {_line(steps, built)} left them out." if built is not None else ""
     return [
         _finding(
@@ -53,9 +53,28 @@ def _without_gradient(ctx: StageContext, steps: StepsPayload, fallback: Location
     ran = [p for p in steps.no_gradient if p.forward_ran is not False]
     # Watched after a step found them without a gradient: ran with gradients recorded and met no cut.
     unreached = [p for p in ran if p.watched_forward and p.cut is None]
-    cut = [p for p in ran if p not in unreached]
+    # A cut blocks only where one was seen (a detach, `.data`, a no_grad forward at its line).
+    cut = [p for p in ran if p.cut is not None]
+    unseen = [p for p in ran if p not in unreached and p.cut is None]
     if cut:
         findings.append(_cut_finding(ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback))
+    if unseen:
+        findings.append(
+            _finding(
+                ctx, steps, unseen, len(unseen), fallback,
+                reason="not-reached",
+                severity=Severity.MEDIUM,
+                title="{count} parameter(s) in an optimizer group got no gradient in this run, and no cut was seen, e.g. `{name}`",
+                problem=(
+                    "{names} are in an optimizer group ({optimizers}) and their module ran, but their `.grad` was None at every one of the "
+                    f"{steps.steps} optimizer steps, and no `detach()`, `.data` or `torch.no_grad()` was seen cutting them from a loss: the run's own "
+                    "data may never take the path that uses them (a parameter used only for inputs of another kind, as a scale used only for "
+                    "continuous columns when the data has none). Their module was built at {site}."
+                ),
+                impact="With other data they may train; with this data they stay at their initialisation, and weight decay still moves them.",
+                fix="If the data that uses them is part of the task, make the configured run's data reach them; otherwise nothing to change.",
+            )
+        )
     if unreached:
         findings.append(
             _finding(
@@ -154,10 +173,30 @@ def _finding(
     )
 
 
-def _optimizer_site(steps: StepsPayload) -> int | None:
-    """The line that built the optimizers that stepped, when they were all built at one line."""
+def _optimizer_site(steps: StepsPayload, outside: list[ParameterDescription]) -> int | None:
+    """The line that built the optimizer that left `outside` out: the one line all the
+    optimizers were built at; else, of several (a dict of optimizers, one per sub-model), the
+    one whose parameters sit nearest the left-out ones in their model (`vae.encoder` is
+    `vae.decoder`'s sibling; a discriminator's optimizer shares nothing with them)."""
     built = {o.site for o in steps.optimizers}
-    return built.pop() if len(built) == 1 else None
+    if len(built) == 1:
+        return built.pop()
+    scores = [(max((_shared(module, p) for module in o.modules for p in outside), default=0), o.site) for o in steps.optimizers if o.site is not None]
+    ranked = sorted(scores, key=lambda item: -item[0])
+    if not ranked or ranked[0][0] == 0 or (len(ranked) > 1 and ranked[1][0] == ranked[0][0] and ranked[1][1] != ranked[0][1]):
+        return None  # no optimizer, or two equally near: none is named
+    return ranked[0][1]
+
+
+def _shared(module: str, param: ParameterDescription) -> int:
+    """How many leading module names `module` (`Root:vae.encoder.0`) shares with `param`'s, in
+    the same root model; 0 in another (1 for the root itself, so that a sibling at the top counts)."""
+    root, _, path = module.partition(":")
+    if param.root is None or param.name is None or root != param.root:
+        return 0
+    mine, theirs = path.split(".") if path else [], param.name.split(".")[:-1]
+    shared = next((i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b), min(len(mine), len(theirs)))
+    return 1 + shared
 
 
 def _short(steps: StepsPayload, index: int | None) -> str:

@@ -53,6 +53,7 @@ class OptimizerRecord(Payload):
     class_: str = Field(alias="class")
     groups: list[OptimizerGroup]
     site: int | None = None  # the line that built it (an index into the payload's sites); None where not seen
+    modules: list[str] = Field(default_factory=list)  # `Root:module.path` of its parameters' modules, distinct
 
 
 class SchedulerRecord(Payload):

@@ -219,7 +219,7 @@ class StepWatch:
         assert self.sites is not None
         self._note_foreign_grads()
         names = self._names()
-        optimizers, in_group = self._optimizer_records()
+        optimizers, in_group = self._optimizer_records(names)
         no_grad, never_changed = self._unmoved(in_group, names)
         outside = self._outside_optimizers(in_group, names)
         return StepsPayload.sent({
@@ -241,18 +241,25 @@ class StepWatch:
             "sites": self.sites.sites,
         })
 
-    def _optimizer_records(self) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
-        """Each optimizer's class, groups and construction site, and id(parameter) -> (optimizer,
-        group) of the first group holding it."""
+    def _optimizer_records(self, names: dict[int, tuple[Any, dict[str, Any]]]) -> tuple[list[dict[str, Any]], dict[int, tuple[int, int]]]:
+        """Each optimizer's class, groups, construction site and the modules its parameters
+        belong to (`Root:encoder.0`: which optimizer left a sibling out), and id(parameter) ->
+        (optimizer, group) of the first group holding it."""
         in_group: dict[int, tuple[int, int]] = {}
         optimizers = []
         for o_index, optimizer in enumerate(self.optimizers):
-            groups = []
+            groups, modules = [], []
             for g_index, group in enumerate(optimizer.param_groups):
                 for p in group["params"]:
                     in_group.setdefault(id(p), (o_index, g_index))
+                    named = names.get(id(p))
+                    if named is not None and len(modules) < MAX_NAMED:
+                        modules.append(f"{named[1]['root']}:{named[1]['name'].rpartition('.')[0]}")
                 groups.append({"lr": _number(group.get("lr")), "params": len(group["params"])})
-            optimizers.append({"class": type(optimizer).__name__, "groups": groups, "site": self.optimizer_sites.site(optimizer) if self.optimizer_sites else None})
+            optimizers.append({
+                "class": type(optimizer).__name__, "groups": groups, "site": self.optimizer_sites.site(optimizer) if self.optimizer_sites else None,
+                "modules": list(dict.fromkeys(modules)),
+            })
         return optimizers, in_group
 
     def _unmoved(self, in_group: dict[int, tuple[int, int]], names: dict[int, tuple[Any, dict[str, Any]]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
