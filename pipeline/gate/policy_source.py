@@ -160,7 +160,8 @@ def resolve_policy(target: PolicyConfig, target_file: str | None, ci: CiPolicy |
 
 def pin_suite(config: TargetConfig, policy: PolicyConfig, provenance: PolicyProvenance) -> tuple[TargetConfig, PolicyProvenance]:
     """Apply the CI's pinned suite, and say in the provenance where the test list came from:
-    `ci-policy` (pinned), `target` (its `tests` key) or `default` (`["tests"]`)."""
+    `ci-policy` (pinned), `target` (its `tests` key) or `default` (None: what pytest collects
+    from the root by its own rules)."""
     if policy.tests is not None:
         config, source = config.model_copy(update={"tests": list(policy.tests)}), CI
     else:

@@ -291,8 +291,10 @@ class TargetConfig(BaseModel):
     # Extra keys are allowed only as the registered stages' sections (`_stage_sections`).
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     task: str | None = None
-    # pytest arguments; `false` declares that the repo has no test suite (pytest is not run).
-    tests: list[str] | Literal[False] = Field(default_factory=lambda: ["tests"])
+    # pytest arguments; `false` declares that the repo has no test suite (pytest is not run);
+    # unset: what pytest itself collects from the repo's root (its `testpaths`, `python_files`,
+    # or its discovery from the root, `tests/` included), not a fixed folder.
+    tests: list[str] | Literal[False] | None = None
     timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S)
     entrypoint: EntrypointConfig | None = None
     # With no entrypoint configured: the most tests whose training the stages observe (each at
@@ -316,10 +318,10 @@ class TargetConfig(BaseModel):
 
     @field_validator("tests")
     @classmethod
-    def _tests_not_empty(cls, value: list[str] | Literal[False]) -> list[str] | Literal[False]:
+    def _tests_not_empty(cls, value: list[str] | Literal[False] | None) -> list[str] | Literal[False] | None:
         # An empty list would run pytest on the current folder's defaults, or on nothing: ambiguous.
         if value == []:
-            raise ValueError("an empty list runs no suite; give the pytest arguments (the default is [\"tests\"]), or `tests = false` to declare that the repo has no test suite")
+            raise ValueError("an empty list runs no suite; give the pytest arguments (leave `tests` out for what pytest collects itself), or `tests = false` to declare that the repo has no test suite")
         return value
 
     @model_validator(mode="after")
@@ -333,6 +335,12 @@ class TargetConfig(BaseModel):
     @property
     def has_test_suite(self) -> bool:
         return self.tests is not False
+
+    def tests_described(self) -> str:
+        """The suite as the reports name it: the configured arguments, or pytest's own discovery."""
+        if self.tests is None:
+            return "what pytest collects from the repo's root by its own rules (its `testpaths` where set)"
+        return f"`tests = {self.tests}`" if self.tests is not False else "no suite (`tests = false`)"
 
     @model_validator(mode="before")
     @classmethod

@@ -38,3 +38,20 @@ def _holds_pytest_config(path: Path) -> bool:
         return parser.has_section("pytest" if path.name == "tox.ini" else "tool:pytest")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error):
         return False
+
+
+def testpaths_of(path: Path) -> list[str]:
+    """The `testpaths` a pytest configuration file sets; none where it sets none or cannot be read."""
+    try:
+        if path.name in ("pyproject.toml", "pytest.toml", ".pytest.toml"):
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            table = data.get("tool", {}).get("pytest", {}) if path.name == "pyproject.toml" else data.get("pytest", {})
+            table = table.get("ini_options", table) if isinstance(table, dict) else {}
+            value = table.get("testpaths", []) if isinstance(table, dict) else []
+            return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read(path, encoding="utf-8")
+        section = "tool:pytest" if path.name == "setup.cfg" else "pytest"
+        return parser.get(section, "testpaths", fallback="").split() if parser.has_section(section) else []
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, configparser.Error, AttributeError):
+        return []

@@ -220,7 +220,7 @@ def left_out_files(ctx: StageContext, result: SuiteResult, records: list[TestRec
             severity=Severity.LOW,
             title=f"{len(left)} test file{'s are' if len(left) > 1 else ' is'} not part of the test run: {first}",
             location=None,  # the cause is the configuration; the files are the evidence's locations
-            problem=f"{named} define{'s' if len(left) == 1 else ''} tests, but the suite the gate ran (`tests = {ctx.config.tests}`) did not collect {'it' if len(left) == 1 else 'them'}.",
+            problem=f"{named} define{'s' if len(left) == 1 else ''} tests, but the suite the gate ran ({ctx.config.tests_described()}) did not collect {'it' if len(left) == 1 else 'them'}.",
             impact="Their tests verify nothing in this run. If leaving them out is deliberate (they need packages the CI does not install), this note is the only trace of it.",
             fix="Add their folders to `tests`, or move them under a folder the suite runs; a file that is not a test module, rename it.",
             evidence=Evidence(

@@ -394,7 +394,7 @@ def no_tests(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Find
             fix=(
                 "Leave out the modules that cannot be imported here, or make them skip without what they need (the `test-environment` findings say how), so the rest of the suite runs."
                 if modules and result.ran == 0
-                else f"Make sure the paths in `tests` ({' '.join(ctx.config.tests or ['tests'])}) hold tests pytest collects and that nothing ends or empties the run; a repo without a test suite declares it with `tests = false`."
+                else f"Make sure the suite the gate ran ({ctx.config.tests_described()}) holds tests pytest collects and that nothing ends or empties the run: set `tests` to the test paths, or `tests = false` for a repo without a test suite."
             ),
             evidence=Evidence(
                 kind=EvidenceKind.OBSERVED,

@@ -112,6 +112,7 @@ class Accounting(Detail):
 class PytestDetails(Detail):
     command: str
     config_file: str | None
+    source: str = ""  # where the tests came from: the paths given, or pytest's own rules
     exit_status: int | None
     exit_meaning: str
     duration_s: float

@@ -257,6 +257,7 @@ def pytest_details(suite: SuiteRun, result: SuiteResult, accounting: Accounting)
     return PytestDetails(
         command=suite.command,
         config_file=suite.config_file,
+        source=suite.source,
         exit_status=code,
         exit_meaning=suite.child.signal_name or ("timed out" if suite.child.timed_out else exit_meaning(code if code is not None else -1, "not a pytest exit status")),
         duration_s=round(suite.child.duration_s, 3),

@@ -25,7 +25,7 @@ from traingate.stages.execution.details import SkipGroup, SuiteCounts
 from traingate.pipeline.supervision.isolation import ChildResult, python_argv, run_child
 from traingate.pipeline.supervision.warm_pool import WarmPool
 from traingate.stages.base import StageContext
-from traingate.stages.agent.pytest_config import find_pytest_config
+from traingate.stages.agent.pytest_config import find_pytest_config, testpaths_of
 from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_records
 from traingate.stages.contract.messages import PYTEST_EVENT, CoverageSpec, PytestRequest
 from traingate.stages.contract.pytest_events import (
@@ -95,6 +95,7 @@ class SuiteRun:
     # Why the events cannot be trusted (a record without this run's nonce, out of sequence,
     # garbage on the channel); the events are then empty and the stage fails closed.
     channel_problem: str | None = None
+    source: str = ""  # where the tests came from, as the report says it
 
     @property
     def command(self) -> str:
@@ -186,7 +187,19 @@ def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root:
         events=events,
         coverage_file=kept if kept.is_file() else None,
         channel_problem=problem,
+        source=_source(ctx, tests, config_file, root),
     )
+
+
+def _source(ctx: StageContext, tests: list[str] | None, config_file: Path | None, root: Path) -> str:
+    """Where the run's tests came from: the arguments given, or pytest's own rules."""
+    if tests is not None or ctx.config.tests:
+        return f"the test paths given: {' '.join(tests if tests is not None else ctx.config.tests or [])}"
+    where = config_file.relative_to(root).as_posix() if config_file else None
+    testpaths = testpaths_of(config_file) if config_file else []
+    if testpaths:
+        return f"pytest's `testpaths` in {where}: {' '.join(testpaths)} (no `tests` configured)"
+    return "pytest's own discovery from the repo's root (no `tests` configured, no `testpaths` set)"
 
 
 def decode_events(data: bytes, nonce: str) -> list[PytestEvent]:

@@ -234,6 +234,17 @@ def analyse(
     clock = profile.clock
     steps = clock.steps
     device: DeviceKind = "cuda" if clock.training_device.startswith("cuda") else "cpu"
+    if 0 < steps <= settings.warmup_steps:
+        # Every step was warm-up: nothing was measured, and that is not a pass.
+        return StageOutcome(
+            summary=f"not measured: {steps} optimizer step(s), all within the {settings.warmup_steps} warm-up steps",
+            skipped_reason=(
+                f"not measured: the instrumented run made {steps} optimizer step(s) on {device}, all within the first {settings.warmup_steps} "
+                "it treats as warm-up, so no step time, memory growth or sync rate was measured; give the run more steps "
+                "(the entrypoint's kwargs, or a test that trains longer) or lower [performance] warmup_steps"
+            ),
+            metrics=[Metric(id="steps.profiled", name="training steps observed", value=steps, unit="steps", note=f"all within the {settings.warmup_steps} warm-up steps: not measured")],
+        )
     out = PerformanceFacts(ctx, device, settings.warmup_steps, settings.min_steps, profile, timings, flag, environment)
     out.metrics.append(Metric(
         id="steps.profiled", name="training steps observed", value=steps, unit="steps",

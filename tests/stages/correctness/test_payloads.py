@@ -386,7 +386,7 @@ def test_a_probe_whose_data_does_not_fit_its_model_is_reported_as_a_failed_colle
         def collect(self) -> dict[str, Any]:
             return OneBatchPayload.sent({**VALID[ONE_BATCH], "batches_repeated": "two"})
 
-    payload = collect_payload(Drifted())
+    payload = collect_payload(ONE_BATCH, Drifted())
     error = instruments.collect_error(payload)
     assert error is not None and "ValidationError" in error and "batches_repeated" in error
     assert HarnessResult.model_validate(harness_result(ONE_BATCH, payload), context=READ_BY_STAGE).instruments[ONE_BATCH] == payload

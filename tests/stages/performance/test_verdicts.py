@@ -116,6 +116,22 @@ def test_inactive_amp_reports_no_speedup_even_when_the_timings_differ(tmp_path: 
     assert perf_amp.target_findings(ctx, comparison, ctx.config.policy, None) == []
 
 
+def test_a_run_whose_every_step_was_warm_up_is_not_measured_never_passed(tmp_path: Path) -> None:
+    def profile(steps: int) -> dict[str, Any]:
+        return {
+            "clock": clock([5.0] * steps),
+            "memory": {"source": "live tensor storages (dispatch-mode registry)", "held_bytes": [1000] * steps, "peak_tracked_bytes": 2000, "checks": [], "growth_lines": [], "retained_at_end": []},
+            "syncs": {"records": []}, "amp": ACTIVE, "sampler": {"interval_s": 0.002, "samples": []},
+        }
+
+    ctx = make_ctx(tmp_path, entrypoint={"call": "m:f"})
+    few = analyse(ctx, full_payload(profile(3)), {"default": clock([5.0] * 3)}, [], None)
+    assert few.skipped_reason is not None and few.skipped_reason.startswith("not measured: the instrumented run made 3 optimizer step(s)")
+    assert few.findings == [] and "warm-up" in few.summary
+    enough = analyse(ctx, full_payload(profile(12)), {"default": clock([5.0] * 12)}, [], None)
+    assert enough.skipped_reason is None and enough.summary.startswith("Profiled 9 training steps")
+
+
 def test_analyse_with_inactive_amp_says_so_and_prints_no_ratio(tmp_path: Path) -> None:
     profile = {
         "clock": clock([5.0] * 20),
