@@ -73,7 +73,9 @@ def skipped_clears(root: Path, where: list[tuple[str, int]], calls: Mapping[tupl
     ran), each with the branch that kept it from running, the likeliest cause first.
 
     The branch named is the outermost one above the call that the run never entered (no line
-    that ran lies in that arm); for a call that ran now and then, its innermost branch. The
+    that ran lies in that arm); for a call that ran now and then, its innermost branch. A call
+    that ran but sits outside the loop that steps (a clear before the loop) is no candidate: it
+    was never meant to run at every step. The
     likeliest cause is the clear nearest the step: the one inside the most branches that also
     hold the step or the backward (a clear under the step's own `if` was meant to follow it;
     one at the top of the function that runs on an epoch's first batch was not), then the one
@@ -87,10 +89,13 @@ def skipped_clears(root: Path, where: list[tuple[str, int]], calls: Mapping[tupl
         anchors = {at for p, at in where if p == path}
         reached = anchors | {at for (p, at), n in calls.items() if p == path and n > 0}
         for function in _functions_holding(tree, line):
+            loop = _innermost_loop(function, line)
             for call, chain in _clearing_calls(function):
                 key, ran = (path, call.lineno), calls.get((path, call.lineno), 0)
                 if ran >= steps or key in found:
                     continue
+                if ran and loop is not None and not any(arm.node is loop for arm in chain):
+                    continue  # it ran, outside the loop that steps: a clear before the loop, not one skipped
                 skipping = next((arm for arm in chain if not arm.holds(reached)), None) if not ran else None
                 branch = skipping or (chain[-1] if chain else None)
                 near = sum(1 for arm in chain if arm.holds(anchors))
@@ -117,6 +122,23 @@ def _functions_holding(tree: ast.AST, line: int) -> list[ast.FunctionDef | ast.A
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= (node.end_lineno or node.lineno)
     ]
     return [max(holding, key=lambda n: n.lineno)] if holding else []
+
+
+def _innermost_loop(function: ast.AST, line: int) -> ast.stmt | None:
+    """The innermost loop of the function (not of a function nested in it) whose body holds `line`."""
+    found: ast.stmt | None = None
+
+    def visit(node: ast.AST) -> None:
+        nonlocal found
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(child, (ast.For, ast.AsyncFor, ast.While)) and child.body and child.body[0].lineno <= line <= (child.body[-1].end_lineno or child.lineno):
+                found = child
+            visit(child)
+
+    visit(function)
+    return found
 
 
 def _clearing_calls(function: ast.AST) -> list[tuple[ast.Call, list[_Arm]]]:

@@ -94,9 +94,12 @@ def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int
     # A graph seen released at an epoch's end is that leak, not one that grows for ever.
     epochs = epoch_graphs(memory)
     released = {e.description for e in epochs}
-    findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g.growing and g.holder.description not in released]
-    findings += [epoch_finding(ctx, e, device) for e in epochs]
     kept = kept_graphs(memory)
+    # A container of step graphs (`losses`) that the bytes' verdict names as the holder is that
+    # leak, one verdict with both measures, not a second finding.
+    bytes_holder = attribution.holder.description if attribution.holder is not None and (verdict.leak or (kept is not None and verdict.steps >= min_steps)) else None
+    findings = [_graph_finding(ctx, g, memory, device, host_leak) for g in graphs if g.growing and g.holder.description not in released and g.holder.description != bytes_holder]
+    findings += [epoch_finding(ctx, e, device) for e in epochs]
     nodes = node_growth(graphs, kept if verdict.steps >= min_steps else None)
     if verdict.leak:
         findings.insert(0, _finding(ctx, verdict, attribution, memory, device, nodes=nodes))

@@ -251,3 +251,17 @@ def test_among_several_clears_the_one_beside_the_step_is_the_cause_with_the_bran
     assert (first.line, first.branch_line, second.line, second.branch_line) == (13, 10, 5, 4)
     # A clear that ran at every step is no cause.
     assert [c.line for c in skipped_clears(tmp_path, where, {("train.py", 13): 24, ("train.py", 5): 1}, 24)] == [5]
+
+
+ONCE_BEFORE = '''
+def train(model, optimizer, batches):
+    optimizer.zero_grad()
+    for x in batches:
+        model(x).sum().backward()
+        optimizer.step()
+'''
+
+
+def test_a_clear_that_ran_once_before_the_stepping_loop_is_no_cause(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(ONCE_BEFORE)
+    assert skipped_clears(tmp_path, [("train.py", 6), ("train.py", 5)], {("train.py", 3): 1}, 8) == []
