@@ -29,12 +29,13 @@ from traingate.pipeline.supervision.lifecycle import (
     write_atomic,
 )
 from traingate.pipeline.gate.merge import MergeError, load_report, merge_reports
-from traingate.pipeline.gate.orchestrator import RunRequest, config_error_report, run_pipeline
+from traingate.pipeline.gate import base_revision
+from traingate.pipeline.gate.orchestrator import RunRequest, baseline_unavailable_report, config_error_report, run_pipeline
 from traingate.pipeline.gate.outputs import FORMATS, FormatError, Written, display_path, parse_formats, repository_root, run_facts, write_reports
 from traingate.pipeline.gate.policy_source import POLICY_ENV, PolicyFileError, ci_policy_path, load_ci_policy, pin_suite, resolve_policy
 from traingate.pipeline.supervision.processes import become_subreaper, kill_descendants
 from traingate.pipeline.model.registry import RegistryError, build_registry, history_metrics, rule_table, stage_names
-from traingate.pipeline.model.schema import PipelineReport, PolicyProvenance, StageReport
+from traingate.pipeline.model.schema import BaselineSource, PipelineReport, PolicyProvenance, StageReport
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.reports import render_summary
 from traingate.reports.history import render_history_md
@@ -81,7 +82,24 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated stages to run, in this order: {_listed_stages()} (default: all)",
     )
     run.add_argument("--out", type=Path, help="output folder (default: traingate-reports/<task>/<version>)")
-    run.add_argument("--baseline", type=Path, metavar="REPORT_JSON", help="an earlier report.json to compare findings and metrics with")
+    run.add_argument(
+        "--baseline",
+        metavar="REPORT_JSON|REVISION",
+        help="what this version is judged against: an earlier report.json, or a git revision of the target (origin/main, a tag, a sha) "
+        "whose kept report is used, or which is verified first from a clean tree of that commit (docs/ci.md)",
+    )
+    run.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep this run's report in --reports as its commit's, for pull requests based on it (a push to the default branch; "
+        "kept only when the checkout is that commit with no uncommitted change)",
+    )
+    run.add_argument(
+        "--reports",
+        type=Path,
+        metavar="DIR",
+        help=f"where the reports of baseline revisions are kept, one per commit and task (default: {base_revision.DEFAULT_REPORTS})",
+    )
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the target runs (default: auto = cuda when available)")
     run.add_argument(
         "--policy",
@@ -301,9 +319,17 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     show_progress = args.verbose or (not args.quiet and sys.stdout.isatty())
     request = RunRequest(
         root=inputs.root, task=inputs.task, version=inputs.version, stages=inputs.stages, out=inputs.out, device=inputs.device,
-        baseline=inputs.baseline, baseline_path=str(args.baseline) if args.baseline else None,
+        baseline=inputs.baseline, baseline_path=inputs.baseline_path,
+        baseline_source=inputs.baseline_source,
         observers=[ProgressPrinter()] if show_progress else [], policy=inputs.policy,
     )
+    if inputs.baseline_problem is not None:
+        print(f"traingate: baseline unavailable: {inputs.baseline_problem}", file=sys.stderr)
+        report = baseline_unavailable_report(request, str(args.baseline), inputs.baseline_problem)
+        emit_outputs(report, inputs, args)
+        if not args.quiet:
+            print_summary(report)
+        return ExitCode.BLOCK
     if inputs.config_problem is not None or inputs.config is None:
         problem = inputs.config_problem
         assert problem is not None
@@ -313,6 +339,10 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
         return ExitCode.USAGE
     report = run_pipeline(request, inputs.config, registry)
     emit_outputs(report, inputs, args)
+    if args.keep:
+        policy_file = ci_policy_path(args.policy)
+        store = (args.reports or base_revision.DEFAULT_REPORTS).resolve()
+        print(f"traingate: {base_revision.keep(inputs.root, inputs.out / 'report.json', store, policy_file.resolve() if policy_file else None)}", file=sys.stderr)
     if not args.quiet:
         print_summary(report)
         print(f"Reports: {display_path(inputs.out)}")
@@ -374,6 +404,9 @@ class RunInputs:
     version: str
     out: Path
     formats: list[str]
+    baseline_path: str | None = None
+    baseline_source: BaselineSource | None = None  # a revision's: its commit and how its report was had
+    baseline_problem: str | None = None  # a revision that gave no baseline: the run is a blocking report saying why
 
 
 def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> RunInputs:
@@ -387,7 +420,8 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
         formats = parse_formats(args.formats)
     except FormatError as exc:
         raise UsageError(f"--format: {exc}") from None
-    baseline = read_baseline(args.baseline) if args.baseline is not None else None
+    report_given = args.baseline is not None and base_revision.is_report_path(args.baseline)
+    baseline = read_baseline(Path(args.baseline)) if report_given else None
     ci_path = ci_policy_path(args.policy)
     try:
         ci_policy = load_ci_policy(ci_path) if ci_path is not None else None
@@ -424,7 +458,23 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
             with contextlib.suppress(OSError):
                 out.rmdir()  # the folder this call made, still empty: a usage error leaves nothing
         raise
-    return RunInputs(root, stages, device, baseline, config, config_problem, policy, task, version, out, formats)
+    inputs = RunInputs(root, stages, device, baseline, config, config_problem, policy, task, version, out, formats, str(args.baseline) if report_given else None)
+    if args.baseline is not None and not report_given:
+        _baseline_revision(inputs, args, ci_path)
+    return inputs
+
+
+def _baseline_revision(inputs: RunInputs, args: argparse.Namespace, policy_file: Path | None) -> None:
+    """`--baseline REVISION`: its kept report, or its commit verified now, before any code of
+    this version runs (base_revision.py); a revision that gives none is the run's problem."""
+    rerun = ["--stages", ",".join(inputs.stages), "--device", inputs.device]
+    store = (args.reports or base_revision.DEFAULT_REPORTS).resolve()
+    found = base_revision.resolve(inputs.root, args.baseline, inputs.task, store, policy_file.resolve() if policy_file else None, rerun)
+    inputs.baseline_source = BaselineSource(revision=found.revision, commit=found.commit, how=found.source or None, note=found.note or found.problem or "")
+    if found.report is None:
+        inputs.baseline_problem = found.problem or "the baseline revision gave no report"
+        return
+    inputs.baseline, inputs.baseline_path = found.report, found.path
 
 
 def parse_stages(option: str | None, known: tuple[str, ...]) -> list[str]:

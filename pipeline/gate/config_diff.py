@@ -59,12 +59,15 @@ def _sections(config: TargetConfig) -> dict[str, Any]:
     return {key: value for key, value in dumped.items() if key not in _NOT_COMPARED}
 
 
-def _tests(base: list[str] | bool, current: list[str] | bool) -> list[Difference]:
+def _tests(base: list[str] | bool | None, current: list[str] | bool | None) -> list[Difference]:
+    """None: no `tests` set, what pytest collects by its own rules. Paths given where it was
+    unset can only select from what it collected; unset where paths were given collects them
+    and whatever else pytest finds."""
     if base == current:
         return []
-    if current is False:
+    if current is False or base is None:
         return [Difference("tests", base, current, NARROWS)]
-    if base is False:
+    if base is False or current is None:
         return [Difference("tests", base, current, WIDENS)]
     assert isinstance(base, list) and isinstance(current, list)
     removed = [a for a in base if a not in current]

@@ -36,6 +36,7 @@ from traingate.pipeline.model.registry import Stage, StageParts, parts, rule_tab
 from traingate.pipeline.model.rules import ANY_STAGE_CATEGORIES
 from traingate.pipeline.model.schema import (
     BaselineComparison,
+    BaselineSource,
     Category,
     Environment,
     Evidence,
@@ -86,6 +87,7 @@ class RunRequest:
     device: str  # resolved: "cpu" or "cuda"
     baseline: dict[str, Any] | None = None  # the --baseline report.json, checked against PipelineReport
     baseline_path: str | None = None
+    baseline_source: BaselineSource | None = None  # --baseline REVISION: its commit and how its report was had
     observers: list[Observer] = field(default_factory=list)
     # `module:function` building the stage registry inside each agent process.
     registry_factory: str = "traingate.pipeline.model.registry:build_registry"
@@ -617,6 +619,7 @@ def compare_baseline(request: RunRequest, reports: list[StageReport]) -> Baselin
     return BaselineComparison(
         path=request.baseline_path or "",
         version=base.version,
+        source=request.baseline_source,
         new_findings=sorted(new_ids - old_ids),
         fixed_findings=sorted(old_ids - new_ids),
         persisting_findings=sorted(old_ids & new_ids),
@@ -640,3 +643,24 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
     stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
     return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)
 
+
+
+def baseline_unavailable_report(request: RunRequest, revision: str, problem: str) -> PipelineReport:
+    """The report written when `--baseline REVISION` gave no baseline: one blocking finding
+    saying how to make the base reachable. Never a run without the baseline it was asked for."""
+    finding = make_finding(
+        stage=CONFIGURATION_STAGE,
+        category=Category.BASELINE_UNAVAILABLE,
+        title=f"The baseline {revision} could not be verified",
+        location=None,
+        problem=f"{problem}. Nothing was run: a change is judged against its base or not at all.",
+        fix=(
+            "Fetch the base into the checkout (actions/checkout with `fetch-depth: 0`, or `git fetch origin <base>`; on GitLab "
+            "`GIT_DEPTH: 0`), or give `--baseline` a report.json of the base."
+        ),
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=problem[:300], data={"revision": revision}),
+        block_on=set(),  # the rule always blocks
+        key=f"baseline:{revision}",
+    )
+    stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary="baseline unavailable", findings=[finding])
+    return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)

@@ -86,6 +86,15 @@ GATE_RULES: tuple[Rule, ...] = (
         fix="Read the traceback below; if it is a defect of traingate, report it with this report.json.",
     ),
     Rule(
+        category=Category.BASELINE_UNAVAILABLE, stage=ANY_STAGE, severity=Severity.CRITICAL,
+        description="the baseline revision the run was asked to judge against could not be had",
+        check="Resolves `--baseline REVISION` to a commit in the checkout, then uses that commit's kept report or verifies the commit first.",
+        measure="git's answer for the revision, and the base's own run.",
+        blocks=Blocks.ALWAYS,
+        impact="A change judged without its base escapes every check that rests on the baseline (its tests, configuration and training), so nothing is run.",
+        fix="Fetch the base into the checkout (actions/checkout `fetch-depth: 0`, `git fetch origin <base>`), or give `--baseline` a report.json of the base.",
+    ),
+    Rule(
         category=Category.CONFIG_ERROR, stage=ANY_STAGE, severity=Severity.CRITICAL,
         description="the target's configuration is invalid",
         check="Reads `[tool.traingate]` of pyproject.toml or traingate.toml and validates every key.",

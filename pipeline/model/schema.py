@@ -42,6 +42,7 @@ class Category(str):
     LEFTOVER_PROCESS: ClassVar[Category]
     TARGET_MODIFIED: ClassVar[Category]
     ENVIRONMENT: ClassVar[Category]
+    BASELINE_UNAVAILABLE: ClassVar[Category]
 
     def __new__(cls, value: str) -> Category:
         if isinstance(value, Category):
@@ -87,6 +88,7 @@ Category.CONFIG_ERROR = Category("config-error")
 Category.LEFTOVER_PROCESS = Category("leftover-process")
 Category.TARGET_MODIFIED = Category("target-modified")
 Category.ENVIRONMENT = Category("environment")
+Category.BASELINE_UNAVAILABLE = Category("baseline-unavailable")
 Category._builtin.extend(Category._interned.values())
 
 
@@ -458,10 +460,21 @@ class Environment(BaseModel):
     platform: str = ""
 
 
+class BaselineSource(BaseModel):
+    """`--baseline REVISION`: the commit it named and how its report was had."""
+
+    model_config = ConfigDict(extra="forbid")
+    revision: str
+    commit: str | None = None
+    how: Literal["kept", "verified"] | None = Field(default=None, description="kept: an earlier run's report of that commit; verified: made in this run")
+    note: str = ""
+
+
 class BaselineComparison(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str
     version: str | None = None
+    source: BaselineSource | None = Field(default=None, description="the revision it was given as, when --baseline named one")
     new_findings: list[str] = Field(default_factory=list, description="ids not in the baseline")
     fixed_findings: list[str] = Field(default_factory=list, description="baseline ids now gone")
     persisting_findings: list[str] = Field(default_factory=list, description="ids in both the baseline and this report")

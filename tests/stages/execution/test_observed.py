@@ -99,6 +99,15 @@ def test_the_limit_is_a_key_whose_lowering_narrows_what_is_verified() -> None:
     assert (lowered.key, lowered.effect) == ("observe_tests", NARROWS)
 
 
+def test_no_tests_set_is_pytests_discovery_and_paths_given_narrow_it() -> None:
+    assert TargetConfig().tests is None and TargetConfig().has_test_suite
+    assert "pytest collects" in TargetConfig().tests_described()
+    [given] = differences(TargetConfig(), None, TargetConfig(tests=["tests/test_a.py"]), None, pinned_suite=False)
+    assert (given.key, given.effect) == ("tests", NARROWS)
+    [unset] = differences(TargetConfig(tests=["tests"]), None, TargetConfig(), None, pinned_suite=False)
+    assert unset.key == "tests" and unset.effect != NARROWS
+
+
 def test_each_observed_test_gets_a_configuration_in_its_own_form() -> None:
     tests = [ObservedTest(nodeid="a.py::t", optimizer_steps=6, reason="r", baseline_form=True), ObservedTest(nodeid="b.py::t", optimizer_steps=4, reason="r")]
     observed = ObservedTraining(test="a.py::t", optimizer_steps=6, reason="r", min_steps=3, tests=tests)
