@@ -75,19 +75,33 @@ class Batch:
     inputs: list[tuple[Any, int]] = field(default_factory=list)  # (tensor, its batch dim)
 
 
-def find_batch(torch: Any, args: Any, kwargs: Any, batch_size: int | None, loader_shapes: set[tuple[int, ...]]) -> Batch | str:
+def time_major(torch: Any, module: Any) -> bool:
+    """The model's recurrent layers take (time, batch, ...) inputs (`batch_first=False`, torch's
+    default): with no DataLoader to say where the samples are, they are along dim 1, not 0."""
+    try:
+        recurrent = [m for m in module.modules() if isinstance(m, torch.nn.RNNBase)]
+    except Exception:  # noqa: BLE001 - a module that fails to list its submodules: no evidence
+        return False
+    return bool(recurrent) and not any(m.batch_first for m in recurrent)
+
+
+def find_batch(torch: Any, args: Any, kwargs: Any, batch_size: int | None, loader_shapes: set[tuple[int, ...]], module: Any = None) -> Batch | str:
     """The batch in a call's arguments, or why none can be identified. A tensor shaped as one
     the DataLoader handed out holds its samples along dim 0, where they were collated; any
-    other, along its only dimension of the batch's size."""
+    other, along its only dimension of the batch's size. With no DataLoader, dim 0, or dim 1
+    where the model's recurrent layers are time-major."""
     tensors = [t for t in leaves((args, kwargs)) if isinstance(t, torch.Tensor) and t.dim() >= 1]
     if not tensors:
         return "the model's forward takes no tensor batch"
     size, assumed = batch_size, batch_size is None
+    first = 1 if assumed and module is not None and time_major(torch, module) and tensors[0].dim() >= 2 else 0
     if size is None:
-        size = int(tensors[0].shape[0])
-    batch = Batch(size=size, dim=0 if assumed else -1, assumed=assumed)
+        size = int(tensors[0].shape[first])
+    batch = Batch(size=size, dim=first if assumed else -1, assumed=assumed)
     for tensor in tensors:
-        if assumed or tuple(tensor.shape) in loader_shapes:
+        if assumed:
+            dim = first if tensor.dim() > first and tensor.shape[first] == size else None
+        elif tuple(tensor.shape) in loader_shapes:
             dim = 0 if tensor.shape[0] == size else None
         else:
             dim = batch_dim(tensor.shape, size, None)
@@ -122,7 +136,7 @@ def judge(torch: Any, capture: Any, sites: SiteTable) -> dict[str, Any]:
     from . import mixing_trace
 
     model = capture.module
-    batch = find_batch(torch, capture.args, capture.kwargs, capture.batch_size, capture.loader_shapes)
+    batch = find_batch(torch, capture.args, capture.kwargs, capture.batch_size, capture.loader_shapes, capture.module)
     if isinstance(batch, str):
         return {"model": type(model).__name__, "applicable": False, "reason": batch}  # in MixingPayload's order
     common = {"model": type(model).__name__, "batch_size": batch.size, "batch_dim": batch.dim, "batch_dim_assumed": batch.assumed}

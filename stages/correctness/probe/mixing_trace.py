@@ -61,7 +61,7 @@ def _injected(torch: Any, model: Any, batch: Batch, nan_sample: int | None, trac
 
 def _fresh_batch(torch: Any, capture: Any) -> tuple[Any, Any, Batch]:
     args, kwargs = copy_tensors(torch, capture.args), copy_tensors(torch, capture.kwargs)
-    batch = find_batch(torch, args, kwargs, capture.batch_size, capture.loader_shapes)
+    batch = find_batch(torch, args, kwargs, capture.batch_size, capture.loader_shapes, capture.module)
     assert isinstance(batch, Batch)  # the same call was identified before
     return args, kwargs, batch
 

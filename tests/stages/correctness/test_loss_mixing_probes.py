@@ -190,6 +190,28 @@ def test_without_a_dataloader_dim_0_is_assumed_and_does_not_block(tmp_path: Path
     assert finding.severity is Severity.MEDIUM and not finding.blocking
 
 
+class _TimeMajor(torch.nn.Module):
+    """A recurrent model fed (time, batch, features), torch's default layout: clean."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rnn = torch.nn.LSTM(3, 8)
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x: Any) -> Any:
+        out, _ = self.rnn(x)
+        return self.head(out)
+
+
+def test_a_time_major_recurrent_model_without_a_dataloader_is_judged_along_its_batch(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    result = _mixing(_capture(_TimeMajor(), torch.randn(5, 6, 3), batch_size=None))
+    assert result["applicable"] and result["batch_dim"] == 1 and result["batch_dim_assumed"] is True
+    assert [s["others_count"] for s in result["samples"]] == [0, 0] and "mixing_op" not in result
+    findings, _ = mixing_check(_ctx(tmp_path), MixingPayload.model_validate(result), Location(path="train.py"))
+    assert findings == []
+
+
 @pytest.mark.parametrize(
     ("args", "batch_size", "shapes", "reason"),
     [
