@@ -28,6 +28,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -47,7 +48,7 @@ class BaseResolution:
     revision: str
     commit: str | None
     report: dict[str, object] | None
-    source: str  # "kept" or "verified"
+    source: Literal["kept", "verified"] | None  # None: it could not be had
     path: str  # the report.json used
     note: str  # how it was had, in a sentence
     problem: str | None = None
@@ -64,7 +65,7 @@ def resolve(root: Path, revision: str, task: str, store: Path, policy_file: Path
     commit = _commit(root, revision)
     if commit is None:
         return BaseResolution(
-            revision, None, None, "", "", "",
+            revision, None, None, None, "", "",
             problem=(
                 f"`--baseline {revision}` names no commit in this checkout: it is not a branch, tag or sha git knows here "
                 "(a shallow clone holds only the change's commit)"

@@ -82,24 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated stages to run, in this order: {_listed_stages()} (default: all)",
     )
     run.add_argument("--out", type=Path, help="output folder (default: traingate-reports/<task>/<version>)")
-    run.add_argument(
-        "--baseline",
-        metavar="REPORT_JSON|REVISION",
-        help="what this version is judged against: an earlier report.json, or a git revision of the target (origin/main, a tag, a sha) "
-        "whose kept report is used, or which is verified first from a clean tree of that commit (docs/ci.md)",
-    )
-    run.add_argument(
-        "--keep",
-        action="store_true",
-        help="keep this run's report in --reports as its commit's, for pull requests based on it (a push to the default branch; "
-        "kept only when the checkout is that commit with no uncommitted change)",
-    )
-    run.add_argument(
-        "--reports",
-        type=Path,
-        metavar="DIR",
-        help=f"where the reports of baseline revisions are kept, one per commit and task (default: {base_revision.DEFAULT_REPORTS})",
-    )
+    _baseline_options(run)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the target runs (default: auto = cuda when available)")
     run.add_argument(
         "--policy",
@@ -295,6 +278,28 @@ def history_command(folder: Path, out: Path | None) -> int:
     return ExitCode.PASS
 
 
+def _baseline_options(run: argparse.ArgumentParser) -> None:
+    """`--baseline`, `--keep` and `--reports`: what a run is judged against (base_revision.py)."""
+    run.add_argument(
+        "--baseline",
+        metavar="REPORT_JSON|REVISION",
+        help="what this version is judged against: an earlier report.json, or a git revision of the target (origin/main, a tag, a sha) "
+        "whose kept report is used, or which is verified first from a clean tree of that commit (docs/ci.md)",
+    )
+    run.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep this run's report in --reports as its commit's, for pull requests based on it (a push to the default branch; "
+        "kept only when the checkout is that commit with no uncommitted change)",
+    )
+    run.add_argument(
+        "--reports",
+        type=Path,
+        metavar="DIR",
+        help=f"where the reports of baseline revisions are kept, one per commit and task (default: {base_revision.DEFAULT_REPORTS})",
+    )
+
+
 def interrupted(stop: Interrupted) -> int:
     """SIGINT/SIGTERM: kill every process the run started, leave no verdict, exit 130/143."""
     stop_after_interrupt()
@@ -470,7 +475,7 @@ def _baseline_revision(inputs: RunInputs, args: argparse.Namespace, policy_file:
     rerun = ["--stages", ",".join(inputs.stages), "--device", inputs.device]
     store = (args.reports or base_revision.DEFAULT_REPORTS).resolve()
     found = base_revision.resolve(inputs.root, args.baseline, inputs.task, store, policy_file.resolve() if policy_file else None, rerun)
-    inputs.baseline_source = BaselineSource(revision=found.revision, commit=found.commit, how=found.source or None, note=found.note or found.problem or "")
+    inputs.baseline_source = BaselineSource(revision=found.revision, commit=found.commit, how=found.source, note=found.note or found.problem or "")
     if found.report is None:
         inputs.baseline_problem = found.problem or "the baseline revision gave no report"
         return

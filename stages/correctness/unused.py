@@ -59,22 +59,7 @@ def _without_gradient(ctx: StageContext, steps: StepsPayload, fallback: Location
     if cut:
         findings.append(_cut_finding(ctx, steps, cut, len(cut) if len(cut) < len(steps.no_gradient) else steps.no_gradient_count, fallback))
     if unseen:
-        findings.append(
-            _finding(
-                ctx, steps, unseen, len(unseen), fallback,
-                reason="not-reached",
-                severity=Severity.MEDIUM,
-                title="{count} parameter(s) in an optimizer group got no gradient in this run, and no cut was seen, e.g. `{name}`",
-                problem=(
-                    "{names} are in an optimizer group ({optimizers}) and their module ran, but their `.grad` was None at every one of the "
-                    f"{steps.steps} optimizer steps, and no `detach()`, `.data` or `torch.no_grad()` was seen cutting them from a loss: the run's own "
-                    "data may never take the path that uses them (a parameter used only for inputs of another kind, as a scale used only for "
-                    "continuous columns when the data has none). Their module was built at {site}."
-                ),
-                impact="With other data they may train; with this data they stay at their initialisation, and weight decay still moves them.",
-                fix="If the data that uses them is part of the task, make the configured run's data reach them; otherwise nothing to change.",
-            )
-        )
+        findings.append(_not_reached_finding(ctx, steps, unseen, fallback))
     if unreached:
         findings.append(
             _finding(
@@ -108,6 +93,24 @@ def _without_gradient(ctx: StageContext, steps: StepsPayload, fallback: Location
             )
         )
     return findings
+
+
+def _not_reached_finding(ctx: StageContext, steps: StepsPayload, unseen: list[GroupParameter], fallback: Location) -> Finding:
+    """Medium: no gradient, and no cut seen; the run's data may not take the path that uses them."""
+    return _finding(
+        ctx, steps, unseen, len(unseen), fallback,
+        reason="not-reached",
+        severity=Severity.MEDIUM,
+        title="{count} parameter(s) in an optimizer group got no gradient in this run, and no cut was seen, e.g. `{name}`",
+        problem=(
+            "{names} are in an optimizer group ({optimizers}) and their module ran, but their `.grad` was None at every one of the "
+            f"{steps.steps} optimizer steps, and no `detach()`, `.data` or `torch.no_grad()` was seen cutting them from a loss: the run's own "
+            "data may never take the path that uses them (a parameter used only for inputs of another kind, as a scale used only for "
+            "continuous columns when the data has none). Their module was built at {site}."
+        ),
+        impact="With other data they may train; with this data they stay at their initialisation, and weight decay still moves them.",
+        fix="If the data that uses them is part of the task, make the configured run's data reach them; otherwise nothing to change.",
+    )
 
 
 _CUTS = {"detach": "`detach()`", "data": "`.data`", "no_grad": "a forward under `torch.no_grad()`"}

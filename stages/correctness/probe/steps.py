@@ -248,7 +248,8 @@ class StepWatch:
         in_group: dict[int, tuple[int, int]] = {}
         optimizers = []
         for o_index, optimizer in enumerate(self.optimizers):
-            groups, modules = [], []
+            groups: list[dict[str, Any]] = []
+            modules: list[str] = []
             for g_index, group in enumerate(optimizer.param_groups):
                 for p in group["params"]:
                     in_group.setdefault(id(p), (o_index, g_index))

@@ -24,7 +24,7 @@ def _target(tmp_path: Path, pyproject: str = "", traingate: str | None = None) -
 
 def test_no_configuration_gives_defaults(tmp_path: Path) -> None:
     config, source = load_config(_target(tmp_path))
-    assert source is None and config.tests == ["tests"] and config.entrypoint is None
+    assert source is None and config.tests is None and "pytest collects" in config.tests_described() and config.entrypoint is None
     assert config.policy.amp_speedup_min == 1.5 and [s.value for s in config.policy.block_on] == ["critical", "high"]
 
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 import weakref
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,7 +239,7 @@ def test_call_original_hands_on_what_the_replaced_function_raised() -> None:
     assert faults.raised_in_gate(ours.value.__traceback__)
 
 
-class _Refuses(object):
+class _Refuses:
     @property
     def __class__(self) -> type:  # type: ignore[override]
         raise RuntimeError("no __class__")
