@@ -34,6 +34,7 @@ from traingate.pipeline.model.schema import (
     Finding,
     Location,
     PipelineReport,
+    RunLeft,
     Severity,
     StageOutcome,
     TrainingStopped,
@@ -42,7 +43,7 @@ from traingate.stages.contract import instruments
 from traingate.stages.common.channel import ChannelError, ChannelSpec, new_nonce, read_single
 from traingate.stages.common.reads import FilesRead
 from traingate.pipeline.supervision.target_env import read_at_start, target_env
-from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, BudgetRecord, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, TargetFrame
+from traingate.stages.contract.messages import HARNESS_RESULT, MODELS_CONTEXT, BudgetRecord, DistributedRecord, DistributedSpec, EntrypointRequest, ExceptionRecord, HarnessResult, LeftModel, TargetFrame
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.agent.observed_test import TestTree, location_of_test, observed_test_tree
 
@@ -70,6 +71,8 @@ class StageContext:
     # What each child run of target code (pytest, entrypoint) opened for reading; None for a
     # run that handed back no record. The agent hands the union back with the stage's outcome.
     files_read: list[FilesRead | None] = field(default_factory=list, repr=False)
+    # How each run of the configured training ended (`RunLeft`), for the gate's unwatched comparison.
+    runs_left: list[RunLeft] = field(default_factory=list, repr=False)
     # Warm interpreters the entrypoint runs fork from (`traingate.pipeline.supervision.warm`); None: every
     # run starts a fresh interpreter. The stage agent sets it and closes it at the stage's end.
     warm: WarmPool | None = field(default=None, repr=False)
@@ -164,6 +167,11 @@ class StageContext:
         """Environment of a child that runs target code (`pipeline/supervision/target_env.py`)."""
         return target_env(os.environ, self.device, **extra)
 
+    def unwatched_env(self) -> dict[str, str]:
+        """`child_env` for the run that is compared with the watched ones: none of the gate's
+        own settings its start-up environment would show."""
+        return target_env(os.environ, self.device, unwatched=True)
+
     def read_at_start(self) -> list[str]:
         """What `child_env` sets that the user's environment did not and the child's harness takes
         out of the target's sight once its runtimes have read it (`stages/common/start_env.py`)."""
@@ -190,6 +198,7 @@ class CallRecord(BaseModel):
     distributed: DistributedRecord | None = None
     instruments: dict[str, dict[str, Any]] = Field(default_factory=dict)  # spec -> payload, or the collect()'s error
     budget: BudgetRecord | None = None  # what the step budget did, when one is configured
+    left: list[LeftModel] | None = None  # the models the call left (`stages/harness/left.py`)
 
 
 @dataclass(frozen=True)
@@ -302,7 +311,17 @@ def run_entrypoint(
     """
     with observed_test_tree(ctx) as tree:
         fields = _request_fields(ctx, amp, instruments or [], options or {}, deterministic, kwargs_override or {}, distributed, entrypoint)
-        return _run_entrypoint(ctx, label, tree, fields, budget_s, env)
+        run = _run_entrypoint(ctx, label, tree, fields, budget_s, env)
+    # The configured training as configured (not another's, other kwargs or ranks, nor a test):
+    # how it ended, for the gate's comparison of the unwatched run with the watched ones.
+    record = run.record
+    if tree is None and entrypoint is None and not kwargs_override and distributed is None and record is not None and run.ok and record.left is not None:
+        watched = bool(fields["instruments"]) or fields.get("max_steps") is not None or fields.get("max_batches") is not None
+        ctx.runs_left.append(RunLeft(
+            stage=ctx.stage, label=label, amp=fields.get("amp"), watched=watched, returned=record.returned,
+            models=[m.model_dump() for m in record.left],
+        ))
+    return run
 
 
 def _run_entrypoint(
@@ -379,6 +398,8 @@ def _request_fields(
         "max_batches": ep.max_batches,
         "max_steps": ep.max_steps,
         "read_at_start": ctx.read_at_start(),
+        # What the call left, read once it returned (`stages/harness/left.py`); not for other ranks.
+        "leave_digest": distributed is None,
     }
     if distributed is not None:
         fields["distributed"] = distributed.model_dump(mode="json")

@@ -53,6 +53,7 @@ from traingate.pipeline.model.schema import (
     TargetInfo,
 )
 from traingate.pipeline.gate.once_per_run import OncePerRun
+from traingate.pipeline.gate.unwatched import unwatched_findings
 from traingate.pipeline.gate.schedule import side_by_side, stage_groups, timed_first, usable_cores
 from traingate.pipeline.gate import observed_runs, observed_tests
 from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modification_finding, with_user_paths
@@ -138,8 +139,10 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
             agents.close()
     if config.entrypoint is None:
         reports = UnconfiguredHint(request.root).added_to_each(reports)
+    # What the unwatched run left against the watched runs: never waivable, so not adjudicated.
+    unwatched = unwatched_findings(reports, CONFIGURATION_STAGE, config.entrypoint.call if config.entrypoint else None, set(config.policy.block_on))
     acceptance = adjudicator.summary()
-    settled = configuration_stage([*checked, *waiver_findings(acceptance.waivers, config)])
+    settled = configuration_stage([*checked, *waiver_findings(acceptance.waivers, config), *unwatched])
     every = [settled, *reports] if settled is not None else reports
     assembled = assemble(request, every, started_at, time.monotonic() - started, compare_baseline(request, every))
     return assembled.model_copy(
@@ -154,8 +157,13 @@ def configuration_stage(findings: list[Finding]) -> StageReport | None:
         return None
     findings = sorted(findings, key=Finding.sort_key)
     status = stage_status(findings, None)
-    narrowed = sum(f.blocking for f in findings)
-    text = f"the change narrowed how it is verified: {narrowed} blocking finding(s)" if narrowed else "the change's configuration against the baseline's"
+    narrowed = sum(f.blocking for f in findings if f.category is Category.VERIFICATION_NARROWED)
+    others = sum(f.blocking for f in findings) - narrowed
+    text = (
+        f"the change narrowed how it is verified: {narrowed} blocking finding(s)" if narrowed and not others
+        else f"{narrowed + others} blocking finding(s) of the gate's own checks" if others
+        else "the change's configuration against the baseline's"
+    )
     return StageReport(name=CONFIGURATION_STAGE, status=status, score=stage_score(status, findings), duration_s=0.0, summary=text, findings=findings)
 
 
@@ -493,6 +501,7 @@ def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], dura
         training_stopped=outcome.training_stopped,
         observed_training=outcome.observed_training,
         observed_files=outcome.observed_files,
+        runs_left=outcome.runs_left,
     )
 
 

@@ -95,6 +95,16 @@ GATE_RULES: tuple[Rule, ...] = (
         fix="Fetch the base into the checkout (actions/checkout `fetch-depth: 0`, `git fetch origin <base>`), or give `--baseline` a report.json of the base.",
     ),
     Rule(
+        category=Category.UNWATCHED_DIVERGENCE, stage=ANY_STAGE, severity=Severity.HIGH,
+        description="the training leaves other results when the gate watches it than when nothing does",
+        check="Compares what the execution stage's smoke call (no instrument) left once it returned with what the other stages' instrumented runs of the same configuration, seed and AMP setting left: the models still alive (a digest of their parameters) and the returned value.",
+        measure="Exact equality, where the concurrency stage found the training deterministic (its same-seed runs identical); otherwise not measured (info).",
+        blocks=Blocks.POLICY,
+        impact="Every check of the stages describes a training that does not run when nobody watches: a change can pass the gate while the loop users run is broken.",
+        fix="Remove the code that reads the gate's marks (optimizer or module hooks, modes, trace functions, patched torch functions, the environment): train the same way whether or not anything observes the loop.",
+        note="Timings in returned values are left out. The gate's marks and what makes reading each pointless: docs/edited-tests.md.",
+    ),
+    Rule(
         category=Category.CONFIG_ERROR, stage=ANY_STAGE, severity=Severity.CRITICAL,
         description="the target's configuration is invalid",
         check="Reads `[tool.traingate]` of pyproject.toml or traingate.toml and validates every key.",

@@ -43,6 +43,7 @@ class Category(str):
     TARGET_MODIFIED: ClassVar[Category]
     ENVIRONMENT: ClassVar[Category]
     BASELINE_UNAVAILABLE: ClassVar[Category]
+    UNWATCHED_DIVERGENCE: ClassVar[Category]
 
     def __new__(cls, value: str) -> Category:
         if isinstance(value, Category):
@@ -89,6 +90,7 @@ Category.LEFTOVER_PROCESS = Category("leftover-process")
 Category.TARGET_MODIFIED = Category("target-modified")
 Category.ENVIRONMENT = Category("environment")
 Category.BASELINE_UNAVAILABLE = Category("baseline-unavailable")
+Category.UNWATCHED_DIVERGENCE = Category("unwatched-divergence")
 Category._builtin.extend(Category._interned.values())
 
 
@@ -326,6 +328,19 @@ class TestRecord(BaseModel):
     step_sites: list[str] = Field(default_factory=list, description="where it made them: `path:line` of the innermost frame of the target's code at each step and a digest of the stepped parameters' shapes, `path:line (parameters DIGEST)`, the most stepped first")
 
 
+class RunLeft(BaseModel):
+    """How one entrypoint run of a stage ended, for the gate's unwatched comparison
+    (`pipeline/gate/unwatched.py`): what it returned and the models it left (`stages/harness/left.py`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    stage: str
+    label: str
+    amp: bool | None
+    watched: bool  # the run carried instruments (or a step budget) the target's code could see
+    returned: Any = None
+    models: list[dict[str, Any]] = Field(default_factory=list)  # {model, parameters, digest}
+
+
 class TrainingStopped(BaseModel):
     """A fact a stage hands to the gate for the stages after it: one of its findings shows that
     the training function cannot run here (it crashed, packages it imports are missing, or its
@@ -414,6 +429,8 @@ class StageOutcome(BaseModel):
     # (the agent handed back none). The gate reads it, the report does not carry it.
     files_read: FilesRead | None = None
     training_stopped: list[TrainingStopped] = Field(default_factory=list)
+    # Every entrypoint run of the configured training, as it ended (the unwatched comparison).
+    runs_left: list[RunLeft] = Field(default_factory=list)
     # execution stage, no entrypoint configured: the test the later stages observe, and the
     # baseline's test files (path -> text, None: absent) it runs with in its baseline form.
     observed_training: ObservedTraining | None = None
@@ -440,6 +457,8 @@ class StageReport(BaseModel):
     # For the stages after it (`StageOutcome.observed_training`); the report carries the first at its top.
     observed_training: SkipJsonSchema[ObservedTraining | None] = Field(default=None, exclude=True)
     observed_files: SkipJsonSchema[dict[str, str | None]] = Field(default_factory=dict, exclude=True)
+    # For the gate's unwatched comparison (`StageOutcome.runs_left`); report.json does not carry it.
+    runs_left: SkipJsonSchema[list[RunLeft]] = Field(default_factory=list, exclude=True)
     observed_runs: list[ObservedRun] = Field(
         default_factory=list, description="a stage that observed the tests' training: each observed test it ran or did not reach, in order"
     )

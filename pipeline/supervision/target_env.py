@@ -16,19 +16,25 @@ def _names_the_gate(name: str) -> bool:
     return name == "_" or "TRAINGATE" in name.upper()
 
 
-def target_env(base: Mapping[str, str], device: str, **extra: str) -> dict[str, str]:
+def target_env(base: Mapping[str, str], device: str, *, unwatched: bool = False, **extra: str) -> dict[str, str]:
     """`base` with the device choice, a fixed hash seed, passive OpenMP waits, no bytecode written into the target's
     tree (the gate reads that tree after the run), and nothing of an enclosing pytest run (code
     that trains less under `PYTEST_CURRENT_TEST` must not do so because the gate itself runs
-    in a test job)."""
+    in a test job).
+
+    `unwatched`: the run compared with the watched ones (`pipeline/gate/unwatched.py`) gets
+    neither the fixed hash seed nor the waiting policy, which the process's start-up
+    environment (`/proc/self/environ`) would show it; only what the gate cannot leave out."""
     env = {k: v for k, v in base.items() if k not in FOREIGN_PYTEST_ENV and not _names_the_gate(k)}
-    env.setdefault("PYTHONHASHSEED", "0")
+    if not unwatched:
+        env.setdefault("PYTHONHASHSEED", "0")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     # OpenMP threads that wait for each other by spinning measure the machine's other work: on a
     # busy machine a spinning thread that lost its core holds every other one at the barrier, and
     # the same code ran 10 times slower in wall time and CPU time alike. Passive waiting leaves
     # the cores to whoever computes; a policy the user set is kept.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if not unwatched:
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     env.update(extra)

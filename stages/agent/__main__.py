@@ -74,7 +74,7 @@ def main() -> None:
             release_machine=lambda: channel.send(MACHINE_RELEASED, {}),
         )
         outcome = stage.run(ctx)
-        reply = AgentReply[StageOutcome](outcome=outcome.model_copy(update={"files_read": combined(ctx.files_read), "training_stopped": ctx.training_stopped}))
+        reply = AgentReply[StageOutcome](outcome=outcome.model_copy(update={"files_read": combined(ctx.files_read), "training_stopped": ctx.training_stopped, "runs_left": ctx.runs_left}))
     except BaseException as exc:  # noqa: BLE001 - the parent turns this into stage-error
         reply = AgentReply[StageOutcome](error="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:])
     finally:

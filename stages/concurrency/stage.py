@@ -32,11 +32,11 @@ from traingate.stages.agent.session import StageSession, run_outcome
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.agent.checks import Check, Checked, run_checks
 from traingate.stages.concurrency.checks import DataLoaderHazards, GradScalerProtocol, InstrumentedRun, NonBlockingCopies, StreamRaces
+from traingate.pipeline.model.returned import comparable_leaves
 from traingate.stages.concurrency.determinism import (
     Divergence,
     NondeterminismData,
     RunData,
-    comparable_leaves,
     compare,
     deterministic_op,
     nondeterminism_finding,

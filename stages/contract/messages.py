@@ -119,6 +119,9 @@ class EntrypointRequest(Strict):
     # Variables the gate set for the run's runtimes to read at start-up, which the harness takes
     # out of the target's sight once they have (`stages/common/start_env.py`).
     read_at_start: list[str] = Field(default_factory=list)
+    # Hand back the models the call left (`HarnessResult.left`): what an unwatched run and the
+    # watched ones are compared on (`stages/harness/left.py`).
+    leave_digest: bool = False
 
     @model_validator(mode="after")
     def _one_shape(self) -> EntrypointRequest:
@@ -258,6 +261,15 @@ class BudgetRecord(Strict):
         return "; ".join(parts) or "the step budget was not reached"
 
 
+class LeftModel(Strict):
+    """A model the call left: a root module alive after it returned, by class and parameter
+    count, with a digest of its parameters' values (`stages/harness/left.py`)."""
+
+    model: str
+    parameters: int
+    digest: str
+
+
 class HarnessResult(Strict):
     """What the entrypoint harness hands back after the call.
 
@@ -280,6 +292,7 @@ class HarnessResult(Strict):
     # What the run's processes opened for reading under the target's root (None: not recorded).
     reads: FilesRead | None = None
     budget: BudgetRecord | None = None  # with a step budget configured
+    left: list[LeftModel] | None = None  # with `leave_digest`, once the call returned
 
     @field_validator("instruments")
     @classmethod

@@ -63,7 +63,9 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None, beside: int 
     """The planned calls, side by side where `calls_at_once` allows, read in the plan's order."""
     result = SmokeResult()
     plan, result.notes = smoke_plan(ctx)
-    env = ctx.child_env()
+    # The smoke calls are the unwatched run the gate compares the watched ones with: no instrument,
+    # and none of the gate's own settings in the environment they start with.
+    env = ctx.unwatched_env()
     if len(plan) > 1 and calls_at_once(env, beside) >= len(plan):
         with ThreadPoolExecutor(max_workers=len(plan)) as pool:
             done = list(pool.map(lambda call: run_entrypoint(ctx, label=call[0], amp=call[1], env=env), plan))

@@ -47,6 +47,7 @@ from ..contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
 from ..common import guard, reads, start_env
 from . import budget as step_budget
 from . import faults
+from .left import left_models
 
 MAX_WARNINGS = 200
 # The return value's summary: no string longer than this, and the whole summary at most
@@ -355,6 +356,10 @@ def run(request: EntrypointRequest, hand_back: HandBack | None = None) -> dict[s
         result["instruments"] = {spec: collect_payload(spec, instrument) for spec, instrument in instruments.items()}
         if budget is not None:
             result["budget"] = budget.record()
+        if request.leave_digest and result["ok"]:
+            import torch
+
+            result["left"] = left_models(torch)  # once the instruments are done: none counts its reads
         return result
 
     def test_done(error: BaseException | None) -> NoReturn:

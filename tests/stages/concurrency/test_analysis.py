@@ -13,7 +13,8 @@ from traingate.pipeline.model.config import TargetConfig
 from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import EntrypointRun, StageContext
 from traingate.stages.concurrency.cuda import nonblocking_observed, stream_findings
-from traingate.stages.concurrency.determinism import RunData, comparable_leaves, compare, deterministic_op, rng_causes, same_value, side_by_side
+from traingate.pipeline.model.returned import comparable_leaves, same_value
+from traingate.stages.concurrency.determinism import RunData, compare, deterministic_op, rng_causes, side_by_side
 from traingate.stages.concurrency.loaders import loader_findings
 from traingate.stages.base import entrypoint_location
 from traingate.stages.concurrency.static import nonblocking_reads, set_iterations

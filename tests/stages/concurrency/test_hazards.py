@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import TARGETS, line_of, run_gate
 from traingate.pipeline.supervision.isolation import ChildResult
 from traingate.stages.base import EntrypointRun
-from traingate.stages.concurrency.determinism import RunData, compare, comparable_leaves, without_volatile_text
+from traingate.pipeline.model.returned import comparable_leaves, without_volatile_text
+from traingate.stages.concurrency.determinism import RunData, compare
 from traingate.stages.concurrency.loaders import _start_method_groups
 from traingate.stages.concurrency.probe.loaders import _innermost_unpicklable
 from traingate.stages.concurrency.probe.payloads import ParamFingerprints, StartMethodCheck
