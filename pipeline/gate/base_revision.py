@@ -55,8 +55,10 @@ class BaseResolution:
 
 
 def is_report_path(value: str) -> bool:
-    """A `--baseline` value that names an existing file is a report; anything else a revision."""
-    return Path(value).is_file()
+    """A `--baseline` value that names a file, or looks like one (a `.json` name, an existing
+    folder: refused as unreadable), is a report; anything else a revision."""
+    path = Path(value)
+    return path.is_file() or path.is_dir() or path.suffix == ".json"
 
 
 def resolve(root: Path, revision: str, task: str, store: Path, policy_file: Path | None, rerun: list[str]) -> BaseResolution:

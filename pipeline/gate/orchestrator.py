@@ -502,6 +502,7 @@ def stage_report(name: str, outcome: StageOutcome, findings: list[Finding], dura
         observed_training=outcome.observed_training,
         observed_files=outcome.observed_files,
         runs_left=outcome.runs_left,
+        determinism=outcome.determinism,
     )
 
 

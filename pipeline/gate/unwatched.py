@@ -26,8 +26,7 @@ from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.model.returned import comparable_leaves, same_value
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, RunLeft, Severity, StageReport
 
-CONCURRENCY = "concurrency"
-IDENTICAL = "identical"  # how the concurrency stage's determinism verdict starts when the runs matched
+IDENTICAL = "identical"  # how a determinism verdict starts when the same-seed runs matched
 
 
 @dataclass(frozen=True)
@@ -66,13 +65,9 @@ def _by_model(models: list[dict[str, Any]]) -> dict[tuple[str, int], list[str]]:
 
 
 def determinism(reports: list[StageReport]) -> str | None:
-    """The concurrency stage's determinism verdict, None where it compared no runs."""
-    for report in reports:
-        if report.name == CONCURRENCY:
-            check = (report.details.get("checks") or {}).get("determinism") or {}
-            verdict = check.get("verdict") if isinstance(check, dict) else None
-            return verdict if isinstance(verdict, str) else None
-    return None
+    """The verdict of the stage that compared same-seed runs (the concurrency stage's), None
+    where none did."""
+    return next((report.determinism for report in reports if report.determinism is not None), None)
 
 
 def unwatched_findings(reports: list[StageReport], stage: str, entrypoint: str | None, block_on: set[Severity]) -> list[Finding]:

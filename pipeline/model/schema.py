@@ -431,6 +431,9 @@ class StageOutcome(BaseModel):
     training_stopped: list[TrainingStopped] = Field(default_factory=list)
     # Every entrypoint run of the configured training, as it ended (the unwatched comparison).
     runs_left: list[RunLeft] = Field(default_factory=list)
+    # A stage that compared same-seed runs of the training: its verdict ("identical: ..." where
+    # they matched exactly), which says whether the unwatched comparison can be judged.
+    determinism: str | None = None
     # execution stage, no entrypoint configured: the test the later stages observe, and the
     # baseline's test files (path -> text, None: absent) it runs with in its baseline form.
     observed_training: ObservedTraining | None = None
@@ -459,6 +462,7 @@ class StageReport(BaseModel):
     observed_files: SkipJsonSchema[dict[str, str | None]] = Field(default_factory=dict, exclude=True)
     # For the gate's unwatched comparison (`StageOutcome.runs_left`); report.json does not carry it.
     runs_left: SkipJsonSchema[list[RunLeft]] = Field(default_factory=list, exclude=True)
+    determinism: SkipJsonSchema[str | None] = Field(default=None, exclude=True)
     observed_runs: list[ObservedRun] = Field(
         default_factory=list, description="a stage that observed the tests' training: each observed test it ran or did not reach, in order"
     )

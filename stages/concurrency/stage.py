@@ -220,6 +220,7 @@ class _Session(StageSession[ConcurrencyRun]):
             metrics=metrics,
             findings=self.findings,
             details=details.as_json(),  # a determinism record holds only the fields its check got to
+            determinism=determinism.verdict if determinism is not None and determinism.ran else None,
         )
 
     def _summary(self) -> str:
