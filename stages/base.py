@@ -300,10 +300,12 @@ def run_entrypoint(
     kwargs_override: dict[str, Any] | None = None,
     distributed: DistributedSpec | None = None,
     entrypoint: EntrypointConfig | None = None,
+    alters_numerics: bool = False,
 ) -> EntrypointRun:
     """Call the configured entrypoint (or `entrypoint`: the baseline's) once in a fresh child
     process (with `distributed`, that child launches the ranks under torchrun and hands back
-    every rank's record).
+    every rank's record). `alters_numerics`: its instruments change what the training computes
+    (a dispatch mode under autocast), so what it left is not compared with the unwatched run.
 
     The request goes on the child's stdin, the result comes back over a pipe (see
     `traingate.stages.common.channel`); the copy of the request left in the scratch
@@ -315,7 +317,8 @@ def run_entrypoint(
     # The configured training as configured (not another's, other kwargs or ranks, nor a test):
     # how it ended, for the gate's comparison of the unwatched run with the watched ones.
     record = run.record
-    if tree is None and entrypoint is None and not kwargs_override and distributed is None and record is not None and run.ok and record.left is not None:
+    same = tree is None and entrypoint is None and not kwargs_override and distributed is None and not alters_numerics
+    if same and record is not None and run.ok and record.left is not None:
         watched = bool(fields["instruments"]) or fields.get("max_steps") is not None or fields.get("max_batches") is not None
         ctx.runs_left.append(RunLeft(
             stage=ctx.stage, label=label, amp=fields.get("amp"), watched=watched, returned=record.returned,
