@@ -27,6 +27,8 @@ def render_step_summary(report: PipelineReport, facts: RunFacts) -> str:
         "",
     ]
     lines += verification_lines(report)
+    past = report.observed_training.past_limit_note() if report.observed_training else None
+    lines += [f"**{table_cell(past[0].upper() + past[1:])}**", ""] if past else []
     lines += [
         "| Stage | Status | Score | Findings | Blocking | Duration |",
         "|---|---|---|---|---|---|",

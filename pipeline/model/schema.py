@@ -412,6 +412,17 @@ class ObservedTraining(BaseModel):
     not_observed: list[NotObserved] = Field(default_factory=list, description="the tests that trained but were not observed, and why")
     limit: int = Field(default=1, ge=1, description="the most tests observed (`observe_tests`)")
 
+    def past_limit(self) -> list[NotObserved]:
+        """The tests not observed only because `observe_tests` was reached."""
+        return [n for n in self.not_observed if n.reason.startswith("limit")]
+
+    def past_limit_note(self) -> str | None:
+        """One line naming them and the key that widens the observation; None when none."""
+        left = self.past_limit()
+        if not left:
+            return None
+        return f"training NOT observed: {len(left)} test(s) past the limit, e.g. {left[0].nodeid}; raise `observe_tests` (now {self.limit}) to observe them"
+
 
 class StageOutcome(BaseModel):
     """What a stage agent hands back to the parent; the parent derives status and score."""

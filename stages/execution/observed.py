@@ -43,24 +43,46 @@ def baseline_observed(baseline: PipelineReport | None) -> list[str]:
 
 def pick(candidates: list[TrainingTest], limit: int) -> tuple[list[ObservedTest], list[NotObserved]]:
     """The tests observed, in `candidates`' order, and the others with why not: too few steps,
-    no step site that a test picked before did not reach, or `limit` reached."""
+    no step site that a test picked before did not reach, or `limit` reached.
+
+    Planned by loop: a step site is a line and the shapes of the model it stepped, and its loop
+    the line alone. First each distinct loop gets one test, the most steps first (three tests
+    training three models through one shared loop cannot take every slot from another loop);
+    then the slots left go to the tests that reach a (line, model) no test picked reached."""
     picked: list[ObservedTest] = []
-    passed_over: list[NotObserved] = []
     reached: dict[str, str] = {}  # step site -> the picked test that stepped there
+    loops: set[str] = set()
+    chosen: set[str] = set()
+    for first_pass in (True, False):
+        for test in candidates:
+            sites = test.step_sites or [test.nodeid]  # no site of the target's code: a loop of its own
+            new = [site for site in sites if site not in reached]
+            if test.nodeid in chosen or _not_picked(test, new, "", sites[0], len(picked), limit) is not None:
+                continue
+            if first_pass and not {_loop(site) for site in new} - loops:
+                continue  # its loop has a test already: it may take a slot left in the second pass
+            reason = (
+                f"this test made the most optimizer steps ({test.optimizer_steps}) of the tests that passed{_at(test, new)}" if not picked
+                else f"{test.optimizer_steps} optimizer steps{_at(test, new)}, " + ("a training loop no test picked before it reached" if first_pass else "a step site (its loop, another model) no test picked before it reached")
+            )
+            picked.append(ObservedTest(nodeid=test.nodeid, optimizer_steps=test.optimizer_steps, step_sites=test.step_sites, reason=reason))
+            chosen.add(test.nodeid)
+            reached.update({site: test.nodeid for site in sites if site not in reached})
+            loops.update(_loop(site) for site in sites)
+    passed_over = []
     for test in candidates:
-        sites = test.step_sites or [test.nodeid]  # no site of the target's code: a loop of its own
-        new = [site for site in sites if site not in reached]
-        why = _not_picked(test, new, reached.get(sites[0], ""), sites[0], len(picked), limit)
-        if why is not None:
-            passed_over.append(NotObserved(nodeid=test.nodeid, optimizer_steps=test.optimizer_steps, reason=why))
+        if test.nodeid in chosen:
             continue
-        reason = (
-            f"this test made the most optimizer steps ({test.optimizer_steps}) of the tests that passed{_at(test, new)}" if not picked
-            else f"{test.optimizer_steps} optimizer steps{_at(test, new)}, a step site no test picked before it reached"
-        )
-        picked.append(ObservedTest(nodeid=test.nodeid, optimizer_steps=test.optimizer_steps, step_sites=test.step_sites, reason=reason))
-        reached.update({site: test.nodeid for site in sites if site not in reached})
+        sites = test.step_sites or [test.nodeid]
+        new = [site for site in sites if site not in reached]
+        why = _not_picked(test, new, reached.get(sites[0], ""), sites[0], len(picked), limit) or "not observed"
+        passed_over.append(NotObserved(nodeid=test.nodeid, optimizer_steps=test.optimizer_steps, reason=why))
     return picked, passed_over
+
+
+def _loop(site: str) -> str:
+    """A step site's loop: its line, whatever model it stepped (`path:line (parameters d1a2)`)."""
+    return site.split(" (parameters ", 1)[0]
 
 
 def _not_picked(test: TrainingTest, new: list[str], first: str, site: str, picked: int, limit: int) -> str | None:

@@ -305,3 +305,30 @@ def test_the_baselines_tests_are_each_observed_again_in_their_own_form(tmp_path:
     reports = [StageReport(name="execution", status=StageStatus.PASSED, score=100, duration_s=1, summary="", observed_training=observed, observed_files=files)]
     configs = observed_tests.stage_configs(TargetConfig(), True, reports)
     assert [(c.entrypoint.test, c.entrypoint.test_files) for c in configs if c.entrypoint] == [("tests/test_a.py::fit", {}), ("tests/test_b.py::fit", {"tests/test_b.py": "old"})]
+
+
+def test_each_training_loop_is_observed_before_a_second_model_of_another_loop() -> None:
+    """A GAN trained by five tests at one loop, and three tests training three models through
+    another shared loop, each making more steps: every loop gets a slot first."""
+    shared = [TrainingTest(nodeid=f"tests/test_ae.py::test_{n}", optimizer_steps=20 - n, duration_s=1.0, step_sites=[f"ae.py:30 (parameters {n}a{n}b{n}c0)"]) for n in range(3)]
+    gan = [TrainingTest(nodeid=f"tests/test_gan.py::test_{n}", optimizer_steps=8, duration_s=1.0 + n, step_sites=["gan.py:88 (parameters 99887766)"]) for n in range(5)]
+    picked, passed_over = pick([*shared, *gan], 3)
+    assert [t.nodeid for t in picked] == ["tests/test_ae.py::test_0", "tests/test_gan.py::test_0", "tests/test_ae.py::test_1"]
+    reasons = {t.nodeid: t.reason for t in passed_over}
+    assert reasons["tests/test_ae.py::test_2"].startswith("limit 3") and reasons["tests/test_gan.py::test_1"].startswith("same site as tests/test_gan.py::test_0")
+
+
+def test_the_tests_past_the_limit_are_named_in_the_terminal_and_the_step_summary() -> None:
+    from tests.report_builders import report, stage
+    from traingate.pipeline.gate.outputs import RunFacts
+    from traingate.pipeline.model.schema import NotObserved
+    from traingate.reports import render_summary
+    from traingate.reports.step_summary import render_step_summary
+
+    left = NotObserved(nodeid="tests/test_gan.py::test_gan", optimizer_steps=8, reason="limit 3: 3 test(s) were observed already (observe_tests); it stepped at gan.py:88")
+    observed = ObservedTraining(test="a.py::t", optimizer_steps=6, reason="r", min_steps=3, not_observed=[left], limit=3)
+    shown = report([stage("execution")]).model_copy(update={"observed_training": observed})
+    line = "1 test(s) past the limit, e.g. tests/test_gan.py::test_gan; raise `observe_tests` (now 3)"
+    assert line in render_summary(shown) and line in render_step_summary(shown, RunFacts())
+    quiet = report([stage("execution")]).model_copy(update={"observed_training": observed.model_copy(update={"not_observed": []})})
+    assert "past the limit" not in render_summary(quiet)
