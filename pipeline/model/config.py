@@ -237,7 +237,7 @@ class PolicyConfig(BaseModel):
 
 
 # Integrity failures of the gate itself: no waiver and no baseline can accept them.
-NEVER_WAIVABLE = frozenset({Category.TARGET_MODIFIED, Category.STAGE_ERROR, Category.HANG, Category.LEFTOVER_PROCESS, Category.ENVIRONMENT, Category.BASELINE_UNAVAILABLE, Category.UNWATCHED_DIVERGENCE})
+NEVER_WAIVABLE = frozenset({Category.TARGET_MODIFIED, Category.STAGE_ERROR, Category.HANG, Category.LEFTOVER_PROCESS, Category.ENVIRONMENT, Category.BASELINE_UNAVAILABLE, Category.UNWATCHED_DIVERGENCE, Category.BUDGET_OVERRUN})
 
 
 class WaiverConfig(BaseModel):

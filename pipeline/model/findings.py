@@ -155,6 +155,22 @@ def hang(
     )
 
 
+def budget_overrun(scope: FindingScope, what: str, *, run: str, problem: str, summary: str, stacks: str, data: dict[str, Any], fix: str, key: str = "") -> Finding:
+    """`budget-overrun`: a run still making progress when its budget ran out (not a hang: it
+    had not stopped). Fails closed as a hang does; the first line says which it was."""
+    return finding(
+        stage=scope.stage,
+        category=Category.BUDGET_OVERRUN,
+        title=f"{what} was still making progress when its budget ran out",
+        location=None,
+        problem=problem,
+        fix=fix,
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=summary, traceback=stacks[-_STACKS_TAIL:] or None, data={"run": run, **data}),
+        block_on=scope.block_on,
+        key=f"{run}\x1f{key}" if key else run,
+    )
+
+
 def hang_finding(scope: FindingScope, child: ChildResult, what: str, *, run: str, key: str = "") -> Finding:
     """`hang` of one child run, located where its main thread waits in the target's code."""
     frames = child.main_thread_frames()

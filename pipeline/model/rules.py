@@ -77,6 +77,15 @@ GATE_RULES: tuple[Rule, ...] = (
         fix="Find what the main thread waits for in the stacks below (a lock, an event, a queue, a worker) and make sure it is always released or give the wait a timeout.",
     ),
     Rule(
+        category=Category.BUDGET_OVERRUN, stage=ANY_STAGE, severity=Severity.CRITICAL,
+        description="a run was still making progress when its budget ran out (not a hang): how far it got and what it did not reach",
+        check="Runs every child process under a wall-clock budget; for the test suite, the tests that finished and the one running when it was stopped.",
+        measure="The suite's tests finished until the end, the running one started well within the budget's last stretch: it had not stopped.",
+        blocks=Blocks.ALWAYS,
+        impact="What the run did not reach was not verified, so the gate fails closed, as for a hang; nothing hung.",
+        fix="Raise `timeout_s` (the stage's budget), or give `tests` the paths that verify the training so the suite fits it.",
+    ),
+    Rule(
         category=Category.STAGE_ERROR, stage=ANY_STAGE, severity=Severity.CRITICAL,
         description="a stage itself failed; the gate fails closed",
         check="Validates what each stage hands back and whether it observed what it must (a test, an optimizer step).",

@@ -44,6 +44,7 @@ class Category(str):
     ENVIRONMENT: ClassVar[Category]
     BASELINE_UNAVAILABLE: ClassVar[Category]
     UNWATCHED_DIVERGENCE: ClassVar[Category]
+    BUDGET_OVERRUN: ClassVar[Category]
 
     def __new__(cls, value: str) -> Category:
         if isinstance(value, Category):
@@ -91,6 +92,7 @@ Category.TARGET_MODIFIED = Category("target-modified")
 Category.ENVIRONMENT = Category("environment")
 Category.BASELINE_UNAVAILABLE = Category("baseline-unavailable")
 Category.UNWATCHED_DIVERGENCE = Category("unwatched-divergence")
+Category.BUDGET_OVERRUN = Category("budget-overrun")
 Category._builtin.extend(Category._interned.values())
 
 

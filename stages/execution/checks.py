@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from traingate.stages.common.stacks import crash_frames
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
+from traingate.pipeline.model.findings import budget_overrun
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame
 from traingate.stages.contract.pytest_events import CollectErrorEvent, EnvironmentCause, InternalErrorEvent, MissingPackage
 from traingate.pipeline.model.text import clip_line, clip_text, first_line
@@ -28,8 +29,7 @@ def suite_findings(ctx: StageContext, run: SuiteRun, result: SuiteResult, hidden
     reports on their own (a hook's skip), left out of the plain skip groups."""
     findings: list[Finding] = untrusted_events(ctx, run, result)
     if run.child.timed_out:
-        running = [t for t in result.tests if t.outcome == "crashed"]
-        findings.append(hang_finding(ctx, run.child, "The test suite" + (f" (in {running[-1].nodeid})" if running else ""), run="pytest", key=running[-1].nodeid if running else ""))
+        findings.append(_stopped_suite(ctx, run, result))
     findings += conftest_errors(ctx, run, result)
     findings += collection_errors(ctx, result)
     findings += test_failures(ctx, run, result)
@@ -59,6 +59,37 @@ def untrusted_events(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> l
         )
         for reason, what in problems
     ]
+
+
+# A suite stopped at its budget was still making progress when the test it was running had run
+# for less than this share of the run, or this many seconds (collection counts here too).
+PROGRESS_SHARE = 0.25
+PROGRESS_S = 5.0
+
+
+def _stopped_suite(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> Finding:
+    """`hang` for a suite that stopped making progress; `budget-overrun` for one that ran tests
+    until its budget ended, with how far it got and what it did not reach."""
+    running = [t for t in result.tests if t.outcome == "crashed"]
+    done = [t for t in result.tests if t.outcome not in ("crashed", "interrupted", "not-run", "deselected", "not-collected")]
+    waited = max(0.0, run.child.duration_s - sum(t.duration_s for t in done))
+    what = "The test suite" + (f" (in {running[-1].nodeid})" if running else "")
+    if not done or waited > max(PROGRESS_S, PROGRESS_SHARE * run.child.duration_s):
+        return hang_finding(ctx, run.child, what, run="pytest", key=running[-1].nodeid if running else "")
+    collected = result.collected if result.collected is not None else len(result.tests)
+    finished = {t.nodeid for t in done}
+    left = [n for n in (result.collected_ids or []) if n not in finished]
+    return budget_overrun(
+        ctx, "The test suite", run="pytest",
+        problem=(
+            f"The suite ran {len(done)} of {collected} collected test(s) in {run.child.duration_s:.0f}s and was still running tests when the stage's budget "
+            f"({ctx.config.timeout_s:.0f}s, `timeout_s`) ended" + (f", in {running[-1].nodeid} for the last {waited:.0f}s" if running else "")
+            + f". Not reached: {len(left)} test(s)" + (f", e.g. {', '.join(left[:3])}" if left else "") + "."
+        ),
+        summary=f"{len(done)} of {collected} test(s) finished; stopped at {run.child.duration_s:.0f}s",
+        stacks=run.child.stacks, data={"finished": len(done), "collected": collected, "not_reached": left[:50], "budget_s": ctx.config.timeout_s},
+        fix=f"Raise `timeout_s` (now {ctx.config.timeout_s:.0f}) so the suite fits, or set `tests` to the paths that verify the training.",
+    )
 
 
 def conftest_errors(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> list[Finding]:

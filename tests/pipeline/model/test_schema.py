@@ -15,8 +15,9 @@ SPEC_CATEGORIES = {
     "performance": {"memory-leak", "host-sync", "amp-speedup", "amp-memory", "amp-accuracy", "amp-inactive", "input-stall", "perf-regression"},
     "concurrency": {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"},
     "correctness": {"ineffective-step", "unused-parameter", "grad-accumulation", "unshuffled-training", "no-learning", "ddp-divergence", "stale-gradients", "train-eval-mode", "loss-input-mismatch", "batch-mixing", "gradient-clipping", "data-leakage", "training-regression"},
-    # The spec's, and the gate's own added since: a baseline revision that cannot be had, a run that differs unwatched.
-    "any": {"hang", "stage-error", "config-error", "leftover-process", "target-modified", "environment", "verification-narrowed", "baseline-unavailable", "unwatched-divergence"},
+    # The spec's, and the gate's own added since: a baseline revision that cannot be had, a run
+    # that differs unwatched, a run stopped at its budget while still making progress.
+    "any": {"hang", "stage-error", "config-error", "leftover-process", "target-modified", "environment", "verification-narrowed", "baseline-unavailable", "unwatched-divergence", "budget-overrun"},
 }
 
 

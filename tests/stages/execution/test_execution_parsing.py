@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,25 @@ def test_syntax_error_in_the_entrypoint_module_is_located_at_the_bad_line(tmp_pa
     finding = crash_finding(ctx_for(tmp_path), run, "The entrypoint smoke call train:fit", entrypoint_source(tmp_path, "train:fit"))
     assert (finding.location.path, finding.location.line) == ("train.py", 1)
     assert "importing its module" in finding.problem
+
+
+def _stopped_suite(test_s: float, duration_s: float) -> list:
+    """A suite of 10 tests stopped at its budget after 4 finished, each taking `test_s`."""
+    ids = [f"tests/test_a.py::test_{i}" for i in range(10)]
+    events: list[dict] = [*SESSION, {"event": "collected", "count": 10, "deselected": 0, "nodeids": ids}]
+    for nodeid in ids[:4]:
+        events += [start(nodeid), *({**report(nodeid, when, "passed"), "duration": test_s / 3} for when in ("setup", "call", "teardown"))]
+    events.append(start(ids[4]))
+    run = suite_run(events, returncode=-9, timed_out=True)
+    run = SuiteRun(args=run.args, config_file=None, child=replace(run.child, duration_s=duration_s), events=run.events, coverage_file=None)
+    return suite_findings(ctx_for(Path("/t")), run, parse_events(run.events))
+
+
+def test_a_suite_still_running_tests_at_its_budget_is_an_overrun_not_a_hang():
+    [found] = [f for f in _stopped_suite(test_s=25.0, duration_s=110.0) if f.category.value in ("hang", "budget-overrun")]
+    assert found.category.value == "budget-overrun" and found.blocking
+    assert "ran 4 of 10 collected test(s)" in found.problem and "was still making progress" in found.title
+    assert "raise `timeout_s`" in found.fix.lower()
+    # The same suite, its fifth test waiting for most of the run: a hang.
+    [stuck] = [f for f in _stopped_suite(test_s=0.1, duration_s=110.0) if f.category.value in ("hang", "budget-overrun")]
+    assert stuck.category.value == "hang"
