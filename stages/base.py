@@ -65,6 +65,9 @@ class StageContext:
     origin: Path | None = None  # the user's tree `root` was copied from (its git history); only read
     # The baseline's entrypoint, to smoke-call on this version too: the change's own differs (pipeline/gate/verification.py).
     baseline_entrypoint: EntrypointConfig | None = None
+    # The setup module the configuration names, in the baseline's form (path -> text), where the
+    # change edited it (pipeline/gate/verification.py): the training is observed with it too.
+    baseline_setup: dict[str, str] = field(default_factory=dict)
     _counter: int = field(default=0, repr=False)
     # Every entrypoint call this stage made (label, child), for `entrypoint_leftover_findings`.
     entrypoint_runs: list[tuple[str, ChildResult]] = field(default_factory=list, repr=False)

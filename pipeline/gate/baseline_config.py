@@ -97,6 +97,15 @@ def _git(origin: Path, *args: str, stdin: bytes | None = None) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def read_files_at(origin: Path, commit: str, paths: list[str]) -> list[str | None]:
+    """Each path (relative to the target's root, which may be a folder of its repository) as
+    the commit has it; None where it has no such file. Raises OSError where git cannot say."""
+    if not _COMMIT.fullmatch(commit):
+        raise ValueError(f"{commit[:80]!r} is not a commit id")
+    prefix = (_git(origin, "rev-parse", "--show-prefix") or b"").decode().strip()
+    return _read_files(origin, commit, [prefix + path for path in paths])
+
+
 def _read_files(origin: Path, commit: str, paths: list[str]) -> list[str | None]:
     """Each path's text at the commit (None where it has no such file), in one `cat-file` call."""
     out = _git(origin, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in paths).encode())

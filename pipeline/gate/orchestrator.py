@@ -95,6 +95,9 @@ class RunRequest:
     policy: PolicyProvenance | None = None  # where each policy value came from, for the report
     # The run's copy of the child side, which the target's processes start from (`run_pipeline`).
     disguise: Disguise | None = None
+    # The setup module the configuration names, in the baseline's form, where the change edited it
+    # (`verification.edited_setup`): the correctness stage observes the training with it too.
+    baseline_setup: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def baseline_report(self) -> PipelineReport | None:
@@ -127,6 +130,7 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     # Waivers and the new-findings rule: applied here, to what each stage handed back.
     adjudicator = Adjudicator(config, request.baseline_report, datetime.now(timezone.utc).date(), added_waivers(request.root, verification, config))
     checked = adjudicator.apply(verification.findings)
+    request = replace(request, baseline_setup=verification.baseline_setup)
     once = OncePerRun()  # result files written, packages missing: one finding each per run
     agents = agent_host(request, config)
     try:
@@ -428,6 +432,7 @@ def run_stage_agent(
             margin_s=margin, baseline=request.baseline_report, registry=request.registry_factory, channel=channel, agents_host=agents is not None,
             origin=str(request.root), disguise=request.disguise.model_dump() if request.disguise is not None else None,
             baseline_entrypoint=baseline_entrypoint.model_dump(mode="json") if baseline_entrypoint is not None else None,
+            baseline_setup=request.baseline_setup,
         )
 
     # The request goes on the agent's stdin and the outcome comes back over a pipe with this

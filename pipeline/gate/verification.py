@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from traingate.pipeline.gate.baseline_config import BaselineSettings, NotCompared, inline_key, read_baseline_settings
+from traingate.pipeline.gate.baseline_config import BaselineSettings, NotCompared, inline_key, read_baseline_settings, read_files_at
 from traingate.pipeline.gate.config_diff import NARROWS, WIDENS, Difference, baseline_entrypoint_gone, differences
 from traingate.pipeline.gate.waivers import NEEDS_APPROVAL, AddedWaivers
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
@@ -62,6 +63,9 @@ class Review:
     changes: list[ConfigChange] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     baseline_entrypoint: EntrypointConfig | None = None  # smoke-called on this version too
+    # The setup module the configuration names, in the baseline's form (path -> text), where the
+    # change edited it: its training is observed again with it (the correctness stage).
+    baseline_setup: dict[str, str] = field(default_factory=dict)
 
     @property
     def baseline(self) -> BaselineSettings | None:
@@ -90,7 +94,31 @@ def review(root: Path, baseline: PipelineReport | None, config: TargetConfig) ->
     # of the interface change (the execution stage's verification-narrowed/interface-changed).
     if base_ep is not None and entry and not accepted:
         result.baseline_entrypoint = base_ep
+    if base_ep is not None and not accepted:
+        result.baseline_setup = edited_setup(root, settings.commit, base_ep, config.entrypoint)
     return result
+
+
+def edited_setup(root: Path, commit: str, base: EntrypointConfig, current: EntrypointConfig | None) -> dict[str, str]:
+    """The setup module both configurations name, in the baseline's form, where this version's
+    differs from it (path -> the baseline's text); empty where there is none or it is unchanged."""
+    if not base.setup or current is None or current.setup != base.setup:
+        return {}
+    module = base.setup.split(":", 1)[0].replace(".", "/")
+    for path in (f"{module}.py", f"{module}/__init__.py"):
+        try:
+            [text] = read_files_at(root, commit, [path])
+        except (OSError, subprocess.TimeoutExpired, ValueError, UnicodeDecodeError):
+            return {}
+        if text is None:
+            continue
+        mine = root / path
+        try:
+            changed = not mine.is_file() or mine.read_text(encoding="utf-8", errors="replace") != text
+        except OSError:
+            changed = True
+        return {path: text} if changed else {}
+    return {}
 
 
 def _gone(root: Path, ep: EntrypointConfig) -> str | None:

@@ -68,6 +68,7 @@ def main() -> None:
             baseline=request.baseline,
             origin=Path(request.origin) if request.origin else None,
             baseline_entrypoint=EntrypointConfig.model_validate(request.baseline_entrypoint) if request.baseline_entrypoint else None,
+            baseline_setup=dict(request.baseline_setup),
             warm=warm,
             disguise=mask,
             payload_models=parts(stage).payload_models,

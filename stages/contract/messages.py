@@ -60,6 +60,9 @@ class AgentRequest(Strict, Generic[ConfigT, BaselineT]):
     # The baseline's entrypoint (an `EntrypointConfig` dump), smoke-called on this version as
     # well where the change's entrypoint configuration differs from it; None: nothing more to run.
     baseline_entrypoint: dict[str, Any] | None = None
+    # The setup module the configuration names, in the baseline's form (path -> text), where the
+    # change edited it: the training is observed with it as well.
+    baseline_setup: dict[str, str] = Field(default_factory=dict)
 
 
 class AgentReply(Strict, Generic[OutcomeT]):

@@ -27,7 +27,10 @@ is a stage-error (fail closed).
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from traingate.stages.correctness.config import DISTRIBUTED, CorrectnessConfig, CorrectnessPolicy, DistributedConfig
@@ -112,6 +115,7 @@ class _Session(StageSession[CorrectnessRun]):
         self.observed: Observed | None = None  # None: no analysis read the instrumented run
         self.records: dict[str, Any] = {}  # each check's record for the report, by its name; absent: not reached
         self.first: EntrypointRun | None = None  # the instrumented run, once its checks have read it
+        self.setup_note: str | None = None  # why the training was not observed with the baseline's setup
 
     def _run(self, label: str, purpose: str, specs: list[str], kwargs: dict[str, int] | None = None, options: dict[str, dict[str, int]] | None = None) -> EntrypointRun | None:
         run = run_entrypoint(
@@ -147,7 +151,43 @@ class _Session(StageSession[CorrectnessRun]):
             return self._outcome()
         self.first = first
         self.records.update(run_checks(OWN_RUN_CHECKS, self, self.findings))
+        if self.ctx.baseline_setup:
+            self._with_baseline_setup(specs)
         return self._outcome()
+
+    def _with_baseline_setup(self, specs: list[str]) -> None:
+        """The change edited the setup module the configuration names: the training is observed
+        again with the baseline's form of it laid over this version's code (as the edited tests
+        are replayed), so that a setup rewritten to build another model than the one users train
+        is judged on what the baseline's builds. Its findings this version's own run did not have
+        are reported, saying so; a run that cannot start with it (the setup's interface changed)
+        is noted, not blocked."""
+        work = Path(tempfile.mkdtemp())
+        try:
+            tree = work / self.ctx.root.name
+            shutil.copytree(self.ctx.root, tree, symlinks=True)
+            for path, text in self.ctx.baseline_setup.items():
+                (tree / path).parent.mkdir(parents=True, exist_ok=True)
+                (tree / path).write_text(text, encoding="utf-8")
+            # Its own list of ended runs: it is not the configured training to compare unwatched.
+            ctx = dataclasses.replace(self.ctx, root=tree, runs_left=[])
+            run = run_entrypoint(ctx, label="baseline-setup", amp=True if self.entrypoint.amp_switch else None, instruments=specs)
+            record = CorrectnessRun(label="baseline-setup", purpose="the training with the baseline's setup module", kwargs={}, duration_s=round(run.child.duration_s, 2), outcome=run_outcome(run))
+            self.runs.append(record)
+            if not run.ok or any(run.instrument_error(spec) is not None for spec in specs):
+                self.setup_note = f"the baseline's setup module did not run on this version ({(run.failure() or 'an instrument failed').splitlines()[0][:200]}): its training was not observed again"
+                return
+            found: list[Finding] = []
+            run_checks(CHECKS, InstrumentedRun(ctx, run, self.fallback, found), found)
+            known = {f.id for f in self.findings}
+            for finding in found:
+                if finding.id not in known:
+                    self.findings.append(finding.model_copy(update={
+                        "title": f"{finding.title} (with the baseline's setup module)",
+                        "problem": f"{finding.problem} Found with the baseline's form of the setup module the configuration names ({', '.join(self.ctx.baseline_setup)}), which this change edited: the training users run is built by it.",
+                    }))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
     def _fail(self, run: EntrypointRun, what: str, *, reason: str, key: str = "", detail: str | None = None, observed_nothing: bool = False) -> None:
         self.stopped = self.stopped or what
@@ -227,6 +267,8 @@ class _Session(StageSession[CorrectnessRun]):
             summary.append(f"gradient accumulation compared ({accumulated.relative_difference:.2%} off)")
         if self.stopped:
             summary.append(f"stopped: {self.stopped}")
+        if self.ctx.baseline_setup:
+            summary.append(self.setup_note or "the training observed again with the baseline's setup module, which this change edited")
         details = CorrectnessDetails(device=self.ctx.device, budget_s=self.ctx.config.timeout_s, runs=self.runs, checks=self._checks(), stopped=self.stopped)
         return StageOutcome(
             summary="; ".join(summary),

@@ -504,10 +504,10 @@ def _target_module_dicts(frames: FrameIndex) -> dict[int, ModuleType]:
 
 
 def _class_site(cls: type, frames: FrameIndex) -> tuple[str, int]:
-    module = sys.modules.get(cls.__module__)
-    path = getattr(module, "__file__", None) or ""
+    module = sys.modules.get(cls.__dict__.get("__module__") if type(cls.__dict__.get("__module__")) is str else "")
+    path = module_file(module) or ""
     if path and frames.is_target_path(path):
-        for value in vars(cls).values():
+        for value in list(cls.__dict__.values()):
             code = getattr(value, "__code__", None)
             if code is not None:
                 return relative(path, frames.root), code.co_firstlineno

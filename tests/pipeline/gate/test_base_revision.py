@@ -113,3 +113,39 @@ def test_the_action_on_a_pull_request_judges_the_change_against_its_base(tmp_pat
     assert outputs["decision"] == "BLOCK" and outputs["exit-code"] == "1"
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["baseline"]["source"]["commit"] == base and report["baseline"]["source"]["how"] == "verified"
+
+
+SETUP_BASE = {
+    "pyproject.toml": '[tool.traingate]\ntask = "SETUP-FLOOR"\ntests = false\ntimeout_s = 120\n\n[tool.traingate.entrypoint]\ncall = "model:train"\nsetup = "traingate_setup:tiny"\nkwargs = { steps = 8 }\n',
+    "traingate_setup.py": "import model\n\n\ndef tiny():\n    return {\"model\": model.Real()}\n",
+    "model.py": (
+        "import torch\n\n\nclass Real(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.body = torch.nn.Linear(8, 16)\n"
+        "        self.head = torch.nn.Linear(16, 1)\n\n    def forward(self, x):\n        return self.head(torch.tanh(self.body(x)))\n\n\n"
+        "def train(model, steps=8):\n    torch.manual_seed(0)\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)\n    x, y = torch.randn(64, 8), torch.randn(64, 1)\n"
+        "    for step in range(steps):\n        batch = slice(step * 8, step * 8 + 8)\n        loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch])\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n    return {\"loss\": float(loss)}\n"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_setup_rewritten_to_build_another_model_is_judged_with_the_baselines(tmp_path: Path) -> None:
+    """The change cuts the users' model from its loss and rewrites the setup the configuration
+    names to build a clean one: the training is observed again with the baseline's setup."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name, text in SETUP_BASE.items():
+        (repo / name).write_text(text)
+    subprocess.run([*GIT, "init", "-q", str(repo)], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "base"], check=True)
+    model = repo / "model.py"
+    model.write_text(model.read_text().replace("return self.head(torch.tanh(self.body(x)))", "return self.head(torch.tanh(self.body(x)).detach())"))
+    (repo / "traingate_setup.py").write_text("import torch\n\n\ndef tiny():\n    return {\"model\": torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))}\n")
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qam", "change"], check=True)
+    run = run_gate(repo, tmp_path / "out", "--stages", "correctness", "--baseline", "HEAD~1", "--reports", str(tmp_path / "store"))
+    blocking = [f for s in run.report["stages"] for f in s["findings"] if f["blocking"]]
+    assert run.report["decision"] == "BLOCK", run.stdout
+    [cut] = [f for f in blocking if f["category"] == "unused-parameter"]
+    assert "with the baseline's setup module" in cut["title"] and cut["location"]["path"] == "model.py"
+    assert "baseline's setup module" in run.stage("correctness")["summary"]
