@@ -168,7 +168,7 @@ class StageContext:
 
     def child_env(self, **extra: str) -> dict[str, str]:
         """Environment of a child that runs target code (`pipeline/supervision/target_env.py`)."""
-        return target_env(os.environ, self.device, **extra)
+        return target_env(os.environ, self.device, extra)
 
     def unwatched_env(self) -> dict[str, str]:
         """`child_env` for the run that is compared with the watched ones: none of the gate's

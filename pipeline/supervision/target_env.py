@@ -16,7 +16,7 @@ def _names_the_gate(name: str) -> bool:
     return name == "_" or "TRAINGATE" in name.upper()
 
 
-def target_env(base: Mapping[str, str], device: str, *, unwatched: bool = False, **extra: str) -> dict[str, str]:
+def target_env(base: Mapping[str, str], device: str, extra: Mapping[str, str] | None = None, *, unwatched: bool = False) -> dict[str, str]:
     """`base` with the device choice, a fixed hash seed, passive OpenMP waits, no bytecode written into the target's
     tree (the gate reads that tree after the run), and nothing of an enclosing pytest run (code
     that trains less under `PYTEST_CURRENT_TEST` must not do so because the gate itself runs
@@ -37,7 +37,7 @@ def target_env(base: Mapping[str, str], device: str, *, unwatched: bool = False,
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
-    env.update(extra)
+    env.update(extra or {})
     return env
 
 

@@ -22,7 +22,7 @@ MAX_MODELS = 20
 def left_models(torch: Any) -> list[dict[str, Any]]:
     """The root modules with parameters alive now, largest first, at most MAX_MODELS."""
     gc.collect()
-    found = []
+    found: list[dict[str, Any]] = []
     for root in heap.roots(heap.live(torch.nn.Module)):
         params = heap.named_parameters(root)
         if not params:

@@ -504,7 +504,8 @@ def _target_module_dicts(frames: FrameIndex) -> dict[int, ModuleType]:
 
 
 def _class_site(cls: type, frames: FrameIndex) -> tuple[str, int]:
-    module = sys.modules.get(cls.__dict__.get("__module__") if type(cls.__dict__.get("__module__")) is str else "")
+    name = cls.__dict__.get("__module__")
+    module = sys.modules.get(name) if type(name) is str else None
     path = module_file(module) or ""
     if path and frames.is_target_path(path):
         for value in list(cls.__dict__.values()):
