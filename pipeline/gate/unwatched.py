@@ -11,9 +11,11 @@ alive, each with a digest of its parameters, and the value returned.
 Where the concurrency stage found the training deterministic (its same-seed runs identical),
 a watched run and the unwatched one of the same AMP setting must leave the same: the first
 model whose parameters differ, or else the first returned value that differs (timings left
-out, `pipeline/model/returned.py`), is a blocking finding naming both. Where the training is
-not deterministic, or determinism was not compared, the comparison is not measured, and the
-report says so with an info finding, never as passed. The instruments change nothing the
+out, `pipeline/model/returned.py`; returned values only where the same-seed runs returned the
+same too), is a blocking finding naming both. Where the training is not deterministic, the
+comparison is not measured, and the report says so with an info finding, never as passed;
+where no stage compared same-seed runs (the concurrency stage did not run), the report lists
+that stage as not run. The instruments change nothing the
 comparison reads: on clean training the digests agree to the last bit (docs/stages.md).
 """
 
@@ -26,7 +28,8 @@ from traingate.pipeline.model.findings import finding as make_finding
 from traingate.pipeline.model.returned import comparable_leaves, same_value
 from traingate.pipeline.model.schema import Category, Evidence, EvidenceKind, Finding, Location, RunLeft, Severity, StageReport
 
-IDENTICAL = "identical"  # how a determinism verdict starts when the same-seed runs matched
+IDENTICAL = "identical"  # how a determinism verdict starts when the same-seed runs trained alike
+ALL_IDENTICAL = "identical:"  # ... and returned the same values too
 
 
 @dataclass(frozen=True)
@@ -42,13 +45,16 @@ class Difference:
         return f"the returned value `{self.key}`"
 
 
-def first_difference(unwatched: RunLeft, watched: RunLeft) -> Difference | None:
-    """The first fact both runs left that differs: a model both left, then a returned value."""
+def first_difference(unwatched: RunLeft, watched: RunLeft, returned: bool = True) -> Difference | None:
+    """The first fact both runs left that differs: a model both left, then (`returned`) a
+    returned value."""
     mine = _by_model(unwatched.models)
     theirs = _by_model(watched.models)
     for key in sorted(mine.keys() & theirs.keys()):
         if mine[key] != theirs[key]:
             return Difference("model", f"`{key[0]}` ({key[1]:,} parameters)", mine[key], theirs[key])
+    if not returned:
+        return None
     kept_a, _ = comparable_leaves(unwatched.returned)
     kept_b, _ = comparable_leaves(watched.returned)
     for path in sorted(kept_a.keys() & kept_b.keys()):
@@ -72,25 +78,25 @@ def determinism(reports: list[StageReport]) -> str | None:
 
 def unwatched_findings(reports: list[StageReport], stage: str, entrypoint: str | None, block_on: set[Severity]) -> list[Finding]:
     """The comparison's finding, if any: blocking where a deterministic training left other
-    facts when watched; info where it could not be measured."""
+    facts when watched; info where there was a pair to compare but it could not be judged."""
     runs = [run for report in reports for run in report.runs_left]
     unwatched = [run for run in runs if not run.watched]
     pairs = [(u, w) for w in runs if w.watched for u in unwatched if u.amp == w.amp]
-    differing = [(u, w, d) for u, w in pairs if (d := first_difference(u, w)) is not None]
-    if not differing:
+    if not pairs:
         return []
     verdict = determinism(reports)
     location = _entrypoint_location(entrypoint)
+    if verdict is None:
+        return []  # no stage compared same-seed runs (the concurrency stage did not run): listed as not run
+    if not verdict.startswith(IDENTICAL):
+        return [_not_measured(stage, location, block_on, pairs[0], verdict)]
+    # Same-seed runs that trained identically but returned something else (a printed table's
+    # timing column): the returned values are not a fact to compare, the models still are.
+    returned = verdict.startswith(ALL_IDENTICAL)
+    differing = [(u, w, d) for u, w in pairs if (d := first_difference(u, w, returned)) is not None]
+    if not differing:
+        return []
     u, w, d = differing[0]
-    if verdict is None or not verdict.startswith(IDENTICAL):
-        why = "the concurrency stage did not compare two same-seed runs" if verdict is None else f"the training is not deterministic ({verdict})"
-        return [make_finding(
-            stage=stage, category=Category.UNWATCHED_DIVERGENCE, severity=Severity.INFO, location=location,
-            title="Unwatched run against the watched ones: not measured",
-            problem=f"The unwatched run ({u.stage} {u.label}) and the watched one ({w.stage} {w.label}) left different {d.describe()}, but {why}: the difference cannot be told from the training's own variation.",
-            evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"not measured: {why}", data=_data(u, w, d, verdict)),
-            block_on=block_on, key="unwatched-not-measured",
-        )]
     return [make_finding(
         stage=stage, category=Category.UNWATCHED_DIVERGENCE, severity=Severity.HIGH, location=location,
         title=f"The training behaves differently when watched: {d.describe()} differs from the unwatched run",
@@ -104,6 +110,18 @@ def unwatched_findings(reports: list[StageReport], stage: str, entrypoint: str |
         evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"{d.describe()}: watched {_shown(d.watched)}, unwatched {_shown(d.unwatched)}", data=_data(u, w, d, verdict)),
         block_on=block_on, key=f"unwatched:{w.stage}:{w.label}",
     )]
+
+
+def _not_measured(stage: str, location: Location | None, block_on: set[Severity], pair: tuple[RunLeft, RunLeft], verdict: str) -> Finding:
+    u, w = pair
+    why = f"the training is not deterministic ({verdict})"
+    return make_finding(
+        stage=stage, category=Category.UNWATCHED_DIVERGENCE, severity=Severity.INFO, location=location,
+        title="Unwatched run against the watched ones: not measured",
+        problem=f"The unwatched run ({u.stage} {u.label}) could not be compared with the watched ones ({w.stage} {w.label}, ...): {why}, so a difference could not be told from the training's own variation.",
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=f"not measured: {why}", data={"unwatched_run": f"{u.stage}:{u.label}", "watched_run": f"{w.stage}:{w.label}", "determinism": verdict}),
+        block_on=block_on, key="unwatched-not-measured",
+    )
 
 
 def _shown(value: Any) -> str:

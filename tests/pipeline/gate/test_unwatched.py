@@ -50,20 +50,43 @@ def test_a_watched_run_that_left_other_parameters_blocks_where_the_training_is_d
     assert finding.evidence.data["key"] == "loss" and (finding.evidence.data["unwatched"], finding.evidence.data["watched"]) == (0.5, 0.9)
 
 
-@pytest.mark.parametrize("verdict", [None, "diverged at step 3"])
-def test_without_deterministic_training_the_comparison_is_not_measured_never_passed(verdict: str | None) -> None:
+def test_returned_values_the_same_seed_runs_disagreed_on_are_not_compared() -> None:
+    """The concurrency stage's runs trained alike but returned another printed table (a timing
+    column `...` hid from the timing filter): only the models are compared."""
+    reports = [
+        _report("execution", [_run("execution", "smoke", False)]),
+        _report("concurrency", [_run("concurrency", "instrumented", True, loss=0.7)], verdict="identical training (24 step losses, parameters after 24 steps); returned values differ at `table`"),
+    ]
+    assert unwatched_findings(reports, "configuration", None, BLOCK_ON) == []
+    reports[1] = _report("concurrency", [_run("concurrency", "instrumented", True, models=[{**MODEL[0], "digest": "9/9/9"}])], verdict="identical training (24 step losses); returned values differ at `table`")
+    [finding] = unwatched_findings(reports, "configuration", None, BLOCK_ON)
+    assert finding.blocking and finding.evidence.data["fact"] == "model"
+
+
+@pytest.mark.parametrize("verdict", ["diverged at step 3", "diverged at the returned value `loss`"])
+def test_without_deterministic_training_the_comparison_is_not_measured_never_passed(verdict: str) -> None:
     reports = [
         _report("execution", [_run("execution", "smoke", False)]),
         _report("concurrency", [_run("concurrency", "instrumented", True, loss=0.7)], verdict=verdict),
     ]
     [finding] = unwatched_findings(reports, "configuration", "train:train", BLOCK_ON)
     assert finding.severity is Severity.INFO and not finding.blocking and "not measured" in finding.title
+    # Said whether or not the runs differ: never passed.
+    reports[1] = _report("concurrency", [_run("concurrency", "instrumented", True)], verdict=verdict)
+    [finding] = unwatched_findings(reports, "configuration", "train:train", BLOCK_ON)
+    assert finding.severity is Severity.INFO
+
+
+def test_without_a_same_seed_comparison_nothing_is_said_here() -> None:
+    """The concurrency stage did not run: the report lists it as not run; no verdict here."""
+    reports = [_report("execution", [_run("execution", "smoke", False)]), _report("correctness", [_run("correctness", "instrumented", True, loss=0.7)])]
+    assert unwatched_findings(reports, "configuration", None, BLOCK_ON) == []
 
 
 def test_only_runs_of_the_same_amp_setting_are_compared() -> None:
     reports = [
         _report("execution", [_run("execution", "smoke-amp-off", False, amp=False)]),
-        _report("correctness", [_run("correctness", "instrumented", True, loss=0.7, amp=True)]),
+        _report("correctness", [_run("correctness", "instrumented", True, loss=0.7, amp=True)], verdict="identical: 8 optimizer step losses"),
     ]
     assert unwatched_findings(reports, "configuration", None, BLOCK_ON) == []
 
