@@ -138,14 +138,20 @@ def _verify(root: Path, commit: str, task: str, folder: Path, policy_file: Path 
     work = Path(tempfile.mkdtemp(prefix="traingate-base-"))
     tree = work / "tree"
     try:
-        for args in (["clone", "--quiet", "--shared", "--no-checkout", str(root), str(tree)], ["-C", str(tree), "checkout", "--quiet", "--detach", commit]):
+        # The repository's root is cloned; a target in a folder of it is that folder of the tree.
+        top = _git(root, "rev-parse", "--show-toplevel").stdout.strip() or str(root)
+        prefix = _git(root, "rev-parse", "--show-prefix").stdout.strip()
+        for args in (["clone", "--quiet", "--shared", "--no-checkout", top, str(tree)], ["-C", str(tree), "checkout", "--quiet", "--detach", commit]):
             done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=GIT_TIMEOUT_S * 5, check=False)
             if done.returncode != 0:
                 return f"git could not make a tree of {commit[:12]}: {done.stderr.strip()[-300:]}"
+        target = tree / prefix if prefix else tree
+        if not target.is_dir():
+            return f"commit {commit[:12]} has no folder {prefix.rstrip('/')}: the target did not exist there"
         if folder.exists():
             shutil.rmtree(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "traingate", "run", str(tree), "--task", task, "--version", f"base-{commit[:12]}", "--out", str(folder), "--quiet", *rerun]
+        argv = [sys.executable, "-m", "traingate", "run", str(target), "--task", task, "--version", f"base-{commit[:12]}", "--out", str(folder), "--quiet", *rerun]
         if policy_file is not None:
             argv += ["--policy", str(policy_file)]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)

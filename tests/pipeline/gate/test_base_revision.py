@@ -149,3 +149,28 @@ def test_a_setup_rewritten_to_build_another_model_is_judged_with_the_baselines(t
     [cut] = [f for f in blocking if f["category"] == "unused-parameter"]
     assert "with the baseline's setup module" in cut["title"] and cut["location"]["path"] == "model.py"
     assert "baseline's setup module" in run.stage("correctness")["summary"]
+
+
+def test_a_target_in_a_folder_of_its_repository_is_verified_from_that_folder_of_the_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No gate run: the tree is made, and the base's run is asked of the target's folder (a
+    stand-in `traingate` records what it was asked)."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    (repo / "sub" / "a.txt").write_text("base\n")
+    subprocess.run([*GIT, "init", "-q", str(repo)], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(repo), "commit", "-qm", "base"], check=True)
+    asked: list[list[str]] = []
+
+    def fake_run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        if argv[:3] == [sys.executable, "-m", "traingate"]:
+            asked.append(argv)
+            assert (Path(argv[4]) / "a.txt").read_text() == "base\n"
+            return subprocess.CompletedProcess(argv, 2, "", "no report")
+        return real_run(argv, **kwargs)  # type: ignore[arg-type]
+
+    real_run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    found = base_revision.resolve(repo / "sub", "HEAD", "T", tmp_path / "store", None, [])
+    monkeypatch.undo()
+    assert asked and Path(asked[0][4]).name == "sub" and found.problem is not None and "wrote no report" in found.problem
