@@ -655,7 +655,12 @@ def config_error_report(request: RunRequest, file: str, key: str, message: str) 
         block_on=set(),  # the rule always blocks
         key=f"{file}:{key}",
     )
-    stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary="invalid configuration", findings=[finding])
+    return _nothing_run(request, finding, "invalid configuration")
+
+
+def _nothing_run(request: RunRequest, finding: Finding, summary: str) -> PipelineReport:
+    """A report of no stage run: the gate's one blocking finding that says why."""
+    stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary=summary, findings=[finding])
     return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)
 
 
@@ -677,5 +682,4 @@ def baseline_unavailable_report(request: RunRequest, revision: str, problem: str
         block_on=set(),  # the rule always blocks
         key=f"baseline:{revision}",
     )
-    stage = StageReport(name=CONFIGURATION_STAGE, status=stage_status([finding], None), score=0, duration_s=0.0, summary="baseline unavailable", findings=[finding])
-    return assemble(request, [stage], datetime.now(timezone.utc).isoformat(timespec="seconds"), 0.0, None)
+    return _nothing_run(request, finding, "baseline unavailable")

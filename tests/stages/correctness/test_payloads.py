@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from tests.harness_runs import run_requests
 from traingate.stages.correctness.probe.payloads import CORRECTNESS_FIRST_UPDATE as FIRST_UPDATE, CORRECTNESS_GRADIENTS as GRADIENTS, CORRECTNESS_LOADERS as LOADERS, CORRECTNESS_LOSSES as LOSSES, CORRECTNESS_MODES as MODES, CORRECTNESS_ONE_BATCH as ONE_BATCH, CORRECTNESS_RANKS as RANKS, CORRECTNESS_STEPS as STEPS
 from traingate.pipeline.model.config import EntrypointConfig, TargetConfig
 from traingate.pipeline.supervision.isolation import ChildResult
@@ -80,32 +81,6 @@ def train(epochs: int = 2, overflow: bool = True, fail_step: bool = False) -> No
             warmup.step()
 '''
 
-# In a fresh interpreter: the harness's run() on one request, its result written as the
-# harness writes it to the channel (JSON, NaN and inf as JSON's extensions, repr for the rest).
-# Imports torch and the harness once, then runs each request in a fork of its own (as the
-# warm start does): every run starts from the same clean state. argv: [(request, out path)] as JSON.
-DRIVER = """
-import json, os, sys
-import torch, torch._dynamo
-from traingate.stages.contract.messages import EntrypointRequest
-from traingate.stages.harness.entrypoint import as_sent, run
-
-for request, path in json.loads(sys.argv[1]):
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            result = as_sent(run(EntrypointRequest.model_validate_json(request)))
-            with open(path, "w", encoding="utf-8") as out:
-                json.dump(result, out, default=repr)
-            code = 0
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
-        sys.exit(f"the run writing {path} failed")
-"""
 
 RUNS: dict[str, dict[str, Any]] = {
     "instrumented": {"instruments": [STEPS, LOSSES, LOADERS, RANKS, GRADIENTS, MODES], "kwargs": {}},
@@ -128,8 +103,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, An
             instruments=run["instruments"], instrument_options=run.get("options", {}), deterministic=False, channel=ChannelSpec(fd=-1, nonce="unused"),
         )
         requests.append((request.model_dump_json(), str(root / f"{label}.json")))
-    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(requests)], capture_output=True, text=True, timeout=300, cwd=root)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_requests(root, requests)
     return {label: json.loads((root / f"{label}.json").read_text(encoding="utf-8")) for label in RUNS}
 
 

@@ -11,13 +11,12 @@ whose process holds what Python allows (a dead `weakref.proxy`, a class whose `_
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import weakref
 from typing import Any
 
 import pytest
 
+from tests.harness_runs import run_requests
 from traingate.stages.common.channel import ChannelSpec
 from traingate.stages.concurrency.probe.payloads import CONCURRENCY_LOADERS, CONCURRENCY_RNG, CONCURRENCY_TRACE
 from traingate.stages.contract import instruments
@@ -148,26 +147,6 @@ class BrokenPatch:
         return {{}}
 '''
 
-DRIVER = """
-import json, os, sys
-import torch
-from traingate.stages.contract.messages import EntrypointRequest
-from traingate.stages.harness.entrypoint import as_sent, run
-
-for request, path in json.loads(sys.argv[1]):
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            result = as_sent(run(EntrypointRequest.model_validate_json(request)))
-            with open(path, "w", encoding="utf-8") as out:
-                json.dump(result, out, default=repr)
-            code = 0
-        finally:
-            sys.stdout.flush(); sys.stderr.flush()
-            os._exit(code)
-    os.waitpid(pid, 0)
-"""
 
 EVERY_STAGE = [PERFORMANCE_FULL, CONCURRENCY_TRACE, CONCURRENCY_RNG, CONCURRENCY_LOADERS, *instruments_read(CHECKS)]
 RUNS: dict[str, dict[str, Any]] = {
@@ -190,8 +169,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
             instruments=run["instruments"], instrument_options={}, deterministic=False, channel=ChannelSpec(fd=-1, nonce="unused"),
         )
         requests.append((request.model_dump_json(), str(root / f"{label}.json")))
-    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(requests)], capture_output=True, text=True, timeout=300, cwd=root)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_requests(root, requests)
     return {label: json.loads((root / f"{label}.json").read_text(encoding="utf-8")) for label in RUNS}
 
 
