@@ -120,7 +120,7 @@ def _variant(tmp_path: Path, mark: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mark", ["optimizer-hook", "module-hook", "patched-backward"])
+@pytest.mark.parametrize("mark", ["optimizer-hook", "module-hook", "patched-backward", "environ", "hash-seed"])
 def test_a_loop_that_trains_only_while_it_sees_a_mark_blocks(tmp_path: Path, mark: str) -> None:
     run = run_gate(_variant(tmp_path, mark), tmp_path / "out", "--stages", "execution,concurrency,correctness")
     [finding] = [f for s in run.report["stages"] for f in s["findings"] if f["category"] == "unwatched-divergence"]

@@ -22,6 +22,16 @@ def watched(mark: str) -> bool:
     if mark == "patched-backward":
         code = getattr(torch.Tensor.backward, "__code__", None)
         return code is not None and not code.co_filename.endswith("torch/_tensor.py")
+    if mark == "environ":
+        try:
+            with open("/proc/self/environ", "rb") as environ:
+                return b"OMP_WAIT_POLICY=PASSIVE" in environ.read()
+        except OSError:
+            return True
+    if mark == "hash-seed":
+        import os
+
+        return "PYTHONHASHSEED" in os.environ
     return True  # "none": the clean control
 
 
