@@ -8,6 +8,9 @@ base's report made beforehand, today's two-step run); with `--baseline HEAD~1` w
 kept (read from `--reports`); and with `--baseline HEAD~1` verified in the run (an empty
 `--reports`). Prints each round and the medians as ratios to the run without a baseline; the
 goals (docs/ci.md) are: kept ≈ the two-step run, verified ≤ the two runs. Asserts nothing.
+
+Measured on this 2-core CPU machine (AMD EPYC, `--target` the example's v7-fixed materialized,
+`--repeat 2`): no baseline 9.6 s; two-step 1.17x; revision, kept 1.20x; revision, verified 2.22x.
 """
 
 from __future__ import annotations

@@ -8,6 +8,11 @@ settings, so it cannot share the suite's), and, per entrypoint run, the read of 
 left (a collection and a digest of every live model's parameters). Printed: the gate's wall
 time on the example and the interpreters it started, then the read's time on the example's
 model, each the median of the rounds. Asserts nothing.
+
+Measured on this 2-core CPU machine (AMD EPYC, `--repeat 3`): the gate on v7-fixed 9.7 s, with
+three interpreters started (the agents' host, the concurrency stage's other hash seed, the
+execution stage's unwatched smoke call); the read of what a call left, 122 ms on the example's
+model (60,416 parameters; most of it the collection that drops unreachable models first).
 """
 
 from __future__ import annotations
