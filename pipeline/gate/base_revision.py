@@ -77,15 +77,20 @@ def resolve(root: Path, revision: str, task: str, store: Path, policy_file: Path
     fingerprint = _policy_fingerprint(policy_file)
     report, why_not = _kept(folder, commit, task, fingerprint)
     if report is not None:
-        return BaseResolution(revision, commit, report, "kept", str(folder / "report.json"), f"the report of {commit[:12]} kept in {folder} by an earlier run")
+        return BaseResolution(revision, commit, report, "kept", str(folder / "report.json"), f"the report of {commit[:12]} kept in {folder} by an earlier run" + _blocked(report))
     problem = _verify(root, commit, task, folder, policy_file, rerun)
     if problem is not None:
         return BaseResolution(revision, commit, None, "verified", str(folder / "report.json"), "", problem=problem)
     report, still = _kept(folder, commit, task, fingerprint)
     if report is None:
         return BaseResolution(revision, commit, None, "verified", str(folder / "report.json"), "", problem=f"the base's run left no report to use ({still})")
-    note = f"{commit[:12]} verified in this run" + (f" (no kept report was used: {why_not})" if why_not else "")
+    note = f"{commit[:12]} verified in this run" + (f" (no kept report was used: {why_not})" if why_not else "") + _blocked(report)
     return BaseResolution(revision, commit, report, "verified", str(folder / "report.json"), note)
+
+
+def _blocked(report: dict[str, object]) -> str:
+    """What the note adds for a base that blocks: it is still the floor for what it verified."""
+    return "; the base itself BLOCKs: it is the floor for what it verified" if report.get("decision") == "BLOCK" else ""
 
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

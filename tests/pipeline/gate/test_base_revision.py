@@ -59,6 +59,8 @@ def test_a_kept_report_is_used_only_for_its_commit_version_and_policy(tmp_path: 
     (folder / base_revision.KEPT).write_text(json.dumps(kept))
     data, why = base_revision._kept(folder, commit, "T", "none")
     assert data is not None and why is None
+    # A base that blocks is still the floor, and the note says so.
+    assert "the base itself BLOCKs" in base_revision._blocked(data) and base_revision._blocked({**data, "decision": "PASS"}) == ""
     for key, value in (("tool_version", "0.0.1"), ("policy", "f" * 64)):
         (folder / base_revision.KEPT).write_text(json.dumps({**kept, key: value}))
         data, why = base_revision._kept(folder, commit, "T", "none")
