@@ -346,7 +346,7 @@ def run_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     emit_outputs(report, inputs, args)
     if args.keep:
         policy_file = ci_policy_path(args.policy)
-        store = (args.reports or base_revision.DEFAULT_REPORTS).resolve()
+        store = reports_folder(args, inputs)
         print(f"traingate: {base_revision.keep(inputs.root, inputs.out / 'report.json', store, policy_file.resolve() if policy_file else None)}", file=sys.stderr)
     if not args.quiet:
         print_summary(report)
@@ -469,11 +469,18 @@ def validate_inputs(args: argparse.Namespace, known_stages: tuple[str, ...]) -> 
     return inputs
 
 
+def reports_folder(args: argparse.Namespace, inputs: RunInputs) -> Path:
+    """Where the base commits' reports are kept: `--reports`, else the CI policy's `reports`
+    (a target's own is ignored), else the default under the output root."""
+    chosen = args.reports or (inputs.config.policy.reports if inputs.config is not None else None)
+    return Path(chosen or base_revision.DEFAULT_REPORTS).resolve()
+
+
 def _baseline_revision(inputs: RunInputs, args: argparse.Namespace, policy_file: Path | None) -> None:
     """`--baseline REVISION`: its kept report, or its commit verified now, before any code of
     this version runs (base_revision.py); a revision that gives none is the run's problem."""
     rerun = ["--stages", ",".join(inputs.stages), "--device", inputs.device]
-    store = (args.reports or base_revision.DEFAULT_REPORTS).resolve()
+    store = reports_folder(args, inputs)
     found = base_revision.resolve(inputs.root, args.baseline, inputs.task, store, policy_file.resolve() if policy_file else None, rerun)
     inputs.baseline_source = BaselineSource(revision=found.revision, commit=found.commit, how=found.source, note=found.note or found.problem or "")
     if found.report is None:

@@ -54,6 +54,7 @@ _STRICTER: dict[str, Callable[[Any, Any], Any]] = {
 CI_ONLY: dict[str, str] = {
     "allow_config_changes": "only the CI policy can accept a change's narrowing of its own gate configuration",
     "allow_new_waivers": "only the CI policy can let a change's new waivers apply",
+    "reports": "only the CI policy chooses where the base commits' reports are kept: the change could otherwise point it at reports it wrote",
 }
 
 

@@ -196,6 +196,9 @@ class PolicyConfig(BaseModel):
     # trusted pull request: the change under review would otherwise accept its own.
     allow_config_changes: bool = False
     allow_new_waivers: bool = False
+    # Where `--baseline REVISION` keeps the base commits' reports (`--reports` chooses first);
+    # only a CI policy file sets it: a change could otherwise point it at reports it wrote.
+    reports: str | None = None
 
     @model_validator(mode="wrap")
     @classmethod

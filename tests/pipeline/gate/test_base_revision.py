@@ -176,3 +176,24 @@ def test_a_target_in_a_folder_of_its_repository_is_verified_from_that_folder_of_
     found = base_revision.resolve(repo / "sub", "HEAD", "T", tmp_path / "store", None, [])
     monkeypatch.undo()
     assert asked and Path(asked[0][4]).name == "sub" and found.problem is not None and "wrote no report" in found.problem
+
+
+def test_where_reports_are_kept_is_the_command_lines_then_the_ci_policys_never_the_targets(tmp_path: Path) -> None:
+    import argparse
+
+    from traingate.pipeline.gate.cli import RunInputs, reports_folder
+    from traingate.pipeline.gate.policy_source import CiPolicy, resolve_policy
+    from traingate.pipeline.model.config import PolicyConfig, TargetConfig
+
+    ci = CiPolicy(path="ci.toml", policy=PolicyConfig.model_validate({"reports": str(tmp_path / "ci-kept")}))
+    effective, provenance = resolve_policy(PolicyConfig.model_validate({"reports": str(tmp_path / "mine")}), "pyproject.toml", ci)
+    assert effective.reports == str(tmp_path / "ci-kept") and any(i.key == "reports" for i in provenance.ignored)
+    mine_only, _ = resolve_policy(PolicyConfig.model_validate({"reports": str(tmp_path / "mine")}), "pyproject.toml", None)
+    assert mine_only.reports is None  # the target's own is never taken
+
+    def inputs(policy: PolicyConfig) -> RunInputs:
+        return RunInputs(tmp_path, [], "cpu", None, TargetConfig(policy=policy), None, None, "T", "v", tmp_path / "out", [])
+
+    assert reports_folder(argparse.Namespace(reports=None), inputs(effective)) == (tmp_path / "ci-kept").resolve()
+    assert reports_folder(argparse.Namespace(reports=tmp_path / "cli"), inputs(effective)) == (tmp_path / "cli").resolve()
+    assert reports_folder(argparse.Namespace(reports=None), inputs(PolicyConfig())) == base_revision.DEFAULT_REPORTS.resolve()
