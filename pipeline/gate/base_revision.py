@@ -55,10 +55,11 @@ class BaseResolution:
 
 
 def is_report_path(value: str) -> bool:
-    """A `--baseline` value that names a file, or looks like one (a `.json` name, an existing
-    folder: refused as unreadable), is a report; anything else a revision."""
+    """A `--baseline` value that names a file, or looks like one (a `.json` name; a path to a
+    folder, refused as unreadable), is a report; anything else a revision (`main`, `tests`: a
+    branch may share its name with a folder of the checkout)."""
     path = Path(value)
-    return path.is_file() or path.is_dir() or path.suffix == ".json"
+    return path.is_file() or path.suffix == ".json" or (path.is_dir() and (path.is_absolute() or value.startswith(".")))
 
 
 def resolve(root: Path, revision: str, task: str, store: Path, policy_file: Path | None, rerun: list[str]) -> BaseResolution:

@@ -38,6 +38,15 @@ def _repo(tmp_path: Path) -> tuple[Path, str]:
     return repo, base
 
 
+def test_a_value_is_a_report_when_it_names_one_and_a_revision_otherwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "base.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert base_revision.is_report_path("base.json") and base_revision.is_report_path("missing.json")
+    assert base_revision.is_report_path(str(tmp_path / "tests")) and base_revision.is_report_path("./tests")
+    assert not base_revision.is_report_path("tests") and not base_revision.is_report_path("origin/main")
+
+
 def test_a_revision_git_does_not_know_gives_no_baseline_and_says_so(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
