@@ -46,7 +46,9 @@ class EvaluationWatch:
     def _enter(self, module: Any, args: Any) -> None:
         self._depth += 1
 
-    def _exit(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+    def _exit(self, module: Any, args: Any, kwargs: Any, output: Any = None) -> None:
+        # Where the forward raised, torch calls it as (module, args, result), keywords or not:
+        # `output` is then missing, and there is nothing to read.
         self._depth = max(0, self._depth - 1)
         torch = self.torch
         if self._depth or self._again or self.checked >= MAX_CHECKS or output is None or torch.is_grad_enabled() or torch.compiler.is_compiling():

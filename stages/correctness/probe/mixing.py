@@ -31,6 +31,7 @@ from ...harness.identity import ObjectMap
 from ...harness.faults import guarded
 
 MAX_CAPTURES = 4
+RAISED = object()  # `_leave`'s output where the forward raised (torch passes none)
 
 
 @dataclass
@@ -85,11 +86,12 @@ class BatchMixingWatch:
     def _enter(self, module: Any, args: Any) -> None:
         self._tls.depth = getattr(self._tls, "depth", 0) + 1
 
-    def _leave(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+    def _leave(self, module: Any, args: Any, kwargs: Any, output: Any = RAISED) -> None:
         """An outermost call that just returned: kept when it is the first of a trainable module
-        with gradients recorded (its arguments, as the global pre-hook cannot see keywords)."""
+        with gradients recorded (its arguments, as the global pre-hook cannot see keywords).
+        Where the forward raised, torch calls it as (module, args, result): nothing is kept."""
         depth = self._tls.depth = max(0, getattr(self._tls, "depth", 1) - 1)
-        if depth or len(self.captures) >= MAX_CAPTURES or not self.torch.is_grad_enabled() or self.torch.compiler.is_compiling():
+        if output is RAISED or depth or len(self.captures) >= MAX_CAPTURES or not self.torch.is_grad_enabled() or self.torch.compiler.is_compiling():
             return
         trainable = self._trainable.get(module)
         if trainable is None:

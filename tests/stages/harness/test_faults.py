@@ -80,7 +80,7 @@ class Trainer:
 KEPT = []
 
 
-def train(steps=12, keep=False):
+def train(steps=12, keep=False, crash=False):
     trainer, hostile = Trainer(), Hostile()
     def gen():
         yield KEPT
@@ -98,6 +98,8 @@ def train(steps=12, keep=False):
     losses = [hostile, trainer.model_ref]
     for it in range(steps):
         xb, yb = x[it % 8 * 8:(it % 8 + 1) * 8], y[it % 8 * 8:(it % 8 + 1) * 8]
+        if crash and it == 5:
+            xb = xb[:, :7]  # the target's own shape error, inside a module's forward
         loss = torch.nn.functional.mse_loss(model(xb), yb)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -152,6 +154,7 @@ EVERY_STAGE = [PERFORMANCE_FULL, CONCURRENCY_TRACE, CONCURRENCY_RNG, CONCURRENCY
 RUNS: dict[str, dict[str, Any]] = {
     **{f"odd-{index}": {"instruments": [spec], "kwargs": {}} for index, spec in enumerate(EVERY_STAGE)},
     "odd-kept": {"instruments": [PERFORMANCE_FULL], "kwargs": {"keep": True, "steps": 24}},
+    **{f"crash-{index}": {"instruments": [spec], "kwargs": {"crash": True}} for index, spec in enumerate(EVERY_STAGE)},
     "broken-hook": {"instruments": ["broken:BrokenHook"], "kwargs": {}},
     "broken-patch": {"instruments": ["broken:BrokenPatch"], "kwargs": {}},
 }
@@ -177,6 +180,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
 def test_every_instrument_reads_an_odd_heap_and_the_clean_loop_returns(runs: dict[str, dict[str, Any]], index: int) -> None:
     spec, result = EVERY_STAGE[index], runs[f"odd-{index}"]
     assert result["ok"] and result["exception"] is None, result["exception"]
+    assert instruments.collect_error(result["instruments"][spec]) is None, result["instruments"][spec]
+
+
+@pytest.mark.parametrize("index", range(len(EVERY_STAGE)), ids=EVERY_STAGE)
+def test_the_targets_own_crash_under_every_instrument_stays_the_targets(runs: dict[str, dict[str, Any]], index: int) -> None:
+    """A forward that raises calls the always-called hooks as torch's failure path does (no
+    output): no instrument fails on it, and the crash is the target's, at its line."""
+    spec, result = EVERY_STAGE[index], runs[f"crash-{index}"]
+    assert not result["ok"] and result["exception"]["type"] == "RuntimeError"
+    assert result["exception"]["raised_in_gate"] is False and result["exception"]["target_frame"] is not None
     assert instruments.collect_error(result["instruments"][spec]) is None, result["instruments"][spec]
 
 
