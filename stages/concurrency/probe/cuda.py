@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from ...harness.sites import SiteTable
 from ...harness.identity import reference
+from ...harness.faults import call_original
 
 MAX_RECORDS = 50
 
@@ -61,8 +62,8 @@ def passing_through_in_forked_children(mode_class: Any) -> None:
     @functools.wraps(original)
     def dispatch(mode: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if _ForkState.forked:
-            return func(*args, **(kwargs or {}))
-        return original(mode, func, types, args, kwargs)
+            return call_original(func, *args, **(kwargs or {}))
+        return call_original(original, mode, func, types, args, kwargs)
 
     dispatch.passes_through_in_forked_children = True  # type: ignore[attr-defined]
     mode_class.__torch_dispatch__ = dispatch
@@ -179,7 +180,7 @@ def _mode_class(torch: Any) -> Any:
                 for t in inputs:
                     if t is not written:
                         self.watch.check_read(t, str(func.overloadpacket.__name__))
-            out = func(*args, **kwargs)
+            out = call_original(func, *args, **kwargs)
             self._after(func, args, kwargs, inputs, out)
             return out
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from ...harness.heap import module_file
 from ...harness.sites import SiteTable
 from ...common.frames import relative
+from ...harness.faults import call_original
 
 MAX_RECORDS = 500
 
@@ -56,7 +57,7 @@ class RngSites:
         def seeded(*args: Any, **kwargs: Any) -> Any:
             seed = seed_of(*args, **kwargs)
             recorder._record(api, seed, entropy=seed is None)
-            return original(*args, **kwargs)
+            return call_original(original, *args, **kwargs)
 
         return seeded
 

@@ -24,7 +24,7 @@ from .params import ParamFingerprints
 from ...harness.tensors import exact_sum
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 MAX_EVENTS = 50_000
 MAX_STEPS = 20_000
@@ -80,11 +80,11 @@ class LossTrace:
 
     def _backward_call(self, original: Callable[..., Any], tensors: list[Any], first: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(self._tls, "in_backward", False):
-            return original(first, *args, **kwargs)
+            return call_original(original, first, *args, **kwargs)
         self._on_backward(tensors)
         self._tls.in_backward = True
         try:
-            return original(first, *args, **kwargs)
+            return call_original(original, first, *args, **kwargs)
         finally:
             self._tls.in_backward = False
 
@@ -281,13 +281,13 @@ class ProtocolTrace(LossTrace):
         @functools.wraps(original)
         def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(recorder._tls, "in_clip", False):
-                return original(parameters, *args, **kwargs)
+                return call_original(original, parameters, *args, **kwargs)
             if not isinstance(parameters, torch.Tensor):
                 parameters = list(parameters)  # a generator would be spent by the lookup below
             recorder._event("clip", fn=name, opts=recorder._owners(parameters, torch))
             recorder._tls.in_clip = True
             try:
-                return original(parameters, *args, **kwargs)
+                return call_original(original, parameters, *args, **kwargs)
             finally:
                 recorder._tls.in_clip = False
 

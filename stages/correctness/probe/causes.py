@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import call_original
 
 MAX_NAMED_FROZEN = 8
 
@@ -81,11 +82,11 @@ class StepCauses:
         @functools.wraps(original)
         def backward(*args: Any, **kwargs: Any) -> Any:
             if getattr(self._tls, "inside", False):  # Tensor.backward calls torch.autograd.backward
-                return original(*args, **kwargs)
+                return call_original(original, *args, **kwargs)
             site = self.sites.innermost(1)
             self._tls.inside = True
             try:
-                result = original(*args, **kwargs)
+                result = call_original(original, *args, **kwargs)
             finally:
                 self._tls.inside = False
             self.backwards += 1
@@ -99,7 +100,7 @@ class StepCauses:
         @functools.wraps(original)
         def zero_grad(owner: Any, *args: Any, **kwargs: Any) -> Any:
             self._clear = _Clear(self.sites.innermost(1), call, _ref(owner), self.backwards)
-            return original(owner, *args, **kwargs)
+            return call_original(original, owner, *args, **kwargs)
 
         return zero_grad
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import call_original
 
 MAX_DISCARD_SITES = 50
 
@@ -114,7 +115,7 @@ class ClearWatch:
         def step(scaler: Any, *args: Any, **kwargs: Any) -> Any:
             watch._step_depth += 1
             try:
-                return original(scaler, *args, **kwargs)
+                return call_original(original, scaler, *args, **kwargs)
             finally:
                 watch.step_ended(args[0] if args else kwargs.get("optimizer"))  # a step it skipped (inf or NaN found) is a decision on these gradients too
 
@@ -129,7 +130,7 @@ class ClearWatch:
             if watch._step_depth == 0:
                 watch._pending = []
                 watch._at_step = watch.backwards
-            return original(*args, **kwargs)
+            return call_original(original, *args, **kwargs)
 
         return inspect
 
@@ -143,7 +144,7 @@ class ClearWatch:
             if watch._step_depth == 0:
                 watch._cleared(owner, site, call, params_of)
                 watch._last_clear = watch.backwards
-            result = original(owner, *args, **kwargs)
+            result = call_original(original, owner, *args, **kwargs)
             watch._cleared_at[owner] = watch.backwards
             watch._mark(params_of(owner))
             return result

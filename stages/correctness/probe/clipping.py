@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from .causes import StepCauses
 from ...harness.sites import SiteTable
+from ...harness.faults import call_original
 
 FUNCTIONS = ("clip_grad_norm_", "clip_grad_value_")
 MAX_RECORDS = 50
@@ -67,7 +68,7 @@ class ClipWatch:
         def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             params = [parameters] if isinstance(parameters, self.torch.Tensor) else list(parameters)
             self.note(name, params, self.sites.innermost(1))
-            return original(params, *args, **kwargs)
+            return call_original(original, params, *args, **kwargs)
 
         return clip
 

@@ -18,7 +18,7 @@ import functools
 from typing import Any
 
 from ...harness.sites import SiteTable
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 REFRESHES = 3  # steps at which the parameters without a gradient are looked for
 MAX_NODES = 256  # autograd nodes walked from a detached tensor
@@ -81,12 +81,12 @@ class CutWatch:
         def detached(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             if self._nodes:
                 self._reached(tensor, "detach")
-            return detach(tensor, *args, **kwargs)
+            return call_original(detach, tensor, *args, **kwargs)
 
         def read_data(tensor: Any) -> Any:
             if self._nodes:
                 self._reached(tensor, "data")
-            return data.__get__(tensor)
+            return call_original(data.__get__, tensor)
 
         torch.Tensor.detach = detached
         torch.Tensor.data = property(read_data, data.__set__, doc=data.__doc__)

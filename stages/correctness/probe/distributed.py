@@ -45,6 +45,7 @@ from ...common.channel import new_nonce
 from ...common.frames import innermost_target
 from ...common.procstat import read_stat, send_signal
 from ...contract.messages import DistributedRecord, EntrypointRequest, HarnessResult, RankResult
+from ...harness.faults import call_original
 
 # A rank that failed while others still run: how long they get to finish before the launcher
 # stops them (they normally wait in a collective the failed rank never reaches).
@@ -379,7 +380,7 @@ def _default_backend(backend: str) -> None:
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         if not args and kwargs.get("backend") is None:
             kwargs["backend"] = backend
-        return original(*args, **kwargs)
+        return call_original(original, *args, **kwargs)
 
     dist.init_process_group = init_process_group  # patched while the rank runs
 
@@ -418,7 +419,7 @@ class _CollectiveCounter:
                     key = _key(name, site)
                     counter.counts[key] = counter.counts.get(key, 0) + 1
                     counter._version += 1
-                return original(*args, **kwargs)
+                return call_original(original, *args, **kwargs)
 
             return collective
 

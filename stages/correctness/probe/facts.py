@@ -18,7 +18,7 @@ from typing import Any
 
 from .evaluation import EvaluationWatch
 from ...harness import heap
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 MAX_STEPS = 500  # steps recorded; the rest are counted
 MAX_COPIED = 20_000_000  # elements: the step buffers and the first step's copy together
@@ -65,7 +65,7 @@ class FactsWatch:
             site = watch.sites.innermost(1)
             if site is not None:
                 watch.scheduler_sites[site] = watch.scheduler_sites.get(site, 0) + 1
-            return original(scheduler, *args, **kwargs)
+            return call_original(original, scheduler, *args, **kwargs)
 
         torch.optim.lr_scheduler.LRScheduler.step = stepped
 

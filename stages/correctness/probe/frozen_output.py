@@ -27,6 +27,7 @@ from typing import Any
 from ...common.frames import is_target_file
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import call_original
 
 MAX_OUTPUTS = 64  # module outputs remembered; the oldest are dropped past it
 MAX_RECORDS = 20
@@ -67,7 +68,7 @@ class FrozenOutputWatch:
         def set_requires_grad(tensor: Any, requires_grad: bool = True) -> Any:
             if not requires_grad:
                 self._frozen_at[tensor] = self.sites.innermost(1)
-            return requires_grad_(tensor, requires_grad)
+            return call_original(requires_grad_, tensor, requires_grad)
 
         torch.nn.Module.__init__ = init
         torch.nn.Module.load_state_dict = load_state_dict

@@ -33,7 +33,7 @@ from ...harness.tensors import exact_norm
 from .clears import ClearWatch
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 MAX_STEP_RECORDS = 10_000  # steps judged; past it, counted as dropped
 # An optimizer still unstepped after this many backward calls is no longer observed (its next
@@ -107,13 +107,13 @@ class StaleGradientWatch:
     def _call(self, original: Callable[..., Any], first: Any, *args: Any, **kwargs: Any) -> Any:
         # Tensor.backward calls torch.autograd.backward: one call, observed once.
         if getattr(self._tls, "inside", False):
-            return original(first, *args, **kwargs)
+            return call_original(original, first, *args, **kwargs)
         self._before_backward()
         if self.clears is not None:
             self.clears.backward()
         self._tls.inside = True
         try:
-            return original(first, *args, **kwargs)
+            return call_original(original, first, *args, **kwargs)
         finally:
             self._tls.inside = False
 

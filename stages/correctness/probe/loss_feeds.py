@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Callable, Hashable
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 MAX_OPS = 20_000  # operations followed in one window; past it, the outputs fed nothing seen
 
@@ -77,7 +77,7 @@ class LossFeeds:
 
             class _Follow(TorchFunctionMode):
                 def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                    out = func(*args, **(kwargs or {}))
+                    out = call_original(func, *args, **(kwargs or {}))
                     feeds._followed(args, kwargs, out)
                     return out
 

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from . import evaluation
 from .frozen_output import FrozenOutputWatch
 from ...harness.sites import SiteTable
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy_with_logits")
 SHAPE_FUNCTIONS = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits")
@@ -131,7 +131,7 @@ class LossInputWatch:
         torch = self.torch
 
         def squashing(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
+            result = call_original(original, *args, **kwargs)
             node = getattr(result, "grad_fn", None)
             if node is None or torch.compiler.is_compiling():
                 return result
@@ -150,10 +150,10 @@ class LossInputWatch:
 
         def log_prob(distribution: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(self._tls, "log_prob", False) or evaluation.repeating() or torch.compiler.is_compiling():
-                return original(distribution, value, *args, **kwargs)
+                return call_original(original, distribution, value, *args, **kwargs)
             self._tls.log_prob = True
             try:
-                result = original(distribution, value, *args, **kwargs)
+                result = call_original(original, distribution, value, *args, **kwargs)
             finally:
                 self._tls.log_prob = False
             self.observe_log_prob(distribution, value, result)
@@ -197,7 +197,7 @@ class LossInputWatch:
 
         def loss(*args: Any, **kwargs: Any) -> Any:
             if evaluation.repeating():  # a repetition of the facts' evaluation check: not the run's call
-                return original(*args, **kwargs)
+                return call_original(original, *args, **kwargs)
             outer = not getattr(self._tls, "inside", False)
             if outer and kinds:
                 self._tls.inside = True
@@ -205,7 +205,7 @@ class LossInputWatch:
                     self.observe(name, args[0] if args else kwargs.get("input"))
                 finally:
                     self._tls.inside = False
-            result = original(*args, **kwargs)
+            result = call_original(original, *args, **kwargs)
             if outer:  # once it returned: a call torch refused raised already
                 input, target = args[0] if args else kwargs.get("input"), args[1] if len(args) > 1 else kwargs.get("target")
                 if shapes:

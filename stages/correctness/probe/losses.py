@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from ...harness.tensors import exact_sum
 from ...harness.sites import SiteTable
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 MAX_CALLS = 20_000
 UNSCALED_TAG = "_unscaled_loss_watched"
@@ -79,7 +79,7 @@ class LossWatch:
                 self.dropped += 1
         self._tls.inside = True
         try:
-            return original(first, *args, **kwargs)
+            return call_original(original, first, *args, **kwargs)
         finally:
             self._tls.inside = False
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 from .mixing_replay import MASK_BUDGET, MAX_LISTED, Batch, batch_dim, copy_tensors, find_batch, leaves
 from ...harness.sites import SiteTable
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 
 @dataclass
@@ -117,7 +117,7 @@ class _NanTrace:
             self._paused = False
 
     def __call__(self, func: Callable[..., Any], types: Any, args: Any, kwargs: Any) -> Any:
-        result = func(*args, **(kwargs or {}))
+        result = call_original(func, *args, **(kwargs or {}))
         if self._paused:
             return result
         for tensor in leaves(result):

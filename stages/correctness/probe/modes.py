@@ -41,7 +41,7 @@ from . import evaluation
 from .loss_feeds import LossFeeds
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 MAX_RECORDS = 50  # distinct (line, model) pairs kept per direction
 MAX_MODULES = 20  # modules named per record
@@ -140,12 +140,12 @@ class ModeWatch:
         @functools.wraps(original)
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(self._tls, "backward", False):  # Tensor.backward calls torch.autograd.backward
-                return original(tensors, *args, **kwargs)
+                return call_original(original, tensors, *args, **kwargs)
             if self.feeds is not None:
                 self.feeds.backward(tensors)
             self._tls.backward = True
             try:
-                return original(tensors, *args, **kwargs)
+                return call_original(original, tensors, *args, **kwargs)
             finally:
                 self._tls.backward = False
 
@@ -156,7 +156,7 @@ class ModeWatch:
         def dropout(input: Any, p: float = 0.5, *args: Any, **kwargs: Any) -> Any:
             if not args and "training" not in kwargs and p > 0 and not evaluation.repeating():  # training left at its default, True
                 self._note_functional(name, p, sys._getframe(1))
-            return original(input, p, *args, **kwargs)
+            return call_original(original, input, p, *args, **kwargs)
 
         return dropout
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...harness.sites import SiteTable
 from ...harness.identity import ObjectMap
+from ...harness.faults import call_original
 
 
 class OptimizerSites:
@@ -27,7 +28,7 @@ class OptimizerSites:
 
         @functools.wraps(original)
         def init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
-            original(optimizer, *args, **kwargs)
+            call_original(original, optimizer, *args, **kwargs)
             if optimizer not in self.built:
                 self.built[optimizer] = self._builder(optimizer)
 

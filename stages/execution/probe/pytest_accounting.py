@@ -50,6 +50,7 @@ from ...contract.pytest_events import (
     SelectionEvent,
     XdistDisabledEvent,
 )
+from ...harness.faults import call_original
 
 # Option destinations that narrow or stop the run, with the flag a reader knows them by.
 SELECTION_OPTIONS: dict[str, str] = {
@@ -137,7 +138,7 @@ class TestAccountant:
             name = getattr(marker, "name", None) or getattr(getattr(marker, "mark", None), "name", None) or str(marker)
             if name in ("skip", "skipif", "xfail"):
                 sites[(node.nodeid, name)] = _caller_site(root)
-            return original(node, marker, append)
+            return call_original(original, node, marker, append)
 
         Node.add_marker = add_marker  # type: ignore[method-assign,assignment]
 

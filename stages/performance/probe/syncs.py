@@ -39,6 +39,7 @@ import torch
 
 from .clock import StepClock
 from .frame_index import FrameIndex, Site, caller_frame
+from ...harness.faults import call_original
 
 aten = torch.ops.aten
 
@@ -201,11 +202,11 @@ class SyncCounter:
 
         def wrapper(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if counter._busy():
-                return original(self, *args, **kwargs)
+                return call_original(original, self, *args, **kwargs)
             if counter._counts(self):
                 counter.note(kind, False)
             with counter.quiet():
-                result = original(self, *args, **kwargs)
+                result = call_original(original, self, *args, **kwargs)
             if name == "cpu":
                 counter._mark_host_copy(result)
             return result
@@ -221,7 +222,7 @@ class SyncCounter:
             # On a CPU `.to(device)` moves nothing; what it returns is what would be on the
             # device. A literal "cpu" destination is the host, in any run.
             def to_on_cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-                result = original(self, *args, **kwargs)
+                result = call_original(original, self, *args, **kwargs)
                 if not counter._busy() and _to_device(args, kwargs):
                     counter.mark_bound(result)
                 return result
@@ -231,9 +232,9 @@ class SyncCounter:
 
         def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
             if counter._busy() or self.device.type == "cpu" or not _to_host(args, kwargs):
-                return original(self, *args, **kwargs)
+                return call_original(original, self, *args, **kwargs)
             with counter.quiet():
-                result = original(self, *args, **kwargs)
+                result = call_original(original, self, *args, **kwargs)
             # A non_blocking copy into pinned memory is queued on the stream: the host does not
             # wait (reading it before a synchronisation is the concurrency stage's race).
             if not (_non_blocking(args, kwargs) and isinstance(result, torch.Tensor) and result.is_pinned()):
@@ -252,11 +253,11 @@ class SyncCounter:
 
         def one_hot(tensor: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
             if counter._busy():
-                return original(tensor, num_classes)
+                return call_original(original, tensor, num_classes)
             if num_classes == -1 and counter._counts(tensor):
                 counter.note(ONE_HOT_WITHOUT_CLASSES, False)
             with counter.quiet():
-                return original(tensor, num_classes)
+                return call_original(original, tensor, num_classes)
 
         one_hot.__name__ = "one_hot"
         one_hot.__doc__ = original.__doc__
@@ -272,7 +273,7 @@ class SyncCounter:
             if not counter._busy():
                 counter.note(kind, True)
             with counter.quiet():
-                return original(*args, **kwargs)
+                return call_original(original, *args, **kwargs)
 
         wrapper.__name__ = name
         setattr(owner, name, wrapper)

@@ -43,7 +43,7 @@ from .clock import StepClock
 from .frame_index import FrameIndex, Site
 from .syncs import WATCHED_PACKETS, SyncCounter
 from ...harness.identity import ObjectMap
-from ...harness.faults import guarded
+from ...harness.faults import call_original, guarded
 
 aten = torch.ops.aten
 _MATMULS = {
@@ -102,7 +102,7 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = call_original(func, *args, **kwargs)
         tracker = self.tracker
         # The main thread, or the autograd engine's device threads while the main thread waits
         # in backward. A process forked from this one (a DataLoader worker) has `active` off.

@@ -80,7 +80,7 @@ class Trainer:
 KEPT = []
 
 
-def train(steps=12, keep=False, crash=False):
+def train(steps=12, keep=False, crash=False, misuse=False):
     trainer, hostile = Trainer(), Hostile()
     def gen():
         yield KEPT
@@ -98,6 +98,8 @@ def train(steps=12, keep=False, crash=False):
     losses = [hostile, trainer.model_ref]
     for it in range(steps):
         xb, yb = x[it % 8 * 8:(it % 8 + 1) * 8], y[it % 8 * 8:(it % 8 + 1) * 8]
+        if misuse and it == 5:
+            torch.ones(3).item()  # raised in C, by the function a probe wrapped: the target's
         if crash and it == 5:
             xb = xb[:, :7]  # the target's own shape error, inside a module's forward
         loss = torch.nn.functional.mse_loss(model(xb), yb)
@@ -155,6 +157,7 @@ RUNS: dict[str, dict[str, Any]] = {
     **{f"odd-{index}": {"instruments": [spec], "kwargs": {}} for index, spec in enumerate(EVERY_STAGE)},
     "odd-kept": {"instruments": [PERFORMANCE_FULL], "kwargs": {"keep": True, "steps": 24}},
     **{f"crash-{index}": {"instruments": [spec], "kwargs": {"crash": True}} for index, spec in enumerate(EVERY_STAGE)},
+    "misuse": {"instruments": [PERFORMANCE_FULL], "kwargs": {"misuse": True}},
     "broken-hook": {"instruments": ["broken:BrokenHook"], "kwargs": {}},
     "broken-patch": {"instruments": ["broken:BrokenPatch"], "kwargs": {}},
 }
@@ -191,6 +194,14 @@ def test_the_targets_own_crash_under_every_instrument_stays_the_targets(runs: di
     assert not result["ok"] and result["exception"]["type"] == "RuntimeError"
     assert result["exception"]["raised_in_gate"] is False and result["exception"]["target_frame"] is not None
     assert instruments.collect_error(result["instruments"][spec]) is None, result["instruments"][spec]
+
+
+def test_what_a_wrapped_c_function_raises_for_the_targets_call_is_the_targets(runs: dict[str, dict[str, Any]]) -> None:
+    """`Tensor.item` is wrapped by the sync counter and written in C: the exception comes out of
+    the gate's wrapper frame, handed on through `call_original`."""
+    result = runs["misuse"]
+    assert result["exception"]["type"] == "RuntimeError" and result["exception"]["raised_in_gate"] is False
+    assert instruments.collect_error(result["instruments"][PERFORMANCE_FULL]) is None
 
 
 def test_a_kept_graph_is_still_followed_past_odd_objects_in_its_list(runs: dict[str, dict[str, Any]]) -> None:
