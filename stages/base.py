@@ -316,11 +316,12 @@ def run_entrypoint(
     """
     with observed_test_tree(ctx) as tree:
         fields = _request_fields(ctx, amp, instruments or [], options or {}, deterministic, kwargs_override or {}, distributed, entrypoint)
+        # The configured training as configured (not another's, other kwargs or ranks, nor a
+        # test): what it left is read once it returns, for the gate's unwatched comparison.
+        same = tree is None and entrypoint is None and not kwargs_override and distributed is None and not alters_numerics
+        fields["leave_digest"] = same
         run = _run_entrypoint(ctx, label, tree, fields, budget_s, env)
-    # The configured training as configured (not another's, other kwargs or ranks, nor a test):
-    # how it ended, for the gate's comparison of the unwatched run with the watched ones.
     record = run.record
-    same = tree is None and entrypoint is None and not kwargs_override and distributed is None and not alters_numerics
     if same and record is not None and run.ok and record.left is not None:
         watched = bool(fields["instruments"]) or fields.get("max_steps") is not None or fields.get("max_batches") is not None
         ctx.runs_left.append(RunLeft(
@@ -404,8 +405,6 @@ def _request_fields(
         "max_batches": ep.max_batches,
         "max_steps": ep.max_steps,
         "read_at_start": ctx.read_at_start(),
-        # What the call left, read once it returned (`stages/harness/left.py`); not for other ranks.
-        "leave_digest": distributed is None,
     }
     if distributed is not None:
         fields["distributed"] = distributed.model_dump(mode="json")

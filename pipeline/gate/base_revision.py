@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -62,9 +63,9 @@ def is_report_path(value: str) -> bool:
     return path.is_file() or path.suffix == ".json" or (path.is_dir() and (path.is_absolute() or value.startswith(".")))
 
 
-def resolve(root: Path, revision: str, task: str, store: Path, policy_file: Path | None, rerun: list[str]) -> BaseResolution:
+def resolve(root: Path, revision: str, task: str, store: Path, policy_file: Path | None, rerun: list[str], say: Callable[[str], None] | None = None) -> BaseResolution:
     """The baseline `revision` names (see the module's docstring); `rerun`: the options the
-    base's own run takes (stages, device)."""
+    base's own run takes (stages, device); `say`: told before a base is verified (minutes)."""
     commit = _commit(root, revision)
     if commit is None:
         return BaseResolution(
@@ -79,6 +80,8 @@ def resolve(root: Path, revision: str, task: str, store: Path, policy_file: Path
     report, why_not = _kept(folder, commit, task, fingerprint)
     if report is not None:
         return BaseResolution(revision, commit, report, "kept", str(folder / "report.json"), f"the report of {commit[:12]} kept in {folder} by an earlier run" + _blocked(report))
+    if say is not None:
+        say(f"verifying the base {revision} ({commit[:12]}) first" + (f": {why_not}" if why_not else ": no report of it is kept"))
     problem = _verify(root, commit, task, folder, policy_file, rerun)
     if problem is not None:
         return BaseResolution(revision, commit, None, "verified", str(folder / "report.json"), "", problem=problem)

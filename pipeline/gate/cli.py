@@ -481,7 +481,8 @@ def _baseline_revision(inputs: RunInputs, args: argparse.Namespace, policy_file:
     this version runs (base_revision.py); a revision that gives none is the run's problem."""
     rerun = ["--stages", ",".join(inputs.stages), "--device", inputs.device]
     store = reports_folder(args, inputs)
-    found = base_revision.resolve(inputs.root, args.baseline, inputs.task, store, policy_file.resolve() if policy_file else None, rerun)
+    say = None if args.quiet else (lambda text: print(f"traingate: {text}", file=sys.stderr, flush=True))
+    found = base_revision.resolve(inputs.root, args.baseline, inputs.task, store, policy_file.resolve() if policy_file else None, rerun, say)
     inputs.baseline_source = BaselineSource(revision=found.revision, commit=found.commit, how=found.source, note=found.note or found.problem or "")
     if found.report is None:
         inputs.baseline_problem = found.problem or "the baseline revision gave no report"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import gc
+import itertools
 import sys
 from dataclasses import dataclass, field
 from types import FrameType, ModuleType
@@ -30,7 +31,7 @@ import torch
 from ...common.frames import relative
 from .frame_index import FrameIndex, Site, graphs_size
 from .graph_span import steps_held
-from ...harness.heap import attributes, instance_dict, is_a, module_file, module_globals
+from ...harness.heap import attributes, instance_dict, is_a, module_file, module_globals, skipped
 
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
 # The gate's own objects, under the name its modules run as (its own, or a run's copy).
@@ -142,10 +143,14 @@ def _tensors_in(container: Any, max_items: int) -> Iterator[torch.Tensor]:
         seen.add(id(obj))
         if is_a(obj, torch.Tensor):
             yield obj
-        elif is_a(obj, dict):
-            todo.extend(obj.values())
-        elif is_a(obj, _CONTAINERS):
-            todo.extend(obj)
+            continue
+        try:  # a container subclass's own iteration is the target's code
+            if is_a(obj, dict):
+                todo.extend(dict.values(obj))
+            elif is_a(obj, _CONTAINERS):
+                todo.extend(obj)
+        except Exception:  # noqa: BLE001 - not read, counted
+            skipped("containers")
     todo.clear()
 
 
@@ -462,10 +467,13 @@ def graph_tensors(value: Any) -> list[torch.Tensor] | None:
     if _has_graph(value):
         return [value]
     kind = type(value)
+    # The newest items only, without copying the rest: this runs at every step boundary.
     if kind is dict:
-        items = list(dict.values(value))[-MAX_ITEMS:]
-    elif kind in (list, tuple, collections.deque):
-        items = list(value)[-MAX_ITEMS:]
+        items = list(itertools.islice(reversed(dict.values(value)), MAX_ITEMS))
+    elif kind is collections.deque:
+        items = list(itertools.islice(reversed(value), MAX_ITEMS))
+    elif kind in (list, tuple):
+        items = value[-MAX_ITEMS:]
     else:
         return None
     held = [item for item in items if _has_graph(item)]
