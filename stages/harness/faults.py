@@ -36,6 +36,7 @@ UNNAMED = "an instrument"  # a hook wrapped outside any instrument's install
 MAX_TRACEBACK = 5000
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 # spec -> the traceback of the first exception a hook of that instrument raised.
 FAULTS: dict[str, str] = {}
@@ -90,7 +91,7 @@ def fault_of(spec: str) -> str | None:
     return FAULTS.get(spec) or FAULTS.get(UNNAMED)
 
 
-def call_original(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+def call_original(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     """`fn(*args, **kwargs)` for a patched function's wrapper: what it raises is the target's."""
     return fn(*args, **kwargs)
 
