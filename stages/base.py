@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from traingate.pipeline.model import findings
 # The hang of one run, as the gate builds it: a stage calls it with its StageContext.
 from traingate.pipeline.model.findings import hang_finding as hang_finding
-from traingate.pipeline.model.config import EntrypointConfig, SectionT, TargetConfig
+from traingate.pipeline.model.config import EntrypointConfig, SectionT, TargetConfig, prepare_words
 from traingate.pipeline.model.registry import build_registry, parts
 from traingate.pipeline.supervision.disguise import Disguise
 from traingate.pipeline.supervision.isolation import ChildResult, child_environment, python_argv, run_child
@@ -394,6 +394,8 @@ def _request_fields(
         "script": ep.script,
         "args": ep.script_argv(amp),
         "setup": ep.setup,
+        "workdir": ep.workdir,
+        "prepare": [prepare_words(command) for command in ep.prepare],
         "kwargs": {**ep.kwargs, **kwargs_override},
         "amp_flag": ep.amp_flag,
         "amp": amp,

@@ -386,7 +386,10 @@ def init_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
         return ExitCode.PASS
     write_atomic(root / CONFIG_NAME, outcome.text)
     print("\n".join(outcome.messages))
-    print(f"Wrote {display_path(root / CONFIG_NAME)}; `traingate run {args.target}` verifies the repo with it.")
+    if outcome.verified:
+        print(f"Wrote {display_path(root / CONFIG_NAME)}; `traingate run {args.target}` verifies the repo with it.")
+    else:
+        print(f"Wrote {display_path(root / CONFIG_NAME)}, NOT VERIFIED (its `unverified` line says why; `traingate run` repeats it).")
     return ExitCode.PASS
 
 

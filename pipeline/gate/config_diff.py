@@ -23,7 +23,7 @@ NARROWS = "narrows"
 WIDENS = "widens"
 NEUTRAL = "neutral"
 FILE_KEY = "(file)"
-_NOT_COMPARED = frozenset({"task", "policy", "waive", "entrypoint", "tests"})
+_NOT_COMPARED = frozenset({"task", "policy", "waive", "entrypoint", "tests", "unverified"})
 # Numbers whose larger value verifies more (a larger budget); in the stages' sections, the
 # fields they mark `Stricter.HIGHER` (more runs, more ranks: `_more_is_wider`).
 _MORE_IS_WIDER = frozenset({"timeout_s", "observe_tests"})
@@ -100,7 +100,7 @@ def _entrypoint_flat(ep: EntrypointConfig) -> dict[str, Any]:
 
 
 def _entrypoint_order(key: str) -> tuple[int, str]:
-    fields = ["call", "script", "setup", "args", "amp_args", "kwargs", "amp_flag", "seed"]
+    fields = ["call", "script", "workdir", "prepare", "setup", "args", "amp_args", "kwargs", "amp_flag", "seed"]
     name = key.split(".")[1]
     return (fields.index(name) if name in fields else len(fields), key)
 

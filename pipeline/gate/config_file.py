@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 from pydantic import ValidationError
 from traingate.pipeline.model.tomlcompat import tomllib
-from traingate.pipeline.model.config import TargetConfig
+from traingate.pipeline.model.config import TargetConfig, prepare_words
 
 
 class ConfigError(Exception):
@@ -51,6 +51,10 @@ def check_entrypoint(root: Path, config: TargetConfig, source: str, prefix: str)
             _check_callable(root, source, f"{prefix}.entrypoint.call", ep.call, has_setup=ep.setup is not None)
         if ep.setup:
             _check_callable(root, source, f"{prefix}.entrypoint.setup", ep.setup)
+        if ep.workdir is not None and not (root / ep.workdir).is_dir() or ep.workdir and not (root / ep.workdir).resolve().is_relative_to(root.resolve()):
+            raise ConfigError(source, f"{prefix}.entrypoint.workdir", f"no folder {ep.workdir!r} under the target root")
+        for index, command in enumerate(ep.prepare):
+            _check_script(root, source, f"{prefix}.entrypoint.prepare[{index}]", prepare_words(command)[0])
 
 
 def _with_waiver_sources(config: TargetConfig, root: Path, source: str | None) -> TargetConfig:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pathlib import Path
 
+from traingate.pipeline.gate.init_readme import Documented, documented_commands
 from traingate.pipeline.gate.init_scan import Found, Function, Kind, Option, Param, Script, is_test, scan, script_reaches
 
 EPOCHS = frozenset({"epochs", "num_epochs", "n_epochs", "max_epochs", "epoch", "nepochs", "num_epoch", "n_epoch", "train_epochs"})
@@ -62,6 +63,9 @@ class Candidate:
     args_comments: list[str] = field(default_factory=list)  # commented lines inside `args`
     fill_in: list[FillIn] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the file's comments say about a choice
+    documented: str | None = None  # the README line that documents the command (`README.md:85`)
+    fits_device: bool = True  # a documented command for the device the check runs on (`--device=cpu`)
+    order: int = 0  # where the README documents it, among its commands
 
     @property
     def where(self) -> str:
@@ -72,18 +76,27 @@ class Candidate:
         """It can run as written: nothing to fill in first."""
         return not self.fill_in
 
-    def rank(self) -> tuple[int, int, int, int, str]:
+    def rank(self) -> tuple[int, int, int, int, int, int, int, str]:
         named = 0 if any(word in self.label.lower() for word in ("train", "main", "fit")) else 1
-        return (len(self.fill_in), KIND_ORDER[self.kind], named, self.path.count("/"), self.label)
+        # What the README documents first, its command for this device before the others.
+        documented = (0, 0 if self.fits_device else 1, self.order) if self.documented else (1, 0, 0)
+        return (len(self.fill_in), KIND_ORDER[self.kind], *documented, named, self.path.count("/"), self.label)
 
 
 def candidates(found: Found, device: str = "cpu") -> list[Candidate]:
     """Every training entry point found, best first; `device`: where the check runs."""
     listed: list[Candidate] = []
+    scripts = {script.path: script for script in found.scripts}
     for script in found.scripts:
         reached = script_reaches(found, script)
         if reached is not None:
             listed.append(script_candidate(script, reached, device))
+    for order, doc in enumerate(documented_commands(found.root)):
+        script = scripts.get(doc.script)
+        reached = script_reaches(found, script) if script is not None else None
+        if script is not None and reached is not None:
+            listed.append(documented_candidate(doc, script, reached, device))
+            listed[-1].order = order
     for function in found.training():
         if "parse_args" in function.calls:
             continue  # it reads the command line: its script is the candidate, with `args`
@@ -118,6 +131,32 @@ def script_candidate(script: Script, reached: str, device: str = "cpu") -> Candi
         args += _device_option(candidate, option) if device == "cpu" else []
         args += _script_option(candidate, option)
     candidate.entrypoint["script"] = script.path
+    candidate.entrypoint["args"] = args
+    _budget(candidate)
+    return candidate
+
+
+def documented_candidate(doc: Documented, script: Script, reached: str, device: str) -> Candidate:
+    """A command line a README documents, run where it runs it, after the preparation it runs
+    first; its arguments as written, and the step budget. On a CPU, a command that does not say
+    `cpu` gets the script's option that keeps it off a GPU, where it has one."""
+    trains = "its module-level code trains" if reached == "its module-level code" else f"it runs {reached}, which trains"
+    candidate = Candidate(
+        kind="script", path=script.path, line=script.main_line, label=doc.command, why=f"{doc.where} documents this command, and {trains}",
+        documented=doc.where, fits_device=doc.mentions_cpu() == (device == "cpu"),
+    )
+    args = list(doc.args)
+    if device == "cpu" and not doc.mentions_cpu():
+        for option in script.options:
+            if not any(arg.split("=")[0] in option.flags for arg in args):
+                args += _device_option(candidate, option)
+    candidate.entrypoint["script"] = doc.script
+    if doc.folder:
+        candidate.entrypoint["workdir"] = doc.folder
+        candidate.notes.append(f"it runs in {doc.folder}/, as {doc.where} runs it")
+    if doc.prepare:
+        candidate.entrypoint["prepare"] = list(doc.prepare)
+        candidate.notes.append(f"the README prepares its data first: `python {doc.prepare[0]}` runs before the training, in every run")
     candidate.entrypoint["args"] = args
     _budget(candidate)
     return candidate

@@ -182,6 +182,11 @@ def _is_test_file(rel: Path) -> bool:
     return rel.name.startswith("test_") or rel.name.endswith("_test.py") or rel.name == "conftest.py"
 
 
+def is_test_path(path: str) -> bool:
+    """A file pytest collects by its default `python_files`."""
+    return _is_test_file(Path(path)) and Path(path).name != "conftest.py"
+
+
 def is_test(function: Function) -> bool:
     """A pytest test function: `test_*` at module level of a test file."""
     return not function.is_method and function.qualname.startswith("test") and _is_test_file(Path(function.path))

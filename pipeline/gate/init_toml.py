@@ -13,7 +13,7 @@ from typing import Any
 from traingate.pipeline.gate.init_propose import MAX_BATCHES, MAX_STEPS, Candidate, json_str
 from traingate.pipeline.model.tomlcompat import tomllib
 
-TOP_KEYS = ("script", "call", "setup", "args", "amp_args", "amp_flag", "max_batches", "max_steps")
+TOP_KEYS = ("script", "workdir", "prepare", "call", "setup", "args", "amp_args", "amp_flag", "max_batches", "max_steps")
 
 
 def toml_value(value: Any) -> str:
@@ -33,6 +33,8 @@ def toml_value(value: Any) -> str:
 
 KEY_COMMENTS = {
     "script": "run as `python {value}` runs it, as __main__",
+    "workdir": "the folder it runs in, as the README runs it",
+    "prepare": "run first, as the README runs it before training (its data)",
     "call": "module:function or module:Class.method: of the repo, or an installed framework's",
     "amp_args": "the option that switches mixed precision: AMP on vs off is compared",
     "amp_flag": "the keyword that switches mixed precision: AMP on vs off is compared",
@@ -41,13 +43,28 @@ KEY_COMMENTS = {
 }
 
 
-def render(candidate: Candidate, header: list[str], tests_line: str | None) -> str:
-    """The whole file: header comments, the top-level keys, `[entrypoint]`, `[entrypoint.kwargs]`."""
+def render(candidate: Candidate, header: list[str], tests_line: str | None, *, active: bool = True, unverified: str | None = None) -> str:
+    """The whole file: header comments, the top-level keys, `[entrypoint]`, `[entrypoint.kwargs]`.
+    Not `active` (its check run did not verify it): the entrypoint's lines are written commented
+    out, so that `traingate run` runs as with no configuration until they are filled in."""
+    lines = top_lines(header, [tests_line] if tests_line is not None else [], unverified)
+    body = entrypoint_lines(candidate)
+    lines += body if active else [line if not line or line.startswith("#") else f"# {line}" for line in body]
+    return "\n".join(lines) + "\n"
+
+
+def top_lines(header: list[str], keys: list[str], unverified: str | None) -> list[str]:
+    """The header comments, then the top-level keys (`unverified` first where init could not verify)."""
     lines = [f"# {text}" if text else "#" for text in header]
     lines.append("")
-    if tests_line is not None:
-        lines += [tests_line, ""]
-    lines.append("[entrypoint]")
+    if unverified is not None:
+        lines += ["# What `traingate run` repeats until the configuration is right (delete it then):", f"unverified = {json_str(unverified)}"]
+    lines += keys
+    return lines + ([""] if unverified is not None or keys else [])
+
+
+def entrypoint_lines(candidate: Candidate) -> list[str]:
+    lines = ["[entrypoint]"]
     ep = candidate.entrypoint
     for key in TOP_KEYS:
         if key == "args" and "script" in ep:
@@ -63,7 +80,7 @@ def render(candidate: Candidate, header: list[str], tests_line: str | None) -> s
         lines += ["", "[entrypoint.kwargs]   # keyword arguments of the call"]
         lines += [f"{k} = {toml_value(v)}" for k, v in candidate.kwargs.items()]
         lines += [f.line for f in kwargs_fill]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _args_lines(args: list[str], comments: list[str]) -> list[str]:

@@ -10,45 +10,19 @@ written is `traingate.toml` (with `--dry-run`, not even that).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from traingate.pipeline.gate.init_check import CheckResult, InitOutcome, check_run, missing_package
 from traingate.pipeline.gate.init_propose import ENOUGH_STEPS, Candidate, candidates
-from traingate.pipeline.gate.init_scan import Found, scan
+from traingate.pipeline.gate.init_scan import Found, is_test, is_test_path, scan
+from traingate.pipeline.gate.init_tests import observe_tests
 from traingate.pipeline.gate.init_toml import check_written, render
-from traingate.pipeline.gate.orchestrator import RunRequest, run_pipeline
-from traingate.pipeline.model.config import TargetConfig
-from traingate.pipeline.model.registry import build_registry, rule_table, step_checking_stage
-from traingate.pipeline.model.schema import PipelineReport
+from traingate.pipeline.model.registry import step_checking_stage
 from traingate.pipeline.model.tomlcompat import tomllib
 
 CONFIG_NAME = "traingate.toml"
 # Candidates tried in the check, best first, when the one before did not reach enough steps.
 MAX_TRIES = 3
-
-
-@dataclass
-class CheckResult:
-    """What the check run of one candidate showed."""
-
-    steps: int | None  # optimizer steps the correctness stage observed; None: not measured
-    duration_s: float
-    problems: list[str] = field(default_factory=list)  # crash, hang, stage error: why it fell short
-    findings: int = 0  # other findings of the run, which `traingate run` reports
-
-    @property
-    def enough(self) -> bool:
-        return not self.problems and self.steps is not None and self.steps >= ENOUGH_STEPS
-
-
-@dataclass
-class InitOutcome:
-    text: str | None  # the file, None when nothing was found
-    chosen: Candidate | None
-    check: CheckResult | None
-    messages: list[str]  # for the terminal: what was decided, what was not
 
 
 def existing_configuration(root: Path) -> str | None:
@@ -70,18 +44,36 @@ def existing_configuration(root: Path) -> str | None:
 def propose(root: Path, *, device: str, check: bool, budget_s: float) -> InitOutcome:
     found = scan(root)
     listed = candidates(found, device)
+    if any(is_test(f) for f in found.training()):
+        # The tests train: the gate observes what they run. An entrypoint would turn that off.
+        return observe_tests(root, found, listed, device=device, check=check, budget_s=budget_s)
+    listed = [c for c in listed if c.kind != "test"]
     if not listed:
         return InitOutcome(None, None, None, nothing_found(found))
     chosen, result, tried = listed[0], None, list[str]()
     if check:
         chosen, result, tried = checked_choice(root, listed, device, budget_s)
+    verified = result is not None and result.enough
+    unverified = None if verified else not_verified(chosen, result)
+    # Only what the check ran is written to run: anything else waits, commented out, for the
+    # user; till then `traingate run` runs as with no configuration, never worse.
+    active = verified or (not check and chosen.runnable)
     header = header_lines(chosen, result, listed, found) + [f"Also tried: {line}" for line in tried]
-    text = render(chosen, header, tests_line(root, found))
+    text = render(chosen, header, tests_line(found), active=active, unverified=unverified)
     messages = terminal_lines(chosen, result, listed) + [f"Also tried: {line}" for line in tried]
+    if not active:
+        messages.append("NOT VERIFIED: the [entrypoint] is written commented out; `traingate run` runs as with no configuration, and says so, until it is filled in and uncommented.")
     invalid = check_written(text, root)
     if invalid is not None:
-        messages.append(f"Until the FILL IN lines are filled, `traingate run` stops at a configuration error: {invalid}")
-    return InitOutcome(text, chosen, result, messages)
+        messages.append(f"The file as written does not load: {invalid}")
+    return InitOutcome(text, chosen, result, messages, verified=verified)
+
+
+def not_verified(chosen: Candidate, result: CheckResult | None) -> str:
+    """The `unverified` line: why the check did not verify the proposal."""
+    if result is None:
+        return f"{chosen.label} was not checked: " + ("its FILL IN values are missing" if not chosen.runnable else "--no-check was given")
+    return f"{chosen.label}: {check_line(result, chosen)}"[:500]
 
 
 def checked_choice(root: Path, listed: list[Candidate], device: str, budget_s: float) -> tuple[Candidate, CheckResult | None, list[str]]:
@@ -101,40 +93,6 @@ def checked_choice(root: Path, listed: list[Candidate], device: str, budget_s: f
     if unfilled is not None:
         return unfilled, None, tried
     return (first[0], first[1], tried[1:]) if first is not None else (listed[0], None, tried)
-
-
-def missing_package(result: CheckResult) -> bool:
-    """The check stopped only because a package the training imports is not installed here."""
-    return bool(result.problems) and all("ModuleNotFoundError" in p or p.startswith("environment") for p in result.problems)
-
-
-def check_run(root: Path, candidate: Candidate, device: str, budget_s: float) -> CheckResult:
-    """Run the candidate under the correctness stage's probes, as `traingate run` would."""
-    config = TargetConfig.model_validate({
-        "tests": False, "timeout_s": budget_s, "entrypoint": {**candidate.entrypoint, "kwargs": candidate.kwargs},
-    })
-    out = Path(tempfile.mkdtemp(prefix="traingate-init-"))
-    try:
-        request = RunRequest(root=root, task="init", version="check", stages=[step_checking_stage()], out=out, device=device)
-        return read_check(run_pipeline(request, config, build_registry()))
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-
-
-def read_check(report: PipelineReport) -> CheckResult:
-    [stage] = report.stages
-    steps = next((m.value for m in stage.metrics if m.id == "steps.observed"), None)
-    # What stops the training run: the target's code crashing in the stage's run (the categories
-    # any stage may report), a hang, the stage failing, packages missing, processes left behind.
-    stopping = {c.value for c in rule_table().reported_by_any_stage()} | {"hang", "stage-error", "environment", "leftover-process"}
-    problems = [
-        f"{f.category}: {f.title}" + (f" ({f.location.path}:{f.location.line})" if f.location and f.location.line else "")
-        for f in stage.findings if str(f.category) in stopping
-    ]
-    if stage.skipped_reason:
-        problems.append(f"the check was skipped: {stage.skipped_reason}")
-    others = sum(1 for f in stage.findings if str(f.category) not in stopping)
-    return CheckResult(int(steps) if isinstance(steps, (int, float)) else None, stage.duration_s, problems, others)
 
 
 def check_line(result: CheckResult | None, chosen: Candidate) -> str:
@@ -181,13 +139,9 @@ def nothing_found(found: Found) -> list[str]:
     ]
 
 
-def tests_line(root: Path, found: Found) -> str | None:
-    """`tests`: the default `["tests"]` when that folder exists; else the folders holding test
-    files; else `false` (no suite)."""
-    if (root / "tests").is_dir():
+def tests_line(found: Found) -> str | None:
+    """`tests`: left out (what pytest collects by its own rules) where the repo has test files;
+    else `false` (no suite)."""
+    if any(is_test_path(f.path) for f in found.functions):
         return None
-    folders = sorted({str(Path(f.path).parent) for f in found.functions if Path(f.path).name.startswith("test_")})
-    if folders:
-        return f"tests = {[f for f in folders]!r}   # the folders holding test files".replace("'", '"')
     return "tests = false   # no test files found: the execution stage runs no suite"
-

@@ -60,7 +60,7 @@ from traingate.pipeline.gate.snapshot import Snapshot, SnapshotError, modificati
 from traingate.pipeline.gate.written_files import GateInputs
 from traingate.pipeline.gate.torch_probe import torch_facts
 from traingate.pipeline.gate.waivers import Adjudicator
-from traingate.pipeline.gate.verification import CONFIGURATION_STAGE, added_waivers, review, summary, waiver_findings
+from traingate.pipeline.gate.verification import CONFIGURATION_STAGE, added_waivers, review, summary, unverified_findings, waiver_findings
 from traingate.stages.common.channel import ChannelError, ChannelSpec, first_notice, new_nonce, read_single
 from traingate.stages.contract.messages import AGENT_REPLY, MACHINE_RELEASED, AgentReply, AgentRequest
 from traingate.pipeline.supervision.target_env import target_env
@@ -146,7 +146,7 @@ def _run_stages(request: RunRequest, config: TargetConfig, registry: dict[str, S
     # What the unwatched run left against the watched runs: never waivable, so not adjudicated.
     unwatched = unwatched_findings(reports, CONFIGURATION_STAGE, config.entrypoint.call if config.entrypoint else None, set(config.policy.block_on))
     acceptance = adjudicator.summary()
-    settled = configuration_stage([*checked, *waiver_findings(acceptance.waivers, config), *unwatched])
+    settled = configuration_stage([*checked, *waiver_findings(acceptance.waivers, config), *unwatched, *unverified_findings(config)])
     every = [settled, *reports] if settled is not None else reports
     assembled = assemble(request, every, started_at, time.monotonic() - started, compare_baseline(request, every))
     return assembled.model_copy(

@@ -253,3 +253,21 @@ def config_diff_text(settings: BaselineSettings, config: TargetConfig) -> str:
 def _shown(value: Any) -> str:
     return "not set" if value is None else json.dumps(value, default=str)
 
+
+
+def unverified_findings(config: TargetConfig) -> list[Finding]:
+    """The `unverified` line `traingate init` writes where its check run fell short, repeated
+    as an info finding: a configuration is never taken as verified where init could not run it."""
+    if not config.unverified:
+        return []
+    return [make_finding(
+        stage=STAGE, category=Category.UNVERIFIED_CONFIGURATION, key="unverified",
+        title=f"traingate init could not verify this configuration: {config.unverified}"[:300],
+        location=Location(path=config.config_file or "traingate.toml"),
+        problem=(
+            f"{config.config_file or 'The configuration'} says, in its `unverified` key written by `traingate init`: {config.unverified}. "
+            "What init could not run is left commented out in the file; the stages ran with the rest."
+        ),
+        evidence=Evidence(kind=EvidenceKind.OBSERVED, summary=config.unverified[:300], data={"unverified": config.unverified}),
+        block_on=config.policy.block_on,
+    )]

@@ -7,6 +7,7 @@ reading files, because the target's code may only run in child processes.
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import date
 from pathlib import Path
 from enum import Enum
@@ -71,6 +72,13 @@ class EntrypointConfig(BaseModel):
         "for `script`, preparing files or the environment (its return value is not used)",
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="merged over setup's dict")
+    # As a README runs it: `cd examples/mnist`, then `python main.py` (paths stay root-relative).
+    workdir: str | None = Field(default=None, description="the folder the training runs in, relative to the target root (default: the root)")
+    prepare: list[str] = Field(
+        default_factory=list,
+        description="scripts run first, each `path.py args...` (path relative to the target root), as __main__ in `workdir`: "
+        "what a README runs before training (a data preparation)",
+    )
     amp_flag: str | None = Field(default=None, description="keyword switching mixed precision on/off")
     seed: int = 0
     # The step budget: the training's own defaults, made short by the gate (a controlled stop).
@@ -107,6 +115,22 @@ class EntrypointConfig(BaseModel):
             parts = Path(value).parts
             if not value.endswith(".py") or Path(value).is_absolute() or ".." in parts or not parts:
                 raise ValueError(f"expected a .py file relative to the target root, got {value!r}")
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _relative_folder(cls, value: str | None) -> str | None:
+        if value is not None and (Path(value).is_absolute() or ".." in Path(value).parts):
+            raise ValueError(f"expected a folder relative to the target root, got {value!r}")
+        return value
+
+    @field_validator("prepare")
+    @classmethod
+    def _prepare_scripts(cls, value: list[str]) -> list[str]:
+        for command in value:
+            words = prepare_words(command)
+            if not words or not words[0].endswith(".py") or Path(words[0]).is_absolute() or ".." in Path(words[0]).parts:
+                raise ValueError(f"expected `path.py args...` with a .py file relative to the target root, got {command!r}")
         return value
 
     @model_validator(mode="after")
@@ -152,6 +176,14 @@ class EntrypointConfig(BaseModel):
 
 
 SectionT = TypeVar("SectionT", bound=BaseModel)
+
+
+def prepare_words(command: str) -> list[str]:
+    """A `prepare` command line split as a shell would (no shell runs it); [] when it cannot be."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return []
 
 
 def _dotted(text: str) -> bool:
@@ -304,6 +336,8 @@ class TargetConfig(BaseModel):
     # optimizer-step sites no test picked before it reached), one after another in each stage.
     observe_tests: int = Field(default=3, ge=1, le=MAX_OBSERVED_TESTS)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    # Written by `traingate init` where its check run did not verify the file: why. The run repeats it.
+    unverified: str | None = None
     waive: list[WaiverConfig] = Field(default_factory=list)
     # Filled by load_config, never from TOML: the configuration file and the inline
     # `# traingate: ignore[...]` comments found in the target's sources.

@@ -114,6 +114,15 @@ GATE_RULES: tuple[Rule, ...] = (
         note="Timings in returned values are left out. The gate's marks and what makes reading each pointless: docs/edited-tests.md.",
     ),
     Rule(
+        category=Category.UNVERIFIED_CONFIGURATION, stage=ANY_STAGE, severity=Severity.INFO,
+        description="the configuration `traingate init` wrote was not verified by its check run",
+        check="Reads the `unverified` key `traingate init` writes where its check run of the proposed entry point fell short (or did not run).",
+        measure="What init's check run showed, as the key says it.",
+        blocks=Blocks.NEVER,
+        impact="Stages that need the training ran with what init could verify: an entry point it could not run is left commented out, so they observe the tests' training, or none.",
+        fix="Fill in and uncomment the proposal (docs/configuration.md, `init`), check it with `traingate init --force`, or delete the `unverified` line once the configuration trains.",
+    ),
+    Rule(
         category=Category.CONFIG_ERROR, stage=ANY_STAGE, severity=Severity.CRITICAL,
         description="the target's configuration is invalid",
         check="Reads `[tool.traingate]` of pyproject.toml or traingate.toml and validates every key.",

@@ -45,6 +45,7 @@ class Category(str):
     BASELINE_UNAVAILABLE: ClassVar[Category]
     UNWATCHED_DIVERGENCE: ClassVar[Category]
     BUDGET_OVERRUN: ClassVar[Category]
+    UNVERIFIED_CONFIGURATION: ClassVar[Category]
 
     def __new__(cls, value: str) -> Category:
         if isinstance(value, Category):
@@ -93,6 +94,7 @@ Category.ENVIRONMENT = Category("environment")
 Category.BASELINE_UNAVAILABLE = Category("baseline-unavailable")
 Category.UNWATCHED_DIVERGENCE = Category("unwatched-divergence")
 Category.BUDGET_OVERRUN = Category("budget-overrun")
+Category.UNVERIFIED_CONFIGURATION = Category("unverified-configuration")
 Category._builtin.extend(Category._interned.values())
 
 

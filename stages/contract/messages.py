@@ -103,6 +103,8 @@ class EntrypointRequest(Strict):
     script: str | None = None
     args: list[str] = Field(default_factory=list)  # the script's arguments, AMP setting included
     setup: str | None
+    workdir: str | None = None  # relative to target_root: the folder the training runs in
+    prepare: list[list[str]] = Field(default_factory=list)  # scripts run first: [path, *args] each, root-relative
     kwargs: dict[str, Any]
     amp_flag: str | None
     amp: bool | None

@@ -309,6 +309,24 @@ def bind_setup(spec: str, target: Any, made: Any, setup: str | None) -> tuple[An
     return getattr(instance, method), kwargs
 
 
+def enter_workdir(request: EntrypointRequest, root: Path) -> None:
+    """Into the folder the training runs in (`workdir`), then the `prepare` scripts, in order, as
+    `python path args...` run from there would (a README's data preparation). A prepare script's
+    crash is the setup's: `result["phase"]` is still "setup"."""
+    if request.workdir:
+        os.chdir(root / request.workdir)
+    for path, *args in request.prepare:
+        argv, main = sys.argv, sys.modules.get("__main__")
+        sys.path.insert(0, str((root / path).parent))
+        try:
+            run_script(root / path, args)
+        finally:
+            sys.argv = argv
+            sys.path.remove(str((root / path).parent))
+            if main is not None:
+                sys.modules["__main__"] = main
+
+
 def run_script_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, Any]) -> None:
     """`setup`, then the script as `python script args...` runs it (`result`'s phase follows)."""
     assert request.script is not None
@@ -402,6 +420,7 @@ def call_entrypoint(request: EntrypointRequest, root: Path, result: dict[str, An
         result["phase"] = "call"
         run_test(request.test, request.test_args, test_done)
         return None
+    enter_workdir(request, root)
     if request.script is not None:
         run_script_entrypoint(request, root, result)
         return None

@@ -16,8 +16,8 @@ SPEC_CATEGORIES = {
     "concurrency": {"gradscaler-protocol", "nonblocking-race", "nondeterminism", "dataloader-hazard", "stream-race"},
     "correctness": {"ineffective-step", "unused-parameter", "grad-accumulation", "unshuffled-training", "no-learning", "ddp-divergence", "stale-gradients", "train-eval-mode", "loss-input-mismatch", "batch-mixing", "gradient-clipping", "data-leakage", "training-regression"},
     # The spec's, and the gate's own added since: a baseline revision that cannot be had, a run
-    # that differs unwatched, a run stopped at its budget while still making progress.
-    "any": {"hang", "stage-error", "config-error", "leftover-process", "target-modified", "environment", "verification-narrowed", "baseline-unavailable", "unwatched-divergence", "budget-overrun"},
+    # that differs unwatched, a run stopped at its budget while still making progress, a configuration init could not verify.
+    "any": {"hang", "stage-error", "config-error", "leftover-process", "target-modified", "environment", "verification-narrowed", "baseline-unavailable", "unwatched-divergence", "budget-overrun", "unverified-configuration"},
 }
 
 
