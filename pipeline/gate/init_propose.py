@@ -92,10 +92,10 @@ def candidates(found: Found, device: str = "cpu") -> list[Candidate]:
         if reached is not None:
             listed.append(script_candidate(script, reached, device))
     for order, doc in enumerate(documented_commands(found.root)):
-        script = scripts.get(doc.script)
-        reached = script_reaches(found, script) if script is not None else None
-        if script is not None and reached is not None:
-            listed.append(documented_candidate(doc, script, reached, device))
+        documented = scripts.get(doc.script)
+        reached = script_reaches(found, documented) if documented is not None else None
+        if documented is not None and reached is not None:
+            listed.append(documented_candidate(doc, documented, reached, device))
             listed[-1].order = order
     for function in found.training():
         if "parse_args" in function.calls:

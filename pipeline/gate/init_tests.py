@@ -17,6 +17,7 @@ from traingate.pipeline.gate.init_scan import Found, is_test
 from traingate.pipeline.gate.init_toml import check_written, top_lines
 from traingate.pipeline.model.config import MAX_OBSERVED_TESTS, TargetConfig
 from traingate.pipeline.model.registry import step_checking_stage
+from traingate.pipeline.model.schema import ObservedTraining
 
 DEFAULT_OBSERVED = TargetConfig.model_fields["observe_tests"].default
 
@@ -27,7 +28,7 @@ def observe_tests(root: Path, found: Found, listed: list[Candidate], *, device: 
     if check:
         result = run_check(root, {"timeout_s": budget_s, "observe_tests": MAX_OBSERVED_TESTS}, ["execution", step_checking_stage()], device)
     observed = result.observed if result is not None else None
-    loops = len(observed.tests) + len(observed.past_limit()) if observed is not None else 0
+    loops = len(training_loops(observed)) if observed is not None else 0
     verified = result is not None and not result.problems and observed is not None and observed.test is not None
     shown = ", ".join(f"{f.path}:{f.line} ({f.qualname})" for f in tests[:3]) + (f", and {len(tests) - 3} more" if len(tests) > 3 else "")
     lines = [
@@ -49,6 +50,12 @@ def observe_tests(root: Path, found: Found, listed: list[Candidate], *, device: 
     return InitOutcome(text, None, result, messages, verified=verified)
 
 
+def training_loops(observed: ObservedTraining) -> set[str]:
+    """The distinct loops the suite's tests stepped at: a step site's line, whatever model it
+    stepped (as the execution stage plans the observation)."""
+    return {site.split(" (parameters ", 1)[0] for test in observed.candidates for site in (test.step_sites or [test.nodeid])}
+
+
 def _check_line(result: CheckResult | None, loops: int) -> str:
     if result is None:
         return "Not checked: --no-check was given."
@@ -56,7 +63,7 @@ def _check_line(result: CheckResult | None, loops: int) -> str:
     if result.problems or observed is None or observed.test is None:
         return f"The check run fell short: {_why_not(result)}"
     return (
-        f"Checked: the suite ran and {loops} test(s) stepping at distinct loops were observed "
+        f"Checked: the suite ran; its tests step at {loops} training loop(s), {len(observed.tests)} test(s) observed "
         f"({observed.test} first, {result.steps} optimizer steps under the {step_checking_stage()} stage's probes) in {result.duration_s:.0f} s."
     )
 

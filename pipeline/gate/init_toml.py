@@ -7,12 +7,15 @@ target's configuration before it is written (`check_written`).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from traingate.pipeline.gate.init_propose import MAX_BATCHES, MAX_STEPS, Candidate, json_str
 from traingate.pipeline.model.tomlcompat import tomllib
 
+# A line `render` commented out: a key, a table header, or a continued list's line.
+DISABLED = re.compile(r"# (\[|[a-z_]+ = |  |\])")
 TOP_KEYS = ("script", "workdir", "prepare", "call", "setup", "args", "amp_args", "amp_flag", "max_batches", "max_steps")
 
 
@@ -51,6 +54,14 @@ def render(candidate: Candidate, header: list[str], tests_line: str | None, *, a
     body = entrypoint_lines(candidate)
     lines += body if active else [line if not line or line.startswith("#") else f"# {line}" for line in body]
     return "\n".join(lines) + "\n"
+
+
+def enabled(text: str) -> str:
+    """The file as its user enables the proposal: the lines init wrote commented out uncommented,
+    its FILL IN lines (and the header) left as they are."""
+    return "\n".join(
+        line[2:] if DISABLED.match(line) and "FILL IN" not in line else line for line in text.splitlines()
+    ) + "\n"
 
 
 def top_lines(header: list[str], keys: list[str], unverified: str | None) -> list[str]:

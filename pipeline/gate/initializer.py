@@ -16,7 +16,7 @@ from traingate.pipeline.gate.init_check import CheckResult, InitOutcome, check_r
 from traingate.pipeline.gate.init_propose import ENOUGH_STEPS, Candidate, candidates
 from traingate.pipeline.gate.init_scan import Found, is_test, is_test_path, scan
 from traingate.pipeline.gate.init_tests import observe_tests
-from traingate.pipeline.gate.init_toml import check_written, render
+from traingate.pipeline.gate.init_toml import check_written, enabled, render
 from traingate.pipeline.model.registry import step_checking_stage
 from traingate.pipeline.model.tomlcompat import tomllib
 
@@ -66,6 +66,8 @@ def propose(root: Path, *, device: str, check: bool, budget_s: float) -> InitOut
     invalid = check_written(text, root)
     if invalid is not None:
         messages.append(f"The file as written does not load: {invalid}")
+    elif not active and (invalid := check_written(enabled(text), root)) is not None:
+        messages.append(f"Uncommented before its FILL IN lines are filled, `traingate run` stops at a configuration error: {invalid}")
     return InitOutcome(text, chosen, result, messages, verified=verified)
 
 
@@ -86,8 +88,8 @@ def checked_choice(root: Path, listed: list[Candidate], device: str, budget_s: f
         if result.enough:
             return candidate, result, tried
         tried.append(f"{candidate.label} ({candidate.where}): {check_line(result, candidate)}")
-        if missing_package(result):
-            return candidate, result, tried[:-1]  # right once the package is installed
+        if missing_package(result) and first is None:
+            return candidate, result, tried[:-1]  # the best one, right once the package is installed
         first = first or (candidate, result)
     unfilled = next((c for c in listed if not c.runnable), None)
     if unfilled is not None:
