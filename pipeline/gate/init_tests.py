@@ -16,7 +16,7 @@ from traingate.pipeline.gate.init_propose import Candidate
 from traingate.pipeline.gate.init_scan import Found, is_test
 from traingate.pipeline.gate.init_toml import check_written, top_lines
 from traingate.pipeline.model.config import MAX_OBSERVED_TESTS, TargetConfig
-from traingate.pipeline.model.registry import step_checking_stage
+from traingate.pipeline.model.registry import step_checking_stage, stages_observing_tests
 from traingate.pipeline.model.schema import ObservedTraining
 
 DEFAULT_OBSERVED = TargetConfig.model_fields["observe_tests"].default
@@ -26,7 +26,7 @@ def observe_tests(root: Path, found: Found, listed: list[Candidate], *, device: 
     tests = sorted((f for f in found.training() if is_test(f)), key=lambda f: (f.path, f.line))
     result = None
     if check:
-        result = run_check(root, {"timeout_s": budget_s, "observe_tests": MAX_OBSERVED_TESTS}, ["execution", step_checking_stage()], device)
+        result = run_check(root, {"timeout_s": budget_s, "observe_tests": MAX_OBSERVED_TESTS}, stages_observing_tests(), device)
     observed = result.observed if result is not None else None
     loops = len(training_loops(observed)) if observed is not None else 0
     verified = result is not None and not result.problems and observed is not None and observed.test is not None

@@ -194,6 +194,14 @@ def step_checking_stage() -> str:
     return found[0]
 
 
+def stages_observing_tests() -> list[str]:
+    """The stages a run with no entrypoint needs to observe the tests' training and count its
+    steps: those that run without the training (one of them names the tests), then the
+    step-checking stage."""
+    ahead = [name for name, stage in build_registry().items() if not parts(stage).needs_training]
+    return [*ahead, step_checking_stage()]
+
+
 def stage_names() -> tuple[str, ...]:
     return tuple(build_registry())
 
