@@ -63,7 +63,7 @@ from traingate.stages.base import StageContext, location_of
 from traingate.stages.contract.payloads.base import Site
 from traingate.stages.performance.probe.payloads import CheckHolder, GraphHolder, GrowthLine, HolderRecord, LeakCheck, MemoryRecord, RetainedSite
 from traingate.stages.performance.leak import HOST_MIN_SLOPE_BYTES, MIN_SLOPE_BYTES, LeakVerdict, decide
-from traingate.stages.performance.stores import storing_lines
+from traingate.stages.performance.stores import foreign, storing_lines
 from traingate.stages.performance.epoch_graphs import epoch_finding, epoch_graphs
 from traingate.stages.performance.rules import MEMORY_LEAK
 
@@ -88,6 +88,7 @@ def analyse(ctx: StageContext, memory: MemoryRecord, warmup: int, min_steps: int
     host = host_verdict(memory, warmup, min_steps)
     attribution = attribute(memory)
     attribution.stores = storing_lines(ctx.root, attribution.holder) if attribution.holder else []
+    attribution.foreign = attribution.holder is not None and foreign(ctx.root, attribution.holder)
     attribution.stored_at = stored_at(attribution)
     graphs = growing_graphs(memory)
     host_leak = host if host is not None and host.leak else None
@@ -244,6 +245,7 @@ class Attribution:
     checked_at_step: int | None
     stores: list[Site] = field(default_factory=list)
     stored_at: StoredAt | None = None
+    foreign: bool = False  # the holder is an object of code outside the repo (a framework's)
     reach: list[list[int]] = field(default_factory=list)  # [step, tensors the holder reached] at each check
     passed_over: str | None = None  # a name seen holding the tensors whose reach did not grow: not named
 
@@ -461,6 +463,9 @@ def _problem(verdict: LeakVerdict, attribution: Attribution, device: str, kept: 
     if holder and held_by:
         reference = f" (`{holder.reference}`)" if holder.reference else ""
         where = f", stored into at {stored.path}:{stored.line} `{stored.code}`" if stored else (f", which grows at `{growth.site.code}`" if growth else "")
+        if stored and attribution.foreign:
+            where = f", an object of code outside the repo (a framework's) that keeps what the repo's code hands it: it grew after {stored.path}:{stored.line} `{stored.code}`"
+            where += "" if graph else ", with no autograd graph (what the framework keeps by design until it hands the outputs back, as for an epoch-end hook): low"
         sentences.append(f"They are held by {held_by}{reference}{where}.")
         if len(attribution.reach) >= 2 and holder.reach is not None:
             grew = all(b[1] > a[1] for a, b in pairwise(attribution.reach))
@@ -496,7 +501,9 @@ def _finding(ctx: StageContext, verdict: LeakVerdict, attribution: Attribution, 
     key_code = (stored.code if stored else "") or (growth.site.code if growth else "") or (location.function if location else "")
     return ctx.finding(
         category=CATEGORY,
-        severity=Severity.HIGH if kept is not None else severity_for(verdict, graph),
+        # What a framework keeps of the step's outputs with no graph (Lightning's outputs for
+        # `training_epoch_end`) is its design, bounded by the epoch: reported, not a leak of the repo's.
+        severity=Severity.HIGH if kept is not None else Severity.LOW if attribution.foreign and not graph else severity_for(verdict, graph),
         title=(
             f"{held_by[0].upper() + held_by[1:]} keeps every step's tensors with their autograd graphs"
             if kept is not None and held_by

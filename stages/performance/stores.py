@@ -18,6 +18,8 @@ def storing_lines(root: Path, holder: HolderRecord) -> list[Site]:
     """Lines in the holder's source that store into it, as sites: for an attribute, the
     methods of its class; for a global, the whole module; for a local, its function."""
     path = holder.path
+    if foreign(root, holder):
+        return []  # a framework's object: its stores are the framework's, not what the repo changes
     try:
         source = (root / path).read_text(encoding="utf-8", errors="replace")
         tree = ast.parse(source)
@@ -41,6 +43,12 @@ def storing_lines(root: Path, holder: HolderRecord) -> list[Site]:
                 line = int(getattr(node, "lineno", 0))  # stores are statements and calls: they all have one
                 found.setdefault(line, Site(path=path, line=line, function=function, code=lines[line - 1].strip()))
     return [found[k] for k in sorted(found)]
+
+
+def foreign(root: Path, holder: HolderRecord) -> bool:
+    """The holder belongs to code outside the target's tree (an installed framework's class or module)."""
+    path = Path(holder.path)
+    return path.is_absolute() or ".." in path.parts or not (root / path).is_file()
 
 
 def _with_functions(scope: ast.AST) -> list[tuple[ast.AST, str]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GateRun, serving_this_environment
+from tests.conftest import TARGETS, GateRun, line_of, serving_this_environment
 from tests.observed_vs_configured import Case, assert_found_at_markers, assert_same_verdict, observed_or_configured, places
 from tests.paths import FRAMEWORK_SITE
 
@@ -56,6 +56,12 @@ CASES: dict[str, Case] = {
         'call = "minilit:Trainer.fit"\nsetup = "traingate_setup:build"',
         "tests/test_model.py::test_fit_forty_steps",
         [("memory-leak", "model.py", "marker: leak")],
+    ),
+    "observe_lit_handover": (
+        "execution,performance",
+        'call = "minilit:Trainer.fit"\nsetup = "traingate_setup:build"',
+        "tests/test_model.py::test_fit_forty_steps",
+        [("memory-leak", "model.py", "marker: handover")],
     ),
     "observe_lit_eval": (
         "execution,correctness",
@@ -97,6 +103,16 @@ def test_findings_are_at_the_users_lines_never_in_the_framework(runs: Callable[[
     run = runs(case, False)
     assert_found_at_markers(run, case, test, expected)
     assert all(not (path or "").startswith(("..", "/")) for _, path, _ in places(run))
+
+
+def test_what_a_framework_keeps_without_a_graph_is_low_and_located_where_the_repo_hands_it(shared_gate: Callable[..., tuple[GateRun, float]]) -> None:
+    """observe_lit_handover's fix: the logits handed over detached. The framework still keeps
+    every step's output until the epoch ends (its design), so memory grows, but no graph: low."""
+    run, _ = shared_gate("observe_lit_handover_clean", "--stages", "execution,performance")
+    assert run.report["decision"] == "PASS", run.stdout
+    [kept] = [f for f in run.findings() if f["category"] == "memory-leak"]
+    assert (kept["severity"], kept["location"]["path"], kept["location"]["line"]) == ("low", "model.py", line_of(TARGETS / "observe_lit_handover_clean" / "model.py", "marker: handover"))
+    assert "outside the repo (a framework's)" in kept["problem"] and "no autograd graph" in kept["problem"]
 
 
 # -- the shapes themselves, without a gate run ------------------------------------------------

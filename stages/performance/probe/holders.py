@@ -548,6 +548,10 @@ class GrowthTracer:
 
     def disarm(self) -> dict[int, Site]:
         sys.settrace(None)
+        # Growth since the last traced line of the target's: a container of code outside the
+        # target (a framework's list of step outputs) grows after the target's code handed it
+        # the value, at that line (the `return` of a `training_step`).
+        self._check()
         for frame in self.armed:
             frame.f_trace = None
             if frame.f_code.co_flags & _CO_OPTIMIZED:

@@ -19,6 +19,9 @@ class LightningModule(nn.Module):
     def on_train_epoch_start(self) -> None:
         return None
 
+    def training_epoch_end(self, outputs: list[Any]) -> None:
+        return None
+
 
 class LightningOptimizer:
     """Wraps the module's optimizer; its `step(closure)` is the wrapped optimizer's."""
@@ -45,20 +48,31 @@ class Trainer:
     def fit(self, model: LightningModule, train_dataloaders: Iterable[Any]) -> None:
         optimizer = LightningOptimizer(model.configure_optimizers())
         model.train()
+        # As Lightning 1.x: a module that overrides `training_epoch_end` gets every step's
+        # output at the epoch's end, kept until then as `training_step` returned it (the
+        # loss detached, any other value as it is).
+        self._epoch_outputs: list[Any] = []
+        keeps = type(model).training_epoch_end is not LightningModule.training_epoch_end
         for _ in range(self.max_epochs):
             model.on_train_epoch_start()
             for batch_idx, batch in enumerate(train_dataloaders):
-                optimizer.step(closure=self._closure(model, optimizer, batch, batch_idx))
+                optimizer.step(closure=self._closure(model, optimizer, batch, batch_idx, keeps))
                 self.global_step += 1
                 if self.global_step == self.max_steps:
                     return
+            if keeps:
+                model.training_epoch_end(self._epoch_outputs)
+                self._epoch_outputs = []
 
-    def _closure(self, model: LightningModule, optimizer: LightningOptimizer, batch: Any, batch_idx: int) -> Callable[[], torch.Tensor]:
+    def _closure(self, model: LightningModule, optimizer: LightningOptimizer, batch: Any, batch_idx: int, keeps: bool) -> Callable[[], torch.Tensor]:
         def closure() -> torch.Tensor:
             with torch.enable_grad():
-                loss = model.training_step(batch, batch_idx)
+                output = model.training_step(batch, batch_idx)
+                loss = output["loss"] if isinstance(output, dict) else output
                 optimizer.zero_grad()
                 loss.backward()
+            if keeps:
+                self._epoch_outputs.append({**output, "loss": loss.detach()} if isinstance(output, dict) else loss.detach())
             return loss.detach()
 
         return closure
