@@ -219,6 +219,9 @@ class EntrypointRun:
     # handed back nothing that can be trusted.
     result: dict[str, Any] | None
     channel_problem: str | None = None  # why what it handed back was rejected
+    # A watched run that overran its budget: (optimizer steps made, seconds between its last
+    # step and its end), from its progress file; None where it wrote none.
+    progress: tuple[int, float] | None = None
     _payloads: dict[str, BaseModel] = field(default_factory=dict, repr=False)
 
     @functools.cached_property
@@ -339,6 +342,8 @@ def _run_entrypoint(
         fields.update(target_root=str(tree.root), test_args=tree.args)
     name = ctx.next_name(label)
     nonce = new_nonce()
+    progress_file = ctx.scratch / f"{name}.progress" if fields["instruments"] else None
+    fields["progress_file"] = str(progress_file) if progress_file is not None else None
 
     # The instruments (and a distributed run's launcher) under the names the child's modules have.
     mask = ctx.disguise
@@ -362,10 +367,22 @@ def _run_entrypoint(
         channel=True,
         warm=ctx.warm,
     )
+    ended = time.time()
     ctx.entrypoint_runs.append((label, child))
     record, problem = read_harness_result(child, nonce, sent, ctx.payload_models)
     ctx.files_read.append(record.reads if record is not None else None)
-    return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem)
+    progress = read_progress(progress_file, ended) if child.timed_out and progress_file is not None else None
+    return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem, progress=progress)
+
+
+def read_progress(path: Path, ended: float) -> tuple[int, float] | None:
+    """(steps, seconds from the last step to `ended`) from a run's progress file; None when it
+    holds none (no step made, or not a file the harness wrote)."""
+    try:
+        steps, at = path.read_text(encoding="ascii")[:64].split()
+        return int(steps), max(0.0, ended - float(at))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
 
 
 def start_warm_early(ctx: StageContext, env: dict[str, str]) -> bool:

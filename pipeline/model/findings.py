@@ -192,6 +192,30 @@ def hang_finding(scope: FindingScope, child: ChildResult, what: str, *, run: str
     )
 
 
+# A run stopped at its budget was still making progress when its last step (or, for a suite,
+# the test it was running) started less than this share of the run, or this many seconds, before.
+PROGRESS_SHARE = 0.25
+PROGRESS_S = 5.0
+
+
+def stopped_finding(scope: FindingScope, child: ChildResult, what: str, *, run: str, key: str = "", progress: tuple[int, float] | None = None) -> Finding:
+    """A run killed at its budget: `budget-overrun` where it was still making optimizer steps
+    (`progress`: the steps it made, and the seconds from its last one to its end), else `hang`."""
+    if progress is None or progress[1] > max(PROGRESS_S, PROGRESS_SHARE * child.duration_s):
+        return hang_finding(scope, child, what, run=run, key=key)
+    steps, idle = progress
+    return budget_overrun(
+        scope, what, run=run, key=key,
+        problem=(
+            f"{what} made {steps} optimizer step(s) in {child.duration_s:.0f}s and was still stepping when its budget ended "
+            f"(its last step {idle:.1f}s before): it had not stopped, it had not finished. What it had not reached was not verified."
+        ),
+        summary=f"{steps} optimizer step(s), the last {idle:.1f}s before it was stopped at {child.duration_s:.0f}s",
+        stacks=child.stacks, data={"optimizer_steps": steps, "last_step_s_before_end": round(idle, 2), "budget_exceeded_s": round(child.duration_s, 2)},
+        fix="Make the run short: `max_steps` or `max_batches` in [entrypoint] (the step budget), or smaller epochs or data in its arguments; or raise `timeout_s`.",
+    )
+
+
 def target_location(frames: list[Frame], root: Path) -> Location | None:
     """Location of the innermost frame (frames innermost first) in the target's own code."""
     for frame in frames:

@@ -79,11 +79,11 @@ GATE_RULES: tuple[Rule, ...] = (
     Rule(
         category=Category.BUDGET_OVERRUN, stage=ANY_STAGE, severity=Severity.CRITICAL,
         description="a run was still making progress when its budget ran out (not a hang): how far it got and what it did not reach",
-        check="Runs every child process under a wall-clock budget; for the test suite, the tests that finished and the one running when it was stopped.",
-        measure="The suite's tests finished until the end, the running one started well within the budget's last stretch: it had not stopped.",
+        check="Runs every child process under a wall-clock budget; for the test suite, the tests that finished and the one running when it was stopped; for a watched run of the training, the optimizer steps it made and when the last one was.",
+        measure="The suite's tests finished until the end, the running one started well within the budget's last stretch; a run's last optimizer step came within 5 s (or a quarter of the run) of its end: it had not stopped.",
         blocks=Blocks.ALWAYS,
         impact="What the run did not reach was not verified, so the gate fails closed, as for a hang; nothing hung.",
-        fix="Raise `timeout_s` (the stage's budget), or give `tests` the paths that verify the training so the suite fits it.",
+        fix="Raise `timeout_s` (the stage's budget); give `tests` the paths that verify the training so the suite fits it; give a run a step budget (`max_steps`, `max_batches`).",
     ),
     Rule(
         category=Category.STAGE_ERROR, stage=ANY_STAGE, severity=Severity.CRITICAL,

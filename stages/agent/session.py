@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Generic, Protocol, TypeVar
 
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding
-from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, hang_finding, location_of
+from traingate.stages.base import EntrypointRun, StageContext, entrypoint_fallback, location_of
+from traingate.pipeline.model.findings import stopped_finding
 
 
 class RunRecord(Protocol):
@@ -48,7 +49,7 @@ class StageSession(Generic[RunT]):
         self.runs.append(record)
         if run.child.timed_out:
             label = record.label
-            self.findings.append(hang_finding(self.ctx, run.child, f"The {self.stage} stage's {label} run", run=label))
+            self.findings.append(stopped_finding(self.ctx, run.child, f"The {self.stage} stage's {label} run", run=label, progress=run.progress))
             self.stopped = f"the {label} run did not finish within its budget"
             return None
         return run

@@ -127,6 +127,8 @@ class EntrypointRequest(Strict):
     # Hand back the models the call left (`HarnessResult.left`): what an unwatched run and the
     # watched ones are compared on (`stages/harness/left.py`).
     leave_digest: bool = False
+    # A watched run's progress file (`stages/harness/progress.py`): read if it overruns its budget.
+    progress_file: str | None = None
 
     @model_validator(mode="after")
     def _one_shape(self) -> EntrypointRequest:

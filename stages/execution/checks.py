@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from traingate.stages.common.stacks import crash_frames
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.pipeline.model.findings import budget_overrun
+from traingate.pipeline.model.findings import PROGRESS_S, PROGRESS_SHARE, budget_overrun
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame
 from traingate.stages.contract.pytest_events import CollectErrorEvent, EnvironmentCause, InternalErrorEvent, MissingPackage
 from traingate.pipeline.model.text import clip_line, clip_text, first_line
@@ -61,10 +61,6 @@ def untrusted_events(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> l
     ]
 
 
-# A suite stopped at its budget was still making progress when the test it was running had run
-# for less than this share of the run, or this many seconds (collection counts here too).
-PROGRESS_SHARE = 0.25
-PROGRESS_S = 5.0
 
 
 def _stopped_suite(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> Finding:

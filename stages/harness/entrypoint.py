@@ -47,6 +47,7 @@ from ..contract.messages import HARNESS_RESULT, EntrypointRequest, HarnessResult
 from ..common import guard, reads, start_env
 from . import budget as step_budget
 from . import faults
+from . import progress
 from .left import left_models
 
 MAX_WARNINGS = 200
@@ -360,6 +361,8 @@ def run(request: EntrypointRequest, hand_back: HandBack | None = None) -> dict[s
     for spec, instrument in instruments.items():
         with faults.installing(spec):
             instrument.install(ctx)
+    if request.progress_file and request.instruments:
+        progress.install(request.progress_file)
     # After the instruments: the step's probe hooks run before the budget's stop.
     budget = step_budget.install(request.max_batches, request.max_steps)
 
