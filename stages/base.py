@@ -307,11 +307,13 @@ def run_entrypoint(
     distributed: DistributedSpec | None = None,
     entrypoint: EntrypointConfig | None = None,
     alters_numerics: bool = False,
+    unwatched: bool = False,
 ) -> EntrypointRun:
     """Call the configured entrypoint (or `entrypoint`: the baseline's) once in a fresh child
     process (with `distributed`, that child launches the ranks under torchrun and hands back
     every rank's record). `alters_numerics`: its instruments change what the training computes
     (a dispatch mode under autocast), so what it left is not compared with the unwatched run.
+`unwatched`: the run nothing observes (the smoke call): not even its progress is written.
 
     The request goes on the child's stdin, the result comes back over a pipe (see
     `traingate.stages.common.channel`); the copy of the request left in the scratch
@@ -323,10 +325,10 @@ def run_entrypoint(
         # test): what it left is read once it returns, for the gate's unwatched comparison.
         same = tree is None and entrypoint is None and not kwargs_override and distributed is None and not alters_numerics
         fields["leave_digest"] = same
-        run = _run_entrypoint(ctx, label, tree, fields, budget_s, env)
+        run = _run_entrypoint(ctx, label, tree, fields, budget_s, env, progress=not unwatched)
     record = run.record
     if same and record is not None and run.ok and record.left is not None:
-        watched = bool(fields["instruments"]) or fields.get("max_steps") is not None or fields.get("max_batches") is not None
+        watched = bool(fields["instruments"]) or not unwatched or fields.get("max_steps") is not None or fields.get("max_batches") is not None
         ctx.runs_left.append(RunLeft(
             stage=ctx.stage, label=label, amp=fields.get("amp"), watched=watched, returned=record.returned,
             models=[m.model_dump() for m in record.left],
@@ -335,14 +337,14 @@ def run_entrypoint(
 
 
 def _run_entrypoint(
-    ctx: StageContext, label: str, tree: TestTree | None, fields: dict[str, Any], budget_s: float | None, env: dict[str, str] | None
+    ctx: StageContext, label: str, tree: TestTree | None, fields: dict[str, Any], budget_s: float | None, env: dict[str, str] | None, *, progress: bool
 ) -> EntrypointRun:
     """`run_entrypoint` with the request's fields built (and, for a test, its tree laid out)."""
     if tree is not None:
         fields.update(target_root=str(tree.root), test_args=tree.args)
     name = ctx.next_name(label)
     nonce = new_nonce()
-    progress_file = ctx.scratch / f"{name}.progress" if fields["instruments"] else None
+    progress_file = ctx.scratch / f"{name}.progress" if progress else None
     fields["progress_file"] = str(progress_file) if progress_file is not None else None
 
     # The instruments (and a distributed run's launcher) under the names the child's modules have.
@@ -371,8 +373,8 @@ def _run_entrypoint(
     ctx.entrypoint_runs.append((label, child))
     record, problem = read_harness_result(child, nonce, sent, ctx.payload_models)
     ctx.files_read.append(record.reads if record is not None else None)
-    progress = read_progress(progress_file, ended) if child.timed_out and progress_file is not None else None
-    return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem, progress=progress)
+    made = read_progress(progress_file, ended) if child.timed_out and progress_file is not None else None
+    return EntrypointRun(child=child, result=record.model_dump(mode="json") if record is not None else None, channel_problem=problem, progress=made)
 
 
 def read_progress(path: Path, ended: float) -> tuple[int, float] | None:

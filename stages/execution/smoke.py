@@ -68,7 +68,7 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None, beside: int 
     env = ctx.unwatched_env()
     if len(plan) > 1 and calls_at_once(env, beside) >= len(plan):
         with ThreadPoolExecutor(max_workers=len(plan)) as pool:
-            done = list(pool.map(lambda call: run_entrypoint(ctx, label=call[0], amp=call[1], env=env), plan))
+            done = list(pool.map(lambda call: run_entrypoint(ctx, label=call[0], amp=call[1], env=env, unwatched=True), plan))
         for (label, amp), run in zip(plan, done, strict=True):
             _read_call(ctx, source, result, label, amp, run)
         return result
@@ -76,7 +76,7 @@ def smoke_calls(ctx: StageContext, source: EntrypointSource | None, beside: int 
         if _hung(result):
             result.notes.append(f"The {label} smoke call was not run: the previous call did not finish within its budget.")
             continue
-        _read_call(ctx, source, result, label, amp, run_entrypoint(ctx, label=label, amp=amp, env=env))
+        _read_call(ctx, source, result, label, amp, run_entrypoint(ctx, label=label, amp=amp, env=env, unwatched=True))
     return result
 
 

@@ -361,7 +361,7 @@ def run(request: EntrypointRequest, hand_back: HandBack | None = None) -> dict[s
     for spec, instrument in instruments.items():
         with faults.installing(spec):
             instrument.install(ctx)
-    if request.progress_file and request.instruments:
+    if request.progress_file:
         progress.install(request.progress_file)
     # After the instruments: the step's probe hooks run before the budget's stop.
     budget = step_budget.install(request.max_batches, request.max_steps)

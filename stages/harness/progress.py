@@ -2,8 +2,8 @@
 small file the stage reads only if the run overruns its budget. A run still stepping when its
 budget ended is a budget overrun; one whose steps had stopped is a hang.
 
-Written only in runs that carry instruments (their own step hooks are visible already): the
-unwatched smoke call gets no hook of this kind. What the code under review writes into the file
+Written in every run but the unwatched one (the smoke call, which nothing observes): those runs
+count as watched in the unwatched comparison. What the code under review writes into the file
 can only turn one blocking finding into the other.
 """
 

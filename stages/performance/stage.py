@@ -40,7 +40,8 @@ from traingate.stages.performance import regression as perf_regression, timing a
 from traingate.stages.performance.probe.payloads import FullPayload, LightPayload, ProcessRecord, StepClockRecord
 from traingate.stages.performance import baseline_code as perf_baseline_code, load as perf_load, notice as perf_notice, side_by_side as perf_side
 from traingate.stages.performance.baseline_code import BaselineCode
-from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, hang_finding, location_of, run_entrypoint, with_leftover_findings
+from traingate.pipeline.model.findings import stopped_finding
+from traingate.stages.base import EntrypointRun, PayloadModel, StageContext, location_of, run_entrypoint, with_leftover_findings
 from traingate.stages.agent.crash import entrypoint_crash_finding, is_target_crash
 from traingate.stages.agent.checks import Check, run_checks
 from traingate.stages.performance.checks import HostSyncs, InputStall, PerformanceFacts, MemoryLeak, MixedPrecision, Regression, StepTime, TimeBreakdown, TimingEnvironment
@@ -323,7 +324,7 @@ def _measured(ctx: StageContext, run: EntrypointRun, spec: str, model: type[Payl
     instrument, the outcome that says so: nothing it measured counts. `run_id` names the run
     in the finding's fingerprint."""
     if run.child.timed_out:
-        return StageOutcome(summary=f"{what} overran its budget", findings=[hang_finding(ctx, run.child, what, run=run_id)])
+        return StageOutcome(summary=f"{what} overran its budget", findings=[stopped_finding(ctx, run.child, what, run=run_id, progress=run.progress)])
     payload = run.payload(spec, model) if run.ok else None
     if payload is not None:
         return payload

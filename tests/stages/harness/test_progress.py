@@ -30,21 +30,23 @@ def train(steps=30):
 """
 
 
-def request(root: Path, instruments: list[str], progress: Path) -> str:
+def request(root: Path, instruments: list[str], progress: Path | None) -> str:
     return EntrypointRequest(
         target_root=str(root), call="train:train", setup=None, kwargs={}, amp_flag=None, amp=None, seed=0, device="cpu",
         instruments=instruments, instrument_options={}, deterministic=False, channel=ChannelSpec(fd=-1, nonce="unused"),
-        progress_file=str(progress),
+        progress_file=str(progress) if progress is not None else None,
     ).model_dump_json()
 
 
-def test_a_watched_run_writes_its_steps_and_an_unwatched_one_nothing(tmp_path: Path) -> None:
+def test_a_run_given_a_progress_file_writes_its_steps_and_one_given_none_nothing(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(TRAIN)
-    watched, unwatched = tmp_path / "watched.progress", tmp_path / "unwatched.progress"
-    run_requests(tmp_path, [(request(tmp_path, [PERFORMANCE_FULL], watched), str(tmp_path / "w.json")), (request(tmp_path, [], unwatched), str(tmp_path / "u.json"))])
-    steps, idle = read_progress(watched, time.time()) or (0, 0.0)
-    assert steps >= 1 and idle < 60  # throttled: the first step's write, then one per quarter second
-    assert not unwatched.exists()  # no hook in a run with no instrument
+    watched, timed = tmp_path / "watched.progress", tmp_path / "timed.progress"
+    requests = [(request(tmp_path, [PERFORMANCE_FULL], watched), str(tmp_path / "w.json")), (request(tmp_path, [], timed), str(tmp_path / "t.json"))]
+    run_requests(tmp_path, [*requests, (request(tmp_path, [], None), str(tmp_path / "u.json"))])
+    for path in (watched, timed):  # an instrumented run, and a timing run with no instrument
+        steps, idle = read_progress(path, time.time()) or (0, 0.0)
+        assert steps >= 1 and idle < 60  # throttled: the first step's write, then one per quarter second
+    assert sorted(p.name for p in tmp_path.glob("*.progress")) == ["timed.progress", "watched.progress"]  # the unwatched run: none
 
 
 def ctx(root: Path) -> StageContext:
