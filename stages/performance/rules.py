@@ -38,7 +38,9 @@ RULES: tuple[Rule, ...] = (
         category=HOST_SYNC, stage=STAGE, severity=Severity.MEDIUM,
         description="the training step synchronises host and device (explicit or implicit), per call site",
         check="Runs the entrypoint instrumented and counts host-device synchronisations inside optimizer steps.",
-        measure="Every sync (`.item()`, `.cpu()`, `synchronize`, data-dependent branches) counted per call site in the target's code, per step.",
+        measure="Every sync (`.item()`, `.cpu()`, `synchronize`, data-dependent branches) counted per call site in the target's code, per step. "
+        "On a CPU, only reads of what would live on the device: parameters, buffers, tensors moved with `.to(device)` and what is computed from them; "
+        "not tensors that stay on the host (lengths made by a collate, a packed sequence's batch sizes).",
         blocks=Blocks.POLICY,
         impact="Each sync stalls the host until the device has drained its queue, so the host cannot queue the next kernels "
         "ahead of time; the GPU idles between steps by the launch latency of the next step's work.",

@@ -111,6 +111,12 @@ class _Mode(TorchDispatchMode):
         return out
 
 
+# Outputs that CUDA kernels leave on the host, by position, whatever their inputs: a packed
+# sequence's `batch_sizes` (its lengths, which `pack_padded_sequence` requires on the CPU and
+# every recurrent layer then reads) lives on the CPU, so reading it synchronises nothing.
+_HOST_OUTPUTS: dict[int, tuple[int, ...]] = {id(torch.ops.aten._pack_padded_sequence): (1,)}
+
+
 class Tracker:
     """Registry of live storages plus the per-operator observations."""
 
@@ -183,9 +189,10 @@ class Tracker:
         if isinstance(out, torch.Tensor):
             self._register(out, bound)
         elif isinstance(out, (tuple, list)):
-            for item in out:
+            host = _HOST_OUTPUTS.get(packet, ()) if bound else ()
+            for index, item in enumerate(out):
                 if isinstance(item, torch.Tensor):
-                    self._register(item, bound)
+                    self._register(item, bound and index not in host)
 
     # -- what would live on the device (CPU runs) ---------------------------------------
     def bound(self, tensor: Any) -> bool:

@@ -250,3 +250,45 @@ def test_one_hot_syncs_only_where_cuda_would(tmp_path: Path) -> None:
     assert sized["per_step"] == pytest.approx(1.0)
     [finding] = run.findings("host-sync")
     assert finding["location"]["line"] == sized["line"] and finding["severity"] == "low"
+
+
+LENGTHS_LOOP = '''
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence
+
+
+def run():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    rnn, head = nn.LSTM(4, 8, batch_first=True).to(device), nn.Linear(8, 1).to(device)
+    optimizer = torch.optim.SGD([*rnn.parameters(), *head.parameters()], lr=0.1)
+    for _ in range(16):
+        lengths = torch.randint(2, 9, (8,))  # made by the collate on the host; never moved
+        x, y = torch.randn(8, 8, 4).to(device), torch.randn(8, 1).to(device)
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)  # marker: host-lengths-passed
+        longest = max(lengths.tolist())  # marker: host-lengths-read
+        moved = lengths.to(device)
+        steps = int(moved.max())  # marker: device-lengths
+        _, (h, _) = rnn(packed)  # marker: packed-batch-sizes
+        loss = ((head(h[-1]) - y) ** 2).mean() * (longest + steps) / (longest + steps)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+'''
+
+
+def test_lengths_that_stay_on_the_host_are_not_syncs_and_moved_ones_are(tmp_path: Path) -> None:
+    # pack_padded_sequence takes its lengths on the host: on CUDA the loop keeps them there
+    # (the collate made them), so reading them synchronises nothing; read back once moved, they do.
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "loop.py").write_text(LENGTHS_LOOP)
+    (target / "traingate.toml").write_text('task = "lengths"\ntests = false\ntimeout_s = 120\n\n[entrypoint]\ncall = "loop:run"\n')
+    run = run_gate(target, tmp_path / "out", *PERFORMANCE)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {row["line"]: row for row in run.stage("performance")["details"]["syncs"]["rows"] if row["path"] == "loop.py"}
+    # ... nor the recurrent layer's reads of the packed sequence's batch sizes, which CUDA keeps on the host.
+    for marker in ("host-lengths-passed", "host-lengths-read", "packed-batch-sizes"):
+        assert marker_line(target / "loop.py", marker) not in rows
+    assert rows[marker_line(target / "loop.py", "device-lengths")]["per_step"] == pytest.approx(1.0)
