@@ -94,6 +94,9 @@ def _read(root: Path, readme: str, text: str) -> list[Documented]:
                 cd = _inside(root, cd / words[1]) or cd
                 continue
             found = _python_file(root, cd, words)
+            if found is None and cd != PurePosixPath("."):
+                # A README in a subfolder (docs/) that gives the command as run from the root.
+                found, cd = _python_file(root, PurePosixPath("."), words), PurePosixPath(".")
             if found is None:
                 continue
             script, args = found

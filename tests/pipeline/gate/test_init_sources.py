@@ -195,3 +195,11 @@ def test_a_check_that_crashes_leaves_the_run_unconfigured_and_the_run_says_so(tm
     run = run_gate(tmp_path, tmp_path / "out", "--stages", "execution")
     [note] = [f for f in run.stage("configuration")["findings"] if f["category"] == "unverified-configuration"]
     assert "the data ran out" in note["title"] and run.report["decision"] == "PASS"
+
+
+def test_a_readme_in_a_subfolder_may_give_the_command_as_run_from_the_root(tmp_path: Path):
+    make_target(tmp_path, {"train.py": "x = 1\n", "docs/README.md": "```\n$ python train.py --fast\n```\n", "docs/tools/README": "python ../../train.py --slow\n"})
+    assert [(c.readme, c.folder, c.script, c.args) for c in documented_commands(tmp_path)] == [
+        ("docs/README.md", "", "train.py", ("--fast",)),
+        ("docs/tools/README", "docs/tools", "train.py", ("--slow",)),  # run in its own folder, the script two up
+    ]
