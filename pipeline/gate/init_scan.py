@@ -188,8 +188,9 @@ def is_test_path(path: str) -> bool:
 
 
 def is_test(function: Function) -> bool:
-    """A pytest test function: `test_*` at module level of a test file."""
-    return not function.is_method and function.qualname.startswith("test") and _is_test_file(Path(function.path))
+    """A test pytest collects: `test*` at module level of a test file, or a `test*` method of a
+    class there (a `Test*` class, a `unittest.TestCase`)."""
+    return function.qualname.rsplit(".", 1)[-1].startswith("test") and function.qualname.count(".") <= 1 and _is_test_file(Path(function.path))
 
 
 def _defs(body: list[ast.stmt], prefix: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str, bool]]:

@@ -203,3 +203,15 @@ def test_a_readme_in_a_subfolder_may_give_the_command_as_run_from_the_root(tmp_p
         ("docs/README.md", "", "train.py", ("--fast",)),
         ("docs/tools/README", "docs/tools", "train.py", ("--slow",)),  # run in its own folder, the script two up
     ]
+
+
+def test_unittest_methods_that_train_are_tests_too(tmp_path: Path):
+    make_target(tmp_path, {
+        "lib.py": "import torch\n\n\ndef fit(model, steps=50):\n    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for _ in range(steps):\n        model(torch.randn(4, 2)).sum().backward()\n        optimizer.step()\n",
+        "test/test_lib.py": "import unittest\n\nimport torch\nfrom lib import fit\n\n\nclass FitTests(unittest.TestCase):\n"
+        "    def test_fit(self):\n        fit(torch.nn.Linear(2, 1))\n\n    def helper(self):\n        fit(torch.nn.Linear(2, 1))\n",
+    })
+    outcome = propose(tmp_path, device="cpu", check=False, budget_s=60)
+    assert outcome.text is not None and "The repo's tests train: 1 test function(s) reach a training loop (test/test_lib.py:8 (FitTests.test_fit))" in outcome.text
+    assert "entrypoint" not in tomllib.loads(outcome.text)
