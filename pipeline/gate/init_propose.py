@@ -300,9 +300,12 @@ def hint(root: Path) -> str | None:
     """For an unconfigured run: the candidate `traingate init` would pick, from reading the files
     only (no check run); None when it finds none."""
     try:
-        listed = candidates(scan(root))
+        found = scan(root)
+        listed = [c for c in candidates(found) if c.kind != "test"]
     except (OSError, RecursionError, ValueError):
         return None
+    if any(is_test(f) for f in found.training()):
+        return "the repo's tests train: `traingate init` would keep observing them, configuring no entry point"
     if not listed:
         return None
     best = listed[0]

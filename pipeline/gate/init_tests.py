@@ -72,6 +72,7 @@ def _why_not(result: CheckResult | None) -> str:
     if result is None:
         return "the tests' training was not checked: --no-check was given"
     if result.problems:
-        return "; ".join(result.problems)[:500]
+        more = f" (and {len(result.problems) - 1} more in the check's report)" if len(result.problems) > 1 else ""
+        return (result.problems[0][:400] + more)
     observed = result.observed
     return (observed.reason if observed is not None else "the execution stage named no test whose training to observe")[:500]

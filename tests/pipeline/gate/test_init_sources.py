@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import line_of, run_gate, start_cli
 from tests.entrypoint_targets import config_error, make_target
-from traingate.pipeline.gate.init_propose import candidates
+from traingate.pipeline.gate.init_propose import candidates, hint
 from traingate.pipeline.gate.init_readme import documented_commands
 from traingate.pipeline.gate.init_scan import scan
 from traingate.pipeline.gate.initializer import propose
@@ -149,6 +149,8 @@ def test_tests_that_train_keep_the_observation_and_no_entrypoint_is_proposed(tmp
     assert set(config) == {"unverified"}  # no entrypoint, no `tests`: what pytest collects (pkg/test/)
     assert "The repo's tests train: 2 test function(s)" in outcome.text
     assert "Entry points found, not configured: pkg.fit:fit (pkg/fit.py:4)." in outcome.text
+    # What an unconfigured run's skipped stages say `init` would do: the same.
+    assert hint(tmp_path) == "the repo's tests train: `traingate init` would keep observing them, configuring no entry point"
 
 
 @pytest.mark.slow
