@@ -198,7 +198,10 @@ PROGRESS_SHARE = 0.25
 PROGRESS_S = 5.0
 
 
-def stopped_finding(scope: FindingScope, child: ChildResult, what: str, *, run: str, key: str = "", progress: tuple[int, float] | None = None) -> Finding:
+RUN_FIX = "Make the run short: `max_steps` or `max_batches` in [entrypoint] (the step budget), or smaller epochs or data in its arguments; or raise `timeout_s`."
+
+
+def stopped_finding(scope: FindingScope, child: ChildResult, what: str, *, run: str, key: str = "", progress: tuple[int, float] | None = None, fix: str = RUN_FIX) -> Finding:
     """A run killed at its budget: `budget-overrun` where it was still making optimizer steps
     (`progress`: the steps it made, and the seconds from its last one to its end), else `hang`."""
     if progress is None or progress[1] > max(PROGRESS_S, PROGRESS_SHARE * child.duration_s):
@@ -212,7 +215,7 @@ def stopped_finding(scope: FindingScope, child: ChildResult, what: str, *, run: 
         ),
         summary=f"{steps} optimizer step(s), the last {idle:.1f}s before it was stopped at {child.duration_s:.0f}s",
         stacks=child.stacks, data={"optimizer_steps": steps, "last_step_s_before_end": round(idle, 2), "budget_exceeded_s": round(child.duration_s, 2)},
-        fix="Make the run short: `max_steps` or `max_batches` in [entrypoint] (the step budget), or smaller epochs or data in its arguments; or raise `timeout_s`.",
+        fix=fix,
     )
 
 

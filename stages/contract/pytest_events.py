@@ -270,6 +270,16 @@ class TrainingEvent(Strict):
     sites: list[str] = Field(default_factory=list, max_length=MAX_STEP_SITES)
 
 
+class SteppingEvent(Strict):
+    """A test still making optimizer steps: sent while it runs, at most once a second, so that
+    a suite stopped at its budget inside a long training test is told from one that hung."""
+
+    event: Literal["stepping"] = "stepping"
+    nodeid: str
+    optimizer_steps: int = Field(ge=1)
+    at: float  # the test process's wall clock (time.time()) at the step
+
+
 # -- the launcher's own last event ------------------------------------------------------
 
 
@@ -284,7 +294,7 @@ class ReadsEvent(Strict):
 PytestEvent = Annotated[
     ConftestErrorEvent | StartEvent | CollectErrorEvent | CollectedEvent | TestStartEvent | ReportEvent | WarningEvent
     | InterruptEvent | InternalErrorEvent | FinishEvent
-    | SelectionEvent | XdistDisabledEvent | IgnoredEvent | CollectSkipEvent | DeselectedEvent | ItemsEvent | ReadsEvent | TrainingEvent,
+    | SelectionEvent | XdistDisabledEvent | IgnoredEvent | CollectSkipEvent | DeselectedEvent | ItemsEvent | ReadsEvent | TrainingEvent | SteppingEvent,
     Field(discriminator="event"),
 ]
 PYTEST_EVENTS: TypeAdapter[PytestEvent] = TypeAdapter(PytestEvent)

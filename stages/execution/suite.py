@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import time
 import tempfile
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from traingate.stages.contract.pytest_events import (
     SkipSite,
     StartEvent,
     TestStartEvent,
+    SteppingEvent,
     TrainingEvent,
     WarningEvent,
     XdistDisabledEvent,
@@ -96,6 +98,7 @@ class SuiteRun:
     # garbage on the channel); the events are then empty and the stage fails closed.
     channel_problem: str | None = None
     source: str = ""  # where the tests came from, as the report says it
+    ended_at: float = 0.0  # the parent's wall clock (time.time()) when the process ended
 
     @property
     def command(self) -> str:
@@ -167,6 +170,7 @@ def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root:
         channel=True,
         warm=_suite_warm(ctx),
     )
+    ended_at = time.time()
     try:
         events, problem = decode_events(child.channel, nonce), child.channel_problem
     except ChannelError as exc:
@@ -188,6 +192,7 @@ def _run_pytest(ctx: StageContext, name: str, coverage_include: list[str], root:
         coverage_file=kept if kept.is_file() else None,
         channel_problem=problem,
         source=_source(ctx, tests, config_file, root),
+        ended_at=ended_at,
     )
 
 
@@ -284,6 +289,7 @@ class SuiteResult:
     collect_skips: list[CollectSkipEvent] = field(default_factory=list)
     deselected_items: list[DeselectedEvent] = field(default_factory=list)
     items: dict[str, ItemRecord] = field(default_factory=dict)
+    stepping: dict[str, SteppingEvent] = field(default_factory=dict)  # each test's latest `stepping` event
 
     def count(self, *outcomes: str) -> int:
         return sum(t.outcome in outcomes for t in self.tests)
@@ -330,6 +336,8 @@ def parse_events(events: list[PytestEvent]) -> SuiteResult:
         elif isinstance(event, TrainingEvent):
             steps[event.nodeid] = steps.get(event.nodeid, 0) + event.optimizer_steps
             sites[event.nodeid] = list(dict.fromkeys([*sites.get(event.nodeid, []), *event.sites]))
+        elif isinstance(event, SteppingEvent):
+            result.stepping[event.nodeid] = event  # its latest: read only if the suite was stopped
         else:
             _take_event(result, event)
     for nodeid, by_phase in phases.items():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -27,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from ...common.frames import is_target_file, relative
-from ...contract.pytest_events import MAX_STEP_SITES, PytestEvent, TrainingEvent
+from ...contract.pytest_events import MAX_STEP_SITES, PytestEvent, SteppingEvent, TrainingEvent
+
+# A long training test tells the suite's parent it is still stepping at most this often.
+STEPPING_EVERY_S = 1.0
 
 
 class StepCounter:
@@ -40,9 +44,15 @@ class StepCounter:
         self._steps = 0
         self._sites: Counter[str] = Counter()
         self._shapes: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self._nodeid: str | None = None  # the test running now
+        self._told = 0.0  # when its last `stepping` event was sent
 
     def _count(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._steps += 1
+        now = time.time()
+        if self._nodeid is not None and now - self._told >= STEPPING_EVERY_S:
+            self._told = now
+            self._emit(SteppingEvent(nodeid=self._nodeid, optimizer_steps=self._steps, at=now))
         site = self._site(sys._getframe(1))
         if site is not None:
             self._sites[f"{site} (parameters {self._parameters(optimizer)})"] += 1
@@ -87,6 +97,7 @@ class StepCounter:
         self._register()
         self._steps = 0
         self._sites.clear()
+        self._nodeid, self._told = nodeid, time.time()
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         if self._steps:
@@ -95,3 +106,4 @@ class StepCounter:
             self._emit(TrainingEvent(nodeid=nodeid, optimizer_steps=self._steps, sites=sites))
         self._steps = 0
         self._sites.clear()
+        self._nodeid = None

@@ -364,16 +364,30 @@ def test_syntax_error_in_the_entrypoint_module_is_located_at_the_bad_line(tmp_pa
     assert "importing its module" in finding.problem
 
 
-def _stopped_suite(test_s: float, duration_s: float) -> list:
-    """A suite of 10 tests stopped at its budget after 4 finished, each taking `test_s`."""
+def _stopped_suite(test_s: float, duration_s: float, stepped_s_before_end: float | None = None) -> list:
+    """A suite of 10 tests stopped at its budget after 4 finished, each taking `test_s`; the
+    fifth, where given, still stepping an optimizer `stepped_s_before_end` before the end."""
     ids = [f"tests/test_a.py::test_{i}" for i in range(10)]
     events: list[dict] = [*SESSION, {"event": "collected", "count": 10, "deselected": 0, "nodeids": ids}]
     for nodeid in ids[:4]:
         events += [start(nodeid), *({**report(nodeid, when, "passed"), "duration": test_s / 3} for when in ("setup", "call", "teardown"))]
     events.append(start(ids[4]))
+    ended = 1_000_000.0
+    if stepped_s_before_end is not None:
+        events.append({"event": "stepping", "nodeid": ids[4], "optimizer_steps": 900, "at": ended - stepped_s_before_end})
     run = suite_run(events, returncode=-9, timed_out=True)
-    run = SuiteRun(args=run.args, config_file=None, child=replace(run.child, duration_s=duration_s), events=run.events, coverage_file=None)
+    run = SuiteRun(args=run.args, config_file=None, child=replace(run.child, duration_s=duration_s), events=run.events, coverage_file=None, ended_at=ended)
     return suite_findings(ctx_for(Path("/t")), run, parse_events(run.events))
+
+
+def test_a_suite_stopped_inside_a_test_still_training_is_an_overrun():
+    """One long test that trains, stopped by the budget: no test finished for most of the run,
+    but the running test was still making optimizer steps to the end."""
+    [found] = [f for f in _stopped_suite(test_s=0.1, duration_s=110.0, stepped_s_before_end=0.5) if f.category.value in ("hang", "budget-overrun")]
+    assert found.category.value == "budget-overrun" and "made 900 optimizer step(s)" in found.problem and "test_4" in found.title
+    # Its steps stopped long before the end: a hang.
+    [stuck] = [f for f in _stopped_suite(test_s=0.1, duration_s=110.0, stepped_s_before_end=80.0) if f.category.value in ("hang", "budget-overrun")]
+    assert stuck.category.value == "hang"
 
 
 def test_a_suite_still_running_tests_at_its_budget_is_an_overrun_not_a_hang():
