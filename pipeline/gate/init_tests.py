@@ -2,9 +2,9 @@
 turn off the observation of the tests' training (docs/stages.md, "Which loops are observed").
 
 The check runs what `traingate run` runs with no configuration (the suite pytest collects, and
-the step-checking stage on the tests the execution stage picks), with every loop the tests drive
-allowed in; the file then asks for as many observed tests as the check found loops, where that
-is more than the default.
+the step-checking stage on the tests the execution stage picks); the file then asks for as many
+observed tests as the suite's tests stepped at distinct loops, where that is more than the
+default.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ def observe_tests(root: Path, found: Found, listed: list[Candidate], *, device: 
     tests = sorted((f for f in found.training() if is_test(f)), key=lambda f: (f.path, f.line))
     result = None
     if check:
-        result = run_check(root, {"timeout_s": budget_s, "observe_tests": MAX_OBSERVED_TESTS}, stages_observing_tests(), device)
+        # As an unconfigured run observes (the default number of tests): the loops are counted
+        # from every test that stepped in the suite, observed or not.
+        result = run_check(root, {"timeout_s": budget_s}, stages_observing_tests(), device)
     observed = result.observed if result is not None else None
     loops = len(training_loops(observed)) if observed is not None else 0
     verified = result is not None and not result.problems and observed is not None and observed.test is not None
