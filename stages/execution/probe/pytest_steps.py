@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 import time
 import weakref
 from collections import Counter
@@ -50,7 +51,8 @@ class StepCounter:
     def _count(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._steps += 1
         now = time.time()
-        if self._nodeid is not None and now - self._told >= STEPPING_EVERY_S:
+        # From the main thread only, as every other event: a record is never interleaved with one.
+        if self._nodeid is not None and now - self._told >= STEPPING_EVERY_S and threading.current_thread() is threading.main_thread():
             self._told = now
             self._emit(SteppingEvent(nodeid=self._nodeid, optimizer_steps=self._steps, at=now))
         site = self._site(sys._getframe(1))
