@@ -30,7 +30,10 @@ def install(path: str) -> None:
         if state["steps"] > 1 and now - state["written"] < THROTTLE_S:
             return
         state["written"] = now
-        with open(path, "w", encoding="ascii") as out:
-            out.write(f"{state['steps']} {now:.3f}\n")
+        try:
+            with open(path, "w", encoding="ascii") as out:
+                out.write(f"{state['steps']} {now:.3f}\n")
+        except OSError:
+            pass  # no progress to read: a stop at the budget reads as a hang, which blocks as well
 
     register_optimizer_step_post_hook(after_step)
