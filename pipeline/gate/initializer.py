@@ -108,10 +108,17 @@ def check_line(result: CheckResult | None, chosen: Candidate) -> str:
     return f"The check run reached {result.steps or 0} optimizer steps, fewer than the {ENOUGH_STEPS} the performance stage measures: raise max_batches, or the epochs or steps in args/kwargs."
 
 
+def entry_line(chosen: Candidate, result: CheckResult | None) -> str:
+    """What the file says it runs: a claim the check observed, or one read from the files only."""
+    if result is not None and result.enough:
+        return f"Training entry point: {chosen.label} ({chosen.where}): {chosen.why}."
+    return f"Proposed training entry point, NOT VERIFIED: {chosen.label} ({chosen.where}); read from the files: {chosen.why}."
+
+
 def header_lines(chosen: Candidate, result: CheckResult | None, listed: list[Candidate], found: Found) -> list[str]:
     lines = [
         "traingate's configuration, written by `traingate init` (each key: docs/configuration.md).",
-        f"Training entry point: {chosen.label} ({chosen.where}): {chosen.why}.",
+        entry_line(chosen, result),
         check_line(result, chosen),
     ]
     lines += [f"FILL IN {f.what}" for f in chosen.fill_in]
@@ -125,7 +132,7 @@ def header_lines(chosen: Candidate, result: CheckResult | None, listed: list[Can
 
 
 def terminal_lines(chosen: Candidate, result: CheckResult | None, listed: list[Candidate]) -> list[str]:
-    lines = [f"Training entry point: {chosen.label} ({chosen.where}): {chosen.why}.", check_line(result, chosen)]
+    lines = [entry_line(chosen, result), check_line(result, chosen)]
     lines += [f"Could not decide: {f.what}." for f in chosen.fill_in]
     lines += [f"Note: {note}." for note in chosen.notes]
     if len(listed) > 1:

@@ -108,6 +108,8 @@ def test_a_required_option_is_a_commented_fill_in_inside_args_and_the_file_stays
     assert '# "--data-dir", "FILL IN",   # --data-dir: required, no default (line 8)' in outcome.text
     assert any("--data-dir in `args`: the script requires it and has no default (train.py:8)" in m for m in outcome.messages)
     assert "Not checked: the FILL IN lines must be filled first." in outcome.text
+    # What it says it runs is a claim read from the files, and says so: no check observed it.
+    assert "# Proposed training entry point, NOT VERIFIED: python train.py (train.py:" in outcome.text
 
 
 def test_a_functions_parameters_give_its_kwargs_its_amp_flag_and_what_to_fill_in(tmp_path: Path):
