@@ -8,10 +8,11 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, TARGETS, line_of, run_gate
+from tests.conftest import REPO, TARGETS, GateRun, line_of, run_gate
 from tests.stages.performance.performance_runs import PERFORMANCE, Shared, metric, only
 
 pytestmark = pytest.mark.slow
@@ -234,16 +235,22 @@ def run(steps: int = 20) -> None:
 '''
 
 
+def sync_rows(tmp_path: Path, loop: str) -> tuple[Path, GateRun, dict[int, dict[str, Any]]]:
+    """The performance stage's run of `loop` (its `run()` the entrypoint): the target, the run
+    and its sync rows in loop.py by line."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "loop.py").write_text(loop)
+    (target / "traingate.toml").write_text('task = "syncs"\ntests = false\ntimeout_s = 120\n\n[entrypoint]\ncall = "loop:run"\n')
+    run = run_gate(target, tmp_path / "out", *PERFORMANCE)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return target, run, {row["line"]: row for row in run.stage("performance")["details"]["syncs"]["rows"] if row["path"] == "loop.py"}
+
+
 def test_one_hot_syncs_only_where_cuda_would(tmp_path: Path) -> None:
     # On a CPU tensor one_hot reads min and max back as range checks; on CUDA it reads
     # nothing when given the class count, and the max once (to size the result) without it.
-    target = tmp_path / "target"
-    target.mkdir()
-    (target / "loop.py").write_text(ONE_HOT_LOOP)
-    (target / "traingate.toml").write_text('task = "one-hot"\ntests = false\ntimeout_s = 120\n\n[entrypoint]\ncall = "loop:run"\n')
-    run = run_gate(target, tmp_path / "out", *PERFORMANCE)
-    assert run.returncode == 0, run.stdout + run.stderr
-    rows = {row["line"]: row for row in run.stage("performance")["details"]["syncs"]["rows"] if row["path"] == "loop.py"}
+    target, run, rows = sync_rows(tmp_path, ONE_HOT_LOOP)
     assert marker_line(target / "loop.py", "one-hot-with-classes") not in rows
     sized = rows[marker_line(target / "loop.py", "one-hot-sized-by-data")]
     assert sized["kinds"] == ["scalar read (one_hot without num_classes reads the largest class)"]
@@ -281,13 +288,7 @@ def run():
 def test_lengths_that_stay_on_the_host_are_not_syncs_and_moved_ones_are(tmp_path: Path) -> None:
     # pack_padded_sequence takes its lengths on the host: on CUDA the loop keeps them there
     # (the collate made them), so reading them synchronises nothing; read back once moved, they do.
-    target = tmp_path / "target"
-    target.mkdir()
-    (target / "loop.py").write_text(LENGTHS_LOOP)
-    (target / "traingate.toml").write_text('task = "lengths"\ntests = false\ntimeout_s = 120\n\n[entrypoint]\ncall = "loop:run"\n')
-    run = run_gate(target, tmp_path / "out", *PERFORMANCE)
-    assert run.returncode == 0, run.stdout + run.stderr
-    rows = {row["line"]: row for row in run.stage("performance")["details"]["syncs"]["rows"] if row["path"] == "loop.py"}
+    target, _, rows = sync_rows(tmp_path, LENGTHS_LOOP)
     # ... nor the recurrent layer's reads of the packed sequence's batch sizes, which CUDA keeps on the host.
     for marker in ("host-lengths-passed", "host-lengths-read", "packed-batch-sizes"):
         assert marker_line(target / "loop.py", marker) not in rows
