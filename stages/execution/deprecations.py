@@ -8,6 +8,8 @@ works today and stops working in a later PyTorch.
 
 from __future__ import annotations
 
+import re
+
 import linecache
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,9 @@ from traingate.stages.contract.pytest_events import WarningEvent
 from traingate.stages.execution.rules import DEPRECATED_API
 
 _DEPRECATION = ("DeprecationWarning", "PendingDeprecationWarning")
+
+
+_TORCH_NAMED = re.compile(r"(?<![\w.])torch\b(?!_)")
 
 
 @dataclass
@@ -40,7 +45,8 @@ class WarningSite:
     @property
     def deprecated_torch_api(self) -> bool:
         deprecation = self.category in _DEPRECATION or "deprecat" in self.message.lower()
-        return deprecation and (self.via_torch or "torch" in self.message or "/torch/" in self.issued_at)
+        # `torch` as a name of its own: `pytorch_lightning` (or `torch_xla`) in a message is another package's.
+        return deprecation and (self.via_torch or _TORCH_NAMED.search(self.message) is not None or "/torch/" in self.issued_at)
 
     def row(self) -> WarningRow:
         return WarningRow(

@@ -290,6 +290,11 @@ def test_deprecated_torch_api_classification():
     assert not site("UserWarning", "CUDA is not available, disabling autocast (torch)").deprecated_torch_api
     assert not site("DeprecationWarning", "numpy.float is deprecated").deprecated_torch_api
     assert not site("FutureWarning", "pandas will change a default").deprecated_torch_api
+    # Another package named after torch (setuptools' warning on importing pytorch_lightning 1.9):
+    # not a PyTorch API.
+    namespace = "Deprecated call to `pkg_resources.declare_namespace('pytorch_lightning')`."
+    assert not site("DeprecationWarning", namespace, issued_at="/venv/lib/site-packages/pytorch_lightning/__init__.py:45").deprecated_torch_api
+    assert not site("DeprecationWarning", "`torch_xla.experimental` is deprecated").deprecated_torch_api
 
 
 def test_warnings_from_tests_and_smoke_merge_by_call_site(tmp_path: Path):
