@@ -313,7 +313,7 @@ def run_entrypoint(
     process (with `distributed`, that child launches the ranks under torchrun and hands back
     every rank's record). `alters_numerics`: its instruments change what the training computes
     (a dispatch mode under autocast), so what it left is not compared with the unwatched run.
-`unwatched`: the run nothing observes (the smoke call): not even its progress is written.
+    `unwatched`: the run nothing observes (the smoke call): not even its progress is written.
 
     The request goes on the child's stdin, the result comes back over a pipe (see
     `traingate.stages.common.channel`); the copy of the request left in the scratch
@@ -328,7 +328,8 @@ def run_entrypoint(
         run = _run_entrypoint(ctx, label, tree, fields, budget_s, env, progress=not unwatched)
     record = run.record
     if same and record is not None and run.ok and record.left is not None:
-        watched = bool(fields["instruments"]) or not unwatched or fields.get("max_steps") is not None or fields.get("max_batches") is not None
+        # Every run but the unwatched one has hooks (its progress, its instruments); a step budget is one too.
+        watched = not unwatched or fields.get("max_steps") is not None or fields.get("max_batches") is not None
         ctx.runs_left.append(RunLeft(
             stage=ctx.stage, label=label, amp=fields.get("amp"), watched=watched, returned=record.returned,
             models=[m.model_dump() for m in record.left],

@@ -198,13 +198,19 @@ PROGRESS_SHARE = 0.25
 PROGRESS_S = 5.0
 
 
+def progressing(idle_s: float, duration_s: float) -> bool:
+    """A run stopped at its budget was still making progress: its last sign of it (a step, a
+    finished test) came within PROGRESS_S, or PROGRESS_SHARE of the run, of its end."""
+    return idle_s <= max(PROGRESS_S, PROGRESS_SHARE * duration_s)
+
+
 RUN_FIX = "Make the run short: `max_steps` or `max_batches` in [entrypoint] (the step budget), or smaller epochs or data in its arguments; or raise `timeout_s`."
 
 
 def stopped_finding(scope: FindingScope, child: ChildResult, what: str, *, run: str, key: str = "", progress: tuple[int, float] | None = None, fix: str = RUN_FIX) -> Finding:
     """A run killed at its budget: `budget-overrun` where it was still making optimizer steps
     (`progress`: the steps it made, and the seconds from its last one to its end), else `hang`."""
-    if progress is None or progress[1] > max(PROGRESS_S, PROGRESS_SHARE * child.duration_s):
+    if progress is None or not progressing(progress[1], child.duration_s):
         return hang_finding(scope, child, what, run=run, key=key)
     steps, idle = progress
     return budget_overrun(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from traingate.stages.common.stacks import crash_frames
 from traingate.pipeline.model.schema import Evidence, EvidenceKind, Finding, Location, Severity
-from traingate.pipeline.model.findings import PROGRESS_S, PROGRESS_SHARE, budget_overrun, stopped_finding
+from traingate.pipeline.model.findings import budget_overrun, progressing, stopped_finding
 from traingate.stages.base import StageContext, hang_finding, innermost_target_frame
 from traingate.stages.contract.pytest_events import CollectErrorEvent, EnvironmentCause, InternalErrorEvent, MissingPackage
 from traingate.pipeline.model.text import clip_line, clip_text, first_line
@@ -61,8 +61,6 @@ def untrusted_events(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> l
     ]
 
 
-
-
 def _stopped_suite(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> Finding:
     """`hang` for a suite that stopped making progress; `budget-overrun` for one that ran tests
     until its budget ended, with how far it got and what it did not reach."""
@@ -70,13 +68,12 @@ def _stopped_suite(ctx: StageContext, run: SuiteRun, result: SuiteResult) -> Fin
     done = [t for t in result.tests if t.outcome not in ("crashed", "interrupted", "not-run", "deselected", "not-collected")]
     waited = max(0.0, run.child.duration_s - sum(t.duration_s for t in done))
     what = "The test suite" + (f" (in {running[-1].nodeid})" if running else "")
-    window = max(PROGRESS_S, PROGRESS_SHARE * run.child.duration_s)
     stepping = result.stepping.get(running[-1].nodeid) if running else None
-    if stepping is not None and run.ended_at and run.ended_at - stepping.at <= window:
+    if stepping is not None and run.ended_at and progressing(run.ended_at - stepping.at, run.child.duration_s):
         # A long test that trains: still stepping when the budget ended, so still progressing.
         return stopped_finding(ctx, run.child, what, run="pytest", key=running[-1].nodeid, progress=(stepping.optimizer_steps, run.ended_at - stepping.at),
                                fix=f"Raise `timeout_s` (now {ctx.config.timeout_s:.0f}) so the suite's training tests fit, or set `tests` to the paths that verify the training quickly.")
-    if not done or waited > window:
+    if not done or not progressing(waited, run.child.duration_s):
         return hang_finding(ctx, run.child, what, run="pytest", key=running[-1].nodeid if running else "")
     collected = result.collected if result.collected is not None else len(result.tests)
     finished = {t.nodeid for t in done}
