@@ -37,7 +37,7 @@ def observe_tests(root: Path, found: Found, listed: list[Candidate], *, device: 
         "traingate's configuration, written by `traingate init` (each key: docs/configuration.md).",
         f"The repo's tests train: {len(tests)} test function(s) reach a training loop ({shown}).",
         "With no [entrypoint], the gate observes the training those tests run; an entrypoint would turn that off.",
-        _check_line(result, loops),
+        _check_line(result, loops, verified),
     ]
     others = [c for c in listed if c.kind != "test"][:3]
     if others:
@@ -58,11 +58,11 @@ def training_loops(observed: ObservedTraining) -> set[str]:
     return {site.split(" (parameters ", 1)[0] for test in observed.candidates for site in (test.step_sites or [test.nodeid])}
 
 
-def _check_line(result: CheckResult | None, loops: int) -> str:
+def _check_line(result: CheckResult | None, loops: int, verified: bool) -> str:
     if result is None:
         return "Not checked: --no-check was given."
     observed = result.observed
-    if result.problems or observed is None or observed.test is None:
+    if not verified or observed is None:
         return f"The check run fell short: {_why_not(result)}"
     return (
         f"Checked: the suite ran; its tests step at {loops} training loop(s), {len(observed.tests)} test(s) observed "
